@@ -1,0 +1,1 @@
+"""BlobCR agent: the per-host service that owns all checkpoint data."""

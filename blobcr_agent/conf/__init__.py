@@ -1,0 +1,25 @@
+"""oslo.config options of the BlobCR agent.
+
+Every option is registered here, once, on the global ``cfg.CONF`` (RPC
+needs that) and listed by :func:`list_opts` for the sample-config
+generator (``tox -e genconfig``).
+"""
+
+from oslo_config import cfg
+
+from blobcr_agent.conf import repository
+
+CONF = cfg.CONF
+
+_MODULES = [repository]
+
+for _module in _MODULES:
+    _module.register_opts(CONF)
+
+
+def list_opts():
+    """Entry point for oslo-config-generator."""
+    result = []
+    for module in _MODULES:
+        result.extend(module.list_opts())
+    return result

@@ -1,0 +1,60 @@
+"""Errors raised by the BlobCR agent, each with a message a user can act on."""
+
+
+class BlobCRError(Exception):
+    """Base class: str(error) is the message shown to the user."""
+
+
+class InvalidInput(BlobCRError):
+    """The caller asked for something malformed (size, index, name...)."""
+
+
+class ImageNotFound(BlobCRError):
+    def __init__(self, image):
+        super().__init__('image %r does not exist' % (image,))
+        self.image = image
+
+
+class AmbiguousImage(BlobCRError):
+    def __init__(self, image, matches):
+        super().__init__('image name %r is ambiguous: it names %s; use an id'
+                         % (image, ', '.join(sorted(matches))))
+
+
+class VersionNotFound(BlobCRError):
+    def __init__(self, image, version):
+        super().__init__('image %s has no version %s' % (image, version))
+
+
+class VersionNotStable(BlobCRError):
+    def __init__(self, image, version, state):
+        super().__init__('version %s of image %s is %s, not stable'
+                         % (version, image, state))
+        self.state = state
+
+
+class CommitAborted(BlobCRError):
+    """The pending version was marked failed before it could turn stable."""
+
+
+class ObjectNotFound(BlobCRError):
+    def __init__(self, kind, name):
+        super().__init__('%s object %s is missing from the backend'
+                         % (kind, name))
+        self.kind = kind
+        self.name = name
+
+
+class CorruptObject(BlobCRError):
+    def __init__(self, kind, name, why):
+        super().__init__('%s object %s is corrupt: %s' % (kind, name, why))
+        self.kind = kind
+        self.name = name
+
+
+class Conflict(BlobCRError):
+    """A compare-and-set on a header lost a race; the caller retries."""
+
+
+class BackendUnavailable(BlobCRError):
+    """The object backend cannot be reached or refused the operation."""

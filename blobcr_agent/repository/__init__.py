@@ -1,0 +1,1 @@
+"""Versioned chunk repository: images, versions, CLONE/COMMIT, GC."""

@@ -1,0 +1,175 @@
+"""The small interface every object backend implements.
+
+Objects come in three kinds:
+
+* ``chunk``: content-addressed chunk objects, immutable, written whole
+  (the erasure-coded data pool on Ceph);
+* ``node``: packs of version-tree nodes, immutable, written whole, read by
+  byte range;
+* ``header``: one small mutable object per image, changed only by
+  compare-and-set so that a version turns stable in one atomic step.
+
+Writes of chunks and nodes go through a :class:`WriteBatch`: ``put`` may
+return before the object is durable, with a bounded number in flight, and
+``wait`` returns once every put of the batch is durable, raising the first
+error any of them hit. Each commit has its own batch, so the errors of one
+never surface in another.
+"""
+
+import abc
+import re
+import threading
+import time
+
+from blobcr_agent import exception
+
+CHUNK = 'chunk'
+NODE = 'node'
+HEADER = 'header'
+KINDS = (CHUNK, NODE)
+
+
+_NAME_RE = re.compile(r'^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$')
+
+
+def check_name(name):
+    """Object names become file names and RADOS ids: refuse anything else."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise exception.InvalidInput('invalid object name %r' % (name,))
+    return name
+
+
+class WriteBatch(object):
+    """Puts in flight for one caller, bounded, with one durability wait."""
+
+    def __init__(self, backend, max_in_flight):
+        self._backend = backend
+        self._max = max(1, max_in_flight)
+        self._cond = threading.Condition()
+        self._in_flight = 0
+        self._error = None
+        self._started = None
+        self._done_bytes = 0
+        self.objects = 0
+        self.bytes = 0
+
+    def put(self, kind, name, data):
+        """Start writing an immutable object (whole).
+
+        Writing an object that already exists is allowed (content
+        addressing makes the bytes identical) and refreshes its
+        modification time, which garbage collection relies on.
+        """
+        check_name(name)
+        with self._cond:
+            while self._in_flight >= self._max and self._error is None:
+                self._cond.wait()
+            if self._error is not None:
+                raise self._error
+            self._in_flight += 1
+            self.objects += 1
+            self.bytes += len(data)
+            if self._started is None:
+                self._started = time.monotonic()
+        size = len(data)
+        try:
+            self._backend._submit_put(
+                kind, name, data, lambda error: self._completed(error, size))
+        except Exception as e:
+            self._completed(e, 0)
+            raise
+
+    def rate(self):
+        """Bytes per second completed so far (None before any)."""
+        with self._cond:
+            if self._started is None or not self._done_bytes:
+                return None
+            elapsed = time.monotonic() - self._started
+            return self._done_bytes / max(elapsed, 1e-6)
+
+    def _completed(self, error, size):
+        with self._cond:
+            self._in_flight -= 1
+            self._done_bytes += size
+            if error is not None and self._error is None:
+                self._error = error
+            self._cond.notify_all()
+
+    def wait(self):
+        """Return when every put is durable; raise the first error."""
+        with self._cond:
+            while self._in_flight:
+                self._cond.wait()
+            if self._error is not None:
+                raise self._error
+        self._backend._make_durable()
+
+
+class ObjectBackend(metaclass=abc.ABCMeta):
+
+    #: a short name shown in listings and logs
+    name = None
+
+    def __init__(self, max_in_flight=32):
+        self.max_in_flight = max_in_flight
+
+    def batch(self):
+        """A new :class:`WriteBatch` for one caller's puts."""
+        return WriteBatch(self, self.max_in_flight)
+
+    @abc.abstractmethod
+    def _submit_put(self, kind, name, data, callback):
+        """Start a put; call ``callback(error_or_None)`` when it is done."""
+
+    @abc.abstractmethod
+    def _make_durable(self):
+        """Make every completed put durable (a no-op if it already is)."""
+
+    @abc.abstractmethod
+    def get(self, kind, name, offset=0, length=None):
+        """Read an object, or a byte range of it; ObjectNotFound if absent."""
+
+    @abc.abstractmethod
+    def get_many(self, kind, names, max_size):
+        """Yield ``(name, data or exception)`` for each name, reading many
+        objects at once; the order of the results is not specified. An
+        object larger than ``max_size`` is reported as CorruptObject."""
+
+    @abc.abstractmethod
+    def stat(self, kind, name):
+        """Return ``(size, mtime)``; ObjectNotFound if absent."""
+
+    @abc.abstractmethod
+    def list(self, kind):
+        """Yield the names of every object of a kind."""
+
+    @abc.abstractmethod
+    def delete_if_older(self, kind, name, cutoff):
+        """Delete an object only if it was last written before ``cutoff``
+        (a UNIX time), atomically with respect to a concurrent put of the
+        same object. Return the bytes freed, or 0 if it was kept or gone."""
+
+    @abc.abstractmethod
+    def read_header(self, name):
+        """Return ``(data, token)`` or ``None`` if there is no header."""
+
+    @abc.abstractmethod
+    def write_header(self, name, data, token):
+        """Replace a header if its token is still ``token`` (``None``:
+        create it, which fails if it exists). Raise Conflict otherwise.
+        Durable when it returns."""
+
+    @abc.abstractmethod
+    def delete_header(self, name, token):
+        """Delete a header if its token is still ``token``."""
+
+    @abc.abstractmethod
+    def list_headers(self):
+        """Yield every header name."""
+
+    def close(self):
+        """Release connections and threads."""
+
+    def describe(self):
+        """One line saying where the objects are, for listings."""
+        return self.name

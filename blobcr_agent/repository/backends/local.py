@@ -1,0 +1,255 @@
+"""The embedded object backend: a directory tree on this host.
+
+Layout under the root directory::
+
+    chunk/ab/<name>     chunk objects, fanned out by the name's first byte
+    node/ab/<name>      tree-node packs
+    header/<name>       image headers: "<generation>\\n" + payload
+    lock/<name>         flock files serialising header compare-and-set
+    tmp/                files being written, renamed into place when whole
+
+Objects are written to tmp/ and renamed into place, so a reader never sees
+a partial object and a SIGKILL leaves at most a stray tmp file. A batch is
+made durable by one syncfs() of the file system rather than one fsync per
+chunk. Headers are fsynced on every write, together with their directory.
+"""
+
+import concurrent.futures
+import ctypes
+import ctypes.util
+import fcntl
+import os
+import uuid
+
+from blobcr_agent import exception
+from blobcr_agent.repository.backends import base
+
+_libc = ctypes.CDLL(ctypes.util.find_library('c'), use_errno=True)
+
+
+def _syncfs(fd):
+    if _libc.syncfs(fd) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, 'syncfs: %s' % os.strerror(err))
+
+
+class LocalBackend(base.ObjectBackend):
+
+    name = 'local'
+
+    def __init__(self, path, max_in_flight=32):
+        super().__init__(max_in_flight)
+        self.root = os.path.abspath(path)
+        try:
+            for sub in ('chunk', 'node', 'header', 'lock', 'tmp'):
+                os.makedirs(os.path.join(self.root, sub), exist_ok=True)
+        except OSError as e:
+            raise exception.BackendUnavailable(
+                'cannot use %s as a local store: %s' % (self.root, e))
+        self._root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=min(8, max_in_flight),
+            thread_name_prefix='blobcr-local')
+
+    @classmethod
+    def from_conf(cls, conf):
+        return cls(conf.local_store.path,
+                   max_in_flight=conf.repository.max_in_flight)
+
+    def describe(self):
+        return 'local:%s' % self.root
+
+    def close(self):
+        self._pool.shutdown(wait=True)
+        if self._root_fd is not None:
+            os.close(self._root_fd)
+            self._root_fd = None
+
+    # -- immutable objects ---------------------------------------------
+
+    def _path(self, kind, name):
+        base.check_name(name)
+        return os.path.join(self.root, kind, name[:2], name)
+
+    def _tmp_path(self):
+        return os.path.join(self.root, 'tmp', uuid.uuid4().hex)
+
+    def _put_sync(self, kind, name, data):
+        path = self._path(kind, name)
+        try:
+            # Same name, same bytes: refreshing the mtime is enough, and
+            # tells garbage collection the object is wanted again.
+            os.utime(path)
+            return
+        except FileNotFoundError:
+            pass
+        tmp = self._tmp_path()
+        with open(tmp, 'wb') as f:
+            f.write(data)
+        try:
+            os.replace(tmp, path)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.replace(tmp, path)
+
+    def _submit_put(self, kind, name, data, callback):
+        future = self._pool.submit(self._put_sync, kind, name, data)
+        future.add_done_callback(lambda f: callback(f.exception()))
+
+    def _make_durable(self):
+        _syncfs(self._root_fd)
+
+    def get(self, kind, name, offset=0, length=None):
+        try:
+            with open(self._path(kind, name), 'rb') as f:
+                if length is None:
+                    f.seek(offset)
+                    return f.read()
+                data = os.pread(f.fileno(), length, offset)
+        except FileNotFoundError:
+            raise exception.ObjectNotFound(kind, name)
+        if len(data) != length:
+            raise exception.CorruptObject(
+                kind, name, 'short read at offset %d' % offset)
+        return data
+
+    def get_many(self, kind, names, max_size):
+        def read(name):
+            try:
+                with open(self._path(kind, name), 'rb') as f:
+                    data = f.read(max_size + 1)
+            except FileNotFoundError:
+                return name, exception.ObjectNotFound(kind, name)
+            if len(data) > max_size:
+                return name, exception.CorruptObject(
+                    kind, name, 'larger than %d bytes' % max_size)
+            return name, data
+        # Bounded look-ahead keeps memory flat on huge exports.
+        pending = []
+        for name in names:
+            pending.append(self._pool.submit(read, name))
+            if len(pending) >= self.max_in_flight:
+                yield pending.pop(0).result()
+        for future in pending:
+            yield future.result()
+
+    def stat(self, kind, name):
+        try:
+            st = os.stat(self._path(kind, name))
+        except FileNotFoundError:
+            raise exception.ObjectNotFound(kind, name)
+        return st.st_size, st.st_mtime
+
+    def list(self, kind):
+        top = os.path.join(self.root, kind)
+        for sub in sorted(os.listdir(top)):
+            for name in os.listdir(os.path.join(top, sub)):
+                yield name
+
+    def delete_if_older(self, kind, name, cutoff):
+        path = self._path(kind, name)
+        grave = self._tmp_path()
+        # Move it aside first: a put racing with us either lands before
+        # the rename (and its fresh mtime makes us put it back) or after
+        # it (and finds no file, so writes a whole new one).
+        try:
+            os.rename(path, grave)
+        except FileNotFoundError:
+            return 0
+        st = os.stat(grave)
+        if st.st_mtime >= cutoff:
+            try:
+                os.link(grave, path)
+            except FileExistsError:
+                pass
+            os.unlink(grave)
+            return 0
+        os.unlink(grave)
+        return st.st_size
+
+    def remove_stale_tmp(self, cutoff):
+        """Delete tmp files older than cutoff (left by killed writers)."""
+        freed = 0
+        top = os.path.join(self.root, 'tmp')
+        for name in os.listdir(top):
+            path = os.path.join(top, name)
+            try:
+                st = os.stat(path)
+                if st.st_mtime < cutoff:
+                    os.unlink(path)
+                    freed += st.st_size
+            except FileNotFoundError:
+                pass
+        return freed
+
+    # -- headers ---------------------------------------------------------
+
+    def _header_path(self, name):
+        return os.path.join(self.root, 'header', base.check_name(name))
+
+    def read_header(self, name):
+        try:
+            with open(self._header_path(name), 'rb') as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return None
+        generation, _, payload = raw.partition(b'\n')
+        try:
+            return payload, int(generation)
+        except ValueError:
+            raise exception.CorruptObject('header', name,
+                                          'bad generation line')
+
+    def _locked(self, name):
+        fd = os.open(os.path.join(self.root, 'lock', base.check_name(name)),
+                     os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+
+    def write_header(self, name, data, token):
+        path = self._header_path(name)
+        fd = self._locked(name)
+        try:
+            current = self.read_header(name)
+            current_token = None if current is None else current[1]
+            if current_token != token:
+                raise exception.Conflict(
+                    'header %s changed (expected %s, found %s)'
+                    % (name, token, current_token))
+            new_token = (token or 0) + 1
+            tmp = self._tmp_path()
+            with open(tmp, 'wb') as f:
+                f.write(b'%d\n' % new_token)
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            self._fsync_dir(os.path.dirname(path))
+            return new_token
+        finally:
+            os.close(fd)
+
+    def delete_header(self, name, token):
+        path = self._header_path(name)
+        fd = self._locked(name)
+        try:
+            current = self.read_header(name)
+            if current is None or current[1] != token:
+                raise exception.Conflict('header %s changed' % name)
+            os.unlink(path)
+            self._fsync_dir(os.path.dirname(path))
+        finally:
+            # The lock file stays: unlinking it would let a waiter lock
+            # an orphaned inode while a newcomer locks a fresh one.
+            os.close(fd)
+
+    def list_headers(self):
+        return sorted(os.listdir(os.path.join(self.root, 'header')))
+
+    @staticmethod
+    def _fsync_dir(path):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

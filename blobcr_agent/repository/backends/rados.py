@@ -1,0 +1,310 @@
+"""Ceph RADOS object backend.
+
+Chunks go to an erasure-coded pool: they are only ever written whole
+(``write_full``) and read, which is all an EC pool without overwrites
+allows. Tree-node packs and image headers go to a replicated pool. A
+header is changed by compare-and-set on the object's version
+(``assert_version``), so a version turns stable in one atomic write.
+
+Writes and batch reads use librados' asynchronous calls, with a bounded
+number in flight; a write is durable when librados completes it.
+"""
+
+import calendar
+import errno
+import threading
+
+from blobcr_agent import exception
+from blobcr_agent.repository.backends import base
+
+try:
+    import rados
+except ImportError:  # pragma: no cover - depends on the host
+    rados = None
+
+_PREFIX = {base.NODE: 'node.', base.HEADER: 'header.'}
+
+
+def _mtime(struct_time):
+    # librados reports whole seconds: round up so that an object written
+    # during the cut-off second is never taken for an older one.
+    return calendar.timegm(struct_time) + 1
+
+
+class RadosBackend(base.ObjectBackend):
+
+    name = 'rados'
+
+    def __init__(self, conffile, data_pool, meta_pool, namespace='',
+                 client_name='client.admin', connect_timeout=10,
+                 op_timeout=60, max_in_flight=32):
+        super().__init__(max_in_flight)
+        if rados is None:
+            raise exception.BackendUnavailable(
+                'the python "rados" module is missing: install python3-rados '
+                'and link it into this environment (tools/install-deps.sh)')
+        timeouts = {
+            'rados_osd_op_timeout': str(op_timeout),
+            'rados_mon_op_timeout': str(connect_timeout),
+            'client_mount_timeout': str(connect_timeout),
+        }
+        self._where = 'rados:%s/%s' % (data_pool, meta_pool)
+        try:
+            self._cluster = rados.Rados(conffile=conffile, name=client_name,
+                                        conf=timeouts)
+            self._cluster.connect(timeout=connect_timeout)
+        except (rados.Error, OSError) as e:
+            raise exception.BackendUnavailable(
+                'cannot reach the Ceph cluster of %s: %s' % (conffile, e))
+        try:
+            self._data = self._cluster.open_ioctx(data_pool)
+            self._meta = self._cluster.open_ioctx(meta_pool)
+            # Headers and conditional deletes need get_last_version(),
+            # which is per ioctx: give them their own, under a lock.
+            self._versioned = self._cluster.open_ioctx(meta_pool)
+            self._versioned_data = self._cluster.open_ioctx(data_pool)
+        except rados.Error as e:
+            self._cluster.shutdown()
+            raise exception.BackendUnavailable(
+                'cannot open pools %s/%s: %s' % (data_pool, meta_pool, e))
+        for ioctx in (self._data, self._meta, self._versioned,
+                      self._versioned_data):
+            ioctx.set_namespace(namespace)
+        if namespace:
+            self._where += '#' + namespace
+        self._version_lock = threading.Lock()
+        self._completions = {}
+        self._completions_lock = threading.Lock()
+
+    @classmethod
+    def from_conf(cls, conf):
+        return cls(conf.rados.conffile, conf.rados.data_pool,
+                   conf.rados.meta_pool, namespace=conf.rados.namespace,
+                   client_name=conf.rados.client_name,
+                   connect_timeout=conf.rados.connect_timeout,
+                   op_timeout=conf.rados.op_timeout,
+                   max_in_flight=conf.repository.max_in_flight)
+
+    def describe(self):
+        return self._where
+
+    def close(self):
+        for ioctx in (self._data, self._meta, self._versioned,
+                      self._versioned_data):
+            ioctx.close()
+        self._cluster.shutdown()
+
+    def _ioctx(self, kind):
+        return self._data if kind == base.CHUNK else self._meta
+
+    def _oid(self, kind, name):
+        return _PREFIX.get(kind, '') + base.check_name(name)
+
+    @staticmethod
+    def _error(kind, name, e):
+        if isinstance(e, rados.ObjectNotFound):
+            return exception.ObjectNotFound(kind, name)
+        return exception.BackendUnavailable(
+            'RADOS %s %s: %s' % (kind, name, e))
+
+    # -- immutable objects ---------------------------------------------
+
+    def _submit_put(self, kind, name, data, callback):
+        oid = self._oid(kind, name)
+        key = object()
+
+        def done(completion):
+            with self._completions_lock:
+                self._completions.pop(key, None)
+            rc = completion.get_return_value()
+            callback(None if rc >= 0 else exception.BackendUnavailable(
+                'RADOS write of %s %s failed: %s'
+                % (kind, name, errno.errorcode.get(-rc, rc))))
+
+        with self._completions_lock:
+            # librados must not lose the completion before it fires.
+            self._completions[key] = None
+        try:
+            completion = self._ioctx(kind).aio_write_full(
+                oid, bytes(data), oncomplete=done)
+        except rados.Error as e:
+            with self._completions_lock:
+                self._completions.pop(key, None)
+            raise self._error(kind, name, e)
+        with self._completions_lock:
+            if key in self._completions:
+                self._completions[key] = completion
+
+    def _make_durable(self):
+        # A completed librados write is already on every OSD it needs.
+        pass
+
+    def get(self, kind, name, offset=0, length=None):
+        ioctx = self._ioctx(kind)
+        oid = self._oid(kind, name)
+        try:
+            if length is None:
+                size, _ = ioctx.stat(oid)
+                length = max(0, size - offset)
+                if length == 0:
+                    return b''
+            data = ioctx.read(oid, length, offset)
+        except rados.Error as e:
+            raise self._error(kind, name, e)
+        if len(data) != length:
+            raise exception.CorruptObject(
+                kind, name, 'short read at offset %d' % offset)
+        return data
+
+    def get_many(self, kind, names, max_size):
+        ioctx = self._ioctx(kind)
+        cond = threading.Condition()
+        done = []
+        in_flight = [0]
+
+        def reader(name):
+            def on_read(completion, data):
+                rc = completion.get_return_value()
+                if rc < 0:
+                    result = (exception.ObjectNotFound(kind, name)
+                              if rc == -errno.ENOENT else
+                              exception.BackendUnavailable(
+                                  'RADOS read of %s %s failed: %s'
+                                  % (kind, name, errno.errorcode.get(-rc))))
+                elif len(data) > max_size:
+                    result = exception.CorruptObject(
+                        kind, name, 'larger than %d bytes' % max_size)
+                else:
+                    result = bytes(data)
+                with cond:
+                    done.append((name, result))
+                    in_flight[0] -= 1
+                    cond.notify_all()
+            return on_read
+
+        keep = []
+        for name in names:
+            with cond:
+                while in_flight[0] >= self.max_in_flight:
+                    cond.wait()
+                ready, done[:] = list(done), []
+                in_flight[0] += 1
+            for item in ready:
+                yield item
+            # Ask for one byte more than allowed to see oversized objects.
+            keep.append(ioctx.aio_read(self._oid(kind, name), max_size + 1,
+                                       0, reader(name)))
+            if len(keep) > 4 * self.max_in_flight:
+                keep = [c for c in keep if not c.is_complete()]
+        while True:
+            with cond:
+                while in_flight[0] and not done:
+                    cond.wait()
+                ready, done[:] = list(done), []
+                finished = in_flight[0] == 0
+            for item in ready:
+                yield item
+            if finished:
+                return
+
+    def stat(self, kind, name):
+        try:
+            size, mtime = self._ioctx(kind).stat(self._oid(kind, name))
+        except rados.Error as e:
+            raise self._error(kind, name, e)
+        return size, _mtime(mtime)
+
+    def list(self, kind):
+        prefix = _PREFIX.get(kind, '')
+        try:
+            for obj in self._ioctx(kind).list_objects():
+                if kind == base.CHUNK or obj.key.startswith(prefix):
+                    yield obj.key[len(prefix):]
+        except rados.Error as e:
+            raise exception.BackendUnavailable('RADOS listing: %s' % e)
+
+    def delete_if_older(self, kind, name, cutoff):
+        ioctx = (self._versioned_data if kind == base.CHUNK
+                 else self._versioned)
+        oid = self._oid(kind, name)
+        with self._version_lock:
+            try:
+                size, mtime = ioctx.stat(oid)
+                version = ioctx.get_last_version()
+            except rados.ObjectNotFound:
+                return 0
+            if _mtime(mtime) >= cutoff:
+                return 0
+            # Any write since the stat bumps the version and voids this.
+            op = ioctx.create_write_op()
+            try:
+                op.assert_version(version)
+                op.remove()
+                ioctx.operate_write_op(op, oid)
+            except (rados.ObjectNotFound, rados.OSError) as e:
+                if getattr(e, 'errno', None) in (errno.ERANGE,
+                                                 errno.EOVERFLOW,
+                                                 errno.ENOENT):
+                    return 0
+                raise self._error(kind, name, e)
+            finally:
+                ioctx.release_write_op(op)
+        return size
+
+    # -- headers ---------------------------------------------------------
+
+    def read_header(self, name):
+        oid = self._oid(base.HEADER, name)
+        with self._version_lock:
+            try:
+                size, _ = self._versioned.stat(oid)
+                data = self._versioned.read(oid, size + 65536, 0)
+                token = self._versioned.get_last_version()
+            except rados.ObjectNotFound:
+                return None
+            except rados.Error as e:
+                raise self._error(base.HEADER, name, e)
+        return data, token
+
+    def write_header(self, name, data, token):
+        oid = self._oid(base.HEADER, name)
+        with self._version_lock:
+            op = self._versioned.create_write_op()
+            try:
+                if token is None:
+                    op.new(rados.LIBRADOS_CREATE_EXCLUSIVE)
+                else:
+                    op.assert_version(token)
+                op.write_full(bytes(data))
+                self._versioned.operate_write_op(op, oid)
+                return self._versioned.get_last_version()
+            except (rados.ObjectExists, rados.ObjectNotFound) as e:
+                raise exception.Conflict('header %s changed: %s' % (name, e))
+            except rados.OSError as e:
+                if e.errno in (errno.ERANGE, errno.EOVERFLOW, errno.EEXIST):
+                    raise exception.Conflict('header %s changed' % name)
+                raise self._error(base.HEADER, name, e)
+            except rados.Error as e:
+                raise self._error(base.HEADER, name, e)
+            finally:
+                self._versioned.release_write_op(op)
+
+    def delete_header(self, name, token):
+        oid = self._oid(base.HEADER, name)
+        with self._version_lock:
+            op = self._versioned.create_write_op()
+            try:
+                op.assert_version(token)
+                op.remove()
+                self._versioned.operate_write_op(op, oid)
+            except rados.ObjectNotFound:
+                raise exception.Conflict('header %s is gone' % name)
+            except rados.OSError as e:
+                if e.errno in (errno.ERANGE, errno.EOVERFLOW):
+                    raise exception.Conflict('header %s changed' % name)
+                raise self._error(base.HEADER, name, e)
+            finally:
+                self._versioned.release_write_op(op)
+
+    def list_headers(self):
+        return sorted(self.list(base.HEADER))

@@ -1,0 +1,117 @@
+"""Chunk objects: naming, encoding, and the compression decision.
+
+A chunk object is named by the SHA-256 of its raw content, so identical
+chunks are stored once across versions and images, a retried write is
+harmless, and a tenant cannot make its chunk stand for another's. The
+object holds one codec byte followed by the payload.
+
+Compression follows the rule of the Goiri et al. checkpoint paper: compress
+only when ``t_compress + t_upload(compressed) < t_upload(raw)``. With
+compression speed C, upload speed U (bytes per second) and compressed/raw
+ratio r this is ``1/C + r/U < 1/U``, i.e. ``U < C * (1 - r)``. C and r are
+moving averages over recently compressed chunks; U is measured by the
+caller. A few chunks are compressed even when the rule says no, so that a
+change in the data (say, a guest filling its disk with text) is noticed.
+"""
+
+import hashlib
+import threading
+import time
+
+import zstandard
+
+from blobcr_agent import exception
+from blobcr_agent.repository.backends import base
+
+RAW = 0
+ZSTD = 1
+PROBE_EVERY = 16
+_SMOOTHING = 0.2
+
+
+def digest(data):
+    return hashlib.sha256(data).digest()
+
+
+def object_name(chunk_digest):
+    return chunk_digest.hex()
+
+
+class CompressionPolicy(object):
+    """Decides per chunk whether compressing it pays, from recent history."""
+
+    def __init__(self, mode='auto', level=1):
+        if mode not in ('auto', 'never', 'always'):
+            raise exception.InvalidInput('unknown compression mode %r' % mode)
+        self.mode = mode
+        self.level = level
+        self.compress_bps = None
+        self.ratio = None
+        self._seen = 0
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def _compressor(self):
+        # ZstdCompressor objects must not be shared between threads.
+        c = getattr(self._local, 'compressor', None)
+        if c is None:
+            c = self._local.compressor = zstandard.ZstdCompressor(
+                level=self.level)
+        return c
+
+    def pays(self, upload_bps):
+        """The seed paper's rule, with the current estimates."""
+        if self.compress_bps is None or self.ratio is None or not upload_bps:
+            return True  # no history yet: try, and learn
+        return upload_bps < self.compress_bps * (1.0 - self.ratio)
+
+    def encode(self, data, upload_bps=None):
+        """Return the object bytes for a chunk: codec byte + payload."""
+        with self._lock:
+            self._seen += 1
+            probe = self._seen % PROBE_EVERY == 0
+        if self.mode == 'never' or (
+                self.mode == 'auto' and not probe and
+                not self.pays(upload_bps)):
+            return bytes((RAW,)) + data
+        start = time.perf_counter()
+        packed = self._compressor().compress(data)
+        elapsed = max(time.perf_counter() - start, 1e-7)
+        self._learn(len(data) / elapsed, len(packed) / max(len(data), 1))
+        if len(packed) >= len(data):
+            return bytes((RAW,)) + data
+        return bytes((ZSTD,)) + packed
+
+    def _learn(self, bps, ratio):
+        with self._lock:
+            if self.compress_bps is None:
+                self.compress_bps, self.ratio = bps, ratio
+            else:
+                self.compress_bps += _SMOOTHING * (bps - self.compress_bps)
+                self.ratio += _SMOOTHING * (ratio - self.ratio)
+
+
+def decode(name, blob, chunk_len):
+    """Return the raw content of a chunk object, checking its digest."""
+    if not blob:
+        raise exception.CorruptObject(base.CHUNK, name, 'empty object')
+    codec, payload = blob[0], blob[1:]
+    if codec == RAW:
+        data = payload
+    elif codec == ZSTD:
+        try:
+            data = zstandard.ZstdDecompressor().decompress(
+                payload, max_output_size=chunk_len)
+        except zstandard.ZstdError as e:
+            raise exception.CorruptObject(base.CHUNK, name,
+                                          'cannot decompress: %s' % e)
+    else:
+        raise exception.CorruptObject(base.CHUNK, name,
+                                      'unknown codec %d' % codec)
+    if len(data) != chunk_len:
+        raise exception.CorruptObject(
+            base.CHUNK, name, '%d bytes, expected %d' % (len(data), chunk_len))
+    if object_name(digest(data)) != name:
+        raise exception.CorruptObject(base.CHUNK, name,
+                                      'content does not match its hash')
+    return data

@@ -1,0 +1,495 @@
+"""The versioned chunk repository: images, versions, COMMIT and CLONE.
+
+An image is a versioned BLOB of fixed size cut into fixed-size chunks.
+COMMIT writes the given chunks, then the path-copied tree nodes, and only
+then turns the new version stable with one compare-and-set of the image
+header: a crash at any earlier point leaves a pending version (later
+declared failed) and unreachable objects that garbage collection reclaims.
+CLONE writes one header whose first version shares the source's root.
+"""
+
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+
+from blobcr_agent import _native
+from blobcr_agent import exception
+from blobcr_agent.repository import backends
+from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import chunks
+from blobcr_agent.repository import image as image_mod
+from blobcr_agent.repository import tree
+
+LOG = logging.getLogger(__name__)
+
+MIN_CHUNK_SIZE = 512
+HEARTBEAT_SECONDS = 30
+_CAS_TRIES = 100
+_UPLOAD_SMOOTHING = 0.3
+
+
+def process_identity(pid=None):
+    """``host:pid:start-time``, unique even when PIDs are reused."""
+    pid = pid or os.getpid()
+    return '%s:%d:%s' % (socket.gethostname(), pid, _start_time(pid))
+
+
+def _start_time(pid):
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            # Field 22, counted after the parenthesised command name.
+            return f.read().rsplit(')', 1)[1].split()[19]
+    except (OSError, IndexError):
+        return '?'
+
+
+def owner_is_gone(owner):
+    """True if ``owner`` was a process of this host that no longer runs."""
+    try:
+        host, pid, started = owner.rsplit(':', 2)
+        pid = int(pid)
+    except ValueError:
+        return False
+    if host != socket.gethostname():
+        return False
+    return _start_time(pid) != started
+
+
+class Repository(object):
+
+    def __init__(self, backend, chunk_size=256 * 1024, fanout=64,
+                 compression='auto', compression_level=1,
+                 pack_max_bytes=8 << 20, node_cache_bytes=64 << 20,
+                 pending_timeout=3600, gc_grace=60):
+        self.backend = backend
+        self.chunk_size = chunk_size
+        self.fanout = fanout
+        self.pack_max_bytes = pack_max_bytes
+        self.pending_timeout = pending_timeout
+        self.gc_grace = gc_grace
+        self.nodes = tree.NodeStore(backend, node_cache_bytes)
+        self.policy = chunks.CompressionPolicy(compression,
+                                               compression_level)
+        self.owner = process_identity()
+        self.upload_bps = None
+
+    @classmethod
+    def from_conf(cls, conf, backend=None):
+        r = conf.repository
+        return cls(backend or backends.from_conf(conf),
+                   chunk_size=r.chunk_size, fanout=r.tree_fanout,
+                   compression=r.compression,
+                   compression_level=r.compression_level,
+                   pack_max_bytes=r.pack_max_bytes,
+                   node_cache_bytes=r.node_cache_mb << 20,
+                   pending_timeout=r.pending_timeout, gc_grace=r.gc_grace)
+
+    def close(self):
+        self.backend.close()
+
+    # -- headers -------------------------------------------------------
+
+    def _read(self, image_id):
+        found = self.backend.read_header(image_id)
+        if found is None:
+            raise exception.ImageNotFound(image_id)
+        data, token = found
+        return image_mod.ImageHeader.from_bytes(data, image_id), token
+
+    def update_header(self, image_id, mutate):
+        """Apply ``mutate(header)`` by compare-and-set, retrying races.
+
+        ``mutate`` may raise to refuse; it is re-run on a fresh header
+        after every lost race, so it must not have other side effects.
+        """
+        for attempt in range(_CAS_TRIES):
+            header, token = self._read(image_id)
+            result = mutate(header)
+            try:
+                self.backend.write_header(image_id, header.to_bytes(), token)
+                return header, result
+            except exception.Conflict:
+                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+        raise exception.Conflict('header of image %s keeps changing; gave '
+                                 'up after %d tries' % (image_id, _CAS_TRIES))
+
+    def image(self, ref):
+        """The header of an image named by id or by (unique) name."""
+        if not isinstance(ref, str) or not ref:
+            raise exception.InvalidInput('an image id or name is needed')
+        try:
+            header, _ = self._read(ref)
+            if not header.deleted:
+                return header
+        except (exception.ImageNotFound, exception.InvalidInput):
+            pass
+        matches = [h for h in self.images() if h.name == ref]
+        if not matches:
+            raise exception.ImageNotFound(ref)
+        if len(matches) > 1:
+            raise exception.AmbiguousImage(ref, [h.id for h in matches])
+        return matches[0]
+
+    def images(self, include_deleted=False):
+        result = []
+        for image_id in self.backend.list_headers():
+            try:
+                header, _ = self._read(image_id)
+            except exception.ImageNotFound:
+                continue  # deleted while we listed
+            if include_deleted or not header.deleted:
+                result.append(header)
+        return sorted(result, key=lambda h: (h.created, h.id))
+
+    # -- images ----------------------------------------------------------
+
+    def create_image(self, name, size, chunk_size=None, fanout=None,
+                     origin=None, versions=None, image_id=None):
+        chunk_size = chunk_size or self.chunk_size
+        fanout = fanout or self.fanout
+        if not isinstance(name, str) or not name or len(name) > 255 or \
+                not name.isprintable():
+            raise exception.InvalidInput(
+                'image name must be 1-255 printable characters')
+        if not isinstance(size, int) or size <= 0:
+            raise exception.InvalidInput('image size must be a positive '
+                                         'number of bytes, not %r' % (size,))
+        if chunk_size < MIN_CHUNK_SIZE:
+            raise exception.InvalidInput('chunk size must be at least %d'
+                                         % MIN_CHUNK_SIZE)
+        if fanout < 2:
+            raise exception.InvalidInput('tree fan-out must be at least 2')
+        header = image_mod.ImageHeader(
+            id=image_id or uuid.uuid4().hex, name=name, size=size,
+            chunk_size=chunk_size, fanout=fanout, created=time.time(),
+            origin=origin, versions=versions or [])
+        self.backend.write_header(header.id, header.to_bytes(), None)
+        LOG.info('created image %s (%s, %d bytes, chunk %d)',
+                 header.id, name, size, chunk_size)
+        return header
+
+    def delete_image(self, ref):
+        """Mark every version obsolete and hide the image; GC frees it."""
+        image_id = self.image(ref).id
+
+        def mutate(header):
+            if any(v.state == image_mod.PENDING for v in header.versions):
+                raise exception.InvalidInput(
+                    'image %s has a version being written' % image_id)
+            for v in header.versions:
+                v.state = image_mod.OBSOLETE
+            header.deleted = True
+        self.update_header(image_id, mutate)
+
+    # -- versions --------------------------------------------------------
+
+    def begin_commit(self, ref, parent=None):
+        """Register a pending version and return its :class:`Commit`.
+
+        The new version is ``parent`` (default: the newest stable
+        version) plus the chunks put into the commit.
+        """
+        image_id = self.image(ref).id
+        now = time.time()
+
+        def mutate(header):
+            if header.deleted:
+                raise exception.ImageNotFound(image_id)
+            base_version = None
+            if parent is not None or any(
+                    v.state == image_mod.STABLE for v in header.versions):
+                base_version = header.stable_version(parent)
+            number = max([v.number for v in header.versions], default=0) + 1
+            header.versions.append(image_mod.Version(
+                number=number, state=image_mod.PENDING,
+                parent=base_version.number if base_version else None,
+                created=now, owner=self.owner, heartbeat=now))
+            return number, base_version
+
+        header, (number, base_version) = self.update_header(image_id, mutate)
+        return Commit(self, header, number,
+                      base_version.root_ref if base_version else None)
+
+    def commit(self, ref, chunk_items, parent=None):
+        """COMMIT: a new version from ``parent`` plus ``{index: data}``."""
+        pending = self.begin_commit(ref, parent)
+        try:
+            items = (chunk_items.items() if hasattr(chunk_items, 'items')
+                     else chunk_items)
+            for index, data in items:
+                pending.put(index, data)
+            return pending.finish()
+        except BaseException as e:
+            pending.abort('%s: %s' % (type(e).__name__, e))
+            raise
+
+    def clone(self, ref, version=None, name=None):
+        """CLONE: a new image whose version 1 shares ``ref@version``."""
+        source = self.image(ref)
+        number = source.stable_version(version).number
+        clone_id = uuid.uuid4().hex
+
+        def pin(header):
+            # Registered before the clone exists, so that GC keeps the
+            # source root alive even if the source is made obsolete now.
+            v = header.stable_version(number)
+            v.clones.append({'image': clone_id, 'at': time.time()})
+            return v
+        _, v = self.update_header(source.id, pin)
+        now = time.time()
+        first = image_mod.Version(
+            number=1, state=image_mod.STABLE, parent=None, created=now,
+            owner=self.owner, root=v.root, stable_at=now)
+        header = self.create_image(
+            name or '%s@%d' % (source.name, number), source.size,
+            chunk_size=source.chunk_size, fanout=source.fanout,
+            origin={'image': source.id, 'version': number},
+            versions=[first], image_id=clone_id)
+        LOG.info('cloned %s@%d as %s', source.id, number, clone_id)
+        return header
+
+    def obsolete(self, ref, numbers):
+        """Mark versions obsolete; GC then frees what nothing else uses."""
+        image_id = self.image(ref).id
+
+        def mutate(header):
+            for number in numbers:
+                v = header.version(number)
+                if v.state == image_mod.PENDING:
+                    raise exception.InvalidInput(
+                        'version %d of %s is still being written'
+                        % (number, image_id))
+                v.state = image_mod.OBSOLETE
+        self.update_header(image_id, mutate)
+
+    def mark_failed(self, image_id, number, reason):
+        """Turn a pending version failed (idempotent; stable stays)."""
+        def mutate(header):
+            v = header.version(number)
+            if v.state == image_mod.PENDING:
+                v.state = image_mod.FAILED
+                v.error = reason[:500]
+                return True
+            return False
+        return self.update_header(image_id, mutate)[1]
+
+    # -- reading ---------------------------------------------------------
+
+    def version_tree(self, header, number=None):
+        """``(tree, root)`` of a stable version."""
+        v = header.stable_version(number)
+        return header.tree(self.nodes), v.root_ref
+
+    def read_chunk(self, header, number, index):
+        t, root = self.version_tree(header, number)
+        length = header.chunk_len(index)
+        d = t.lookup(root, index)
+        if d is None:
+            return bytes(length)
+        name = chunks.object_name(d)
+        return chunks.decode(name, self.backend.get(base.CHUNK, name),
+                             length)
+
+    def read(self, ref, number, offset, length):
+        """Bytes ``[offset, offset+length)`` of a stable version."""
+        header = self.image(ref)
+        if offset < 0 or length < 0 or offset + length > header.size:
+            raise exception.InvalidInput(
+                'range %d+%d is outside the %d-byte image'
+                % (offset, length, header.size))
+        out = bytearray()
+        cs = header.chunk_size
+        for index in range(offset // cs, (offset + length + cs - 1) // cs):
+            data = self.read_chunk(header, number, index)
+            lo = max(offset - index * cs, 0)
+            hi = min(offset + length - index * cs, len(data))
+            out += data[lo:hi]
+        return bytes(out)
+
+    def fetch(self, header, number, indices=None):
+        """Yield ``(index, data)`` of the stored chunks of a version (all,
+        or those in ``indices``), many reads in flight; all-zero chunks
+        are not yielded. Raises on a missing or corrupt chunk."""
+        t, root = self.version_tree(header, number)
+        by_name = {}
+        for index, d in t.items(root):
+            if indices is None or index in indices:
+                by_name.setdefault(chunks.object_name(d), []).append(index)
+        max_size = header.chunk_size + 1
+        for name, blob in self.backend.get_many(base.CHUNK, list(by_name),
+                                                max_size):
+            if isinstance(blob, Exception):
+                raise blob
+            first = by_name[name][0]
+            data = chunks.decode(name, blob, header.chunk_len(first))
+            for index in by_name[name]:
+                yield index, data
+
+    def stored_chunks(self, header, number):
+        t, root = self.version_tree(header, number)
+        return sum(1 for _ in t.items(root))
+
+    def export(self, ref, number, path, progress=None):
+        """Write a stable version to ``path`` as a sparse raw image."""
+        header = self.image(ref)
+        total = self.stored_chunks(header, number)
+        if progress:
+            progress.start(total * header.chunk_size)
+        tmp = '%s.part-%d' % (path, os.getpid())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, header.size)
+            for index, data in self.fetch(header, number):
+                os.pwrite(fd, data, index * header.chunk_size)
+                if progress:
+                    progress.advance(len(data))
+            os.fsync(fd)
+            os.close(fd)
+            fd = None
+            os.replace(tmp, path)
+        except BaseException:
+            if fd is not None:
+                os.close(fd)
+            os.unlink(tmp)
+            raise
+        finally:
+            if progress:
+                progress.finish()
+        return header.stable_version(number).number
+
+    def import_file(self, path, name, chunk_size=None, fanout=None,
+                    progress=None):
+        """Import a raw file as version 1 of a new image."""
+        try:
+            size = os.stat(path).st_size
+        except OSError as e:
+            raise exception.InvalidInput('cannot read %s: %s' % (path, e))
+        if size == 0:
+            raise exception.InvalidInput('%s is empty' % path)
+        header = self.create_image(name, size, chunk_size, fanout)
+        cs = header.chunk_size
+        block = max(cs, (16 << 20) // cs * cs)
+        pending = self.begin_commit(header.id)
+        if progress:
+            progress.start(size)
+        try:
+            with open(path, 'rb') as f:
+                offset = 0
+                while offset < size:
+                    buf = f.read(block)
+                    if not buf:
+                        raise exception.InvalidInput(
+                            '%s shrank while it was imported' % path)
+                    zero = _native.zero_map(buf, cs)
+                    view = memoryview(buf)
+                    for k, is_zero in enumerate(zero):
+                        # Zero chunks of a fresh image need no entry.
+                        if not is_zero:
+                            pending.put(offset // cs + k,
+                                        bytes(view[k * cs:(k + 1) * cs]))
+                    offset += len(buf)
+                    if progress:
+                        progress.advance(len(buf))
+            number = pending.finish()
+        except BaseException as e:
+            pending.abort('import failed: %s' % e)
+            raise
+        finally:
+            if progress:
+                progress.finish()
+        return self.image(header.id), number
+
+    # -- measurement -----------------------------------------------------
+
+    def record_upload(self, bps):
+        if bps:
+            self.upload_bps = bps if self.upload_bps is None else (
+                self.upload_bps + _UPLOAD_SMOOTHING * (bps - self.upload_bps))
+
+
+class Commit(object):
+    """A pending version being written (COMMIT in progress).
+
+    ``put`` may be called from several threads; ``finish`` makes the
+    version stable, ``abort`` makes it failed.
+    """
+
+    def __init__(self, repo, header, number, base_root):
+        self.repo = repo
+        self.header = header
+        self.version = number
+        self.image_id = header.id
+        self._base_root = base_root
+        self._changes = {}
+        self._batch = repo.backend.batch()
+        self._heartbeat = time.monotonic()
+        self._stored = 0
+
+    def put(self, index, data):
+        expected = self.header.chunk_len(index)
+        if len(data) != expected:
+            raise exception.InvalidInput(
+                'chunk %d of image %s must be %d bytes, got %d'
+                % (index, self.image_id, expected, len(data)))
+        if _native.is_zero(data):
+            d = None
+        else:
+            d = chunks.digest(data)
+            blob = self.repo.policy.encode(
+                data, self._batch.rate() or self.repo.upload_bps)
+            self._batch.put(base.CHUNK, chunks.object_name(d), blob)
+        self._changes[index] = d
+        if time.monotonic() - self._heartbeat > HEARTBEAT_SECONDS:
+            self._beat()
+
+    def _beat(self):
+        self._heartbeat = time.monotonic()
+
+        def mutate(header):
+            v = header.version(self.version)
+            if v.state != image_mod.PENDING:
+                raise exception.CommitAborted(
+                    'version %d of %s was marked %s while being written'
+                    % (self.version, self.image_id, v.state))
+            v.heartbeat = time.time()
+        self.repo.update_header(self.image_id, mutate)
+
+    def finish(self):
+        """Make every chunk and node durable, then the version stable."""
+        self._batch.wait()
+        self.repo.record_upload(self._batch.rate())
+        t = self.header.tree(self.repo.nodes)
+        writer = tree.PackWriter(self.repo.nodes, self.repo.pack_max_bytes)
+        root = t.update(self._base_root, self._changes, writer)
+        nodes = self.repo.backend.batch()
+        writer.write(nodes)
+        nodes.wait()
+        stored = self._batch.bytes + nodes.bytes
+
+        def mutate(header):
+            v = header.version(self.version)
+            if v.state != image_mod.PENDING:
+                raise exception.CommitAborted(
+                    'version %d of %s was marked %s before it became stable'
+                    % (self.version, self.image_id, v.state))
+            v.state = image_mod.STABLE
+            v.root = root.hex() if root else None
+            v.stable_at = time.time()
+            v.chunks = len(self._changes)
+            v.stored_bytes = stored
+        self.repo.update_header(self.image_id, mutate)
+        LOG.info('version %d of %s is stable (%d chunks, %d nodes, '
+                 '%d bytes written)', self.version, self.image_id,
+                 len(self._changes), writer.nodes, stored)
+        return self.version
+
+    def abort(self, reason):
+        """Mark the version failed; never raises (it runs on error paths)."""
+        try:
+            self.repo.mark_failed(self.image_id, self.version, reason)
+        except Exception:
+            LOG.exception('could not mark version %d of %s failed',
+                          self.version, self.image_id)

@@ -1,0 +1,243 @@
+"""The version tree: a persistent, path-copying radix tree of chunk digests.
+
+This is the BlobSeer segment tree of the journal paper (Figure 3), adapted
+to objects. A version's tree maps chunk index -> chunk digest. Every node
+has ``fanout`` slots of 32 bytes:
+
+* a leaf slot holds the SHA-256 digest of one chunk, or zeros for an
+  all-zero chunk (never stored);
+* an inner slot holds a reference to a child node, or zeros for a subtree
+  of all-zero chunks.
+
+A reference is ``pack id (16) | offset (4) | length (4) | checksum (8)``:
+nodes written by one COMMIT are packed into a few objects, so a COMMIT of
+D chunks writes O(D log N) nodes in O(1) objects, and every node read is
+checked against the checksum its parent holds. COMMIT copies only the
+paths to the changed leaves; everything else is shared with the parent
+version, and CLONE shares the root itself.
+"""
+
+import bisect
+import collections
+import hashlib
+import struct
+import threading
+import uuid
+
+from blobcr_agent import _native
+from blobcr_agent import exception
+from blobcr_agent.repository.backends import base
+
+SLOT = 32
+EMPTY = bytes(SLOT)
+_REF = struct.Struct('<16sII8s')
+
+
+def depth_for(nchunks, fanout):
+    """Levels needed so that fanout**depth covers nchunks (at least 1)."""
+    depth, capacity = 1, fanout
+    while capacity < nchunks:
+        capacity *= fanout
+        depth += 1
+    return depth
+
+
+def _checksum(node):
+    return hashlib.blake2b(node, digest_size=8).digest()
+
+
+def pack_name(ref):
+    return ref[:16].hex()
+
+
+class NodeStore(object):
+    """Reads tree nodes through a byte-bounded LRU cache."""
+
+    def __init__(self, backend, cache_bytes=64 << 20):
+        self.backend = backend
+        self._cache = collections.OrderedDict()
+        self._cache_bytes = cache_bytes
+        self._cached = 0
+        self._lock = threading.Lock()
+
+    def load(self, ref):
+        with self._lock:
+            node = self._cache.get(ref)
+            if node is not None:
+                self._cache.move_to_end(ref)
+                return node
+        pack, offset, length, checksum = _REF.unpack(ref)
+        node = self.backend.get(base.NODE, pack.hex(), offset, length)
+        if _checksum(node) != checksum:
+            raise exception.CorruptObject(
+                base.NODE, pack.hex(),
+                'node at offset %d fails its checksum' % offset)
+        self.remember(ref, node)
+        return node
+
+    def remember(self, ref, node):
+        """Cache a node (freshly written ones are likely read next)."""
+        if self._cache_bytes <= 0:
+            return
+        with self._lock:
+            if ref in self._cache:
+                return
+            self._cache[ref] = node
+            self._cached += len(node)
+            while self._cached > self._cache_bytes:
+                _, old = self._cache.popitem(last=False)
+                self._cached -= len(old)
+
+
+class PackWriter(object):
+    """Collects the nodes of one COMMIT into packs of bounded size."""
+
+    def __init__(self, store, pack_max_bytes):
+        self._store = store
+        self._max = pack_max_bytes
+        self.packs = []          # (name, [node bytes]) once full
+        self.nodes = 0
+        self.bytes = 0
+        self._new_pack()
+
+    def _new_pack(self):
+        self._pack_id = uuid.uuid4().bytes
+        self._parts = []
+        self._offset = 0
+
+    def append(self, node):
+        if self._offset and self._offset + len(node) > self._max:
+            self._close_pack()
+        ref = _REF.pack(self._pack_id, self._offset, len(node),
+                        _checksum(node))
+        self._parts.append(node)
+        self._offset += len(node)
+        self.nodes += 1
+        self.bytes += len(node)
+        self._store.remember(ref, node)
+        return ref
+
+    def _close_pack(self):
+        if self._parts:
+            self.packs.append((self._pack_id.hex(), self._parts))
+        self._new_pack()
+
+    def write(self, batch):
+        """Put every pack into a write batch; return the pack names."""
+        self._close_pack()
+        for name, parts in self.packs:
+            batch.put(base.NODE, name, b''.join(parts))
+        return [name for name, _ in self.packs]
+
+
+class Tree(object):
+    """Operations on the trees of one image geometry."""
+
+    def __init__(self, store, nchunks, fanout):
+        if fanout < 2:
+            raise exception.InvalidInput('tree fan-out must be at least 2')
+        self.store = store
+        self.nchunks = nchunks
+        self.fanout = fanout
+        self.depth = depth_for(nchunks, fanout)
+        self.node_size = fanout * SLOT
+        self._spans = [fanout ** level for level in range(self.depth)]
+
+    def _load(self, ref):
+        node = self.store.load(ref)
+        if len(node) != self.node_size:
+            raise exception.CorruptObject(
+                base.NODE, pack_name(ref),
+                'node of %d bytes, expected %d' % (len(node), self.node_size))
+        return node
+
+    def lookup(self, root, index):
+        """The digest of chunk ``index`` in tree ``root`` (None: zeros)."""
+        ref = root
+        for level in range(self.depth - 1, -1, -1):
+            if ref is None or ref == EMPTY:
+                return None
+            slot = (index // self._spans[level]) % self.fanout
+            ref = self._load(ref)[slot * SLOT:(slot + 1) * SLOT]
+        return None if ref == EMPTY else ref
+
+    def update(self, root, changes, writer):
+        """Return the root of ``root`` with ``changes`` applied.
+
+        ``changes`` maps chunk index -> digest (None for an all-zero
+        chunk). Only the paths to changed leaves are copied, into
+        ``writer``; the result is None for an all-zero image.
+        """
+        for index in changes:
+            if not 0 <= index < self.nchunks:
+                raise exception.InvalidInput(
+                    'chunk index %d outside 0..%d' % (index, self.nchunks - 1))
+        indices = sorted(changes)
+        digests = [changes[i] or EMPTY for i in indices]
+        new = self._update(root or EMPTY, self.depth - 1, 0, indices,
+                           digests, 0, len(indices), writer)
+        return None if new == EMPTY else new
+
+    def _update(self, ref, level, start, indices, digests, lo, hi, writer):
+        node = (bytearray(self._load(ref)) if ref != EMPTY
+                else bytearray(self.node_size))
+        if level == 0:
+            for k in range(lo, hi):
+                s = (indices[k] - start) * SLOT
+                node[s:s + SLOT] = digests[k]
+        else:
+            span = self._spans[level]
+            k = lo
+            while k < hi:
+                slot = (indices[k] - start) // span
+                child_start = start + slot * span
+                end = bisect.bisect_left(indices, child_start + span, k, hi)
+                s = slot * SLOT
+                node[s:s + SLOT] = self._update(
+                    bytes(node[s:s + SLOT]), level - 1, child_start,
+                    indices, digests, k, end, writer)
+                k = end
+        if _native.is_zero(node):
+            return EMPTY
+        return writer.append(bytes(node))
+
+    def items(self, root):
+        """Yield ``(index, digest)`` for every stored chunk, in order."""
+        if root is None or root == EMPTY:
+            return
+        stack = [(root, self.depth - 1, 0)]
+        while stack:
+            ref, level, start = stack.pop()
+            node = self._load(ref)
+            span = self._spans[level]
+            children = []
+            for slot in range(self.fanout):
+                value = node[slot * SLOT:(slot + 1) * SLOT]
+                if value == EMPTY:
+                    continue
+                if level == 0:
+                    yield start + slot, value
+                else:
+                    children.append((value, level - 1, start + slot * span))
+            stack.extend(reversed(children))
+
+    def walk(self, root, seen_nodes, on_digest):
+        """Visit every node reachable from ``root`` not yet in
+        ``seen_nodes`` (adding it), calling ``on_digest`` for each chunk
+        digest of the visited leaves. Shared subtrees are walked once."""
+        if root is None or root == EMPTY or root in seen_nodes:
+            return
+        seen_nodes.add(root)
+        stack = [(root, self.depth - 1)]
+        while stack:
+            ref, level = stack.pop()
+            node = self._load(ref)
+            for slot in range(self.fanout):
+                value = node[slot * SLOT:(slot + 1) * SLOT]
+                if value == EMPTY:
+                    continue
+                if level == 0:
+                    on_digest(value)
+                elif value not in seen_nodes:
+                    seen_nodes.add(value)
+                    stack.append((value, level - 1))
