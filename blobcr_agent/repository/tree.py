@@ -201,14 +201,27 @@ class Tree(object):
             return EMPTY
         return writer.append(bytes(node))
 
-    def items(self, root):
-        """Yield ``(index, digest)`` for every stored chunk, in order."""
+    def items(self, root, on_node_error=None):
+        """Yield ``(index, digest)`` for every stored chunk, in order.
+
+        With ``on_node_error``, an unreadable node calls
+        ``on_node_error(ref, first_index, last_index, error)`` and its
+        subtree is skipped instead of raising.
+        """
         if root is None or root == EMPTY:
             return
         stack = [(root, self.depth - 1, 0)]
         while stack:
             ref, level, start = stack.pop()
-            node = self._load(ref)
+            try:
+                node = self._load(ref)
+            except exception.BlobCRError as e:
+                if on_node_error is None:
+                    raise
+                last = min(start + self._spans[level] * self.fanout,
+                           self.nchunks) - 1
+                on_node_error(ref, start, last, e)
+                continue
             span = self._spans[level]
             children = []
             for slot in range(self.fanout):

@@ -1,0 +1,241 @@
+"""blobcr-manage: operate the checkpoint repository from the shell.
+
+Examples::
+
+    blobcr-manage import disk.raw base
+    blobcr-manage tree
+    blobcr-manage clone base@1 restart-1
+    blobcr-manage export base@2 /tmp/v2.raw
+    blobcr-manage verify base@2
+    blobcr-manage obsolete base 1 && blobcr-manage gc
+
+The backend comes from the configuration file (``--config-file``) and can
+be overridden with ``--backend``, ``--store`` and ``--ceph-conf``.
+"""
+
+import json
+import sys
+
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from blobcr_agent import conf as blobcr_conf
+from blobcr_agent import exception
+from blobcr_agent import progress
+from blobcr_agent.repository import gc
+from blobcr_agent.repository import repository
+from blobcr_agent.repository import scrub
+from blobcr_agent.repository import treeview
+
+CONF = blobcr_conf.CONF
+LOG = logging.getLogger(__name__)
+
+
+def parse_ref(text, need_version=False):
+    """``IMAGE`` or ``IMAGE@VERSION`` -> (image, version or None)."""
+    image, sep, version = text.rpartition('@')
+    if not sep or not version.isdigit():
+        if need_version:
+            raise exception.InvalidInput(
+                '%r: expected IMAGE@VERSION, e.g. base@2' % text)
+        return text, None
+    return image, int(version)
+
+
+def _print(data):
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def do_import(repo, args):
+    header, number = repo.import_file(
+        args.file, args.image_name, chunk_size=args.chunk_size,
+        fanout=args.fanout, progress=progress.Progress('import'))
+    v = header.version(number)
+    result = {'image': header.id, 'name': header.name, 'version': number,
+              'size': header.size, 'chunks_stored': v.chunks,
+              'bytes_stored': v.stored_bytes}
+    if args.json:
+        _print(result)
+    else:
+        print('imported %s as image %s version %d (%d chunks, %d bytes '
+              'stored)' % (args.file, header.id, number, v.chunks,
+                           v.stored_bytes))
+
+
+def do_create(repo, args):
+    header = repo.create_image(args.image_name, args.size, args.chunk_size,
+                               args.fanout)
+    print(header.id)
+
+
+def do_export(repo, args):
+    image, version = parse_ref(args.ref)
+    number = repo.export(image, version, args.file,
+                         progress=progress.Progress('export'))
+    print('exported %s version %d to %s' % (image, number, args.file))
+
+
+def do_list(repo, args):
+    headers = repo.images()
+    if args.json:
+        _print([treeview.summary(h) for h in headers])
+        return
+    for h in headers:
+        s = treeview.summary(h)
+        print('%s  %-24s %10s  %d versions, newest stable: %s'
+              % (h.id, h.name, treeview.human(h.size), len(h.versions),
+                 s['newest_stable'] or '-'))
+
+
+def do_tree(repo, args):
+    headers = repo.images()
+    if args.image:
+        root = repo.image(args.image)
+        headers = [h for h in headers
+                   if h.id == root.id or treeview.descends(h, root, headers)]
+    if args.json:
+        _print(treeview.as_dicts(headers))
+    else:
+        print(treeview.render(headers), end='')
+
+
+def do_clone(repo, args):
+    image, version = parse_ref(args.ref)
+    header = repo.clone(image, version, args.image_name)
+    if args.json:
+        _print(treeview.summary(header))
+    else:
+        print(header.id)
+
+
+def do_obsolete(repo, args):
+    repo.obsolete(args.image, args.versions)
+    print('marked obsolete: %s' % ', '.join(str(v) for v in args.versions))
+
+
+def do_delete(repo, args):
+    repo.delete_image(args.image)
+    print('deleted %s (space is freed by gc)' % args.image)
+
+
+def do_gc(repo, args):
+    report = gc.collect(repo, grace=args.grace,
+                        pending_timeout=args.pending_timeout)
+    if args.json:
+        _print(report.as_dict())
+    else:
+        print('gc: deleted %d chunks and %d node packs, freed %s; %d live '
+              'chunks; %d pending versions marked failed'
+              % (report.chunks_deleted, report.packs_deleted,
+                 treeview.human(report.bytes_freed), report.live_chunks,
+                 report.versions_failed))
+
+
+def do_verify(repo, args):
+    image, version = parse_ref(args.ref)
+    report = scrub.verify(repo, image, version,
+                          progress=progress.Progress('verify', unit='chunks'))
+    if args.json:
+        _print(report.as_dict())
+    else:
+        print('%s version %d: %d chunks checked, %s'
+              % (report.image, report.version, report.chunks_checked,
+                 'OK' if report.ok else '%d PROBLEMS' % len(report.problems)))
+        for p in report.problems:
+            print('  %s %s (chunks %s): %s' % (p.kind, p.name, p.chunks,
+                                               p.error))
+    return 0 if report.ok else 1
+
+
+def _size(text):
+    units = {'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30, 'T': 1 << 40}
+    text = text.strip().upper().rstrip('IB')
+    try:
+        if text and text[-1] in units:
+            return int(float(text[:-1]) * units[text[-1]])
+        return int(text)
+    except ValueError:
+        raise exception.InvalidInput('%r is not a size' % text)
+
+
+def add_parsers(subparsers):
+    def command(name, func, help_text):
+        p = subparsers.add_parser(name, help=help_text)
+        p.set_defaults(func=func)
+        p.add_argument('--backend', choices=['local', 'rados'],
+                       help='override [repository] backend')
+        p.add_argument('--store', help='override [local_store] path')
+        p.add_argument('--ceph-conf', help='override [rados] conffile')
+        p.add_argument('--json', action='store_true',
+                       help='print machine-readable JSON')
+        return p
+
+    p = command('import', do_import, 'import a raw file as a new image')
+    p.add_argument('file')
+    p.add_argument('image_name', metavar='NAME')
+    p.add_argument('--chunk-size', type=_size)
+    p.add_argument('--fanout', type=int)
+    p = command('create', do_create, 'create an empty image')
+    p.add_argument('image_name', metavar='NAME')
+    p.add_argument('size', type=_size)
+    p.add_argument('--chunk-size', type=_size)
+    p.add_argument('--fanout', type=int)
+    p = command('export', do_export,
+                'write IMAGE[@VERSION] to a raw file')
+    p.add_argument('ref', metavar='IMAGE[@VERSION]')
+    p.add_argument('file')
+    command('list', do_list, 'list images')
+    p = command('tree', do_tree,
+                'show versions, parents and clones as a tree')
+    p.add_argument('image', nargs='?')
+    p = command('clone', do_clone, 'CLONE IMAGE[@VERSION] into a new image')
+    p.add_argument('ref', metavar='IMAGE[@VERSION]')
+    p.add_argument('image_name', metavar='NAME', nargs='?')
+    p = command('obsolete', do_obsolete, 'mark versions obsolete')
+    p.add_argument('image')
+    p.add_argument('versions', type=int, nargs='+')
+    p = command('delete', do_delete, 'delete an image (all its versions)')
+    p.add_argument('image')
+    p = command('gc', do_gc, 'delete objects no live version references')
+    p.add_argument('--grace', type=int,
+                   help='override [repository] gc_grace (seconds)')
+    p.add_argument('--pending-timeout', type=int,
+                   help='override [repository] pending_timeout (seconds)')
+    p = command('verify', do_verify,
+                're-read and check every chunk of a version')
+    p.add_argument('ref', metavar='IMAGE[@VERSION]')
+
+
+def main(argv=None):
+    command_opt = cfg.SubCommandOpt('command', title='commands',
+                                    handler=add_parsers)
+    CONF.register_cli_opt(command_opt)
+    logging.register_options(CONF)
+    try:
+        CONF(sys.argv[1:] if argv is None else argv, project='blobcr',
+             prog='blobcr-manage')
+    except cfg.Error as e:
+        sys.exit('blobcr-manage: %s' % e)
+    logging.setup(CONF, 'blobcr')
+    args = CONF.command
+    for opt, group, value in (('backend', 'repository', args.backend),
+                              ('path', 'local_store', args.store),
+                              ('conffile', 'rados', args.ceph_conf)):
+        if value:
+            CONF.set_override(opt, value, group)
+    try:
+        repo = repository.Repository.from_conf(CONF)
+    except exception.BlobCRError as e:
+        print('blobcr-manage: error: %s' % e, file=sys.stderr)
+        return 1
+    try:
+        return args.func(repo, args) or 0
+    except exception.BlobCRError as e:
+        print('blobcr-manage: error: %s' % e, file=sys.stderr)
+        return 1
+    finally:
+        repo.close()
+
+
+if __name__ == '__main__':
+    sys.exit(main())

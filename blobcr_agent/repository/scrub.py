@@ -1,0 +1,71 @@
+"""verify (scrub): re-read every chunk of a version and check its hash."""
+
+import dataclasses
+import typing
+
+from blobcr_agent import exception
+from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import chunks
+
+
+@dataclasses.dataclass
+class Problem(object):
+    kind: str           # 'chunk' or 'node'
+    name: str           # object name
+    chunks: str         # the chunk indices it affects, e.g. "12" or "0-63"
+    error: str
+
+
+@dataclasses.dataclass
+class Report(object):
+    image: str
+    version: int
+    chunks_checked: int = 0
+    bytes_checked: int = 0
+    problems: typing.List[Problem] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self):
+        return not self.problems
+
+    def as_dict(self):
+        d = dataclasses.asdict(self)
+        d['ok'] = self.ok
+        return d
+
+
+def verify(repo, ref, number=None, progress=None):
+    """Check every node and chunk object of a stable version."""
+    header = repo.image(ref)
+    v = header.stable_version(number)
+    report = Report(image=header.id, version=v.number)
+    t = header.tree(repo.nodes)
+
+    def node_error(ref, first, last, error):
+        report.problems.append(Problem(
+            base.NODE, ref[:16].hex(), '%d-%d' % (first, last), str(error)))
+
+    by_name = {}
+    for index, d in t.items(v.root_ref, on_node_error=node_error):
+        by_name.setdefault(chunks.object_name(d), []).append(index)
+    if progress:
+        progress.start(sum(len(i) for i in by_name.values()))
+    for name, blob in repo.backend.get_many(base.CHUNK, list(by_name),
+                                            header.chunk_size + 1):
+        indices = by_name[name]
+        try:
+            if isinstance(blob, Exception):
+                raise blob
+            chunks.decode(name, blob, header.chunk_len(indices[0]))
+            report.bytes_checked += len(blob) * len(indices)
+        except exception.BlobCRError as e:
+            report.problems.append(Problem(
+                base.CHUNK, name, ','.join(str(i) for i in indices[:8]) +
+                (',...' if len(indices) > 8 else ''), str(e)))
+        report.chunks_checked += len(indices)
+        if progress:
+            progress.advance(len(indices))
+    if progress:
+        progress.finish()
+    report.problems.sort(key=lambda p: (p.kind, p.name))
+    return report
