@@ -1,0 +1,67 @@
+"""Shared fixtures: repositories on the local store and on a real Ceph.
+
+The Ceph cluster is real: one mon, one mgr and three bluestore OSDs on
+127.0.0.1, started once per test session by tools/ceph-cluster.sh and
+stopped at the end. Set BLOBCR_CEPH_DIR to reuse a running one.
+"""
+
+import os
+import shutil
+import tempfile
+import uuid
+
+import pytest
+
+from blobcr_agent.repository.backends import local
+from blobcr_agent.repository import repository
+
+BACKENDS = ['local', 'rados']
+
+
+@pytest.fixture(scope='session')
+def ceph_cluster():
+    from tests import ceph_cluster as cc
+    keep = os.environ.get('BLOBCR_CEPH_DIR')
+    directory = keep or tempfile.mkdtemp(prefix='blobcr-ceph-')
+    cluster = cc.MicroCephCluster(directory)
+    cluster.start()
+    yield cluster
+    if not keep:
+        cluster.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def make_backend(kind, tmp_path, request):
+    if kind == 'local':
+        return local.LocalBackend(str(tmp_path / ('store-%s' %
+                                                  uuid.uuid4().hex[:8])))
+    from blobcr_agent.repository.backends import rados
+    cluster = request.getfixturevalue('ceph_cluster')
+    # A namespace per repository keeps tests (and GC) apart.
+    return rados.RadosBackend(cluster.conffile, 'blobcr-data', 'blobcr-meta',
+                              namespace='t-' + uuid.uuid4().hex,
+                              connect_timeout=10, op_timeout=60)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_kind(request):
+    return request.param
+
+
+@pytest.fixture
+def backend_factory(backend_kind, tmp_path, request):
+    made = []
+
+    def factory():
+        b = make_backend(backend_kind, tmp_path, request)
+        made.append(b)
+        return b
+    yield factory
+    for b in made:
+        b.close()
+
+
+@pytest.fixture
+def repo(backend_factory):
+    return repository.Repository(backend_factory(), chunk_size=4096,
+                                 fanout=4, gc_grace=0)

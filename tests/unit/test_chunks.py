@@ -1,0 +1,55 @@
+"""Chunk codec and the compress-only-when-it-pays rule."""
+
+import hashlib
+import os
+
+import pytest
+
+from blobcr_agent import exception
+from blobcr_agent.repository import chunks
+
+
+def test_rule_follows_the_seed_inequality():
+    p = chunks.CompressionPolicy('auto')
+    p.compress_bps, p.ratio = 500e6, 0.4
+    # 1/C + r/U < 1/U  <=>  U < C (1 - r) = 300 MB/s
+    assert p.pays(150e6)
+    assert not p.pays(1000e6)
+
+
+def test_auto_stops_compressing_incompressible_data_on_a_fast_link():
+    p = chunks.CompressionPolicy('auto')
+    tries = []
+    real = p._compressor
+    p._compressor = lambda: tries.append(1) or real()
+    data = os.urandom(65536)
+    blobs = [p.encode(data, upload_bps=2e9) for _ in range(64)]
+    assert p.ratio > 0.99 and not p.pays(2e9)
+    assert all(b[0] == chunks.RAW for b in blobs)
+    # after the first try it compresses only the periodic probes
+    assert len(tries) == 1 + 64 // chunks.PROBE_EVERY
+
+
+def test_compressible_data_on_a_slow_link_is_compressed():
+    p = chunks.CompressionPolicy('auto')
+    data = b'checkpoint ' * 6000
+    blob = p.encode(data, upload_bps=100e6)
+    blob = p.encode(data, upload_bps=100e6)
+    assert blob[0] == chunks.ZSTD and len(blob) < len(data) / 10
+    name = chunks.object_name(chunks.digest(data))
+    assert chunks.decode(name, blob, len(data)) == data
+
+
+@pytest.mark.parametrize('mutate,why', [
+    (lambda b: b[:1] + b'x' + b[2:], 'hash'),
+    (lambda b: b'\x07' + b[1:], 'codec'),
+    (lambda b: b'', 'empty'),
+    (lambda b: b[:-1], 'bytes'),
+])
+def test_decode_rejects_damage(mutate, why):
+    data = os.urandom(1000)
+    name = hashlib.sha256(data).hexdigest()
+    blob = chunks.CompressionPolicy('never').encode(data)
+    assert chunks.decode(name, blob, 1000) == data
+    with pytest.raises(exception.CorruptObject, match=why):
+        chunks.decode(name, mutate(blob), 1000)
