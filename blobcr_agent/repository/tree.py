@@ -9,7 +9,7 @@ has ``fanout`` slots of 32 bytes:
 * an inner slot holds a reference to a child node, or zeros for a subtree
   of all-zero chunks.
 
-A reference is ``pack id (16) | offset (4) | length (4) | checksum (8)``:
+A reference is ``pack id (16) | offset (4) | length (4) | crc32 (4) | 0 (4)``:
 nodes written by one COMMIT are packed into a few objects, so a COMMIT of
 D chunks writes O(D log N) nodes in O(1) objects, and every node read is
 checked against the checksum its parent holds. COMMIT copies only the
@@ -17,12 +17,10 @@ paths to the changed leaves; everything else is shared with the parent
 version, and CLONE shares the root itself.
 """
 
-import bisect
-import collections
-import hashlib
 import struct
 import threading
 import uuid
+import zlib
 
 from blobcr_agent import _native
 from blobcr_agent import exception
@@ -30,7 +28,7 @@ from blobcr_agent.repository.backends import base
 
 SLOT = 32
 EMPTY = bytes(SLOT)
-_REF = struct.Struct('<16sII8s')
+_REF = struct.Struct('<16sIII4x')
 
 
 def depth_for(nchunks, fanout):
@@ -43,7 +41,10 @@ def depth_for(nchunks, fanout):
 
 
 def _checksum(node):
-    return hashlib.blake2b(node, digest_size=8).digest()
+    # CRC32 catches torn and flipped bytes at a fraction of a hash's cost;
+    # nodes are not content addresses, so nothing relies on it being
+    # cryptographic.
+    return zlib.crc32(node)
 
 
 def pack_name(ref):
@@ -51,42 +52,50 @@ def pack_name(ref):
 
 
 class NodeStore(object):
-    """Reads tree nodes through a byte-bounded LRU cache."""
+    """Reads tree nodes through a byte-bounded cache.
+
+    Hits take no lock and reorder nothing (a dict read is atomic), so the
+    cache evicts in insertion order; size it to hold the trees of the
+    attached images.
+    """
 
     def __init__(self, backend, cache_bytes=64 << 20):
         self.backend = backend
-        self._cache = collections.OrderedDict()
+        self._cache = {}
         self._cache_bytes = cache_bytes
         self._cached = 0
         self._lock = threading.Lock()
 
     def load(self, ref):
-        with self._lock:
-            node = self._cache.get(ref)
-            if node is not None:
-                self._cache.move_to_end(ref)
-                return node
+        node = self._cache.get(ref)
+        if node is not None:
+            return node
         pack, offset, length, checksum = _REF.unpack(ref)
         node = self.backend.get(base.NODE, pack.hex(), offset, length)
         if _checksum(node) != checksum:
             raise exception.CorruptObject(
                 base.NODE, pack.hex(),
                 'node at offset %d fails its checksum' % offset)
-        self.remember(ref, node)
+        self.remember([(ref, node)])
         return node
 
-    def remember(self, ref, node):
-        """Cache a node (freshly written ones are likely read next)."""
+    def remember(self, nodes):
+        """Cache ``(ref, node)`` pairs (fresh ones are likely read next)."""
         if self._cache_bytes <= 0:
             return
         with self._lock:
-            if ref in self._cache:
-                return
-            self._cache[ref] = node
-            self._cached += len(node)
+            for ref, node in nodes:
+                if ref not in self._cache:
+                    self._cache[ref] = node
+                    self._cached += len(node)
             while self._cached > self._cache_bytes:
-                _, old = self._cache.popitem(last=False)
+                old = self._cache.pop(next(iter(self._cache)))
                 self._cached -= len(old)
+
+    def clear(self):
+        with self._lock:
+            self._cache = {}
+            self._cached = 0
 
 
 class PackWriter(object):
@@ -98,6 +107,7 @@ class PackWriter(object):
         self.packs = []          # (name, [node bytes]) once full
         self.nodes = 0
         self.bytes = 0
+        self._fresh = []
         self._new_pack()
 
     def _new_pack(self):
@@ -114,7 +124,7 @@ class PackWriter(object):
         self._offset += len(node)
         self.nodes += 1
         self.bytes += len(node)
-        self._store.remember(ref, node)
+        self._fresh.append((ref, node))
         return ref
 
     def _close_pack(self):
@@ -125,6 +135,7 @@ class PackWriter(object):
     def write(self, batch):
         """Put every pack into a write batch; return the pack names."""
         self._close_pack()
+        self._store.remember(self._fresh)
         for name, parts in self.packs:
             batch.put(base.NODE, name, b''.join(parts))
         return [name for name, _ in self.packs]
@@ -166,37 +177,56 @@ class Tree(object):
 
         ``changes`` maps chunk index -> digest (None for an all-zero
         chunk). Only the paths to changed leaves are copied, into
-        ``writer``; the result is None for an all-zero image.
+        ``writer``; the result is None for an all-zero image. Works level
+        by level (old references top-down, new nodes bottom-up), one loop
+        per level rather than one call per node: this is the hot path of
+        COMMIT.
         """
         for index in changes:
             if not 0 <= index < self.nchunks:
                 raise exception.InvalidInput(
                     'chunk index %d outside 0..%d' % (index, self.nchunks - 1))
-        indices = sorted(changes)
-        digests = [changes[i] or EMPTY for i in indices]
-        new = self._update(root or EMPTY, self.depth - 1, 0, indices,
-                           digests, 0, len(indices), writer)
-        return None if new == EMPTY else new
+        items = sorted((i, d or EMPTY) for i, d in changes.items())
+        if not items:
+            return root
+        fanout, spans, load = self.fanout, self._spans, self._load
+        # Top-down: the old reference of every touched node, per level;
+        # a node at level L covering chunk i has id i // fanout**(L+1).
+        old = [None] * self.depth
+        old[-1] = {0: root or EMPTY}
+        for level in range(self.depth - 1, 0, -1):
+            parents, children = old[level], {}
+            parent_id, node = None, None
+            for child_id in sorted({i // spans[level] for i, _ in items}):
+                if child_id // fanout != parent_id:
+                    parent_id = child_id // fanout
+                    ref = parents[parent_id]
+                    node = load(ref) if ref != EMPTY else None
+                s = (child_id % fanout) * SLOT
+                children[child_id] = node[s:s + SLOT] if node else EMPTY
+            old[level - 1] = children
+        # Bottom-up: patch each touched node once, emit it, and hand its
+        # new reference to the level above.
+        for level in range(self.depth):
+            new_items = []
+            node_id, node = None, None
+            for key, value in items:
+                if key // fanout != node_id:
+                    if node is not None:
+                        new_items.append((node_id, self._emit(node, writer)))
+                    node_id = key // fanout
+                    ref = old[level][node_id]
+                    node = (bytearray(load(ref)) if ref != EMPTY
+                            else bytearray(self.node_size))
+                s = (key % fanout) * SLOT
+                node[s:s + SLOT] = value
+            new_items.append((node_id, self._emit(node, writer)))
+            items = new_items
+        new_root = items[0][1]
+        return None if new_root == EMPTY else new_root
 
-    def _update(self, ref, level, start, indices, digests, lo, hi, writer):
-        node = (bytearray(self._load(ref)) if ref != EMPTY
-                else bytearray(self.node_size))
-        if level == 0:
-            for k in range(lo, hi):
-                s = (indices[k] - start) * SLOT
-                node[s:s + SLOT] = digests[k]
-        else:
-            span = self._spans[level]
-            k = lo
-            while k < hi:
-                slot = (indices[k] - start) // span
-                child_start = start + slot * span
-                end = bisect.bisect_left(indices, child_start + span, k, hi)
-                s = slot * SLOT
-                node[s:s + SLOT] = self._update(
-                    bytes(node[s:s + SLOT]), level - 1, child_start,
-                    indices, digests, k, end, writer)
-                k = end
+    @staticmethod
+    def _emit(node, writer):
         if _native.is_zero(node):
             return EMPTY
         return writer.append(bytes(node))

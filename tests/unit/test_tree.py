@@ -21,12 +21,7 @@ def store(tmp_path):
 
 
 def _write(store, t, root, changes):
-    writer = tree.PackWriter(store, pack_max_bytes=4096)
-    new_root = t.update(root, changes, writer)
-    batch = store.backend.batch()
-    writer.write(batch)
-    batch.wait()
-    return new_root, writer
+    return _write_with(store, lambda c, w: t.update(root, c, w), changes)
 
 
 @settings(max_examples=100, deadline=None)
@@ -80,3 +75,12 @@ def test_index_out_of_range(store):
     t = tree.Tree(store, 10, 4)
     with pytest.raises(exception.InvalidInput):
         _write(store, t, None, {10: b'\1' * 32})
+
+
+def _write_with(store, build, changes):
+    writer = tree.PackWriter(store, pack_max_bytes=4096)
+    root = build(changes, writer)
+    batch = store.backend.batch()
+    writer.write(batch)
+    batch.wait()
+    return root, writer

@@ -102,7 +102,8 @@ class WriteBatch(object):
                 self._cond.wait()
             if self._error is not None:
                 raise self._error
-        self._backend._make_durable()
+        if self.objects:
+            self._backend._make_durable()
 
 
 class ObjectBackend(metaclass=abc.ABCMeta):

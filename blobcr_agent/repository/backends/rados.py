@@ -48,6 +48,10 @@ class RadosBackend(base.ObjectBackend):
             'rados_mon_op_timeout': str(connect_timeout),
             'client_mount_timeout': str(connect_timeout),
         }
+        self.conffile = conffile
+        self.data_pool = data_pool
+        self.meta_pool = meta_pool
+        self.namespace = namespace
         self._where = 'rados:%s/%s' % (data_pool, meta_pool)
         try:
             self._cluster = rados.Rados(conffile=conffile, name=client_name,
