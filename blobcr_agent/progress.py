@@ -1,4 +1,4 @@
-"""Progress of long operations: a bar on a TTY, periodic log lines otherwise."""
+"""Progress of long operations: a bar on a TTY, log lines otherwise."""
 
 import logging
 import sys

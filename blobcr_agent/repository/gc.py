@@ -155,4 +155,3 @@ def collect(repo, grace=None, pending_timeout=None):
                 pass  # changed meanwhile: the next run sees it
     LOG.info('gc: %s', report.as_dict())
     return report
-

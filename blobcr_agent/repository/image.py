@@ -73,7 +73,8 @@ class ImageHeader(object):
 
     def stable_version(self, number=None):
         """The given version, or the newest stable one, which must be
-        stable."""
+        stable.
+        """
         if number is None:
             stable = [v for v in self.versions if v.state == STABLE]
             if not stable:

@@ -312,7 +312,8 @@ class Repository(object):
     def fetch(self, header, number, indices=None):
         """Yield ``(index, data)`` of the stored chunks of a version (all,
         or those in ``indices``), many reads in flight; all-zero chunks
-        are not yielded. Raises on a missing or corrupt chunk."""
+        are not yielded. Raises on a missing or corrupt chunk.
+        """
         t, root = self.version_tree(header, number)
         by_name = {}
         for index, d in t.items(root):
@@ -448,7 +449,8 @@ class Commit(object):
     def put_digest(self, index, chunk_digest):
         """Record chunk ``index`` as the object already stored under
         ``chunk_digest`` (None: zeros), without writing it. The caller
-        vouches that the object is durable."""
+        vouches that the object is durable.
+        """
         self.header.chunk_len(index)
         self._changes[index] = chunk_digest
 

@@ -267,7 +267,8 @@ class Tree(object):
     def walk(self, root, seen_nodes, on_digest):
         """Visit every node reachable from ``root`` not yet in
         ``seen_nodes`` (adding it), calling ``on_digest`` for each chunk
-        digest of the visited leaves. Shared subtrees are walked once."""
+        digest of the visited leaves. Shared subtrees are walked once.
+        """
         if root is None or root == EMPTY or root in seen_nodes:
             return
         seen_nodes.add(root)

@@ -53,8 +53,8 @@ def test_versions_share_structure_and_read_back(tmp_path_factory, nchunks,
 
 def test_commit_cost_is_logarithmic(store):
     t = tree.Tree(store, 64 ** 3, 64)
-    root, _ = _write(store, t, None, {i: b'\1' * 32 for i in range(0, 64 ** 3,
-                                                               64)})
+    every_leaf = {i: b'\1' * 32 for i in range(0, 64 ** 3, 64)}
+    root, _ = _write(store, t, None, every_leaf)
     _, writer = _write(store, t, root, {5: b'\2' * 32})
     assert writer.nodes == t.depth == 3
 

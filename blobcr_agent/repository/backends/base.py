@@ -134,7 +134,8 @@ class ObjectBackend(metaclass=abc.ABCMeta):
     def get_many(self, kind, names, max_size):
         """Yield ``(name, data or exception)`` for each name, reading many
         objects at once; the order of the results is not specified. An
-        object larger than ``max_size`` is reported as CorruptObject."""
+        object larger than ``max_size`` is reported as CorruptObject.
+        """
 
     @abc.abstractmethod
     def stat(self, kind, name):
@@ -148,7 +149,8 @@ class ObjectBackend(metaclass=abc.ABCMeta):
     def delete_if_older(self, kind, name, cutoff):
         """Delete an object only if it was last written before ``cutoff``
         (a UNIX time), atomically with respect to a concurrent put of the
-        same object. Return the bytes freed, or 0 if it was kept or gone."""
+        same object. Return the bytes freed, or 0 if it was kept or gone.
+        """
 
     @abc.abstractmethod
     def read_header(self, name):
@@ -158,7 +160,8 @@ class ObjectBackend(metaclass=abc.ABCMeta):
     def write_header(self, name, data, token):
         """Replace a header if its token is still ``token`` (``None``:
         create it, which fails if it exists). Raise Conflict otherwise.
-        Durable when it returns."""
+        Durable when it returns.
+        """
 
     @abc.abstractmethod
     def delete_header(self, name, token):

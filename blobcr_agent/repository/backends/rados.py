@@ -23,6 +23,8 @@ except ImportError:  # pragma: no cover - depends on the host
     rados = None
 
 _PREFIX = {base.NODE: 'node.', base.HEADER: 'header.'}
+# Omap index of header names: listing images must not scan the pool.
+_INDEX = 'index.headers'
 
 
 def _mtime(struct_time):
@@ -276,6 +278,10 @@ class RadosBackend(base.ObjectBackend):
             op = self._versioned.create_write_op()
             try:
                 if token is None:
+                    # Indexed before it exists, so a crash in between
+                    # leaves an index entry without header (skipped when
+                    # listed), never a header nobody can list.
+                    self._index(name, add=True)
                     op.new(rados.LIBRADOS_CREATE_EXCLUSIVE)
                 else:
                     op.assert_version(token)
@@ -309,6 +315,30 @@ class RadosBackend(base.ObjectBackend):
                 raise self._error(base.HEADER, name, e)
             finally:
                 self._versioned.release_write_op(op)
+        self._index(name, add=False)
+
+    def _index(self, name, add):
+        with rados.WriteOpCtx() as op:
+            if add:
+                self._meta.set_omap(op, (name,), (b'',))
+            else:
+                self._meta.remove_omap_keys(op, (name,))
+            try:
+                self._meta.operate_write_op(op, _INDEX)
+            except rados.Error as e:
+                raise self._error(base.HEADER, _INDEX, e)
 
     def list_headers(self):
-        return sorted(self.list(base.HEADER))
+        names, start = [], ''
+        while True:
+            with rados.ReadOpCtx() as op:
+                it, _ = self._meta.get_omap_vals(op, start, '', 1024)
+                try:
+                    self._meta.operate_read_op(op, _INDEX)
+                except rados.ObjectNotFound:
+                    return []
+                page = [key for key, _ in it]
+            names.extend(page)
+            if len(page) < 1024:
+                return names
+            start = page[-1]

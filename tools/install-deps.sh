@@ -1,0 +1,43 @@
+#!/bin/bash
+# Install everything BlobCR needs on Debian 12, as root, idempotently:
+# Debian packages (only the missing ones), a virtualenv in .venv with the
+# Python requirements, the project itself (which builds the C core in
+# native/), and Debian's librados binding linked into the venv (PyPI has
+# none; Debian's python3.11 and the venv share the ABI).
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+venv=${BLOBCR_VENV:-$top/.venv}
+packages=(
+    python3 python3-venv python3-dev build-essential pkg-config git
+    e2fsprogs
+    ceph-mon ceph-osd ceph-mgr ceph-common python3-rados librados-dev
+    fuse3 libfuse3-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' \
+        || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-deps: installing ${missing[*]}" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" \
+        >/dev/null
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+    echo "install-deps: creating $venv" >&2
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --upgrade pip
+fi
+"$venv/bin/pip" install -q -r "$top/requirements.txt" \
+    -r "$top/test-requirements.txt"
+# Editable install: builds blobcr_agent/_native from native/ in place.
+"$venv/bin/pip" install -q -e "$top"
+
+bash "$top/tools/link-rados.sh" "$venv"
+"$venv/bin/python" -c 'import rados, blobcr_agent._native' \
+    || { echo "install-deps: the rados binding or the C core does not load" >&2; exit 1; }
+echo "install-deps: ready ($venv)" >&2
