@@ -10,8 +10,9 @@ only when ``t_compress + t_upload(compressed) < t_upload(raw)``. With
 compression speed C, upload speed U (bytes per second) and compressed/raw
 ratio r this is ``1/C + r/U < 1/U``, i.e. ``U < C * (1 - r)``. C and r are
 moving averages over recently compressed chunks; U is measured by the
-caller. A few chunks are compressed even when the rule says no, so that a
-change in the data (say, a guest filling its disk with text) is noticed.
+caller. A slice of every 16th chunk is compressed even when the rule says
+no, so that a change in the data (say, a guest filling its disk with text)
+is noticed.
 """
 
 import hashlib
@@ -26,6 +27,7 @@ from blobcr_agent.repository.backends import base
 RAW = 0
 ZSTD = 1
 PROBE_EVERY = 16
+PROBE_BYTES = 32 * 1024
 _SMOOTHING = 0.2
 
 
@@ -60,27 +62,38 @@ class CompressionPolicy(object):
         return c
 
     def pays(self, upload_bps):
-        """The seed paper's rule, with the current estimates."""
-        if self.compress_bps is None or self.ratio is None or not upload_bps:
-            return True  # no history yet: try, and learn
+        """The seed paper's rule, with the current estimates; without an
+        upload speed yet there is nothing to justify the CPU.
+        """
+        if self.compress_bps is None or not upload_bps:
+            return False
         return upload_bps < self.compress_bps * (1.0 - self.ratio)
 
     def encode(self, data, upload_bps=None):
         """Return the object bytes for a chunk: codec byte + payload."""
-        with self._lock:
-            self._seen += 1
-            probe = self._seen % PROBE_EVERY == 0
-        if self.mode == 'never' or (
-                self.mode == 'auto' and not probe and
-                not self.pays(upload_bps)):
+        if self.mode == 'never':
             return bytes((RAW,)) + data
+        if self.mode == 'auto':
+            with self._lock:
+                self._seen += 1
+                probe = (self._seen % PROBE_EVERY == 1 or
+                         self.compress_bps is None)
+            if probe:
+                # Learn from a slice: an eighth of the cost of a chunk.
+                self._compress(data[:PROBE_BYTES])
+            if not self.pays(upload_bps):
+                return bytes((RAW,)) + data
+        packed = self._compress(data)
+        if len(packed) >= len(data):
+            return bytes((RAW,)) + data
+        return bytes((ZSTD,)) + packed
+
+    def _compress(self, data):
         start = time.perf_counter()
         packed = self._compressor().compress(data)
         elapsed = max(time.perf_counter() - start, 1e-7)
         self._learn(len(data) / elapsed, len(packed) / max(len(data), 1))
-        if len(packed) >= len(data):
-            return bytes((RAW,)) + data
-        return bytes((ZSTD,)) + packed
+        return packed
 
     def _learn(self, bps, ratio):
         with self._lock:

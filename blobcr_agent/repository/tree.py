@@ -79,6 +79,25 @@ class NodeStore(object):
         self.remember([(ref, node)])
         return node
 
+    def prefetch(self, refs):
+        """Read the uncached nodes among ``refs`` in parallel into the
+        cache; damaged ones are left for :meth:`load` to report.
+        """
+        if self._cache_bytes <= 0:
+            return
+        wanted = {}
+        for ref in refs:
+            if ref != EMPTY and ref not in self._cache:
+                pack, offset, length, _ = _REF.unpack(ref)
+                wanted[(pack.hex(), offset, length)] = ref
+        fresh = []
+        for request, node in self.backend.read_ranges(base.NODE, wanted):
+            ref = wanted[request]
+            if not isinstance(node, Exception) and \
+                    _checksum(node) == _REF.unpack(ref)[3]:
+                fresh.append((ref, node))
+        self.remember(fresh)
+
     def remember(self, nodes):
         """Cache ``(ref, node)`` pairs (fresh ones are likely read next)."""
         if self._cache_bytes <= 0:
@@ -196,6 +215,7 @@ class Tree(object):
         old[-1] = {0: root or EMPTY}
         for level in range(self.depth - 1, 0, -1):
             parents, children = old[level], {}
+            self.store.prefetch(parents.values())
             parent_id, node = None, None
             for child_id in sorted({i // spans[level] for i, _ in items}):
                 if child_id // fanout != parent_id:
@@ -205,6 +225,7 @@ class Tree(object):
                 s = (child_id % fanout) * SLOT
                 children[child_id] = node[s:s + SLOT] if node else EMPTY
             old[level - 1] = children
+        self.store.prefetch(old[0].values())
         # Bottom-up: patch each touched node once, emit it, and hand its
         # new reference to the level above.
         for level in range(self.depth):

@@ -131,11 +131,23 @@ class ObjectBackend(metaclass=abc.ABCMeta):
         """Read an object, or a byte range of it; ObjectNotFound if absent."""
 
     @abc.abstractmethod
-    def get_many(self, kind, names, max_size):
-        """Yield ``(name, data or exception)`` for each name, reading many
-        objects at once; the order of the results is not specified. An
-        object larger than ``max_size`` is reported as CorruptObject.
+    def read_ranges(self, kind, requests):
+        """Read many ``(name, offset, length)`` ranges at once.
+
+        Yield ``(request, data or exception)`` in any order; data is
+        shorter than asked where the object ends.
         """
+
+    def get_many(self, kind, names, max_size):
+        """Yield ``(name, data or exception)`` for whole objects, in any
+        order; an object larger than ``max_size`` is reported corrupt.
+        """
+        requests = ((name, 0, max_size + 1) for name in names)
+        for (name, _, _), data in self.read_ranges(kind, requests):
+            if not isinstance(data, Exception) and len(data) > max_size:
+                data = exception.CorruptObject(
+                    kind, name, 'larger than %d bytes' % max_size)
+            yield name, data
 
     @abc.abstractmethod
     def stat(self, kind, name):

@@ -14,6 +14,7 @@ made durable by one syncfs() of the file system rather than one fsync per
 chunk. Headers are fsynced on every write, together with their directory.
 """
 
+import collections
 import concurrent.futures
 import ctypes
 import ctypes.util
@@ -113,25 +114,22 @@ class LocalBackend(base.ObjectBackend):
                 kind, name, 'short read at offset %d' % offset)
         return data
 
-    def get_many(self, kind, names, max_size):
-        def read(name):
+    def read_ranges(self, kind, requests):
+        def read(request):
+            name, offset, length = request
             try:
                 with open(self._path(kind, name), 'rb') as f:
-                    data = f.read(max_size + 1)
+                    return request, os.pread(f.fileno(), length, offset)
             except FileNotFoundError:
-                return name, exception.ObjectNotFound(kind, name)
-            if len(data) > max_size:
-                return name, exception.CorruptObject(
-                    kind, name, 'larger than %d bytes' % max_size)
-            return name, data
+                return request, exception.ObjectNotFound(kind, name)
         # Bounded look-ahead keeps memory flat on huge exports.
-        pending = []
-        for name in names:
-            pending.append(self._pool.submit(read, name))
+        pending = collections.deque()
+        for request in requests:
+            pending.append(self._pool.submit(read, request))
             if len(pending) >= self.max_in_flight:
-                yield pending.pop(0).result()
-        for future in pending:
-            yield future.result()
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
     def stat(self, kind, name):
         try:

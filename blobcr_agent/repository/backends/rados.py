@@ -162,56 +162,54 @@ class RadosBackend(base.ObjectBackend):
                 kind, name, 'short read at offset %d' % offset)
         return data
 
-    def get_many(self, kind, names, max_size):
+    def read_ranges(self, kind, requests):
         ioctx = self._ioctx(kind)
         cond = threading.Condition()
         done = []
         in_flight = [0]
 
-        def reader(name):
+        def reader(request):
             def on_read(completion, data):
                 rc = completion.get_return_value()
-                if rc < 0:
-                    result = (exception.ObjectNotFound(kind, name)
-                              if rc == -errno.ENOENT else
-                              exception.BackendUnavailable(
-                                  'RADOS read of %s %s failed: %s'
-                                  % (kind, name, errno.errorcode.get(-rc))))
-                elif len(data) > max_size:
-                    result = exception.CorruptObject(
-                        kind, name, 'larger than %d bytes' % max_size)
+                name = request[0]
+                if rc == -errno.ENOENT:
+                    result = exception.ObjectNotFound(kind, name)
+                elif rc < 0:
+                    result = exception.BackendUnavailable(
+                        'RADOS read of %s %s failed: %s'
+                        % (kind, name, errno.errorcode.get(-rc, rc)))
                 else:
                     result = bytes(data)
                 with cond:
-                    done.append((name, result))
+                    done.append((request, result))
                     in_flight[0] -= 1
                     cond.notify_all()
             return on_read
 
-        keep = []
-        for name in names:
+        def drain(wait_all):
             with cond:
-                while in_flight[0] >= self.max_in_flight:
+                while in_flight[0] and (wait_all or
+                                        in_flight[0] >= self.max_in_flight):
+                    if done and not wait_all:
+                        break
                     cond.wait()
                 ready, done[:] = list(done), []
-                in_flight[0] += 1
-            for item in ready:
+            return ready
+
+        # librados must keep each completion until it has fired.
+        keep = []
+        for request in requests:
+            for item in drain(wait_all=False):
                 yield item
-            # Ask for one byte more than allowed to see oversized objects.
-            keep.append(ioctx.aio_read(self._oid(kind, name), max_size + 1,
-                                       0, reader(name)))
+            name, offset, length = request
+            with cond:
+                in_flight[0] += 1
+            keep.append(ioctx.aio_read(self._oid(kind, name), length, offset,
+                                       reader(request)))
             if len(keep) > 4 * self.max_in_flight:
                 keep = [c for c in keep if not c.is_complete()]
-        while True:
-            with cond:
-                while in_flight[0] and not done:
-                    cond.wait()
-                ready, done[:] = list(done), []
-                finished = in_flight[0] == 0
-            for item in ready:
-                yield item
-            if finished:
-                return
+        for item in drain(wait_all=True):
+            yield item
 
     def stat(self, kind, name):
         try:
