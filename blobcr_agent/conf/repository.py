@@ -28,9 +28,11 @@ repository_opts = [
                help='zstd level used when a chunk is compressed.'),
     cfg.IntOpt('max_in_flight', default=32, min=1,
                help='Object writes or reads kept in flight at once.'),
-    cfg.IntOpt('pack_max_bytes', default=8 * 1024 * 1024, min=65536,
+    cfg.IntOpt('pack_max_bytes', default=1024 * 1024, min=65536,
                help='Tree nodes written by one commit are packed into '
-                    'objects of at most this size.'),
+                    'objects of at most this size. Packs are written as '
+                    'they fill, in parallel: 1 MiB measured fastest for a '
+                    '4096-chunk commit on both backends.'),
     cfg.IntOpt('node_cache_mb', default=64, min=0,
                help='Memory for decoded tree nodes, in MiB.'),
     cfg.IntOpt('pending_timeout', default=3600, min=0,

@@ -62,7 +62,7 @@ class Repository(object):
 
     def __init__(self, backend, chunk_size=256 * 1024, fanout=64,
                  compression='auto', compression_level=1,
-                 pack_max_bytes=8 << 20, node_cache_bytes=64 << 20,
+                 pack_max_bytes=1 << 20, node_cache_bytes=64 << 20,
                  pending_timeout=3600, gc_grace=60):
         self.backend = backend
         self.chunk_size = chunk_size
@@ -471,10 +471,11 @@ class Commit(object):
         self._batch.wait()
         self.repo.record_upload(self._batch.rate())
         t = self.header.tree(self.repo.nodes)
-        writer = tree.PackWriter(self.repo.nodes, self.repo.pack_max_bytes)
-        root = t.update(self._base_root, self._changes, writer)
         nodes = self.repo.backend.batch()
-        writer.write(nodes)
+        writer = tree.PackWriter(self.repo.nodes, self.repo.pack_max_bytes,
+                                 nodes)
+        root = t.update(self._base_root, self._changes, writer)
+        writer.close()
         nodes.wait()
         stored = self._batch.bytes + nodes.bytes
 

@@ -118,12 +118,19 @@ class NodeStore(object):
 
 
 class PackWriter(object):
-    """Collects the nodes of one COMMIT into packs of bounded size."""
+    """Packs the nodes of one COMMIT into objects of bounded size.
 
-    def __init__(self, store, pack_max_bytes):
+    A pack is put into the write batch as soon as it is full, so writing
+    the leaves overlaps with copying the paths above them, and several
+    packs are written in parallel (on RADOS, to different placement
+    groups). :meth:`close` puts the last one.
+    """
+
+    def __init__(self, store, pack_max_bytes, batch):
         self._store = store
         self._max = pack_max_bytes
-        self.packs = []          # (name, [node bytes]) once full
+        self._batch = batch
+        self.packs = []
         self.nodes = 0
         self.bytes = 0
         self._fresh = []
@@ -136,7 +143,7 @@ class PackWriter(object):
 
     def append(self, node):
         if self._offset and self._offset + len(node) > self._max:
-            self._close_pack()
+            self._put_pack()
         ref = _REF.pack(self._pack_id, self._offset, len(node),
                         _checksum(node))
         self._parts.append(node)
@@ -146,18 +153,19 @@ class PackWriter(object):
         self._fresh.append((ref, node))
         return ref
 
-    def _close_pack(self):
+    def _put_pack(self):
         if self._parts:
-            self.packs.append((self._pack_id.hex(), self._parts))
+            name = self._pack_id.hex()
+            self._batch.put(base.NODE, name, b''.join(self._parts))
+            self.packs.append(name)
         self._new_pack()
 
-    def write(self, batch):
-        """Put every pack into a write batch; return the pack names."""
-        self._close_pack()
+    def close(self):
+        """Put the last pack and cache the new nodes; return pack names."""
+        self._put_pack()
         self._store.remember(self._fresh)
-        for name, parts in self.packs:
-            batch.put(base.NODE, name, b''.join(parts))
-        return [name for name, _ in self.packs]
+        self._fresh = []
+        return self.packs
 
 
 class Tree(object):

@@ -78,9 +78,9 @@ def test_index_out_of_range(store):
 
 
 def _write_with(store, build, changes):
-    writer = tree.PackWriter(store, pack_max_bytes=4096)
-    root = build(changes, writer)
     batch = store.backend.batch()
-    writer.write(batch)
+    writer = tree.PackWriter(store, pack_max_bytes=4096, batch=batch)
+    root = build(changes, writer)
+    writer.close()
     batch.wait()
     return root, writer
