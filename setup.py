@@ -5,7 +5,8 @@ import setuptools
 
 native = setuptools.Extension(
     'blobcr_agent._native',
-    sources=['native/blobcr_native.c'],
+    sources=['native/blobcr_native.c', 'native/mirror.c'],
+    extra_link_args=['-pthread'],
     extra_compile_args=['-O2', '-std=c11', '-Wall', '-Werror'],
 )
 

@@ -98,8 +98,15 @@ static struct PyModuleDef native_module = {
     native_methods
 };
 
+int blobcr_mirror_register(PyObject *module);   /* mirror.c */
+
 PyMODINIT_FUNC
 PyInit__native(void)
 {
-    return PyModule_Create(&native_module);
+    PyObject *module = PyModule_Create(&native_module);
+    if (module && blobcr_mirror_register(module) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }
