@@ -119,6 +119,9 @@ def collect(repo, grace=None, pending_timeout=None):
         t = header.tree(repo.nodes)
         for root in roots:
             t.walk(root, seen_nodes, live_digests.add)
+        for v in header.versions:
+            if v.profile and v.state != image_mod.OBSOLETE:
+                live_digests.add(bytes.fromhex(v.profile))
     cutoff -= grace
     live_packs = {tree.pack_name(ref) for ref in seen_nodes}
     report.live_chunks = len(live_digests)

@@ -35,6 +35,7 @@ class Version(object):
     stored_bytes: int = 0                   # bytes of objects it wrote
     error: str = ''
     clones: typing.List[dict] = dataclasses.field(default_factory=list)
+    profile: typing.Optional[str] = None    # chunk object: read order
 
     @property
     def root_ref(self):

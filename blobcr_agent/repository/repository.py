@@ -8,12 +8,15 @@ declared failed) and unreachable objects that garbage collection reclaims.
 CLONE writes one header whose first version shares the source's root.
 """
 
+import array
+import hashlib
 import logging
 import os
 import random
 import socket
 import time
 import uuid
+import zlib
 
 from blobcr_agent import _native
 from blobcr_agent import exception
@@ -212,6 +215,63 @@ class Repository(object):
         header, (number, base_version) = self.update_header(image_id, mutate)
         return Commit(self, header, number,
                       base_version.root_ref if base_version else None)
+
+    def resume_commit(self, ref, number):
+        """Adopt pending version ``number`` left by a writer that died,
+        to finish it; raises CommitAborted if it is no longer pending.
+        """
+        image_id = self.image(ref).id
+        now = time.time()
+
+        def adopt(header):
+            v = header.version(number)
+            if v.state != image_mod.PENDING:
+                raise exception.CommitAborted(
+                    'version %d of %s is %s, it cannot be resumed'
+                    % (number, image_id, v.state))
+            v.owner, v.heartbeat = self.owner, now
+            return header.version(v.parent) if v.parent else None
+
+        header, parent = self.update_header(image_id, adopt)
+        return Commit(self, header, number,
+                      parent.root_ref if parent else None)
+
+    def save_profile(self, ref, number, order):
+        """Store the order in which chunks of version ``number`` were
+        first read after an attach; restarts from it prefetch that way.
+        """
+        image_id = self.image(ref).id
+        blob = zlib.compress(array.array('I', order).tobytes())
+        name = hashlib.sha256(blob).hexdigest()
+        batch = self.backend.batch()
+        batch.put(base.CHUNK, name, blob)
+        batch.wait()
+
+        def mutate(header):
+            header.version(number).profile = name
+        self.update_header(image_id, mutate)
+        return name
+
+    def load_profile(self, header, number):
+        """The read order recorded for a version, or for the version it
+        was cloned from; [] if none.
+        """
+        v = header.version(number)
+        if not v.profile and number == 1 and header.origin:
+            try:
+                source = self.image(header.origin['image'])
+                return self.load_profile(source, header.origin['version'])
+            except exception.BlobCRError:
+                return []
+        if not v.profile:
+            return []
+        blob = self.backend.get(base.CHUNK, v.profile)
+        if hashlib.sha256(blob).hexdigest() != v.profile:
+            raise exception.CorruptObject(base.CHUNK, v.profile,
+                                          'profile does not match its hash')
+        order = array.array('I')
+        order.frombytes(zlib.decompress(blob))
+        return [i for i in order if i < header.nchunks]
 
     def commit(self, ref, chunk_items, parent=None):
         """COMMIT: a new version from ``parent`` plus ``{index: data}``."""
@@ -430,6 +490,7 @@ class Commit(object):
         self._stored = 0
 
     def put(self, index, data):
+        """Write chunk ``index``; return its digest (None: all zero)."""
         expected = self.header.chunk_len(index)
         if len(data) != expected:
             raise exception.InvalidInput(
@@ -445,6 +506,7 @@ class Commit(object):
         self._changes[index] = d
         if time.monotonic() - self._heartbeat > HEARTBEAT_SECONDS:
             self._beat()
+        return d
 
     def put_digest(self, index, chunk_digest):
         """Record chunk ``index`` as the object already stored under

@@ -1,0 +1,1 @@
+"""Helpers of blobcr-bench: workloads, baselines and their measurement."""

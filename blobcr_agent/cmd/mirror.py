@@ -1,0 +1,86 @@
+"""blobcr-mirror: serve attached images on a FUSE mount.
+
+    blobcr-mirror --mount /var/lib/blobcr/mnt --cache /var/lib/blobcr/cache \\
+        --control /run/blobcr/mirror.sock [--mode selective-cow]
+
+Images are attached, checkpointed and detached through the control socket
+(see blobcr_agent.mirror.service). On start it re-attaches every image
+whose mirror it finds in the cache directory, resuming persists a crash
+interrupted. SIGTERM or SIGINT unmounts and stops it cleanly.
+"""
+
+import argparse
+import logging
+import signal
+import subprocess
+import sys
+
+from oslo_config import cfg
+
+from blobcr_agent import conf as blobcr_conf
+from blobcr_agent import exception
+from blobcr_agent.mirror import image as image_mod
+from blobcr_agent.mirror import service as service_mod
+from blobcr_agent.repository import repository
+
+LOG = logging.getLogger('blobcr_agent.cmd.mirror')
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog='blobcr-mirror',
+                                     description=__doc__.split('\n')[0])
+    parser.add_argument('--mount', required=True)
+    parser.add_argument('--cache', required=True)
+    parser.add_argument('--control', required=True)
+    parser.add_argument('--mode', choices=image_mod.MODES,
+                        default='selective-cow')
+    parser.add_argument('--cow-chunks', type=int, default=64)
+    parser.add_argument('--in-order', action='store_true',
+                        help='persist chunks in index order instead of the '
+                             'adaptive order')
+    parser.add_argument('--config-file', action='append', default=[])
+    parser.add_argument('--backend', choices=['local', 'rados'])
+    parser.add_argument('--store')
+    parser.add_argument('--ceph-conf')
+    parser.add_argument('--debug', action='store_true')
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.INFO,
+        format='%(asctime)s %(process)d %(levelname)s %(name)s %(message)s')
+
+    conf = blobcr_conf.CONF
+    conf(['--config-file=%s' % f for f in args.config_file],
+         project='blobcr', default_config_files=[])
+    for opt, group, value in (('backend', 'repository', args.backend),
+                              ('path', 'local_store', args.store),
+                              ('conffile', 'rados', args.ceph_conf)):
+        if value:
+            conf.set_override(opt, value, group)
+    try:
+        repo = repository.Repository.from_conf(conf)
+    except (exception.BlobCRError, cfg.Error) as e:
+        print('blobcr-mirror: error: %s' % e, file=sys.stderr)
+        return 1
+    service = service_mod.MirrorService(
+        repo, args.mount, args.cache, mode=args.mode,
+        cow_chunks=args.cow_chunks, adaptive=not args.in_order)
+    service.recover()
+    server = service.serve_control(args.control)
+
+    def stop(signum, frame):
+        LOG.info('signal %d: unmounting', signum)
+        # Unmounting makes pyfuse3.main() return.
+        subprocess.run(['fusermount3', '-u', '-z', service.mountpoint],
+                       check=False)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        service.run(ready=lambda: LOG.info('serving %s', args.mount))
+    finally:
+        server.shutdown()
+        repo.close()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

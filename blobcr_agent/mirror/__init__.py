@@ -1,0 +1,1 @@
+"""The FUSE mirror: live incremental snapshots of attached images."""

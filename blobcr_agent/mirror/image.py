@@ -1,0 +1,358 @@
+"""An image attached to this host: the local mirror of one repository image.
+
+The hypervisor reads and writes the image through the FUSE file system;
+every request is one call into the native core (``_native.Mirror``),
+which keeps the chunk states. This module adds what needs the
+repository: lazy fetch of absent chunks from the version the image was
+attached from, CHECKPOINT (COMMIT) with its background persister, the
+restart profile and prefetcher, and recovery after a crash of the agent.
+
+Files in the image's cache directory::
+
+    data.raw, redirect.raw, precopy.raw, state.bin   the native core's
+    meta.json      image id, attached version, last committed version,
+                   the version being persisted
+    journal        "index digest" of every chunk the persister handed to
+                   the repository, for resuming after a crash
+"""
+
+import json
+import logging
+import os
+import threading
+import time
+
+from blobcr_agent import _native
+from blobcr_agent import exception
+from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import chunks
+from blobcr_agent.repository import image as image_mod
+
+LOG = logging.getLogger(__name__)
+
+MODES = ('selective-cow', 'live-cow', 'live-precopy', 'offline')
+BusyError = _native.BusyError
+
+
+class AttachedImage(object):
+
+    def __init__(self, repo, image, version, cache_dir, mode='selective-cow',
+                 cow_chunks=64, adaptive=True, prefetch=True):
+        if mode not in MODES:
+            raise exception.InvalidInput('unknown mirror mode %r (choose '
+                                         'from %s)' % (mode, ', '.join(MODES)))
+        self.repo = repo
+        header = repo.image(image)
+        self.id = header.id
+        self.cache_dir = cache_dir
+        os.makedirs(cache_dir, exist_ok=True)
+        self._meta_path = os.path.join(cache_dir, 'meta.json')
+        meta = self._load_meta()
+        if meta and meta['image'] != self.id:
+            raise exception.InvalidInput(
+                '%s holds the mirror of image %s, not %s'
+                % (cache_dir, meta['image'], self.id))
+        if meta and version is not None and version != meta['attached']:
+            raise exception.InvalidInput(
+                'image %s is already mirrored from version %d here; detach '
+                'it before attaching version %d'
+                % (self.id, meta['attached'], version))
+        if not meta:
+            attached = header.stable_version(version).number
+            meta = {'image': self.id, 'attached': attached,
+                    'last': attached, 'persisting': None, 'mode': mode}
+        self.meta = meta
+        self.header = header
+        self.size = header.size
+        self.chunk_size = header.chunk_size
+        self.mode = mode
+        self.core = _native.Mirror(cache_dir, header.size, header.chunk_size,
+                                   mode, cow_chunks, adaptive)
+        self._fetch_lock = threading.Lock()
+        self._fetching = {}
+        self._commit_lock = threading.Lock()
+        self._persister = None
+        self._closing = False
+        self.fetched_chunks = 0
+        self.fetched_bytes = 0
+        self.versions = {}          # version -> 'pending'|'stable'|'failed'
+        self.last_error = None
+        self._save_meta()
+        self._recover()
+        self._prefetcher = None
+        if prefetch:
+            self.start_prefetch()
+
+    # -- metadata --------------------------------------------------------
+
+    def _load_meta(self):
+        try:
+            with open(self._meta_path) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return None
+        except ValueError as e:
+            raise exception.CorruptObject('mirror', self._meta_path, str(e))
+
+    def _save_meta(self):
+        tmp = self._meta_path + '.tmp'
+        with open(tmp, 'w') as f:
+            json.dump(self.meta, f)
+        os.replace(tmp, self._meta_path)
+
+    @property
+    def attached_version(self):
+        return self.meta['attached']
+
+    # -- I/O -------------------------------------------------------------
+
+    def read(self, offset, length):
+        while True:
+            result = self.core.read(offset, length)
+            if not isinstance(result, list):
+                return result
+            self.fetch(result)
+
+    def write(self, offset, data, nonblock=False):
+        while True:
+            result = self.core.write(offset, data, nonblock)
+            if not isinstance(result, list):
+                return result
+            self.fetch(result)
+
+    def fetch(self, indices):
+        """Make chunks present, fetching each from the attached version
+        once even when several readers want it at the same time.
+        """
+        mine, theirs = [], []
+        with self._fetch_lock:
+            for index in indices:
+                if self.core.is_present(index):
+                    continue
+                event = self._fetching.get(index)
+                if event is None:
+                    self._fetching[index] = threading.Event()
+                    mine.append(index)
+                else:
+                    theirs.append(event)
+        try:
+            if mine:
+                self._fetch_from_repository(mine)
+        finally:
+            with self._fetch_lock:
+                for index in mine:
+                    self._fetching.pop(index).set()
+        for event in theirs:
+            event.wait()
+
+    def _fetch_from_repository(self, indices):
+        wanted = set(indices)
+        got = dict(self.repo.fetch(self.header, self.attached_version,
+                                   wanted))
+        for index in indices:
+            data = got.get(index)
+            if data is None:       # an all-zero chunk is not stored
+                data = bytes(self.header.chunk_len(index))
+            else:
+                self.fetched_bytes += len(data)
+            self.core.install(index, data)
+            self.fetched_chunks += 1
+
+    # -- CHECKPOINT ------------------------------------------------------
+
+    def checkpoint(self):
+        """COMMIT: snapshot the image now, persist it in the background.
+
+        Returns ``(version, chunks)`` as soon as the snapshot is taken.
+        If the previous snapshot is still being persisted, waits for it
+        first. In offline mode, returns once the version is stable.
+        """
+        with self._commit_lock:
+            self.wait_persisted()
+            pending = self.repo.begin_commit(self.id,
+                                             parent=self.meta['last'])
+            try:
+                count = self.core.commit(self.mode == 'offline')
+            except BaseException as e:
+                pending.abort('snapshot failed: %s' % e)
+                raise
+            self.meta['persisting'] = pending.version
+            self._save_meta()
+            self.versions[pending.version] = image_mod.PENDING
+            self._start_persister(pending, journal_mode='w')
+            if self.mode == 'offline':
+                self.wait_persisted()
+                self.core.release_hold()
+            return pending.version, count
+
+    def _start_persister(self, pending, journal_mode):
+        journal = open(os.path.join(self.cache_dir, 'journal'), journal_mode)
+        self._persister = threading.Thread(
+            target=self._persist, args=(pending, journal),
+            name='blobcr-persist-%s' % self.id[:8], daemon=True)
+        self._persister.start()
+
+    def _persist(self, pending, journal):
+        started = time.monotonic()
+        try:
+            with journal:
+                while True:
+                    item = self.core.take()
+                    if item is None:
+                        break
+                    index, data = item
+                    d = pending.put(index, data)
+                    # No fsync: the journal only has to survive the
+                    # agent, and the page cache does that.
+                    journal.write('%d %s\n' % (index, d.hex() if d else '-'))
+                    journal.flush()
+            version = pending.finish()
+        except Exception as e:
+            LOG.error('persisting version %d of %s failed: %s',
+                      pending.version, self.id, e)
+            pending.abort('persist failed: %s' % e)
+            self.core.snapshot_done(False)
+            self.versions[pending.version] = image_mod.FAILED
+            self.last_error = str(e)
+            self.meta['persisting'] = None
+            self._save_meta()
+            return
+        self.core.snapshot_done(True)
+        self.versions[version] = image_mod.STABLE
+        self.meta.update(last=version, persisting=None)
+        self._save_meta()
+        LOG.info('version %d of %s persisted in %.2f s', version, self.id,
+                 time.monotonic() - started)
+
+    def wait_persisted(self, timeout=None):
+        """Wait for the background persist; True if none is running."""
+        thread = self._persister
+        if thread is not None:
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
+
+    def version_state(self, number):
+        state = self.versions.get(number)
+        if state is not None:
+            return state
+        return self.repo.image(self.id).version(number).state
+
+    # -- recovery after a crash -------------------------------------------
+
+    def _recover(self):
+        number = self.meta.get('persisting')
+        if number is None:
+            return
+        state = self.core.recovery()
+        journal_path = os.path.join(self.cache_dir, 'journal')
+        try:
+            pending = self.repo.resume_commit(self.id, number)
+        except exception.CommitAborted as e:
+            LOG.warning('interrupted version %d of %s: %s', number, self.id,
+                        e)
+            self._give_up(number, None, str(e))
+            return
+        taken = self._read_journal(journal_path)
+        untaken = state['untaken']
+        if state['lost'] or len(taken) + untaken < state['snapshot'] or \
+                not self._journal_durable(taken):
+            self._give_up(number, pending,
+                          'snapshot content lost in the crash of the agent')
+            return
+        for index, d in taken.items():
+            pending.put_digest(index, d)
+        self.core.resume()
+        self.versions[number] = image_mod.PENDING
+        LOG.warning('resuming the persist of version %d of %s (%d chunks '
+                    'done, %d to go)', number, self.id, len(taken), untaken)
+        self._start_persister(pending, journal_mode='a')
+
+    def _give_up(self, number, pending, why):
+        if pending is not None:
+            pending.abort(why)
+        self.core.snapshot_done(False)
+        self.versions[number] = image_mod.FAILED
+        self.last_error = why
+        self.meta['persisting'] = None
+        self._save_meta()
+        LOG.warning('version %d of %s is failed: %s', number, self.id, why)
+
+    @staticmethod
+    def _read_journal(path):
+        taken = {}
+        try:
+            with open(path) as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) != 2 or not line.endswith('\n'):
+                        continue        # torn last line
+                    taken[int(parts[0])] = (None if parts[1] == '-'
+                                            else bytes.fromhex(parts[1]))
+        except FileNotFoundError:
+            pass
+        return taken
+
+    def _journal_durable(self, taken):
+        """Chunks handed to the repository before the crash exist."""
+        for d in taken.values():
+            if d is None:
+                continue
+            try:
+                self.repo.backend.stat(base.CHUNK, chunks.object_name(d))
+            except exception.ObjectNotFound:
+                return False
+        return True
+
+    # -- restart profile and prefetch -------------------------------------
+
+    def save_profile(self):
+        """Store the first-read order since attach with the version."""
+        order = self.core.read_order()
+        if order:
+            return self.repo.save_profile(self.id, self.attached_version,
+                                          order)
+        return None
+
+    def start_prefetch(self):
+        order = []
+        try:
+            order = self.repo.load_profile(self.header, self.attached_version)
+        except exception.BlobCRError as e:
+            LOG.warning('no prefetch for %s: %s', self.id, e)
+        if not order:
+            return
+        self._prefetcher = threading.Thread(
+            target=self._prefetch, args=(order,), daemon=True,
+            name='blobcr-prefetch-%s' % self.id[:8])
+        self._prefetcher.start()
+
+    def _prefetch(self, order, batch=8):
+        # Ahead of the guest, a few chunks at a time, in recorded order.
+        for k in range(0, len(order), batch):
+            if self._closing:
+                return
+            todo = [i for i in order[k:k + batch]
+                    if not self.core.is_present(i)]
+            if todo:
+                try:
+                    self.fetch(todo)
+                except exception.BlobCRError as e:
+                    LOG.warning('prefetch of %s stopped: %s', self.id, e)
+                    return
+
+    def stats(self):
+        s = self.core.stats()
+        s.update(fetched_chunks=self.fetched_chunks,
+                 fetched_bytes=self.fetched_bytes,
+                 attached_version=self.attached_version,
+                 last_version=self.meta['last'],
+                 persisting=self.meta['persisting'])
+        return s
+
+    def close(self):
+        self._closing = True
+        self.wait_persisted()
+        if self._prefetcher is not None:
+            self._prefetcher.join()
+        self.core.close()

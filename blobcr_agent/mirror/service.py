@@ -1,0 +1,213 @@
+"""The mirror service: attached images, the FUSE mount, the control socket.
+
+One process per host owns the mount and every attached image (the
+agent, later). Control requests arrive as JSON lines on a root-only UNIX
+socket; each gets one JSON line back: ``{"ok": true, "result": ...}`` or
+``{"ok": false, "error": "message"}``.
+
+Operations: attach, detach, checkpoint, state, wait_stable, stats,
+save_profile, list.
+"""
+
+import json
+import logging
+import os
+import shutil
+import socketserver
+import threading
+import time
+
+import pyfuse3
+import trio
+
+from blobcr_agent import exception
+from blobcr_agent.mirror import fs
+from blobcr_agent.mirror import image as image_mod
+
+LOG = logging.getLogger(__name__)
+
+
+class MirrorService(object):
+
+    def __init__(self, repo, mountpoint, cache_dir, mode='selective-cow',
+                 cow_chunks=64, adaptive=True):
+        self.repo = repo
+        self.mountpoint = os.path.abspath(mountpoint)
+        self.cache_dir = os.path.abspath(cache_dir)
+        self.mode = mode
+        self.cow_chunks = cow_chunks
+        self.adaptive = adaptive
+        self.attached = {}
+        self.started_ns = time.time_ns()
+        self._lock = threading.Lock()
+        os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
+
+    # -- operations ----------------------------------------------------
+
+    def path_of(self, image_id):
+        return os.path.join(self.mountpoint, 'images', image_id)
+
+    def recover(self):
+        """Re-attach every image mirrored here before a restart; this
+        resumes (or fails) the persists that were in flight.
+        """
+        for image_id in sorted(os.listdir(self.cache_dir)):
+            if os.path.exists(os.path.join(self.cache_dir, image_id,
+                                           'meta.json')):
+                try:
+                    self.attach(image_id)
+                except exception.BlobCRError as e:
+                    LOG.error('cannot re-attach %s: %s', image_id, e)
+
+    def attach(self, image, version=None, mode=None, cow_chunks=None,
+               adaptive=None):
+        header = self.repo.image(image)
+        with self._lock:
+            current = self.attached.get(header.id)
+            if current is not None:
+                if version is not None and \
+                        version != current.attached_version:
+                    raise exception.InvalidInput(
+                        'image %s is attached from version %d already'
+                        % (header.id, current.attached_version))
+                return self.path_of(header.id)
+            self.attached[header.id] = image_mod.AttachedImage(
+                self.repo, header.id, version,
+                os.path.join(self.cache_dir, header.id),
+                mode=mode or self.mode,
+                cow_chunks=cow_chunks or self.cow_chunks,
+                adaptive=self.adaptive if adaptive is None else adaptive)
+        LOG.info('attached %s at %s', header.id, self.path_of(header.id))
+        return self.path_of(header.id)
+
+    def _get(self, image):
+        image_id = self.repo.image(image).id
+        try:
+            return self.attached[image_id]
+        except KeyError:
+            raise exception.InvalidInput('image %s is not attached here'
+                                         % image_id)
+
+    def detach(self, image, discard=False):
+        """Detach; refuses to drop writes made since the last checkpoint
+        unless ``discard``.
+        """
+        attached = self._get(image)
+        attached.wait_persisted()
+        dirty = attached.stats()['dirty']
+        if dirty and not discard:
+            raise exception.InvalidInput(
+                'image %s has %d chunks written since its last checkpoint: '
+                'checkpoint it first, or detach with discard'
+                % (attached.id, dirty))
+        try:
+            attached.save_profile()
+        except exception.BlobCRError as e:
+            LOG.warning('read profile of %s not saved: %s', attached.id, e)
+        with self._lock:
+            del self.attached[attached.id]
+        attached.close()
+        shutil.rmtree(attached.cache_dir, ignore_errors=True)
+        return {'image': attached.id, 'discarded_chunks': dirty}
+
+    def checkpoint(self, image):
+        attached = self._get(image)
+        t0 = time.perf_counter()
+        version, count = attached.checkpoint()
+        downtime = (time.perf_counter() - t0) * 1000
+        return {'image': attached.id, 'version': version, 'chunks': count,
+                'downtime_ms': round(downtime, 3)}
+
+    def state(self, image, version):
+        return self._get(image).version_state(version)
+
+    def wait_stable(self, image, version, timeout=600):
+        attached = self._get(image)
+        deadline = time.monotonic() + timeout
+        while True:
+            state = attached.version_state(version)
+            if state != 'pending' or time.monotonic() > deadline:
+                return state
+            attached.wait_persisted(timeout=0.05)
+
+    def stats(self, image):
+        return self._get(image).stats()
+
+    def save_profile(self, image):
+        return self._get(image).save_profile()
+
+    def list(self):
+        return {i: a.stats() for i, a in self.attached.items()}
+
+    # -- control socket --------------------------------------------------
+
+    OPERATIONS = ('attach', 'detach', 'checkpoint', 'state', 'wait_stable',
+                  'stats', 'save_profile', 'list')
+
+    def handle(self, request):
+        """One control request (a dict) -> one reply (a dict)."""
+        try:
+            if not isinstance(request, dict):
+                raise exception.InvalidInput('a request is a JSON object')
+            op = request.get('op')
+            if op not in self.OPERATIONS:
+                raise exception.InvalidInput('unknown operation %r' % (op,))
+            args = {k: v for k, v in request.items() if k != 'op'}
+            return {'ok': True, 'result': getattr(self, op)(**args)}
+        except TypeError as e:
+            return {'ok': False, 'error': 'bad arguments: %s' % e}
+        except exception.BlobCRError as e:
+            return {'ok': False, 'error': str(e)}
+        except Exception as e:
+            LOG.exception('control request %r failed', request)
+            return {'ok': False, 'error': 'internal error: %s' % e}
+
+    def serve_control(self, path):
+        service = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self):
+                for line in self.rfile:
+                    try:
+                        request = json.loads(line)
+                    except ValueError:
+                        reply = {'ok': False, 'error': 'not JSON'}
+                    else:
+                        reply = service.handle(request)
+                    self.wfile.write(json.dumps(reply).encode() + b'\n')
+                    self.wfile.flush()
+
+        class Server(socketserver.ThreadingMixIn,
+                     socketserver.UnixStreamServer):
+            daemon_threads = True
+
+        if os.path.exists(path):
+            os.unlink(path)
+        old = os.umask(0o077)       # root-only socket
+        try:
+            server = Server(path, Handler)
+        finally:
+            os.umask(old)
+        thread = threading.Thread(target=server.serve_forever, daemon=True,
+                                  name='blobcr-control')
+        thread.start()
+        return server
+
+    # -- the mount -------------------------------------------------------
+
+    def run(self, ready=None):
+        """Mount and serve FUSE requests until the mount goes away or
+        the process is told to stop.
+        """
+        os.makedirs(self.mountpoint, exist_ok=True)
+        options = set(pyfuse3.default_options)
+        options.update(['fsname=blobcr', 'allow_other'])
+        pyfuse3.init(fs.MirrorFS(self), self.mountpoint, options)
+        if ready:
+            ready()
+        try:
+            trio.run(pyfuse3.main)
+        finally:
+            pyfuse3.close(unmount=True)
+            for attached in list(self.attached.values()):
+                attached.close()
