@@ -973,6 +973,45 @@ Mirror_resume(Mirror *m, PyObject *noargs)
 }
 
 static PyObject *
+Mirror_requeue(Mirror *m, PyObject *args)
+{
+    /* After a restart: schedule again the snapshot chunks whose taken
+     * copy may not have reached the repository. One not written since
+     * the COMMIT still holds its snapshot content in the mirror file;
+     * one written since has lost it. Returns the lost ones. */
+    PyObject *seq, *lost;
+    if (!PyArg_ParseTuple(args, "O:requeue", &seq))
+        return NULL;
+    seq = PySequence_Fast(seq, "requeue() takes a sequence of indices");
+    if (!seq)
+        return NULL;
+    lost = PyList_New(0);
+    for (Py_ssize_t k = 0; lost && k < PySequence_Fast_GET_SIZE(seq); k++) {
+        long long c = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, k));
+        if (c == -1 && PyErr_Occurred()) {
+            Py_CLEAR(lost);
+            break;
+        }
+        if (c < 0 || c >= m->nchunks)
+            continue;
+        pthread_mutex_lock(&m->lock);
+        uint8_t s = m->state[c];
+        int ok = (s & ST_SNAP) && ((s & ST_SCHED) || !(s & ST_DIRTY));
+        if (ok)
+            m->state[c] |= ST_SCHED;
+        pthread_mutex_unlock(&m->lock);
+        if (!ok) {
+            PyObject *v = PyLong_FromLongLong(c);
+            if (!v || PyList_Append(lost, v) < 0)
+                Py_CLEAR(lost);
+            Py_XDECREF(v);
+        }
+    }
+    Py_DECREF(seq);
+    return lost;
+}
+
+static PyObject *
 Mirror_snapshot_chunks(Mirror *m, PyObject *noargs)
 {
     PyObject *list = PyList_New(0);
@@ -1085,6 +1124,8 @@ static PyMethodDef Mirror_methods[] = {
      "State of a snapshot interrupted by a crash."},
     {"resume", (PyCFunction)Mirror_resume, METH_NOARGS,
      "Re-queue the untaken chunks of an interrupted snapshot."},
+    {"requeue", (PyCFunction)Mirror_requeue, METH_VARARGS,
+     "Schedule snapshot chunks again; return those whose content is lost."},
     {"snapshot_chunks", (PyCFunction)Mirror_snapshot_chunks, METH_NOARGS,
      "Indices of the chunks of the current snapshot."},
     {"read_order", (PyCFunction)Mirror_read_order, METH_NOARGS,

@@ -253,19 +253,29 @@ class AttachedImage(object):
                         e)
             self._give_up(number, None, str(e))
             return
-        taken = self._read_journal(journal_path)
-        untaken = state['untaken']
-        if state['lost'] or len(taken) + untaken < state['snapshot'] or \
-                not self._journal_durable(taken):
-            self._give_up(number, pending,
-                          'snapshot content lost in the crash of the agent')
+        if state['lost']:
+            self._give_up(number, pending, '%d snapshot chunks were only in '
+                          'the copy-on-write buffer' % state['lost'])
             return
-        for index, d in taken.items():
-            pending.put_digest(index, d)
-        self.core.resume()
+        # Chunks the journal shows in the repository are done; every other
+        # chunk of the snapshot is persisted again from the mirror file,
+        # which still holds it unless it was written since the COMMIT.
+        done = {i: d for i, d in self._read_journal(journal_path).items()
+                if self._durable(d)}
+        snapshot = self.core.snapshot_chunks()
+        lost = self.core.requeue([i for i in snapshot if i not in done])
+        if lost:
+            self._give_up(number, pending, '%d snapshot chunks were '
+                          'overwritten before they were persisted'
+                          % len(lost))
+            return
+        for index in snapshot:
+            if index in done:
+                pending.put_digest(index, done[index])
+        count = self.core.resume()
         self.versions[number] = image_mod.PENDING
         LOG.warning('resuming the persist of version %d of %s (%d chunks '
-                    'done, %d to go)', number, self.id, len(taken), untaken)
+                    'done, %d to go)', number, self.id, len(done), count)
         self._start_persister(pending, journal_mode='a')
 
     def _give_up(self, number, pending, why):
@@ -293,16 +303,18 @@ class AttachedImage(object):
             pass
         return taken
 
-    def _journal_durable(self, taken):
-        """Chunks handed to the repository before the crash exist."""
-        for d in taken.values():
-            if d is None:
-                continue
-            try:
-                self.repo.backend.stat(base.CHUNK, chunks.object_name(d))
-            except exception.ObjectNotFound:
-                return False
-        return True
+    def _durable(self, chunk_digest):
+        """True if a chunk handed to the repository before a crash is
+        there (content addressing: existing means complete and right).
+        """
+        if chunk_digest is None:
+            return True
+        try:
+            self.repo.backend.stat(base.CHUNK,
+                                   chunks.object_name(chunk_digest))
+            return True
+        except exception.ObjectNotFound:
+            return False
 
     # -- restart profile and prefetch -------------------------------------
 
