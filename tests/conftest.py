@@ -7,15 +7,12 @@ stopped at the end. Set BLOBCR_CEPH_DIR to reuse a running one.
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import time
 import uuid
 
 import pytest
 
-from blobcr_agent.mirror import client
+from blobcr_agent.bench import harness
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
 
@@ -71,71 +68,6 @@ def repo(backend_factory):
                                  fanout=4, gc_grace=0)
 
 
-class MirrorProcess(object):
-    """A real blobcr-mirror process with its FUSE mount, for tests."""
-
-    def __init__(self, workdir, store_args, extra=()):
-        self.workdir = str(workdir)
-        self.mount = os.path.join(self.workdir, 'mnt')
-        self.cache = os.path.join(self.workdir, 'cache')
-        self.control = os.path.join(self.workdir, 'control.sock')
-        self.log = open(os.path.join(self.workdir, 'mirror.log'), 'ab')
-        self.args = [sys.executable, '-m', 'blobcr_agent.cmd.mirror',
-                     '--mount', self.mount, '--cache', self.cache,
-                     '--control', self.control] + list(store_args) + \
-            list(extra)
-        self.proc = None
-
-    def start(self):
-        if os.path.exists(self.control):
-            os.unlink(self.control)
-        self.proc = subprocess.Popen(self.args, stdout=self.log,
-                                     stderr=self.log)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError('blobcr-mirror exited: see %s'
-                                   % self.log.name)
-            if os.path.exists(self.control) and os.path.ismount(self.mount):
-                self.client = client.MirrorClient(self.control)
-                return self
-            time.sleep(0.05)
-        raise RuntimeError('blobcr-mirror did not come up')
-
-    def kill(self):
-        """SIGKILL, then clear the dead mount as an operator would."""
-        self.client.close()
-        self.proc.kill()
-        self.proc.wait()
-        subprocess.run(['fusermount3', '-u', '-z', self.mount],
-                       check=False, capture_output=True)
-
-    def stop(self):
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.client.close()
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        subprocess.run(['fusermount3', '-u', '-z', self.mount],
-                       check=False, capture_output=True)
-
-
-def store_args(backend):
-    """blobcr-mirror arguments that open the same store as ``backend``."""
-    if backend.name == 'local':
-        return ['--backend', 'local', '--store', backend.root]
-    conf = os.path.join(os.path.dirname(backend.conffile),
-                        'blobcr-%s.conf' % backend.namespace)
-    with open(conf, 'w') as f:
-        f.write('[rados]\nconffile = %s\nnamespace = %s\n'
-                % (backend.conffile, backend.namespace))
-    return ['--backend', 'rados', '--config-file', conf]
-
-
 @pytest.fixture
 def mirror_factory(tmp_path):
     made = []
@@ -143,7 +75,8 @@ def mirror_factory(tmp_path):
     def factory(backend, *extra):
         workdir = tmp_path / ('mirror-%d' % len(made))
         workdir.mkdir()
-        m = MirrorProcess(workdir, store_args(backend), extra)
+        m = harness.MirrorProcess(str(workdir), harness.store_args(backend),
+                                  extra)
         made.append(m)
         return m.start()
     yield factory

@@ -1,190 +1,124 @@
 """blobcr-bench: benchmarks that print ratios against a same-run baseline.
 
-``blobcr-bench repo --json`` measures the repository:
+Each sub-command prints one JSON object (indented unless ``--json``):
 
-* ``commit_ms_4096_of_1tib``: metadata time of a COMMIT of 4096 dirty
-  chunks at random places in a fully populated 1 TiB image (4 Mi chunks
-  of 256 KiB): tree path copying, node packs made durable, and the
-  atomic header update. Median of ``--runs``. Chunk objects are not
-  written (that is the persist figure); the node cache holds the parent
-  tree, as in an agent that has the image attached. The ``_cold`` figure
-  starts with an empty cache, so every touched node is read back.
-* ``tree_overhead``: tree bytes written by that COMMIT per byte of chunk
-  data it describes.
-* with ``--backend rados``: ``persist_mb_s``, chunks written through the
-  repository (hash, compression decision, asynchronous EC writes), and
-  ``rados_bench_mb_s``, ``rados bench`` with the same object size and
-  concurrency on the same pool, alternated in the same run; ``ratio`` is
-  of their medians. Both are MiB/s, as rados bench prints them.
+* ``repo``: COMMIT metadata time and tree overhead on a 1 TiB image; with
+  ``--backend rados`` also persist throughput against ``rados bench``.
+* ``checkpoint``: the journal's synthetic benchmark in the four mirror
+  modes (downtime, slowdown, completion, copy-on-write bytes);
+  ``--plot FILE.png`` draws it.
+* ``restart``: lazy, lazy+prefetch and full pre-copy restart of a
+  checkpointed version, replaying a recorded read trace.
+* ``mirror``: fio through the mirror against a plain C libfuse3
+  passthrough on the same backing file.
+
+The Ceph backend needs a cluster: ``tools/ceph-cluster.sh start DIR``
+starts a micro one; pass ``--ceph-conf DIR/ceph.conf``.
 """
 
 import argparse
 import json
 import os
-import random
-import re
-import statistics
-import subprocess
+import shutil
 import sys
 import tempfile
 import time
 
-from blobcr_agent.repository.backends import local
-from blobcr_agent.repository import repository
+from blobcr_agent.bench import harness
 
 TIB = 1 << 40
-CHUNK = 256 * 1024
 
 
-def _log(args, text):
-    if not args.quiet:
-        print(text, file=sys.stderr, flush=True)
+def _size(text):
+    units = {'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}
+    text = text.upper().rstrip('IB')
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
 
 
-def _random_digests(rng, n):
-    blob = rng.randbytes(32 * n)
-    return [blob[i * 32:(i + 1) * 32] for i in range(n)]
-
-
-def bench_commit(repo, args):
-    rng = random.Random(args.seed)
-    header = repo.create_image('bench-1tib', TIB, chunk_size=CHUNK,
-                               fanout=args.fanout)
-    nchunks = header.nchunks
-    _log(args, 'building a full 1 TiB tree (%d chunks)...' % nchunks)
-    base = repo.begin_commit(header.id)
-    for index, d in enumerate(_random_digests(rng, nchunks)):
-        base.put_digest(index, d)
-    base.finish()
-
-    def one_commit():
-        pending = repo.begin_commit(header.id)
-        indices = rng.sample(range(nchunks), args.dirty)
-        for index, d in zip(indices, _random_digests(rng, args.dirty)):
-            pending.put_digest(index, d)
-        t0 = time.perf_counter()
-        pending.finish()
-        elapsed = time.perf_counter() - t0
-        v = repo.image(header.id).version(pending.version)
-        return elapsed * 1000, v.stored_bytes
-
-    # Warm: the cache holds the whole parent tree (it was just written).
-    repo.nodes._cache_bytes = 1 << 40
-    warm = [one_commit() for _ in range(args.runs)]
-    cold = []
-    for _ in range(args.runs):
-        repo.nodes.clear()
-        cold.append(one_commit())
-    data_bytes = args.dirty * CHUNK
-    return {
-        'commit_ms_4096_of_1tib': round(statistics.median(
-            ms for ms, _ in warm), 2),
-        'commit_ms_4096_of_1tib_cold': round(statistics.median(
-            ms for ms, _ in cold), 2),
-        'commit_ms_runs': [round(ms, 2) for ms, _ in warm],
-        'tree_overhead': round(statistics.median(
-            b for _, b in warm) / data_bytes, 5),
-        'dirty_chunks': args.dirty,
-        'fanout': args.fanout,
-    }
-
-
-def _rados_bench(args, seconds):
-    cmd = ['rados', '-c', args.ceph_conf, '-p', args.data_pool, 'bench',
-           str(seconds), 'write', '-b', str(CHUNK), '-t',
-           str(args.in_flight), '--no-cleanup', '--run-name',
-           'blobcr-bench-%d' % os.getpid()]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True,
-                         timeout=seconds + 120).stdout
-    subprocess.run(['rados', '-c', args.ceph_conf, '-p', args.data_pool,
-                    'cleanup', '--run-name', 'blobcr-bench-%d' % os.getpid()],
-                   check=True, capture_output=True, timeout=300)
-    match = re.search(r'Bandwidth \(MB/sec\):\s+([\d.]+)', out)
-    if not match:
-        raise RuntimeError('cannot read rados bench output:\n' + out)
-    return float(match.group(1))
-
-
-def _persist(repo, args, payload):
-    header = repo.create_image('bench-persist', len(payload) * CHUNK,
-                               chunk_size=CHUNK)
-    t0 = time.perf_counter()
-    repo.commit(header.id, dict(enumerate(payload)))
-    elapsed = time.perf_counter() - t0
-    repo.delete_image(header.id)
-    return len(payload) * CHUNK / elapsed / (1 << 20)
-
-
-def bench_persist(repo, args):
-    from blobcr_agent.repository import gc
-    nchunks = args.persist_mib * (1 << 20) // CHUNK
-    persist, baseline = [], []
-    for run in range(args.runs):
-        # Fresh random chunks each run: nothing deduplicates, nothing
-        # compresses, exactly like rados bench's payload.
-        payload = [os.urandom(CHUNK) for _ in range(nchunks)]
-        persist.append(_persist(repo, args, payload))
-        seconds = max(3, int(nchunks * CHUNK / (1 << 20) / persist[-1] + 1))
-        baseline.append(_rados_bench(args, seconds))
-        _log(args, 'run %d: persist %.1f MiB/s, rados bench %.1f MiB/s'
-             % (run + 1, persist[-1], baseline[-1]))
-        gc.collect(repo, grace=0)
-    p, b = statistics.median(persist), statistics.median(baseline)
-    return {'persist_mb_s': round(p, 1), 'rados_bench_mb_s': round(b, 1),
-            'ratio': round(p / b, 3),
-            'persist_runs': [round(x, 1) for x in persist],
-            'rados_bench_runs': [round(x, 1) for x in baseline],
-            'object_size': CHUNK, 'in_flight': args.in_flight}
-
-
-def cmd_repo(args):
-    result = {'backend': args.backend}
-    scratch = None
+def open_repository(args, scratch, **kw):
+    """A repository on a fresh scratch store (local) or namespace."""
+    from blobcr_agent.repository.backends import local
+    from blobcr_agent.repository import repository
     if args.backend == 'local':
-        scratch = tempfile.mkdtemp(prefix='blobcr-bench-', dir=args.store)
-        backend = local.LocalBackend(scratch, max_in_flight=args.in_flight)
+        backend = local.LocalBackend(os.path.join(scratch, 'store'),
+                                     max_in_flight=args.in_flight)
     else:
         from blobcr_agent.repository.backends import rados
         backend = rados.RadosBackend(
             args.ceph_conf, args.data_pool, args.meta_pool,
             namespace='bench-%d-%d' % (os.getpid(), int(time.time())),
             max_in_flight=args.in_flight)
-    repo = repository.Repository(backend, chunk_size=CHUNK,
-                                 fanout=args.fanout, node_cache_bytes=1 << 40,
-                                 gc_grace=0)
-    try:
-        result.update(bench_commit(repo, args))
-        if args.backend == 'rados':
-            result.update(bench_persist(repo, args))
-    finally:
-        repo.close()
-        if scratch:
-            subprocess.run(['rm', '-rf', scratch], check=False)
-    return result
+    return repository.Repository(backend, gc_grace=0, **kw)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog='blobcr-bench',
                                      description=__doc__.split('\n')[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument('--backend', choices=['local', 'rados'],
+                        default='local')
+    common.add_argument('--workdir', default=None,
+                        help='scratch directory (default: under /var/tmp)')
+    common.add_argument('--ceph-conf', default='/etc/ceph/ceph.conf')
+    common.add_argument('--data-pool', default='blobcr-data')
+    common.add_argument('--meta-pool', default='blobcr-meta')
+    common.add_argument('--in-flight', type=int, default=32)
+    common.add_argument('--json', action='store_true',
+                        help='print the result on one line')
+    common.add_argument('--quiet', action='store_true')
     sub = parser.add_subparsers(dest='bench', required=True)
-    p = sub.add_parser('repo', help='repository metadata and persist')
-    p.add_argument('--backend', choices=['local', 'rados'], default='local')
-    p.add_argument('--store', default=None,
-                   help='directory for the local scratch store')
-    p.add_argument('--ceph-conf', default='/etc/ceph/ceph.conf')
-    p.add_argument('--data-pool', default='blobcr-data')
-    p.add_argument('--meta-pool', default='blobcr-meta')
+
+    p = sub.add_parser('repo', parents=[common],
+                       help='repository metadata and persist')
     p.add_argument('--runs', type=int, default=5)
     p.add_argument('--dirty', type=int, default=4096)
     p.add_argument('--fanout', type=int, default=64)
-    p.add_argument('--in-flight', type=int, default=32)
     p.add_argument('--persist-mib', type=int, default=256)
     p.add_argument('--seed', type=int, default=42)
-    p.add_argument('--json', action='store_true', help='print one JSON '
-                   'object (the default prints it indented)')
-    p.add_argument('--quiet', action='store_true')
+
+    p = sub.add_parser('checkpoint', parents=[common],
+                       help='synthetic checkpoint benchmark, four modes')
+    p.add_argument('--size', type=_size, default=1 << 30,
+                   help='bytes rewritten per iteration (default 1G)')
+    p.add_argument('--iterations', type=int, default=3)
+    p.add_argument('--cow-chunks', type=int, default=64)
+    p.add_argument('--plot', help='write a PNG of the results here')
+
     args = parser.parse_args(argv)
-    result = cmd_repo(args)
+    args.workdir = args.workdir or '/var/tmp'
+
+    def log(text):
+        if not args.quiet:
+            print(text, file=sys.stderr, flush=True)
+
+    scratch = tempfile.mkdtemp(prefix='blobcr-bench-', dir=args.workdir)
+    try:
+        if args.bench == 'repo':
+            from blobcr_agent.bench import repo as bench
+            repo = open_repository(args, scratch, chunk_size=bench.CHUNK,
+                                   fanout=args.fanout,
+                                   node_cache_bytes=TIB)
+            try:
+                result = {'backend': args.backend}
+                result.update(bench.bench_commit(repo, args, log))
+                if args.backend == 'rados':
+                    result.update(bench.bench_persist(repo, args, log))
+            finally:
+                repo.close()
+        elif args.bench == 'checkpoint':
+            from blobcr_agent.bench import checkpoint as bench
+            args.workdir = scratch
+            repo = open_repository(args, scratch, chunk_size=bench.CHUNK)
+            try:
+                result = {'backend': args.backend}
+                result.update(bench.run(repo, harness.store_args(
+                    repo.backend), args, log))
+            finally:
+                repo.close()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     print(json.dumps(result, sort_keys=True) if args.json
           else json.dumps(result, indent=2, sort_keys=True))
     return 0

@@ -76,6 +76,7 @@ class AttachedImage(object):
         self.fetched_chunks = 0
         self.fetched_bytes = 0
         self.versions = {}          # version -> 'pending'|'stable'|'failed'
+        self.timing = {}            # version -> {committed, done} (time)
         self.last_error = None
         self._save_meta()
         self._recover()
@@ -179,6 +180,7 @@ class AttachedImage(object):
             self.meta['persisting'] = pending.version
             self._save_meta()
             self.versions[pending.version] = image_mod.PENDING
+            self.timing[pending.version] = {'committed': time.time()}
             self._start_persister(pending, journal_mode='w')
             if self.mode == 'offline':
                 self.wait_persisted()
@@ -218,6 +220,7 @@ class AttachedImage(object):
             self._save_meta()
             return
         self.core.snapshot_done(True)
+        self.timing.setdefault(version, {})['done'] = time.time()
         self.versions[version] = image_mod.STABLE
         self.meta.update(last=version, persisting=None)
         self._save_meta()

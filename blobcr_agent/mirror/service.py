@@ -6,7 +6,7 @@ socket; each gets one JSON line back: ``{"ok": true, "result": ...}`` or
 ``{"ok": false, "error": "message"}``.
 
 Operations: attach, detach, checkpoint, state, wait_stable, stats,
-save_profile, list.
+timing, save_profile, list.
 """
 
 import json
@@ -60,7 +60,7 @@ class MirrorService(object):
                     LOG.error('cannot re-attach %s: %s', image_id, e)
 
     def attach(self, image, version=None, mode=None, cow_chunks=None,
-               adaptive=None):
+               adaptive=None, prefetch=True):
         header = self.repo.image(image)
         with self._lock:
             current = self.attached.get(header.id)
@@ -76,7 +76,8 @@ class MirrorService(object):
                 os.path.join(self.cache_dir, header.id),
                 mode=mode or self.mode,
                 cow_chunks=cow_chunks or self.cow_chunks,
-                adaptive=self.adaptive if adaptive is None else adaptive)
+                adaptive=self.adaptive if adaptive is None else adaptive,
+                prefetch=prefetch)
         LOG.info('attached %s at %s', header.id, self.path_of(header.id))
         return self.path_of(header.id)
 
@@ -133,6 +134,10 @@ class MirrorService(object):
     def stats(self, image):
         return self._get(image).stats()
 
+    def timing(self, image, version):
+        """When a version was committed and persisted (UNIX times)."""
+        return self._get(image).timing.get(version, {})
+
     def save_profile(self, image):
         return self._get(image).save_profile()
 
@@ -142,7 +147,7 @@ class MirrorService(object):
     # -- control socket --------------------------------------------------
 
     OPERATIONS = ('attach', 'detach', 'checkpoint', 'state', 'wait_stable',
-                  'stats', 'save_profile', 'list')
+                  'stats', 'timing', 'save_profile', 'list')
 
     def handle(self, request):
         """One control request (a dict) -> one reply (a dict)."""

@@ -1,0 +1,126 @@
+"""``blobcr-bench repo``: repository metadata and persist throughput.
+
+Measured:
+
+* ``commit_ms_4096_of_1tib``: metadata time of a COMMIT of 4096 dirty
+  chunks at random places in a fully populated 1 TiB image (4 Mi chunks
+  of 256 KiB): tree path copying, node packs made durable, and the
+  atomic header update. Median of ``--runs``. Chunk objects are not
+  written (that is the persist figure); the node cache holds the parent
+  tree, as in an agent that has the image attached. The ``_cold`` figure
+  starts with an empty cache, so every touched node is read back.
+* ``tree_overhead``: tree bytes written by that COMMIT per byte of chunk
+  data it describes.
+* with ``--backend rados``: ``persist_mb_s``, chunks written through the
+  repository (hash, compression decision, asynchronous EC writes), and
+  ``rados_bench_mb_s``, ``rados bench`` with the same object size and
+  concurrency on the same pool, alternated in the same run; ``ratio`` is
+  of their medians. Both are MiB/s, as rados bench prints them.
+"""
+
+import os
+import random
+import re
+import statistics
+import subprocess
+import time
+
+from blobcr_agent.repository import gc
+
+TIB = 1 << 40
+CHUNK = 256 * 1024
+
+
+def _random_digests(rng, n):
+    blob = rng.randbytes(32 * n)
+    return [blob[i * 32:(i + 1) * 32] for i in range(n)]
+
+
+def bench_commit(repo, args, log):
+    rng = random.Random(args.seed)
+    header = repo.create_image('bench-1tib', TIB, chunk_size=CHUNK,
+                               fanout=args.fanout)
+    nchunks = header.nchunks
+    log('building a full 1 TiB tree (%d chunks)...' % nchunks)
+    base = repo.begin_commit(header.id)
+    for index, d in enumerate(_random_digests(rng, nchunks)):
+        base.put_digest(index, d)
+    base.finish()
+
+    def one_commit():
+        pending = repo.begin_commit(header.id)
+        indices = rng.sample(range(nchunks), args.dirty)
+        for index, d in zip(indices, _random_digests(rng, args.dirty)):
+            pending.put_digest(index, d)
+        t0 = time.perf_counter()
+        pending.finish()
+        elapsed = time.perf_counter() - t0
+        v = repo.image(header.id).version(pending.version)
+        return elapsed * 1000, v.stored_bytes
+
+    # Warm: the cache holds the whole parent tree (it was just written).
+    repo.nodes._cache_bytes = 1 << 40
+    warm = [one_commit() for _ in range(args.runs)]
+    cold = []
+    for _ in range(args.runs):
+        repo.nodes.clear()
+        cold.append(one_commit())
+    data_bytes = args.dirty * CHUNK
+    return {
+        'commit_ms_4096_of_1tib': round(statistics.median(
+            ms for ms, _ in warm), 2),
+        'commit_ms_4096_of_1tib_cold': round(statistics.median(
+            ms for ms, _ in cold), 2),
+        'commit_ms_runs': [round(ms, 2) for ms, _ in warm],
+        'tree_overhead': round(statistics.median(
+            b for _, b in warm) / data_bytes, 5),
+        'dirty_chunks': args.dirty,
+        'fanout': args.fanout,
+    }
+
+
+def _rados_bench(args, seconds):
+    cmd = ['rados', '-c', args.ceph_conf, '-p', args.data_pool, 'bench',
+           str(seconds), 'write', '-b', str(CHUNK), '-t',
+           str(args.in_flight), '--no-cleanup', '--run-name',
+           'blobcr-bench-%d' % os.getpid()]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True,
+                         timeout=seconds + 120).stdout
+    subprocess.run(['rados', '-c', args.ceph_conf, '-p', args.data_pool,
+                    'cleanup', '--run-name', 'blobcr-bench-%d' % os.getpid()],
+                   check=True, capture_output=True, timeout=300)
+    match = re.search(r'Bandwidth \(MB/sec\):\s+([\d.]+)', out)
+    if not match:
+        raise RuntimeError('cannot read rados bench output:\n' + out)
+    return float(match.group(1))
+
+
+def _persist(repo, args, payload):
+    header = repo.create_image('bench-persist', len(payload) * CHUNK,
+                               chunk_size=CHUNK)
+    t0 = time.perf_counter()
+    repo.commit(header.id, dict(enumerate(payload)))
+    elapsed = time.perf_counter() - t0
+    repo.delete_image(header.id)
+    return len(payload) * CHUNK / elapsed / (1 << 20)
+
+
+def bench_persist(repo, args, log):
+    nchunks = args.persist_mib * (1 << 20) // CHUNK
+    persist, baseline = [], []
+    for run in range(args.runs):
+        # Fresh random chunks each run: nothing deduplicates, nothing
+        # compresses, exactly like rados bench's payload.
+        payload = [os.urandom(CHUNK) for _ in range(nchunks)]
+        persist.append(_persist(repo, args, payload))
+        seconds = max(3, int(nchunks * CHUNK / (1 << 20) / persist[-1] + 1))
+        baseline.append(_rados_bench(args, seconds))
+        log('run %d: persist %.1f MiB/s, rados bench %.1f MiB/s'
+            % (run + 1, persist[-1], baseline[-1]))
+        gc.collect(repo, grace=0)
+    p, b = statistics.median(persist), statistics.median(baseline)
+    return {'persist_mb_s': round(p, 1), 'rados_bench_mb_s': round(b, 1),
+            'ratio': round(p / b, 3),
+            'persist_runs': [round(x, 1) for x in persist],
+            'rados_bench_runs': [round(x, 1) for x in baseline],
+            'object_size': CHUNK, 'in_flight': args.in_flight}
