@@ -7,7 +7,8 @@
 # Environment:
 #   BLOBCR_CEPH_MON_PORT    mon port for a new cluster (default: 40789, or the
 #                           next free port above it)
-#   BLOBCR_CEPH_OSD_SIZE    size of each sparse OSD block file (default 4 GiB)
+#   BLOBCR_CEPH_OSD_SIZE    size of each sparse OSD block file (default 12 GiB;
+#                           sparse: only what is written takes disk space)
 #   BLOBCR_CEPH_TIMEOUT     bound in seconds for waits (default 120)
 set -euo pipefail
 
@@ -327,7 +328,7 @@ create_cluster() {
     local fsid port i uuid id
     fsid=$(python3 -c 'import uuid; print(uuid.uuid4())')
     port=$(pick_port)
-    OSD_SIZE=${BLOBCR_CEPH_OSD_SIZE:-4294967296}
+    OSD_SIZE=${BLOBCR_CEPH_OSD_SIZE:-12884901888}
     mkdir -p "$DIR/mon/a" "$DIR/mgr/x" "$DIR/osd" "$DIR/crash"
     write_conf "$fsid" "$port"
     log "creating cluster $fsid, mon on 127.0.0.1:$port"

@@ -22,6 +22,7 @@ import tempfile
 import time
 
 from blobcr_agent.bench import harness
+from blobcr_agent.repository import gc
 
 MODES = ('selective-cow', 'live-cow', 'live-precopy', 'offline')
 CHUNK = 256 * 1024
@@ -111,6 +112,8 @@ def _one_mode(repo, backend_args, workdir, mode, args, log):
         return result
     finally:
         mirror.stop()
+        repo.delete_image(header.id)
+        gc.collect(repo, grace=0)
 
 
 def run(repo, backend_args, args, log):

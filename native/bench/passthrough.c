@@ -30,6 +30,10 @@
  *    page boundary, so the client sees a short write, as on a full disk.)
  *  - The process always stays in the foreground, so that whoever starts
  *    it can stop it by its PID. SIGTERM/SIGINT unmount cleanly.
+ *  - Threads: libfuse's multi-threaded loop, up to 10 workers (-s for a
+ *    single thread, -o clone_fd and -o max_idle_threads=N are honoured;
+ *    -o max_threads is parsed by libfuse but has no effect at this API
+ *    version).
  *  - Connection tunables such as -o max_background=N are accepted (see
  *    fuse_parse_conn_info_opts); by default libfuse's values are kept.
  *
@@ -385,7 +389,7 @@ main(int argc, char *argv[])
 {
     struct fuse_args args;
     struct fuse_cmdline_opts opts;
-    struct fuse_loop_config *loop_cfg = NULL;
+    struct fuse_loop_config loop_cfg;
     struct fuse_session *se = NULL;
     struct stat st;
     char *copy;
@@ -452,22 +456,21 @@ main(int argc, char *argv[])
     if (opts.singlethread) {
         ret = fuse_session_loop(se);
     } else {
-        loop_cfg = fuse_loop_cfg_create();
-        if (loop_cfg == NULL)
-            goto out_unmount;
-        fuse_loop_cfg_set_clone_fd(loop_cfg, opts.clone_fd);
-        /* UINT_MAX means "not given": keep libfuse's default then. */
-        if (opts.max_idle_threads != UINT_MAX)
-            fuse_loop_cfg_set_idle_threads(loop_cfg, opts.max_idle_threads);
-        if (opts.max_threads != UINT_MAX)
-            fuse_loop_cfg_set_max_threads(loop_cfg, opts.max_threads);
-        ret = fuse_session_loop_mt(se, loop_cfg);
-        fuse_loop_cfg_destroy(loop_cfg);
+        /* FUSE_USE_VERSION 35 maps fuse_session_loop_mt() to the 3.2 ABI,
+         * which takes this public (v1) struct. Handing it the opaque
+         * config of fuse_loop_cfg_create() instead is silently misread
+         * (clone_fd on, a new thread for every request). The v1 struct
+         * has no max_threads: libfuse's default of 10 applies. An unset
+         * max_idle_threads becomes 10, the documented v1 default, which
+         * with at most 10 threads never destroys an idle one. */
+        loop_cfg.clone_fd = opts.clone_fd;
+        loop_cfg.max_idle_threads =
+            opts.max_idle_threads == UINT_MAX ? 10 : opts.max_idle_threads;
+        ret = fuse_session_loop_mt(se, &loop_cfg);
     }
     /* The loop also ends when someone runs fusermount3 -u: not an error. */
     ret = ret < 0 ? 1 : 0;
 
-out_unmount:
     fuse_session_unmount(se);
 out_signals:
     fuse_remove_signal_handlers(se);
