@@ -17,6 +17,7 @@ starts a micro one; pass ``--ceph-conf DIR/ceph.conf``.
 """
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -86,6 +87,20 @@ def main(argv=None):
     p.add_argument('--cow-chunks', type=int, default=64)
     p.add_argument('--plot', help='write a PNG of the results here')
 
+    p = sub.add_parser('restart', parents=[common],
+                       help='lazy, lazy+prefetch and pre-copy restart')
+    p.add_argument('--size', type=_size, default=256 << 20)
+    p.add_argument('--think-ms', type=float, default=1.0,
+                   help='work between two reads of the trace')
+    p.add_argument('--seed', type=int, default=42)
+
+    p = sub.add_parser('mirror', parents=[common],
+                       help='fio: mirror against a C passthrough')
+    p.add_argument('--size', type=_size, default=1 << 30)
+    p.add_argument('--runs', type=int, default=3)
+    p.add_argument('--runtime', type=int, default=5,
+                   help='seconds per fio job')
+
     args = parser.parse_args(argv)
     args.workdir = args.workdir or '/var/tmp'
 
@@ -107,14 +122,16 @@ def main(argv=None):
                     result.update(bench.bench_persist(repo, args, log))
             finally:
                 repo.close()
-        elif args.bench == 'checkpoint':
-            from blobcr_agent.bench import checkpoint as bench
+        else:
+            bench = importlib.import_module('blobcr_agent.bench.' + {
+                'checkpoint': 'checkpoint', 'restart': 'restart',
+                'mirror': 'mirror_io'}[args.bench])
             args.workdir = scratch
-            repo = open_repository(args, scratch, chunk_size=bench.CHUNK)
+            repo = open_repository(args, scratch)
             try:
                 result = {'backend': args.backend}
-                result.update(bench.run(repo, harness.store_args(
-                    repo.backend), args, log))
+                result.update(bench.run(
+                    repo, harness.store_args(repo.backend), args, log))
             finally:
                 repo.close()
     finally:
