@@ -342,7 +342,7 @@ class AttachedImage(object):
             name='blobcr-prefetch-%s' % self.id[:8])
         self._prefetcher.start()
 
-    def _prefetch(self, order, batch=8):
+    def _prefetch(self, order, batch=32):
         # Ahead of the guest, a few chunks at a time, in recorded order.
         for k in range(0, len(order), batch):
             if self._closing:
