@@ -98,13 +98,15 @@ static struct PyModuleDef native_module = {
     native_methods
 };
 
-int blobcr_mirror_register(PyObject *module);   /* mirror.c */
+int blobcr_mirror_register(PyObject *module);     /* mirror.c */
+int blobcr_fuseloop_register(PyObject *module);   /* fuseloop.c */
 
 PyMODINIT_FUNC
 PyInit__native(void)
 {
     PyObject *module = PyModule_Create(&native_module);
-    if (module && blobcr_mirror_register(module) < 0) {
+    if (module && (blobcr_mirror_register(module) < 0 ||
+                   blobcr_fuseloop_register(module) < 0)) {
         Py_DECREF(module);
         return NULL;
     }

@@ -36,57 +36,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Persistent state bits (the mmap'd state file). */
-#define ST_PRESENT  0x01   /* the mirror file holds this chunk */
-#define ST_DIRTY    0x02   /* written since the last COMMIT */
-#define ST_SCHED    0x04   /* in the snapshot, not yet taken */
-#define ST_PENDING  0x08   /* being read or copied: writers wait */
-#define ST_COPIED   0x10   /* snapshot content is in the CoW buffer or
-                              the pre-copy file, not in the mirror file */
-#define ST_REDIRECT 0x20   /* live-cow: current data is in the redirect
-                              file */
-#define ST_SNAP     0x40   /* belongs to the snapshot being persisted */
+#include "mirror.h"
 
-/* History bits for adaptive flushing (ai-ckpt Algorithm 4). */
-#define H_WAITED  0x01
-#define H_COPIED  0x02
-#define H_AVOIDED 0x04
-#define H_TAKEN   0x08     /* taken by the persister this epoch */
-
-enum { MODE_SELECTIVE, MODE_LIVE_COW, MODE_PRECOPY, MODE_OFFLINE };
-static const char *mode_names[] = {
+const char *mode_names[] = {
     "selective-cow", "live-cow", "live-precopy", "offline", NULL
 };
-
-typedef struct {
-    PyObject_HEAD
-    int data_fd, redirect_fd, precopy_fd;
-    uint8_t *state;
-    size_t state_len;
-    int64_t size, chunk_size, nchunks;
-    int mode, adaptive;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int writers, committing, hold;
-    /* copy-on-write buffer */
-    char *cow;
-    int64_t cow_slots;
-    int32_t *slot_of;       /* chunk -> buffer slot, -1 */
-    int64_t *free_slots;
-    int64_t nfree;
-    /* persist schedule */
-    int64_t *order, order_len, order_pos, scheduled;
-    int64_t *urgent, nurgent;
-    int64_t *copied, ncopied;
-    /* access history */
-    uint32_t seq;
-    uint32_t *first_write;  /* first write of the current epoch */
-    uint32_t *first_read;   /* first read since attach (restart profile) */
-    uint32_t read_seq;
-    uint8_t *hist, *hist_prev;
-    /* statistics */
-    int64_t cow_copies, redirects, waits, avoided, urgent_count;
-} Mirror;
 
 static PyObject *BusyError;   /* a call that would wait, told not to */
 
@@ -97,6 +51,24 @@ chunk_len(Mirror *m, int64_t c)
 {
     int64_t left = m->size - c * m->chunk_size;
     return left < m->chunk_size ? left : m->chunk_size;
+}
+
+/* The urgent queue holds each chunk once: writers re-queue the chunk
+ * they wait for every time they wake. Lock held. */
+static void
+push_urgent(Mirror *m, int64_t c)
+{
+    if (!m->in_urgent[c]) {
+        m->in_urgent[c] = 1;
+        m->urgent[m->nurgent++] = c;
+    }
+}
+
+static void
+clear_urgent(Mirror *m)
+{
+    while (m->nurgent)
+        m->in_urgent[m->urgent[--m->nurgent]] = 0;
 }
 
 /* Full pread/pwrite loops; no lock needed. Return 0 or an errno. */
@@ -177,11 +149,12 @@ mirror_release(Mirror *m)
     if (m->precopy_fd >= 0) close(m->precopy_fd);
     m->data_fd = m->redirect_fd = m->precopy_fd = -1;
     free(m->cow); free(m->slot_of); free(m->free_slots);
-    free(m->order); free(m->urgent); free(m->copied);
+    free(m->order); free(m->urgent); free(m->copied); free(m->in_urgent);
     free(m->first_write); free(m->first_read);
     free(m->hist); free(m->hist_prev);
     m->cow = NULL; m->slot_of = NULL; m->free_slots = NULL;
     m->order = m->urgent = m->copied = NULL;
+    m->in_urgent = NULL;
     m->first_write = m->first_read = NULL;
     m->hist = m->hist_prev = NULL;
 }
@@ -278,13 +251,15 @@ Mirror_init(Mirror *m, PyObject *args, PyObject *kw)
     m->free_slots = malloc(sizeof(int64_t) * (size_t)cow_chunks);
     m->order = malloc(sizeof(int64_t) * (size_t)m->nchunks);
     m->urgent = malloc(sizeof(int64_t) * (size_t)m->nchunks);
+    m->in_urgent = calloc((size_t)m->nchunks, 1);
     m->copied = malloc(sizeof(int64_t) * (size_t)m->nchunks);
     m->first_write = calloc((size_t)m->nchunks, sizeof(uint32_t));
     m->first_read = calloc((size_t)m->nchunks, sizeof(uint32_t));
     m->hist = calloc((size_t)m->nchunks, 1);
     m->hist_prev = calloc((size_t)m->nchunks, 1);
     if (!m->cow || !m->slot_of || !m->free_slots || !m->order ||
-        !m->urgent || !m->copied || !m->first_write || !m->first_read ||
+        !m->urgent || !m->in_urgent || !m->copied || !m->first_write ||
+        !m->first_read ||
         !m->hist || !m->hist_prev) {
         mirror_release(m);
         PyErr_NoMemory();
@@ -329,14 +304,64 @@ PyDoc_STRVAR(read_doc,
 "The bytes of the range, or the list of chunk indices that must be\n"
 "fetched (then install()ed) before it can be read.");
 
+/* Read [off, off+len) into buf; no GIL needed. Chunks that must be
+ * fetched first are listed in missing (sized for the range) and nothing
+ * is read. Returns 0 or an errno. */
+int
+mirror_core_read(Mirror *m, char *buf, long long off, long long len,
+                 int64_t *missing, int64_t *nmissing)
+{
+    int64_t first = off / m->chunk_size;
+    int64_t last = (off + len - 1) / m->chunk_size, c;
+    int redirected = 0, err = 0;
+
+    *nmissing = 0;
+    pthread_mutex_lock(&m->lock);
+    for (c = first; c <= last; c++) {
+        uint8_t s = m->state[c];
+        if (!(s & ST_PRESENT))
+            missing[(*nmissing)++] = c;
+        if (s & ST_REDIRECT)
+            redirected = 1;
+        if (!m->first_read[c])
+            m->first_read[c] = ++m->read_seq;
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (*nmissing)
+        return 0;
+    if (!redirected)
+        return pread_full(m->data_fd, buf, (size_t)len, off);
+    /* Chunk by chunk: some live in the redirect file. */
+    for (c = first; c <= last && !err; c++) {
+        long long cs = c * m->chunk_size;
+        long long s = off > cs ? off : cs;
+        long long e = off + len < cs + chunk_len(m, c) ?
+            off + len : cs + chunk_len(m, c);
+        int fd;
+        pthread_mutex_lock(&m->lock);
+        fd = (m->state[c] & ST_REDIRECT) ? m->redirect_fd : m->data_fd;
+        pthread_mutex_unlock(&m->lock);
+        err = pread_full(fd, buf + (s - off), (size_t)(e - s), s);
+    }
+    return err;
+}
+
+static PyObject *
+index_list(int64_t *indices, int64_t n)
+{
+    PyObject *list = PyList_New(n);
+    for (int64_t k = 0; list && k < n; k++)
+        PyList_SET_ITEM(list, k, PyLong_FromLongLong(indices[k]));
+    return list;
+}
+
 static PyObject *
 Mirror_read(Mirror *m, PyObject *args)
 {
     long long off, len;
-    int64_t first, last, c, nmissing = 0, *missing;
-    int redirected = 0, err = 0;
+    int64_t nmissing = 0, *missing;
+    int err = 0;
     PyObject *out;
-    char *buf;
 
     if (!PyArg_ParseTuple(args, "LL:read", &off, &len))
         return NULL;
@@ -346,9 +371,9 @@ Mirror_read(Mirror *m, PyObject *args)
         len = m->size - off;
     if (len == 0)
         return PyBytes_FromStringAndSize(NULL, 0);
-    first = off / m->chunk_size;
-    last = (off + len - 1) / m->chunk_size;
-    missing = malloc(sizeof(int64_t) * (size_t)(last - first + 1));
+    missing = malloc(sizeof(int64_t) *
+                     (size_t)((off + len - 1) / m->chunk_size -
+                              off / m->chunk_size + 1));
     if (!missing)
         return PyErr_NoMemory();
     out = PyBytes_FromStringAndSize(NULL, len);
@@ -356,46 +381,13 @@ Mirror_read(Mirror *m, PyObject *args)
         free(missing);
         return NULL;
     }
-    buf = PyBytes_AS_STRING(out);
-
     Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&m->lock);
-    for (c = first; c <= last; c++) {
-        uint8_t s = m->state[c];
-        if (!(s & ST_PRESENT))
-            missing[nmissing++] = c;
-        if (s & ST_REDIRECT)
-            redirected = 1;
-        if (!m->first_read[c])
-            m->first_read[c] = ++m->read_seq;
-    }
-    pthread_mutex_unlock(&m->lock);
-    if (!nmissing) {
-        if (!redirected) {
-            err = pread_full(m->data_fd, buf, (size_t)len, off);
-        } else {
-            /* Chunk by chunk: some live in the redirect file. */
-            for (c = first; c <= last && !err; c++) {
-                long long cs = c * m->chunk_size;
-                long long s = off > cs ? off : cs;
-                long long e = off + len < cs + chunk_len(m, c) ?
-                    off + len : cs + chunk_len(m, c);
-                int fd;
-                pthread_mutex_lock(&m->lock);
-                fd = (m->state[c] & ST_REDIRECT) ? m->redirect_fd
-                                                 : m->data_fd;
-                pthread_mutex_unlock(&m->lock);
-                err = pread_full(fd, buf + (s - off), (size_t)(e - s), s);
-            }
-        }
-    }
+    err = mirror_core_read(m, PyBytes_AS_STRING(out), off, len, missing,
+                           &nmissing);
     Py_END_ALLOW_THREADS
-
     if (nmissing) {
-        PyObject *list = PyList_New(nmissing);
+        PyObject *list = index_list(missing, nmissing);
         Py_DECREF(out);
-        for (int64_t k = 0; list && k < nmissing; k++)
-            PyList_SET_ITEM(list, k, PyLong_FromLongLong(missing[k]));
         free(missing);
         return list;
     }
@@ -452,7 +444,7 @@ prepare_chunk(Mirror *m, int64_t c, int nonblock, char *scratch)
         if (m->nfree == 0) {
             if (nonblock)
                 return -1;
-            m->urgent[m->nurgent++] = c;
+            push_urgent(m, c);
             m->urgent_count++;
             m->waits++;
             m->hist[c] |= H_WAITED;
@@ -492,6 +484,84 @@ PyDoc_STRVAR(write_doc,
 "chunks to fetch first (partial writes to absent chunks). With\n"
 "nonblock, raise BusyError instead of waiting for the persister.");
 
+/* Write [off, off+len) from buf; no GIL needed; may wait unless
+ * nonblock (then *busy is set and nothing is written). Chunks to fetch
+ * first are listed in missing. scratch is a chunk-sized buffer for
+ * live-cow. Returns 0 or an errno. */
+int
+mirror_core_write(Mirror *m, const char *buf, long long off, long long len,
+                  int nonblock, char *scratch, int64_t *missing,
+                  int64_t *nmissing, int *busy)
+{
+    int64_t first = off / m->chunk_size;
+    int64_t last = (off + len - 1) / m->chunk_size, c;
+    int err = 0;
+
+    *nmissing = 0;
+    *busy = 0;
+    pthread_mutex_lock(&m->lock);
+    for (c = first; c <= last; c++) {
+        long long cs = c * m->chunk_size, ce = cs + chunk_len(m, c);
+        if (!(m->state[c] & ST_PRESENT) && !(off <= cs && off + len >= ce))
+            missing[(*nmissing)++] = c;
+    }
+    if (*nmissing) {
+        pthread_mutex_unlock(&m->lock);
+        return 0;
+    }
+    /* COMMIT flips the state between writes, never inside one. */
+    while (m->committing || m->hold) {
+        if (nonblock) {
+            pthread_mutex_unlock(&m->lock);
+            *busy = 1;
+            return 0;
+        }
+        pthread_cond_wait(&m->cond, &m->lock);
+    }
+    m->writers++;
+    for (c = first; c <= last && !err && !*busy; c++) {
+        int r = prepare_chunk(m, c, nonblock, scratch);
+        if (r == -1)
+            *busy = 1;
+        else
+            err = r;
+    }
+    if (!*busy && !err) {
+        int any_redirect = 0;
+        for (c = first; c <= last; c++) {
+            if (!m->first_write[c])
+                m->first_write[c] = ++m->seq;
+            if (m->state[c] & ST_REDIRECT)
+                any_redirect = 1;
+        }
+        pthread_mutex_unlock(&m->lock);
+        if (!any_redirect) {
+            err = pwrite_full(m->data_fd, buf, (size_t)len, off);
+        } else {
+            for (c = first; c <= last && !err; c++) {
+                long long cs = c * m->chunk_size;
+                long long s = off > cs ? off : cs;
+                long long e = off + len < cs + chunk_len(m, c) ?
+                    off + len : cs + chunk_len(m, c);
+                int fd;
+                pthread_mutex_lock(&m->lock);
+                fd = (m->state[c] & ST_REDIRECT) ? m->redirect_fd
+                                                 : m->data_fd;
+                pthread_mutex_unlock(&m->lock);
+                err = pwrite_full(fd, buf + (s - off), (size_t)(e - s), s);
+            }
+        }
+        pthread_mutex_lock(&m->lock);
+        if (!err)
+            for (c = first; c <= last; c++)
+                m->state[c] |= ST_PRESENT | ST_DIRTY;
+    }
+    m->writers--;
+    pthread_cond_broadcast(&m->cond);
+    pthread_mutex_unlock(&m->lock);
+    return err;
+}
+
 static PyObject *
 Mirror_write(Mirror *m, PyObject *args, PyObject *kw)
 {
@@ -499,7 +569,7 @@ Mirror_write(Mirror *m, PyObject *args, PyObject *kw)
     long long off;
     Py_buffer data;
     int nonblock = 0, err = 0, busy = 0;
-    int64_t first, last, c, nmissing = 0, *missing = NULL;
+    int64_t nmissing = 0, *missing = NULL;
     char *scratch = NULL;
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "Ly*|p:write", kwlist,
@@ -515,9 +585,9 @@ Mirror_write(Mirror *m, PyObject *args, PyObject *kw)
         PyBuffer_Release(&data);
         return PyLong_FromLong(0);
     }
-    first = off / m->chunk_size;
-    last = (off + data.len - 1) / m->chunk_size;
-    missing = malloc(sizeof(int64_t) * (size_t)(last - first + 1));
+    missing = malloc(sizeof(int64_t) *
+                     (size_t)((off + data.len - 1) / m->chunk_size -
+                              off / m->chunk_size + 1));
     scratch = m->mode == MODE_LIVE_COW ? malloc((size_t)m->chunk_size)
                                        : NULL;
     if (!missing || (m->mode == MODE_LIVE_COW && !scratch)) {
@@ -525,77 +595,14 @@ Mirror_write(Mirror *m, PyObject *args, PyObject *kw)
         PyBuffer_Release(&data);
         return PyErr_NoMemory();
     }
-
     Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&m->lock);
-    for (c = first; c <= last; c++) {
-        long long cs = c * m->chunk_size, ce = cs + chunk_len(m, c);
-        if (!(m->state[c] & ST_PRESENT) && !(off <= cs && off + data.len >= ce))
-            missing[nmissing++] = c;
-    }
-    if (!nmissing) {
-        /* COMMIT flips the state between writes, never inside one. */
-        while (m->committing || m->hold) {
-            if (nonblock) {
-                busy = 1;
-                break;
-            }
-            pthread_cond_wait(&m->cond, &m->lock);
-        }
-    }
-    if (!nmissing && !busy) {
-        m->writers++;
-        for (c = first; c <= last && !err && !busy; c++) {
-            int r = prepare_chunk(m, c, nonblock, scratch);
-            if (r == -1)
-                busy = 1;
-            else
-                err = r;
-        }
-        if (!busy && !err) {
-            int any_redirect = 0;
-            for (c = first; c <= last; c++) {
-                if (!m->first_write[c])
-                    m->first_write[c] = ++m->seq;
-                if (m->state[c] & ST_REDIRECT)
-                    any_redirect = 1;
-            }
-            pthread_mutex_unlock(&m->lock);
-            if (!any_redirect) {
-                err = pwrite_full(m->data_fd, data.buf, (size_t)data.len,
-                                  off);
-            } else {
-                for (c = first; c <= last && !err; c++) {
-                    long long cs = c * m->chunk_size;
-                    long long s = off > cs ? off : cs;
-                    long long e = off + data.len < cs + chunk_len(m, c) ?
-                        off + data.len : cs + chunk_len(m, c);
-                    int fd;
-                    pthread_mutex_lock(&m->lock);
-                    fd = (m->state[c] & ST_REDIRECT) ? m->redirect_fd
-                                                     : m->data_fd;
-                    pthread_mutex_unlock(&m->lock);
-                    err = pwrite_full(fd, (const char *)data.buf + (s - off),
-                                      (size_t)(e - s), s);
-                }
-            }
-            pthread_mutex_lock(&m->lock);
-            if (!err)
-                for (c = first; c <= last; c++)
-                    m->state[c] |= ST_PRESENT | ST_DIRTY;
-        }
-        m->writers--;
-        pthread_cond_broadcast(&m->cond);
-    }
-    pthread_mutex_unlock(&m->lock);
+    err = mirror_core_write(m, data.buf, off, data.len, nonblock, scratch,
+                            missing, &nmissing, &busy);
     Py_END_ALLOW_THREADS
-
     free(scratch);
     PyBuffer_Release(&data);
     if (nmissing) {
-        PyObject *list = PyList_New(nmissing);
-        for (int64_t k = 0; list && k < nmissing; k++)
-            PyList_SET_ITEM(list, k, PyLong_FromLongLong(missing[k]));
+        PyObject *list = index_list(missing, nmissing);
         free(missing);
         return list;
     }
@@ -740,7 +747,8 @@ Mirror_commit(Mirror *m, PyObject *args, PyObject *kw)
         m->order_len = n;
         m->order_pos = 0;
         m->scheduled = n;
-        m->nurgent = m->ncopied = 0;
+        clear_urgent(m);
+        m->ncopied = 0;
         if (m->mode == MODE_PRECOPY) {
             for (int64_t k = 0; k < n && !err; k++) {
                 int64_t c = m->order[k];
@@ -781,6 +789,7 @@ pick(Mirror *m)
 {
     while (m->nurgent) {
         int64_t c = m->urgent[--m->nurgent];
+        m->in_urgent[c] = 0;
         if (m->state[c] & ST_SCHED)
             return c;
     }
@@ -829,7 +838,7 @@ Mirror_take(Mirror *m, PyObject *noargs)
         if (c < 0 || !(m->state[c] & ST_PENDING))
             break;
         /* A writer is copying it right now: take it once copied. */
-        m->urgent[m->nurgent++] = c;
+        push_urgent(m, c);
         pthread_cond_wait(&m->cond, &m->lock);
     }
     if (c >= 0) {
@@ -926,7 +935,8 @@ Mirror_snapshot_done(Mirror *m, PyObject *args)
     }
     m->scheduled = 0;
     m->order_len = m->order_pos = 0;
-    m->nurgent = m->ncopied = 0;
+    clear_urgent(m);
+    m->ncopied = 0;
     pthread_cond_broadcast(&m->cond);
     pthread_mutex_unlock(&m->lock);
     Py_END_ALLOW_THREADS

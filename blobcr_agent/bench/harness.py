@@ -33,19 +33,28 @@ class MirrorProcess(object):
             if self.proc.poll() is not None:
                 raise RuntimeError('blobcr-mirror exited: see %s'
                                    % self.log.name)
-            if os.path.exists(self.control) and os.path.ismount(self.mount):
+            if os.path.exists(self.control) and self._mounted():
                 self.client = client.MirrorClient(self.control)
                 return self
             time.sleep(0.05)
         raise RuntimeError('blobcr-mirror did not come up')
+
+    def _mounted(self):
+        return os.path.ismount(self.mount) or os.path.ismount(
+            os.path.join(self.mount, 'versions'))
+
+    def _unmount(self):
+        for path in (os.path.join(self.mount, 'images'),
+                     os.path.join(self.mount, 'versions'), self.mount):
+            subprocess.run(['fusermount3', '-u', '-z', path], check=False,
+                           capture_output=True)
 
     def kill(self):
         """SIGKILL, then clear the dead mount as an operator would."""
         self.client.close()
         self.proc.kill()
         self.proc.wait()
-        subprocess.run(['fusermount3', '-u', '-z', self.mount],
-                       check=False, capture_output=True)
+        self._unmount()
 
     def stop(self):
         if self.proc is None or self.proc.poll() is not None:
@@ -57,8 +66,7 @@ class MirrorProcess(object):
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        subprocess.run(['fusermount3', '-u', '-z', self.mount],
-                       check=False, capture_output=True)
+        self._unmount()
 
 
 def store_args(backend):

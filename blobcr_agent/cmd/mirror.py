@@ -38,6 +38,10 @@ def main(argv=None):
     parser.add_argument('--in-order', action='store_true',
                         help='persist chunks in index order instead of the '
                              'adaptive order')
+    parser.add_argument('--io-loop', choices=['native', 'pyfuse3'],
+                        default='native',
+                        help='serve images/ from the C libfuse3 loop '
+                             '(default) or from pyfuse3')
     parser.add_argument('--config-file', action='append', default=[])
     parser.add_argument('--backend', choices=['local', 'rados'])
     parser.add_argument('--store')
@@ -63,14 +67,15 @@ def main(argv=None):
         return 1
     service = service_mod.MirrorService(
         repo, args.mount, args.cache, mode=args.mode,
-        cow_chunks=args.cow_chunks, adaptive=not args.in_order)
+        cow_chunks=args.cow_chunks, adaptive=not args.in_order,
+        io_loop=args.io_loop)
     service.recover()
     server = service.serve_control(args.control)
 
     def stop(signum, frame):
         LOG.info('signal %d: unmounting', signum)
         # Unmounting makes pyfuse3.main() return.
-        subprocess.run(['fusermount3', '-u', '-z', service.mountpoint],
+        subprocess.run(['fusermount3', '-u', '-z', service.fuse_mountpoint],
                        check=False)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

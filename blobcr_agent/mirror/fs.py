@@ -47,9 +47,13 @@ class MirrorFS(pyfuse3.Operations):
     supports_dot_lookup = False
     enable_writeback_cache = False
 
-    def __init__(self, service):
+    def __init__(self, service, versions_only=False):
         super().__init__()
         self.service = service          # attached images and repository
+        # versions_only: mounted on versions/ itself, images/ being served
+        # by the native loop (see service.py).
+        self.versions_only = versions_only
+        self._vroot = ROOT if versions_only else VERSIONS
         self._by_key = {}               # ('image', id) ... -> inode
         self._by_inode = {}             # inode -> key
         self._next = VERSIONS + 1
@@ -113,12 +117,14 @@ class MirrorFS(pyfuse3.Operations):
 
     async def lookup(self, parent, name, ctx=None):
         name = os.fsdecode(name)
-        if parent == ROOT and name in ('images', 'versions'):
+        if self.versions_only:
+            pass
+        elif parent == ROOT and name in ('images', 'versions'):
             return await self.getattr(IMAGES if name == 'images'
                                       else VERSIONS)
-        if parent == IMAGES and name in self.service.attached:
+        elif parent == IMAGES and name in self.service.attached:
             return await self.getattr(self._inode(('image', name)))
-        if parent == VERSIONS:
+        if parent == self._vroot:
             await self._header(name)
             return await self.getattr(self._inode(('vdir', name)))
         if parent in self._by_inode and self._by_inode[parent][0] == 'vdir':
@@ -138,7 +144,10 @@ class MirrorFS(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.ENOTDIR)
 
     async def readdir(self, fh, start_id, token):
-        if fh == ROOT:
+        if fh == self._vroot:
+            headers = await trio.to_thread.run_sync(self.service.repo.images)
+            entries = [(h.id, self._inode(('vdir', h.id))) for h in headers]
+        elif fh == ROOT:
             entries = [('images', IMAGES), ('versions', VERSIONS)]
         elif fh == IMAGES:
             entries = [(i, self._inode(('image', i)))

@@ -20,6 +20,7 @@ import time
 import pyfuse3
 import trio
 
+from blobcr_agent import _native
 from blobcr_agent import exception
 from blobcr_agent.mirror import fs
 from blobcr_agent.mirror import image as image_mod
@@ -30,7 +31,7 @@ LOG = logging.getLogger(__name__)
 class MirrorService(object):
 
     def __init__(self, repo, mountpoint, cache_dir, mode='selective-cow',
-                 cow_chunks=64, adaptive=True):
+                 cow_chunks=64, adaptive=True, io_loop='native'):
         self.repo = repo
         self.mountpoint = os.path.abspath(mountpoint)
         self.cache_dir = os.path.abspath(cache_dir)
@@ -38,6 +39,8 @@ class MirrorService(object):
         self.cow_chunks = cow_chunks
         self.adaptive = adaptive
         self.attached = {}
+        self.io_loop = io_loop
+        self.native_loop = None
         self.started_ns = time.time_ns()
         self._lock = threading.Lock()
         os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
@@ -78,6 +81,7 @@ class MirrorService(object):
                 cow_chunks=cow_chunks or self.cow_chunks,
                 adaptive=self.adaptive if adaptive is None else adaptive,
                 prefetch=prefetch)
+            self._serve(self.attached[header.id])
         LOG.info('attached %s at %s', header.id, self.path_of(header.id))
         return self.path_of(header.id)
 
@@ -107,6 +111,8 @@ class MirrorService(object):
             LOG.warning('read profile of %s not saved: %s', attached.id, e)
         with self._lock:
             del self.attached[attached.id]
+            if self.native_loop is not None:
+                self.native_loop.remove(attached.id)
         attached.close()
         shutil.rmtree(attached.cache_dir, ignore_errors=True)
         return {'image': attached.id, 'discarded_chunks': dirty}
@@ -200,19 +206,45 @@ class MirrorService(object):
 
     # -- the mount -------------------------------------------------------
 
+    def _serve(self, attached):
+        if self.native_loop is not None:
+            self.native_loop.add(attached.id, attached.core, attached.fetch)
+
+    @property
+    def fuse_mountpoint(self):
+        """Where pyfuse3 is mounted (unmounting it stops run())."""
+        if self.io_loop == 'native':
+            return os.path.join(self.mountpoint, 'versions')
+        return self.mountpoint
+
     def run(self, ready=None):
-        """Mount and serve FUSE requests until the mount goes away or
-        the process is told to stop.
+        """Mount and serve FUSE requests until the mount goes away.
+
+        With the native loop (default), ``images/`` is a libfuse3 mount
+        served in C by the mirror core, and ``versions/`` a pyfuse3 mount;
+        with ``io_loop='pyfuse3'`` one pyfuse3 mount serves both.
         """
         os.makedirs(self.mountpoint, exist_ok=True)
         options = set(pyfuse3.default_options)
         options.update(['fsname=blobcr', 'allow_other'])
-        pyfuse3.init(fs.MirrorFS(self), self.mountpoint, options)
+        native = self.io_loop == 'native'
+        if native:
+            images = os.path.join(self.mountpoint, 'images')
+            os.makedirs(images, exist_ok=True)
+            os.makedirs(self.fuse_mountpoint, exist_ok=True)
+            self.native_loop = _native.FuseLoop(images)
+            with self._lock:
+                for attached in self.attached.values():
+                    self._serve(attached)
+        pyfuse3.init(fs.MirrorFS(self, versions_only=native),
+                     self.fuse_mountpoint, options)
         if ready:
             ready()
         try:
             trio.run(pyfuse3.main)
         finally:
             pyfuse3.close(unmount=True)
+            if self.native_loop is not None:
+                self.native_loop.stop()
             for attached in list(self.attached.values()):
                 attached.close()
