@@ -8,7 +8,11 @@
    check it with e2fsck and read the job's state file back out of it.
 5. Scrub every version, obsolete version 2, GC, and check that nothing
    the other versions or the clone need was lost.
-6. Print the version tree.
+6. Attach the disk through the FUSE mirror and checkpoint it live, three
+   times, while a workload keeps writing to it; restore every checkpoint
+   as a clone, attach it (lazy fetch) and compare it byte for byte with
+   the disk at its checkpoint.
+7. Print the version tree.
 
 It exits non-zero on the first mismatch.
 """
@@ -16,11 +20,15 @@ It exits non-zero on the first mismatch.
 import argparse
 import hashlib
 import os
+import random
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
+from blobcr_agent.bench import harness
 from blobcr_agent import conf as blobcr_conf
 from blobcr_agent.repository import backends as backends_mod
 from blobcr_agent.repository import gc
@@ -148,8 +156,83 @@ def run(repo, workdir):
         check_export(repo, img, number, content, workdir, 'job/state.txt')
     say('after gc, versions 1, 3 and both clone versions still export '
         'byte-identical')
+    restores = live_checkpoints(repo, image, workdir)
     print()
-    print(treeview.render([repo.image(image), repo.image(clone)]), end='')
+    print(treeview.render([repo.image(i) for i in [image, clone] + restores]),
+          end='')
+
+
+def live_checkpoints(repo, image, workdir):
+    """Checkpoint the disk live while a workload writes to it through the
+    FUSE mirror, then restore every checkpoint as a clone and compare.
+    """
+    say('starting blobcr-mirror; attaching the disk (chunks fetched lazily)')
+    mirror = harness.MirrorProcess(
+        tempfile.mkdtemp(prefix='mirror-', dir=workdir),
+        harness.store_args(repo.backend)).start()
+    restores = []
+    try:
+        path = mirror.client.call('attach', image=image)
+        with open(path, 'rb') as f:
+            content = bytearray(f.read())
+        freeze = threading.Lock()       # what fsfreeze is to a guest
+        stop = threading.Event()
+        writes = [0]
+
+        def workload():
+            rng = random.Random(1)
+            fd = os.open(path, os.O_RDWR)
+            try:
+                while not stop.is_set():
+                    length = rng.choice([4096, 65536])
+                    offset = rng.randrange(0, len(content) - length, 4096)
+                    data = os.urandom(length)
+                    with freeze:
+                        os.pwrite(fd, data, offset)
+                        content[offset:offset + length] = data
+                    writes[0] += 1
+            finally:
+                os.close(fd)
+
+        writer = threading.Thread(target=workload)
+        writer.start()
+        snapshots = {}
+        try:
+            for _ in range(3):
+                time.sleep(0.5)
+                with freeze:
+                    expected = bytes(content)
+                    result = mirror.client.call('checkpoint', image=image)
+                snapshots[result['version']] = expected
+                say('live CHECKPOINT -> version %d: %d chunks, %.1f ms of '
+                    'downtime; the workload keeps writing (%d writes so '
+                    'far)' % (result['version'], result['chunks'],
+                              result['downtime_ms'], writes[0]))
+        finally:
+            stop.set()
+            writer.join()
+        for number, expected in sorted(snapshots.items()):
+            state = mirror.client.call('wait_stable', image=image,
+                                       version=number)
+            if state != 'stable':
+                sys.exit('version %d is %s' % (number, state))
+            restore = repo.clone(image, number, 'restart-from-v%d' % number)
+            restores.append(restore.id)
+            rpath = mirror.client.call('attach', image=restore.id)
+            with open(rpath, 'rb') as f:
+                got = f.read()
+            if got != expected:
+                sys.exit('MISMATCH: restore of version %d differs from the '
+                         'disk at its checkpoint' % number)
+            fetched = mirror.client.call('stats', image=restore.id)
+            say('restored version %d as clone %s: identical to the disk at '
+                'its checkpoint (%d chunks fetched on demand)'
+                % (number, restore.id[:8], fetched['fetched_chunks']))
+            mirror.client.call('detach', image=restore.id)
+        mirror.client.call('detach', image=image, discard=True)
+    finally:
+        mirror.stop()
+    return restores
 
 
 def main(argv=None):
