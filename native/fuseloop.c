@@ -246,9 +246,7 @@ op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         return;
     }
     buf = malloc((size_t)len);
-    missing = malloc(sizeof(int64_t) *
-                     (size_t)((off + len - 1) / m->chunk_size -
-                              off / m->chunk_size + 1));
+    missing = mirror_index_buffer(m, off, len);
     if (!buf || !missing)
         err = ENOMEM;
     while (!err) {
@@ -290,9 +288,7 @@ op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size,
         fuse_reply_write(req, 0);
         return;
     }
-    missing = malloc(sizeof(int64_t) *
-                     (size_t)((off + (long long)size - 1) / m->chunk_size -
-                              off / m->chunk_size + 1));
+    missing = mirror_index_buffer(m, off, (long long)size);
     if (m->mode == MODE_LIVE_COW)
         scratch = malloc((size_t)m->chunk_size);
     if (!missing || (m->mode == MODE_LIVE_COW && !scratch))

@@ -371,9 +371,7 @@ Mirror_read(Mirror *m, PyObject *args)
         len = m->size - off;
     if (len == 0)
         return PyBytes_FromStringAndSize(NULL, 0);
-    missing = malloc(sizeof(int64_t) *
-                     (size_t)((off + len - 1) / m->chunk_size -
-                              off / m->chunk_size + 1));
+    missing = mirror_index_buffer(m, off, len);
     if (!missing)
         return PyErr_NoMemory();
     out = PyBytes_FromStringAndSize(NULL, len);
@@ -585,9 +583,7 @@ Mirror_write(Mirror *m, PyObject *args, PyObject *kw)
         PyBuffer_Release(&data);
         return PyLong_FromLong(0);
     }
-    missing = malloc(sizeof(int64_t) *
-                     (size_t)((off + data.len - 1) / m->chunk_size -
-                              off / m->chunk_size + 1));
+    missing = mirror_index_buffer(m, off, data.len);
     scratch = m->mode == MODE_LIVE_COW ? malloc((size_t)m->chunk_size)
                                        : NULL;
     if (!missing || (m->mode == MODE_LIVE_COW && !scratch)) {

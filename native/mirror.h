@@ -10,6 +10,7 @@
 #include <Python.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 /* Persistent state bits (the mmap'd state file). */
 #define ST_PRESENT  0x01   /* the mirror file holds this chunk */
@@ -63,6 +64,15 @@ typedef struct {
 } Mirror;
 
 extern PyTypeObject MirrorType;
+
+/* An array big enough for the chunk indices of [off, off+len). */
+static inline int64_t *
+mirror_index_buffer(Mirror *m, long long off, long long len)
+{
+    return malloc(sizeof(int64_t) *
+                  (size_t)((off + len - 1) / m->chunk_size -
+                           off / m->chunk_size + 1));
+}
 
 int mirror_core_read(Mirror *m, char *buf, long long off, long long len,
                      int64_t *missing, int64_t *nmissing);

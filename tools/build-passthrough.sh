@@ -13,17 +13,8 @@ out=$1
 top=$(cd "$(dirname "$0")/.." && pwd)
 packages=(gcc make pkg-config libfuse3-dev fuse3 fio)
 
-missing=()
-for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' \
-        || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "build-passthrough: installing ${missing[*]}" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" \
-        >/dev/null
-fi
+. "$top/tools/lib/apt.sh"
+ensure_packages "${packages[@]}"
 
 mkdir -p "$(dirname "$out")"
 # An absolute OUT so that make -C does not resolve it against native/bench.

@@ -15,17 +15,8 @@ packages=(
     fuse3 libfuse3-dev fio qemu-utils
 )
 
-missing=()
-for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' \
-        || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "install-deps: installing ${missing[*]}" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" \
-        >/dev/null
-fi
+. "$top/tools/lib/apt.sh"
+ensure_packages "${packages[@]}"
 
 if [ ! -x "$venv/bin/python" ]; then
     echo "install-deps: creating $venv" >&2

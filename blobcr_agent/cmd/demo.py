@@ -248,9 +248,8 @@ def main(argv=None):
     workdir = args.workdir or tempfile.mkdtemp(prefix='blobcr-demo-')
     conf = blobcr_conf.CONF
     conf([], project='blobcr', default_config_files=[])
-    conf.set_override('backend', args.backend, 'repository')
-    conf.set_override('path', os.path.join(workdir, 'store'), 'local_store')
-    conf.set_override('conffile', args.ceph_conf, 'rados')
+    blobcr_conf.override_store(conf, args.backend,
+                               os.path.join(workdir, 'store'), args.ceph_conf)
     if args.backend == 'rados':
         conf.set_override('namespace', 'demo-%s' % os.urandom(4).hex(),
                           'rados')

@@ -218,11 +218,8 @@ def main(argv=None):
         sys.exit('blobcr-manage: %s' % e)
     logging.setup(CONF, 'blobcr')
     args = CONF.command
-    for opt, group, value in (('backend', 'repository', args.backend),
-                              ('path', 'local_store', args.store),
-                              ('conffile', 'rados', args.ceph_conf)):
-        if value:
-            CONF.set_override(opt, value, group)
+    blobcr_conf.override_store(CONF, args.backend, args.store,
+                               args.ceph_conf)
     try:
         repo = repository.Repository.from_conf(CONF)
     except exception.BlobCRError as e:

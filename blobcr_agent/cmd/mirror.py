@@ -55,11 +55,8 @@ def main(argv=None):
     conf = blobcr_conf.CONF
     conf(['--config-file=%s' % f for f in args.config_file],
          project='blobcr', default_config_files=[])
-    for opt, group, value in (('backend', 'repository', args.backend),
-                              ('path', 'local_store', args.store),
-                              ('conffile', 'rados', args.ceph_conf)):
-        if value:
-            conf.set_override(opt, value, group)
+    blobcr_conf.override_store(conf, args.backend, args.store,
+                               args.ceph_conf)
     try:
         repo = repository.Repository.from_conf(conf)
     except (exception.BlobCRError, cfg.Error) as e:

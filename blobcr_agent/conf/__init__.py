@@ -17,6 +17,15 @@ for _module in _MODULES:
     _module.register_opts(CONF)
 
 
+def override_store(conf, backend=None, store=None, ceph_conf=None):
+    """Apply the --backend/--store/--ceph-conf flags of the commands."""
+    for opt, group, value in (('backend', 'repository', backend),
+                              ('path', 'local_store', store),
+                              ('conffile', 'rados', ceph_conf)):
+        if value:
+            conf.set_override(opt, value, group)
+
+
 def list_opts():
     """Entry point for oslo-config-generator."""
     result = []
