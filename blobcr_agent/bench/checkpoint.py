@@ -49,7 +49,8 @@ def _one_mode(repo, backend_args, workdir, mode, args, log):
     repo.commit(header.id, {})
     mirror = harness.MirrorProcess(
         tempfile.mkdtemp(prefix=mode + '-', dir=workdir), backend_args,
-        ['--mode', mode, '--cow-chunks', str(args.cow_chunks)]).start()
+        ['--mode', mode, '--cow-chunks', str(args.cow_chunks)] +
+        (['--in-order'] if args.flush_order == 'in-order' else [])).start()
     try:
         path = mirror.client.call('attach', image=header.id)
         fd = os.open(path, os.O_RDWR)
@@ -120,18 +121,23 @@ def run(repo, backend_args, args, log):
     workdir = tempfile.mkdtemp(prefix='blobcr-bench-ckpt-',
                                dir=args.workdir)
     modes = {m: _one_mode(repo, backend_args, workdir, m, args, log)
-             for m in MODES}
-    sel = modes['selective-cow']
+             for m in args.modes}
     result = {
         'size': args.size, 'iterations': args.iterations,
-        'cow_chunks': args.cow_chunks, 'modes': modes,
-        'selective_downtime_ms': sel['downtime_ms'],
-        'selective_downtime_ms_64mib': sel['downtime_ms_64mib'],
-        'downtime_ratio_vs_64mib': round(
-            sel['downtime_ms'] / max(sel['downtime_ms_64mib'], 1e-3), 3),
-        'slowdown_vs_live_cow': _ratio(sel, modes['live-cow']),
-        'slowdown_vs_offline': _ratio(sel, modes['offline']),
+        'cow_chunks': args.cow_chunks, 'flush_order': args.flush_order,
+        'modes': modes,
     }
+    sel = modes.get('selective-cow')
+    if sel:
+        result.update(
+            selective_downtime_ms=sel['downtime_ms'],
+            selective_downtime_ms_64mib=sel['downtime_ms_64mib'],
+            downtime_ratio_vs_64mib=round(
+                sel['downtime_ms'] / max(sel['downtime_ms_64mib'], 1e-3), 3))
+        for other in ('live-cow', 'offline'):
+            if other in modes:
+                result['slowdown_vs_' + other.replace('-', '_')] = _ratio(
+                    sel, modes[other])
     if args.plot:
         plot(result, args.plot)
     return result
@@ -150,15 +156,15 @@ def plot(result, path):
     matplotlib.use('Agg')
     from matplotlib import pyplot
 
-    modes = list(MODES)
+    modes = list(result['modes'])
     panels = [('downtime_ms', 'CHECKPOINT downtime (ms)'),
               ('slowdown_s', 'application slowdown (s)'),
               ('completion_s', 'CHECKPOINT to stable (s)')]
     fig, axes = pyplot.subplots(1, 3, figsize=(13, 4))
     for ax, (key, title) in zip(axes, panels):
         values = [result['modes'][m][key] for m in modes]
-        bars = ax.bar(modes, values,
-                      color=['#2a7ab9', '#d9822b', '#8e6bbf', '#999999'])
+        bars = ax.bar(modes, values, color=['#2a7ab9', '#d9822b', '#8e6bbf',
+                                            '#999999'][:len(modes)])
         ax.set_title(title)
         ax.tick_params(axis='x', labelrotation=20)
         for bar, value in zip(bars, values):

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 
+from blobcr_agent.bench import checkpoint
 from blobcr_agent.bench import harness
 
 TIB = 1 << 40
@@ -86,6 +87,10 @@ def main(argv=None):
     p.add_argument('--iterations', type=int, default=3)
     p.add_argument('--cow-chunks', type=int, default=64)
     p.add_argument('--plot', help='write a PNG of the results here')
+    p.add_argument('--modes', nargs='+', default=list(checkpoint.MODES),
+                   choices=checkpoint.MODES)
+    p.add_argument('--flush-order', choices=['adaptive', 'in-order'],
+                   default='adaptive')
 
     p = sub.add_parser('restart', parents=[common],
                        help='lazy, lazy+prefetch and pre-copy restart')
