@@ -140,24 +140,36 @@ class AttachedImage(object):
             if mine:
                 self._fetch_from_repository(mine)
         finally:
-            with self._fetch_lock:
-                for index in mine:
-                    self._fetching.pop(index).set()
+            self._release(mine)        # the rest, on error
         for event in theirs:
             event.wait()
 
+    def _release(self, indices):
+        with self._fetch_lock:
+            for index in indices:
+                event = self._fetching.pop(index, None)
+                if event is not None:
+                    event.set()
+
     def _fetch_from_repository(self, indices):
-        wanted = set(indices)
-        got = dict(self.repo.fetch(self.header, self.attached_version,
-                                   wanted))
+        # Each chunk is installed and its waiters woken as soon as it
+        # arrives, not when the whole batch has.
+        done = set()
+        for index, data in self.repo.fetch(self.header,
+                                           self.attached_version,
+                                           set(indices)):
+            self._install(index, data, len(data))
+            done.add(index)
         for index in indices:
-            data = got.get(index)
-            if data is None:       # an all-zero chunk is not stored
-                data = bytes(self.header.chunk_len(index))
-            else:
-                self.fetched_bytes += len(data)
-            self.core.install(index, data)
-            self.fetched_chunks += 1
+            if index not in done:
+                # An all-zero chunk is not stored: nothing to fetch.
+                self._install(index, bytes(self.header.chunk_len(index)), 0)
+
+    def _install(self, index, data, fetched):
+        self.core.install(index, data)
+        self.fetched_chunks += 1
+        self.fetched_bytes += fetched
+        self._release([index])
 
     # -- CHECKPOINT ------------------------------------------------------
 

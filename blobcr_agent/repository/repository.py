@@ -375,9 +375,14 @@ class Repository(object):
         are not yielded. Raises on a missing or corrupt chunk.
         """
         t, root = self.version_tree(header, number)
+        if indices is None:
+            found = t.items(root)
+        else:
+            # A few chunks of a big image: look them up, do not walk it.
+            found = ((i, t.lookup(root, i)) for i in sorted(indices))
         by_name = {}
-        for index, d in t.items(root):
-            if indices is None or index in indices:
+        for index, d in found:
+            if d is not None:
                 by_name.setdefault(chunks.object_name(d), []).append(index)
         max_size = header.chunk_size + 1
         for name, blob in self.backend.get_many(base.CHUNK, list(by_name),
