@@ -84,9 +84,118 @@ native_zero_map(PyObject *self, PyObject *args)
     return result;
 }
 
+PyDoc_STRVAR(patch_nodes_doc,
+"patch_nodes(items, fanout, slot_size, olds) -> list\n\n"
+"One level of a path-copying tree update. items is a list of\n"
+"(key, value) sorted by key, value being slot_size bytes; olds maps\n"
+"node id (key // fanout) to the old node (bytes) or None. Returns\n"
+"[(node id, new node or None if all zero)] in node id order.");
+
+static PyObject *
+native_patch_nodes(PyObject *self, PyObject *args)
+{
+    PyObject *items, *olds, *result = NULL, *seq = NULL;
+    Py_ssize_t fanout, slot, n, k = 0;
+    char *node = NULL;
+
+    if (!PyArg_ParseTuple(args, "OnnO!:patch_nodes", &items, &fanout, &slot,
+                          &PyDict_Type, &olds))
+        return NULL;
+    if (fanout < 2 || slot < 1) {
+        PyErr_SetString(PyExc_ValueError, "bad fanout or slot size");
+        return NULL;
+    }
+    seq = PySequence_Fast(items, "items must be a sequence");
+    if (!seq)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(seq);
+    node = malloc((size_t)(fanout * slot));
+    result = PyList_New(0);
+    if (!node || !result)
+        goto fail;
+    while (k < n) {
+        long long key, id;
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, k), *old, *idobj;
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "items are (key, value)");
+            goto fail;
+        }
+        key = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 0));
+        if (key < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "negative key");
+            goto fail;
+        }
+        id = key / fanout;
+        idobj = PyLong_FromLongLong(id);
+        if (!idobj)
+            goto fail;
+        old = PyDict_GetItemWithError(olds, idobj);
+        if (!old && PyErr_Occurred()) {
+            Py_DECREF(idobj);
+            goto fail;
+        }
+        if (old && old != Py_None) {
+            if (!PyBytes_Check(old) ||
+                PyBytes_GET_SIZE(old) != fanout * slot) {
+                Py_DECREF(idobj);
+                PyErr_SetString(PyExc_ValueError, "old node of wrong size");
+                goto fail;
+            }
+            memcpy(node, PyBytes_AS_STRING(old), (size_t)(fanout * slot));
+        } else {
+            memset(node, 0, (size_t)(fanout * slot));
+        }
+        /* Patch every item of this node. */
+        for (; k < n; k++) {
+            PyObject *p = PySequence_Fast_GET_ITEM(seq, k), *value;
+            long long kk;
+            if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) != 2)
+                break;
+            kk = PyLong_AsLongLong(PyTuple_GET_ITEM(p, 0));
+            if (kk / fanout != id)
+                break;
+            value = PyTuple_GET_ITEM(p, 1);
+            if (!PyBytes_Check(value) || PyBytes_GET_SIZE(value) != slot) {
+                Py_DECREF(idobj);
+                PyErr_SetString(PyExc_ValueError, "value of wrong size");
+                goto fail;
+            }
+            memcpy(node + (kk % fanout) * slot, PyBytes_AS_STRING(value),
+                   (size_t)slot);
+        }
+        {
+            PyObject *out, *entry;
+            if (region_is_zero((unsigned char *)node, fanout * slot)) {
+                Py_INCREF(Py_None);
+                out = Py_None;
+            } else {
+                out = PyBytes_FromStringAndSize(node, fanout * slot);
+            }
+            entry = out ? PyTuple_Pack(2, idobj, out) : NULL;
+            Py_XDECREF(out);
+            Py_DECREF(idobj);
+            if (!entry || PyList_Append(result, entry) < 0) {
+                Py_XDECREF(entry);
+                goto fail;
+            }
+            Py_DECREF(entry);
+        }
+    }
+    free(node);
+    Py_DECREF(seq);
+    return result;
+fail:
+    free(node);
+    Py_XDECREF(result);
+    Py_XDECREF(seq);
+    return NULL;
+}
+
 static PyMethodDef native_methods[] = {
     {"is_zero", native_is_zero, METH_VARARGS, is_zero_doc},
     {"zero_map", native_zero_map, METH_VARARGS, zero_map_doc},
+    {"patch_nodes", native_patch_nodes, METH_VARARGS, patch_nodes_doc},
     {NULL, NULL, 0, NULL}
 };
 

@@ -234,31 +234,16 @@ class Tree(object):
                 children[child_id] = node[s:s + SLOT] if node else EMPTY
             old[level - 1] = children
         self.store.prefetch(old[0].values())
-        # Bottom-up: patch each touched node once, emit it, and hand its
-        # new reference to the level above.
+        # Bottom-up: patch each touched node once (in C), emit it, and
+        # hand its new reference to the level above.
         for level in range(self.depth):
-            new_items = []
-            node_id, node = None, None
-            for key, value in items:
-                if key // fanout != node_id:
-                    if node is not None:
-                        new_items.append((node_id, self._emit(node, writer)))
-                    node_id = key // fanout
-                    ref = old[level][node_id]
-                    node = (bytearray(load(ref)) if ref != EMPTY
-                            else bytearray(self.node_size))
-                s = (key % fanout) * SLOT
-                node[s:s + SLOT] = value
-            new_items.append((node_id, self._emit(node, writer)))
-            items = new_items
+            olds = {node_id: load(ref) if ref != EMPTY else None
+                    for node_id, ref in old[level].items()}
+            items = [(node_id, writer.append(node) if node else EMPTY)
+                     for node_id, node in _native.patch_nodes(
+                         items, fanout, SLOT, olds)]
         new_root = items[0][1]
         return None if new_root == EMPTY else new_root
-
-    @staticmethod
-    def _emit(node, writer):
-        if _native.is_zero(node):
-            return EMPTY
-        return writer.append(bytes(node))
 
     def items(self, root, on_node_error=None):
         """Yield ``(index, digest)`` for every stored chunk, in order.

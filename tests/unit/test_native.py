@@ -27,3 +27,15 @@ def test_is_zero_finds_any_nonzero_byte(size, data):
 def test_zero_map_rejects_bad_chunk_size():
     with pytest.raises(ValueError):
         _native.zero_map(b'abc', 0)
+
+
+def test_patch_nodes_copies_and_patches_one_node_per_id():
+    old = bytes(range(8)) * 2                      # fanout 4, slot 4
+    items = [(1, b'AAAA'), (3, b'BBBB'), (9, b'\0' * 4)]
+    result = _native.patch_nodes(items, 4, 4, {0: old, 2: None})
+    assert result == [(0, old[:4] + b'AAAA' + old[8:12] + b'BBBB'),
+                      (2, None)]                   # all zero: no node
+    with pytest.raises(ValueError):
+        _native.patch_nodes([(0, b'short')], 4, 4, {0: None})
+    with pytest.raises(ValueError):
+        _native.patch_nodes([(0, b'AAAA')], 4, 4, {0: b'wrong size'})
