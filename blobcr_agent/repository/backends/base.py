@@ -52,6 +52,7 @@ class WriteBatch(object):
         self._done_bytes = 0
         self.objects = 0
         self.bytes = 0
+        self.kinds = set()
 
     def put(self, kind, name, data):
         """Start writing an immutable object (whole).
@@ -69,6 +70,7 @@ class WriteBatch(object):
             self._in_flight += 1
             self.objects += 1
             self.bytes += len(data)
+            self.kinds.add(kind)
             if self._started is None:
                 self._started = time.monotonic()
         size = len(data)
@@ -103,7 +105,7 @@ class WriteBatch(object):
             if self._error is not None:
                 raise self._error
         if self.objects:
-            self._backend._make_durable()
+            self._backend._make_durable(self.kinds)
 
 
 class ObjectBackend(metaclass=abc.ABCMeta):
@@ -123,8 +125,10 @@ class ObjectBackend(metaclass=abc.ABCMeta):
         """Start a put; call ``callback(error_or_None)`` when it is done."""
 
     @abc.abstractmethod
-    def _make_durable(self):
-        """Make every completed put durable (a no-op if it already is)."""
+    def _make_durable(self, kinds):
+        """Make every completed put of these kinds durable (a no-op if it
+        already is).
+        """
 
     @abc.abstractmethod
     def get(self, kind, name, offset=0, length=None):

@@ -11,7 +11,9 @@ Layout under the root directory::
 Objects are written to tmp/ and renamed into place, so a reader never sees
 a partial object and a SIGKILL leaves at most a stray tmp file. A batch is
 made durable by one syncfs() of the file system rather than one fsync per
-chunk. Headers are fsynced on every write, together with their directory.
+chunk; node packs, few and on the COMMIT's critical path, are fsynced one
+by one as they are written. Headers are fsynced on every write, together
+with their directory.
 """
 
 import collections
@@ -87,18 +89,27 @@ class LocalBackend(base.ObjectBackend):
         tmp = self._tmp_path()
         with open(tmp, 'wb') as f:
             f.write(data)
+            if kind == base.NODE:
+                # Few, large and on the COMMIT's critical path: made
+                # durable here, in parallel, instead of by a syncfs that
+                # would also flush everything else on the file system.
+                f.flush()
+                os.fsync(f.fileno())
         try:
             os.replace(tmp, path)
         except FileNotFoundError:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             os.replace(tmp, path)
+        if kind == base.NODE:
+            self._fsync_dir(os.path.dirname(path))
 
     def _submit_put(self, kind, name, data, callback):
         future = self._pool.submit(self._put_sync, kind, name, data)
         future.add_done_callback(lambda f: callback(f.exception()))
 
-    def _make_durable(self):
-        _syncfs(self._root_fd)
+    def _make_durable(self, kinds):
+        if kinds - {base.NODE}:
+            _syncfs(self._root_fd)
 
     def get(self, kind, name, offset=0, length=None):
         try:

@@ -141,7 +141,7 @@ class RadosBackend(base.ObjectBackend):
             if key in self._completions:
                 self._completions[key] = completion
 
-    def _make_durable(self):
+    def _make_durable(self, kinds):
         # A completed librados write is already on every OSD it needs.
         pass
 
