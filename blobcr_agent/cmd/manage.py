@@ -211,6 +211,10 @@ def main(argv=None):
                                     handler=add_parsers)
     CONF.register_cli_opt(command_opt)
     logging.register_options(CONF)
+    # A command line tool: progress lines yes, the repository's own
+    # INFO chatter only with --debug.
+    logging.set_defaults(default_log_levels=logging.get_default_log_levels() +
+                         ['blobcr_agent.repository=WARN'])
     try:
         CONF(sys.argv[1:] if argv is None else argv, project='blobcr',
              prog='blobcr-manage')

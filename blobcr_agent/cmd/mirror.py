@@ -10,12 +10,12 @@ interrupted. SIGTERM or SIGINT unmounts and stops it cleanly.
 """
 
 import argparse
-import logging
 import signal
 import subprocess
 import sys
 
 from oslo_config import cfg
+from oslo_log import log as logging
 
 from blobcr_agent import conf as blobcr_conf
 from blobcr_agent import exception
@@ -23,7 +23,7 @@ from blobcr_agent.mirror import image as image_mod
 from blobcr_agent.mirror import service as service_mod
 from blobcr_agent.repository import repository
 
-LOG = logging.getLogger('blobcr_agent.cmd.mirror')
+LOG = logging.getLogger(__name__)
 
 
 def main(argv=None):
@@ -48,13 +48,12 @@ def main(argv=None):
     parser.add_argument('--ceph-conf')
     parser.add_argument('--debug', action='store_true')
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.INFO,
-        format='%(asctime)s %(process)d %(levelname)s %(name)s %(message)s')
-
     conf = blobcr_conf.CONF
+    logging.register_options(conf)
     conf(['--config-file=%s' % f for f in args.config_file],
          project='blobcr', default_config_files=[])
+    conf.set_override('debug', args.debug)
+    logging.setup(conf, 'blobcr-mirror')
     blobcr_conf.override_store(conf, args.backend, args.store,
                                args.ceph_conf)
     try:
