@@ -1,0 +1,1 @@
+"""The checkpointing proxy: the HTTP endpoint guests checkpoint through."""
