@@ -12,7 +12,7 @@ packages=(
     python3 python3-venv python3-dev build-essential pkg-config git
     e2fsprogs
     ceph-mon ceph-osd ceph-mgr ceph-common python3-rados librados-dev
-    fuse3 libfuse3-dev fio qemu-utils
+    fuse3 libfuse3-dev fio qemu-utils libvirt-dev
 )
 
 . "$top/tools/lib/apt.sh"

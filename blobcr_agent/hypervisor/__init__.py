@@ -1,0 +1,1 @@
+"""The hypervisor side of a checkpoint (libvirt)."""
