@@ -8,5 +8,5 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 bash tools/install-deps.sh
-.venv/bin/flake8 blobcr_agent blobcr_cinder blobcr_nova tests
+.venv/bin/flake8 blobcr_agent blobcr_cinder blobcr_nova blobcr_guest tests
 exec .venv/bin/pytest -p no:cacheprovider tests "$@"

@@ -1,0 +1,1 @@
+"""Guest side of BlobCR: request checkpoints from inside a VM."""
