@@ -1,0 +1,43 @@
+"""The errors of the guest side, one class per thing the caller can do."""
+
+
+class GuestError(Exception):
+    """Base of every error this package raises."""
+
+
+class ConfigError(GuestError):
+    """A configuration source exists but cannot be used."""
+
+
+class CheckpointError(GuestError):
+    """The proxy answered with an error: ``status`` and its message."""
+
+    def __init__(self, status, message):
+        super().__init__('%s (HTTP %d)' % (message, status))
+        self.status = status
+        self.message = message
+
+    @property
+    def refused(self):
+        """A 4xx: the request itself was refused (retrying won't help)."""
+        return 400 <= self.status < 500
+
+
+class EndpointUnreachable(GuestError):
+    """No connection could be made to the proxy."""
+
+
+class CheckpointTimeout(GuestError):
+    """No answer, or no stable version, within the time allowed."""
+
+
+class CheckpointFailed(GuestError):
+    """A version the proxy took could not be persisted."""
+
+    def __init__(self, message, version=None):
+        super().__init__(message)
+        self.version = version
+
+
+class CriuError(GuestError):
+    """CRIU is missing, or it could not dump or restore."""
