@@ -69,6 +69,22 @@ def repo(backend_factory):
 
 
 @pytest.fixture
+def agent_factory(tmp_path):
+    """Start real blobcr-agent processes on a store (and settings)."""
+    made = []
+
+    def factory(backend, settings=None):
+        workdir = tmp_path / ('agent-%d' % len(made))
+        workdir.mkdir()
+        agent = harness.AgentProcess(str(workdir), backend, settings)
+        made.append(agent)
+        return agent.start()
+    yield factory
+    for agent in made:
+        agent.stop()
+
+
+@pytest.fixture
 def mirror_factory(tmp_path):
     made = []
 

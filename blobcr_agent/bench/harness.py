@@ -1,43 +1,48 @@
-"""Run a real blobcr-mirror process, for benchmarks and tests."""
+"""Run real blobcr-mirror and blobcr-agent processes, for benchmarks,
+the demo and tests.
+"""
 
+import configparser
 import os
 import subprocess
 import sys
 import time
 
+from blobcr_agent import control
 from blobcr_agent.mirror import client
 
 
-class MirrorProcess(object):
-    """A blobcr-mirror process with its FUSE mount under ``workdir``."""
+class ServiceProcess(object):
+    """A daemon with a FUSE mount and a control socket under ``workdir``."""
 
-    def __init__(self, workdir, store_args, extra=()):
+    module = None
+    client_class = control.Client
+
+    def __init__(self, workdir, args):
         self.workdir = workdir
         self.mount = os.path.join(self.workdir, 'mnt')
-        self.cache = os.path.join(self.workdir, 'cache')
         self.control = os.path.join(self.workdir, 'control.sock')
-        self.log = open(os.path.join(self.workdir, 'mirror.log'), 'ab')
-        self.args = [sys.executable, '-m', 'blobcr_agent.cmd.mirror',
-                     '--mount', self.mount, '--cache', self.cache,
-                     '--control', self.control] + list(store_args) + \
-            list(extra)
+        self.log = open(os.path.join(self.workdir, 'service.log'), 'ab')
+        self.args = [sys.executable, '-m', self.module] + list(args)
         self.proc = None
+        self.client = None
 
-    def start(self):
+    def start(self, timeout=60):
         if os.path.exists(self.control):
             os.unlink(self.control)
         self.proc = subprocess.Popen(self.args, stdout=self.log,
                                      stderr=self.log)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError('blobcr-mirror exited: see %s'
-                                   % self.log.name)
+                raise RuntimeError('%s exited: see %s'
+                                   % (self.module, self.log.name))
             if os.path.exists(self.control) and self._mounted():
-                self.client = client.MirrorClient(self.control)
+                self.client = self.client_class(self.control)
                 return self
             time.sleep(0.05)
-        raise RuntimeError('blobcr-mirror did not come up')
+        raise RuntimeError('%s did not come up: see %s'
+                           % (self.module, self.log.name))
 
     def _mounted(self):
         return os.path.ismount(self.mount) or os.path.ismount(
@@ -49,24 +54,91 @@ class MirrorProcess(object):
             subprocess.run(['fusermount3', '-u', '-z', path], check=False,
                            capture_output=True)
 
+    def _close_client(self):
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
     def kill(self):
         """SIGKILL, then clear the dead mount as an operator would."""
-        self.client.close()
+        self._close_client()
         self.proc.kill()
         self.proc.wait()
         self._unmount()
 
-    def stop(self):
+    def stop(self, timeout=60):
+        """SIGTERM and wait; returns the exit status."""
         if self.proc is None or self.proc.poll() is not None:
-            return
-        self.client.close()
+            return None if self.proc is None else self.proc.returncode
+        self._close_client()
         self.proc.terminate()
         try:
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
         self._unmount()
+        return self.proc.returncode
+
+
+class MirrorProcess(ServiceProcess):
+    """A blobcr-mirror process."""
+
+    module = 'blobcr_agent.cmd.mirror'
+    client_class = client.MirrorClient
+
+    def __init__(self, workdir, store_args, extra=()):
+        super().__init__(workdir, [])
+        self.cache = os.path.join(self.workdir, 'cache')
+        self.args += ['--mount', self.mount, '--cache', self.cache,
+                      '--control', self.control] + list(store_args) + \
+            list(extra)
+
+
+class AgentProcess(ServiceProcess):
+    """A blobcr-agent process with its own configuration file.
+
+    ``settings`` are extra ``{section: {option: value}}`` merged into the
+    generated file (transport_url, [proxy] secrets, quiesce...).
+    """
+
+    module = 'blobcr_agent.cmd.agent'
+
+    def __init__(self, workdir, backend, settings=None):
+        super().__init__(workdir, [])
+        self.state_path = os.path.join(self.workdir, 'state')
+        conf = store_conf(backend)
+        conf.setdefault('agent', {}).update(
+            state_path=self.state_path, mountpoint=self.mount,
+            admin_socket=self.control, rpc_enabled='false')
+        conf.setdefault('proxy', {}).update(port='0')
+        for section, values in (settings or {}).items():
+            conf.setdefault(section, {}).update(values)
+        self.conffile = os.path.join(self.workdir, 'blobcr.conf')
+        write_conf(self.conffile, conf)
+        self.args += ['--config-file', self.conffile]
+
+    def proxy_port(self):
+        with open(os.path.join(self.state_path, 'proxy.port')) as f:
+            return int(f.read())
+
+
+def store_conf(backend):
+    """Configuration sections that open the same store as ``backend``."""
+    if backend.name == 'local':
+        return {'repository': {'backend': 'local'},
+                'local_store': {'path': backend.root}}
+    return {'repository': {'backend': 'rados'},
+            'rados': {'conffile': backend.conffile,
+                      'namespace': backend.namespace}}
+
+
+def write_conf(path, sections):
+    parser = configparser.ConfigParser(interpolation=None)
+    for section, values in sections.items():
+        parser[section] = {k: str(v) for k, v in values.items()}
+    with open(path, 'w') as f:
+        parser.write(f)
 
 
 def store_args(backend):
@@ -75,7 +147,5 @@ def store_args(backend):
         return ['--backend', 'local', '--store', backend.root]
     conf = os.path.join(os.path.dirname(backend.conffile),
                         'blobcr-%s.conf' % backend.namespace)
-    with open(conf, 'w') as f:
-        f.write('[rados]\nconffile = %s\nnamespace = %s\n'
-                % (backend.conffile, backend.namespace))
-    return ['--backend', 'rados', '--config-file', conf]
+    write_conf(conf, store_conf(backend))
+    return ['--config-file', conf]

@@ -9,9 +9,19 @@ Examples::
     blobcr-manage verify base@2
     blobcr-manage obsolete base 1 && blobcr-manage gc
 
+Commands on the images mirrored by this host's agent go through its
+admin socket (``[agent] admin_socket``, or ``--admin-socket``)::
+
+    blobcr-manage attach base@2 --instance vm-1    # prints the file path
+    blobcr-manage checkpoint base --wait-stable    # version id, downtime
+    blobcr-manage detach base
+    blobcr-manage status
+
 The backend comes from the configuration file (``--config-file``) and can
 be overridden with ``--backend``, ``--store`` and ``--ceph-conf``.
 """
+
+import os
 
 import json
 import sys
@@ -20,6 +30,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from blobcr_agent import conf as blobcr_conf
+from blobcr_agent import control
 from blobcr_agent import exception
 from blobcr_agent import progress
 from blobcr_agent.repository import gc
@@ -70,9 +81,92 @@ def do_create(repo, args):
 
 def do_export(repo, args):
     image, version = parse_ref(args.ref)
-    number = repo.export(image, version, args.file,
-                         progress=progress.Progress('export'))
-    print('exported %s version %d to %s' % (image, number, args.file))
+    path = os.path.abspath(args.file)
+    if _agent_running(args):
+        # The agent waits for a version it is still persisting.
+        with _agent(args) as agent:
+            number = agent.call('export', image=image, version=version,
+                                path=path)['version']
+    else:
+        number = repo.export(image, version, path,
+                             progress=progress.Progress('export'))
+    print('exported %s version %d to %s' % (image, number, path))
+
+
+# -- commands on the agent's admin socket ----------------------------------
+
+class AgentClient(control.Client):
+    what = 'the blobcr-agent admin socket'
+
+
+def _socket_path(args):
+    return args.admin_socket or CONF.agent.admin_socket
+
+
+def _agent_running(args):
+    return os.path.exists(_socket_path(args))
+
+
+def _agent(args):
+    return AgentClient(_socket_path(args))
+
+
+def do_attach(args):
+    image, version = parse_ref(args.ref)
+    with _agent(args) as agent:
+        result = agent.call('attach', image=image, version=version,
+                            instance=args.instance)
+    if args.json:
+        _print(result)
+    else:
+        print(result['path'])
+
+
+def do_detach(args):
+    with _agent(args) as agent:
+        result = agent.call('detach', image=args.image,
+                            discard=args.discard)
+    if args.json:
+        _print(result)
+    else:
+        print('detached %s' % result['image'])
+
+
+def do_checkpoint(args):
+    with _agent(args) as agent:
+        result = agent.call('checkpoint', image=args.image,
+                            quiesce=args.quiesce, group=args.group,
+                            members=args.members)
+        if args.wait_stable:
+            result['state'] = agent.call('wait_stable', image=args.image,
+                                         version=result['version'],
+                                         timeout=args.timeout)
+    if args.json:
+        _print(result)
+    else:
+        print('version %d  downtime %.1f ms  (%d chunks, quiesce %s)%s'
+              % (result['version'], result['downtime_ms'], result['chunks'],
+                 result['quiesce'],
+                 '  ' + result['state'] if 'state' in result else ''))
+    if args.wait_stable and result['state'] != 'stable':
+        print('blobcr-manage: error: version %d is %s'
+              % (result['version'], result['state']), file=sys.stderr)
+        return 1
+
+
+def do_status(args):
+    with _agent(args) as agent:
+        result = agent.call('status')
+    if args.json:
+        _print(result)
+        return
+    print('agent on %s, mount %s, proxy %s'
+          % (result['host'], result['mountpoint'], result['proxy'] or 'off'))
+    for image_id, a in sorted(result['attached'].items()):
+        print('  %s  %s  from v%s, %d dirty chunks, instances: %s'
+              % (image_id, a['path'], a['attached_version'] or '-',
+                 a['dirty'],
+                 ', '.join(a['instances']) or '-'))
 
 
 def do_list(repo, args):
@@ -159,16 +253,45 @@ def _size(text):
 
 
 def add_parsers(subparsers):
-    def command(name, func, help_text):
+    def command(name, func, help_text, agent_only=False):
         p = subparsers.add_parser(name, help=help_text)
-        p.set_defaults(func=func)
-        p.add_argument('--backend', choices=['local', 'rados'],
-                       help='override [repository] backend')
-        p.add_argument('--store', help='override [local_store] path')
-        p.add_argument('--ceph-conf', help='override [rados] conffile')
+        p.set_defaults(func=func, agent_only=agent_only)
+        if not agent_only:
+            p.add_argument('--backend', choices=['local', 'rados'],
+                           help='override [repository] backend')
+            p.add_argument('--store', help='override [local_store] path')
+            p.add_argument('--ceph-conf', help='override [rados] conffile')
+        p.add_argument('--admin-socket',
+                       help='override [agent] admin_socket')
         p.add_argument('--json', action='store_true',
                        help='print machine-readable JSON')
         return p
+
+    p = command('attach', do_attach, 'mirror IMAGE[@VERSION] on this host '
+                'through the agent; prints the raw file to give the VM',
+                agent_only=True)
+    p.add_argument('ref', metavar='IMAGE[@VERSION]')
+    p.add_argument('--instance', help='the instance that will use it (may '
+                   'then request checkpoints from inside)')
+    p = command('detach', do_detach, 'stop mirroring an image',
+                agent_only=True)
+    p.add_argument('image')
+    p.add_argument('--discard', action='store_true',
+                   help='drop writes made since the last checkpoint')
+    p = command('checkpoint', do_checkpoint, 'checkpoint an attached image '
+                '(quiesce, COMMIT, resume)', agent_only=True)
+    p.add_argument('image')
+    p.add_argument('--quiesce', choices=['none', 'fsfreeze', 'suspend'],
+                   help='override [agent] quiesce')
+    p.add_argument('--group', help='global checkpoint id')
+    p.add_argument('--members', type=int,
+                   help='number of images in the group')
+    p.add_argument('--wait-stable', action='store_true',
+                   help='wait until the version is persisted')
+    p.add_argument('--timeout', type=int, default=600,
+                   help='seconds --wait-stable waits')
+    command('status', do_status, 'what the agent of this host serves',
+            agent_only=True)
 
     p = command('import', do_import, 'import a raw file as a new image')
     p.add_argument('file')
@@ -222,6 +345,12 @@ def main(argv=None):
         sys.exit('blobcr-manage: %s' % e)
     logging.setup(CONF, 'blobcr')
     args = CONF.command
+    if args.agent_only:
+        try:
+            return args.func(args) or 0
+        except exception.BlobCRError as e:
+            print('blobcr-manage: error: %s' % e, file=sys.stderr)
+            return 1
     blobcr_conf.override_store(CONF, args.backend, args.store,
                                args.ceph_conf)
     try:

@@ -7,11 +7,12 @@ generator (``tox -e genconfig``).
 
 from oslo_config import cfg
 
+from blobcr_agent.conf import agent
 from blobcr_agent.conf import repository
 
 CONF = cfg.CONF
 
-_MODULES = [repository]
+_MODULES = [repository, agent]
 
 for _module in _MODULES:
     _module.register_opts(CONF)

@@ -61,6 +61,19 @@ class Hypervisor(object):
                 sources.append(path)
         return sources
 
+    def lookup(self, instance):
+        """The domain of an instance: by UUID (Nova's instance id), else
+        by name; None if it is not on this host.
+        """
+        libvirt = _libvirt()
+        conn = self.connection()
+        for find in (conn.lookupByUUIDString, conn.lookupByName):
+            try:
+                return find(instance)
+            except libvirt.libvirtError:
+                continue
+        return None
+
     def domain_for(self, path):
         """The domain that has ``path`` as a disk, or None."""
         for domain in self.connection().listAllDomains():

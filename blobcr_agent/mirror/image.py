@@ -58,7 +58,11 @@ class AttachedImage(object):
                 'it before attaching version %d'
                 % (self.id, meta['attached'], version))
         if not meta:
-            attached = header.stable_version(version).number
+            # A blank image (no version yet) reads as zeros.
+            attached = None
+            if version is not None or any(
+                    v.state == image_mod.STABLE for v in header.versions):
+                attached = header.stable_version(version).number
             meta = {'image': self.id, 'attached': attached,
                     'last': attached, 'persisting': None, 'mode': mode}
         self.meta = meta
@@ -155,11 +159,12 @@ class AttachedImage(object):
         # Each chunk is installed and its waiters woken as soon as it
         # arrives, not when the whole batch has.
         done = set()
-        for index, data in self.repo.fetch(self.header,
-                                           self.attached_version,
-                                           set(indices)):
-            self._install(index, data, len(data))
-            done.add(index)
+        if self.attached_version is not None:
+            for index, data in self.repo.fetch(self.header,
+                                               self.attached_version,
+                                               set(indices)):
+                self._install(index, data, len(data))
+                done.add(index)
         for index in indices:
             if index not in done:
                 # An all-zero chunk is not stored: nothing to fetch.
@@ -336,13 +341,15 @@ class AttachedImage(object):
     def save_profile(self):
         """Store the first-read order since attach with the version."""
         order = self.core.read_order()
-        if order:
+        if order and self.attached_version is not None:
             return self.repo.save_profile(self.id, self.attached_version,
                                           order)
         return None
 
     def start_prefetch(self):
         order = []
+        if self.attached_version is None:
+            return
         try:
             order = self.repo.load_profile(self.header, self.attached_version)
         except exception.BlobCRError as e:

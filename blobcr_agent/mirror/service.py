@@ -9,11 +9,11 @@ Operations: attach, detach, checkpoint, state, wait_stable, stats,
 timing, save_profile, list.
 """
 
-import json
+import errno
 import logging
 import os
 import shutil
-import socketserver
+import subprocess
 import threading
 import time
 
@@ -21,6 +21,7 @@ import pyfuse3
 import trio
 
 from blobcr_agent import _native
+from blobcr_agent import control
 from blobcr_agent import exception
 from blobcr_agent.mirror import fs
 from blobcr_agent.mirror import image as image_mod
@@ -85,7 +86,8 @@ class MirrorService(object):
         LOG.info('attached %s at %s', header.id, self.path_of(header.id))
         return self.path_of(header.id)
 
-    def _get(self, image):
+    def get(self, image):
+        """The AttachedImage of an image; an error if not attached."""
         image_id = self.repo.image(image).id
         try:
             return self.attached[image_id]
@@ -97,7 +99,7 @@ class MirrorService(object):
         """Detach; refuses to drop writes made since the last checkpoint
         unless ``discard``.
         """
-        attached = self._get(image)
+        attached = self.get(image)
         attached.wait_persisted()
         dirty = attached.stats()['dirty']
         if dirty and not discard:
@@ -118,7 +120,7 @@ class MirrorService(object):
         return {'image': attached.id, 'discarded_chunks': dirty}
 
     def checkpoint(self, image):
-        attached = self._get(image)
+        attached = self.get(image)
         t0 = time.perf_counter()
         version, count = attached.checkpoint()
         downtime = (time.perf_counter() - t0) * 1000
@@ -126,10 +128,10 @@ class MirrorService(object):
                 'downtime_ms': round(downtime, 3)}
 
     def state(self, image, version):
-        return self._get(image).version_state(version)
+        return self.get(image).version_state(version)
 
     def wait_stable(self, image, version, timeout=600):
-        attached = self._get(image)
+        attached = self.get(image)
         deadline = time.monotonic() + timeout
         while True:
             state = attached.version_state(version)
@@ -138,14 +140,14 @@ class MirrorService(object):
             attached.wait_persisted(timeout=0.05)
 
     def stats(self, image):
-        return self._get(image).stats()
+        return self.get(image).stats()
 
     def timing(self, image, version):
         """When a version was committed and persisted (UNIX times)."""
-        return self._get(image).timing.get(version, {})
+        return self.get(image).timing.get(version, {})
 
     def save_profile(self, image):
-        return self._get(image).save_profile()
+        return self.get(image).save_profile()
 
     def list(self):
         return {i: a.stats() for i, a in self.attached.items()}
@@ -155,54 +157,8 @@ class MirrorService(object):
     OPERATIONS = ('attach', 'detach', 'checkpoint', 'state', 'wait_stable',
                   'stats', 'timing', 'save_profile', 'list')
 
-    def handle(self, request):
-        """One control request (a dict) -> one reply (a dict)."""
-        try:
-            if not isinstance(request, dict):
-                raise exception.InvalidInput('a request is a JSON object')
-            op = request.get('op')
-            if op not in self.OPERATIONS:
-                raise exception.InvalidInput('unknown operation %r' % (op,))
-            args = {k: v for k, v in request.items() if k != 'op'}
-            return {'ok': True, 'result': getattr(self, op)(**args)}
-        except TypeError as e:
-            return {'ok': False, 'error': 'bad arguments: %s' % e}
-        except exception.BlobCRError as e:
-            return {'ok': False, 'error': str(e)}
-        except Exception as e:
-            LOG.exception('control request %r failed', request)
-            return {'ok': False, 'error': 'internal error: %s' % e}
-
     def serve_control(self, path):
-        service = self
-
-        class Handler(socketserver.StreamRequestHandler):
-            def handle(self):
-                for line in self.rfile:
-                    try:
-                        request = json.loads(line)
-                    except ValueError:
-                        reply = {'ok': False, 'error': 'not JSON'}
-                    else:
-                        reply = service.handle(request)
-                    self.wfile.write(json.dumps(reply).encode() + b'\n')
-                    self.wfile.flush()
-
-        class Server(socketserver.ThreadingMixIn,
-                     socketserver.UnixStreamServer):
-            daemon_threads = True
-
-        if os.path.exists(path):
-            os.unlink(path)
-        old = os.umask(0o077)       # root-only socket
-        try:
-            server = Server(path, Handler)
-        finally:
-            os.umask(old)
-        thread = threading.Thread(target=server.serve_forever, daemon=True,
-                                  name='blobcr-control')
-        thread.start()
-        return server
+        return control.serve(path, control.Dispatcher(self, self.OPERATIONS))
 
     # -- the mount -------------------------------------------------------
 
@@ -224,6 +180,7 @@ class MirrorService(object):
         served in C by the mirror core, and ``versions/`` a pyfuse3 mount;
         with ``io_loop='pyfuse3'`` one pyfuse3 mount serves both.
         """
+        _clear_stale_mount(self.mountpoint)
         os.makedirs(self.mountpoint, exist_ok=True)
         options = set(pyfuse3.default_options)
         options.update(['fsname=blobcr', 'allow_other'])
@@ -232,6 +189,8 @@ class MirrorService(object):
             images = os.path.join(self.mountpoint, 'images')
             os.makedirs(images, exist_ok=True)
             os.makedirs(self.fuse_mountpoint, exist_ok=True)
+            _clear_stale_mount(self.fuse_mountpoint)
+            _clear_stale_mount(images)
             self.native_loop = _native.FuseLoop(images)
             with self._lock:
                 for attached in self.attached.values():
@@ -248,3 +207,15 @@ class MirrorService(object):
                 self.native_loop.stop()
             for attached in list(self.attached.values()):
                 attached.close()
+
+
+def _clear_stale_mount(path):
+    """Lazily unmount what a killed mirror left at ``path``, if anything:
+    a FUSE mount whose server died answers ENOTCONN.
+    """
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ENOTCONN:
+            LOG.warning('unmounting the stale mount at %s', path)
+            subprocess.run(['fusermount3', '-u', '-z', path], check=False)

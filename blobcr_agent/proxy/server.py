@@ -6,11 +6,15 @@ the snapshot is taken (before it is persisted), then polls
 checkpoint many VMs together pass a group id and the number of members;
 ``/v1/group/<id>`` says when every member's version is stable.
 
+A request may name a quiesce mode (none, fsfreeze, suspend); the agent's
+default applies otherwise.
+
 Only instances hosted here may use it (see auth.py); bad requests get a
 4xx with a JSON message and never commit anything; each instance is rate
-limited. The proxy itself knows nothing of images: it is given
-``resolve(instance id) -> image or None``, ``checkpoint(image) -> dict``
-and ``state(image, version) -> str`` by the agent.
+limited. The proxy itself knows nothing of images or hosts: it calls an
+``agent`` with ``resolve(instance) -> image or None``,
+``checkpoint(image, group=, members=, quiesce=) -> dict``,
+``state(image, version) -> str`` and ``group_state(group) -> dict``.
 """
 
 import http.server
@@ -21,6 +25,8 @@ import threading
 import time
 
 from blobcr_agent import exception
+from blobcr_agent.hypervisor import domains
+from blobcr_agent.repository import groups
 
 LOG = logging.getLogger(__name__)
 
@@ -56,16 +62,12 @@ class RateLimiter(object):
 
 class CheckpointProxy(object):
 
-    def __init__(self, authenticator, resolve, checkpoint, state, rate=1.0,
-                 burst=5, max_body=4096):
+    def __init__(self, authenticator, agent, rate=1.0, burst=5,
+                 max_body=4096):
         self.auth = authenticator
-        self.resolve = resolve
-        self.checkpoint = checkpoint
-        self.state = state
+        self.agent = agent
         self.limiter = RateLimiter(rate, burst)
         self.max_body = max_body
-        self._groups = {}            # id -> {'members': n, 'versions': {}}
-        self._lock = threading.Lock()
 
     def handle(self, method, path, headers, body):
         """One request -> ``(status, JSON-able dict)``; never raises."""
@@ -86,7 +88,7 @@ class CheckpointProxy(object):
         if instance is None:
             raise HTTPError(401, 'unauthenticated: send X-Instance-ID with '
                                  'X-BlobCR-Token or X-Instance-ID-Signature')
-        image = self.resolve(instance)
+        image = self.agent.resolve(instance)
         if image is None:
             raise HTTPError(403, 'instance %s is not hosted here' % instance)
         if path == '/v1/checkpoint':
@@ -105,7 +107,7 @@ class CheckpointProxy(object):
             version = int(match.group(1))
             try:
                 return {'version': version,
-                        'state': self.state(image, version)}
+                        'state': self.agent.state(image, version)}
             except exception.BlobCRError:
                 raise HTTPError(404, 'no version %d of this instance'
                                 % version)
@@ -113,7 +115,7 @@ class CheckpointProxy(object):
         if match:
             if method != 'GET':
                 raise HTTPError(405, 'GET the state of a group')
-            return self._group(match.group(1))
+            return self._group(image, match.group(1))
         raise HTTPError(404, 'no such endpoint: %s' % path[:100])
 
     @staticmethod
@@ -126,57 +128,48 @@ class CheckpointProxy(object):
             raise HTTPError(400, 'the body is not JSON')
         if not isinstance(request, dict):
             raise HTTPError(400, 'the body must be a JSON object')
-        unknown = set(request) - {'group', 'members'}
+        unknown = set(request) - {'group', 'members', 'quiesce'}
         if unknown:
             raise HTTPError(400, 'unknown fields: %s'
                             % ', '.join(sorted(map(str, unknown))[:5]))
         group, members = request.get('group'), request.get('members')
-        if group is not None and (not isinstance(group, str) or
-                                  not re.match(r'^[A-Za-z0-9_.-]{1,64}$',
-                                               group)):
-            raise HTTPError(400, 'group: 1-64 letters, digits, . _ -')
         if (group is None) != (members is None):
             raise HTTPError(400, 'group and members go together')
-        if members is not None and (type(members) is not int or
-                                    not 1 <= members <= 100000):
-            raise HTTPError(400, 'members: a number from 1 to 100000')
+        try:
+            if group is not None:
+                groups.check(group, members)
+        except exception.InvalidInput as e:
+            raise HTTPError(400, str(e))
+        quiesce = request.get('quiesce')
+        if quiesce is not None and quiesce not in domains.QUIESCE_MODES:
+            raise HTTPError(400, 'quiesce: one of %s'
+                            % ', '.join(domains.QUIESCE_MODES))
         return request
 
     def _checkpoint(self, instance, image, request):
-        group = request.get('group')
-        if group:
-            with self._lock:
-                known = self._groups.get(group)
-                if known and known['members'] != request['members']:
-                    raise HTTPError(400, 'group %s has %d members, not %d'
-                                    % (group, known['members'],
-                                       request['members']))
-        result = self.checkpoint(image)
+        try:
+            result = self.agent.checkpoint(
+                image, group=request.get('group'),
+                members=request.get('members'),
+                quiesce=request.get('quiesce'))
+        except exception.InvalidInput as e:
+            raise HTTPError(400, str(e))
         reply = {'version': result['version'],
                  'downtime_ms': result.get('downtime_ms')}
-        if group:
-            with self._lock:
-                entry = self._groups.setdefault(
-                    group, {'members': request['members'], 'versions': {}})
-                entry['versions'][instance] = (image, result['version'])
-            reply['group'] = group
+        if request.get('group'):
+            reply['group'] = request['group']
         LOG.info('instance %s: checkpoint -> version %d', instance,
                  result['version'])
         return reply
 
-    def _group(self, group):
-        with self._lock:
-            entry = self._groups.get(group)
-            if entry is None:
-                raise HTTPError(404, 'no group %s' % group)
-            members, versions = entry['members'], dict(entry['versions'])
-        states = {i: self.state(image, v)
-                  for i, (image, v) in versions.items()}
-        return {'group': group, 'members': members,
-                'versions': {i: {'version': versions[i][1], 'state': s}
-                             for i, s in states.items()},
-                'complete': len(states) == members and
-                all(s == 'stable' for s in states.values())}
+    def _group(self, image, group):
+        found = self.agent.group_state(group)
+        # A guest only sees the groups its own image is a member of.
+        if not any(v['image'] == image
+                   for v in found['versions'].values()):
+            raise HTTPError(404, 'no group %s with this instance in it'
+                            % group)
+        return found
 
     def serve(self, host='127.0.0.1', port=0):
         """Serve HTTP on a thread; returns the server (``server_port``)."""

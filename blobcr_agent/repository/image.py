@@ -36,6 +36,7 @@ class Version(object):
     error: str = ''
     clones: typing.List[dict] = dataclasses.field(default_factory=list)
     profile: typing.Optional[str] = None    # chunk object: read order
+    group: typing.Optional[dict] = None     # {"id": ..., "members": n}
 
     @property
     def root_ref(self):

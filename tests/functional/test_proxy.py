@@ -1,5 +1,5 @@
-"""The guest checkpoint endpoint over real HTTP on 127.0.0.1, in front
-of a real mirror process: authentication both ways, refusals that commit
+"""The guest checkpoint endpoint of a real blobcr-agent process, over
+HTTP on 127.0.0.1: authentication both ways, refusals that commit
 nothing, limits, global (group) checkpoints, and junk that never gets a
 5xx.
 """
@@ -8,44 +8,35 @@ import http.client
 import json
 import os
 import random
-import threading
 import time
 
 import pytest
 
 from blobcr_agent.proxy import auth
-from blobcr_agent.proxy import server
 from blobcr_agent.repository import repository
 
 CHUNK = 64 * 1024
 
 
+SETTINGS = {'proxy': {'host_secret': 'host-secret',
+                      'metadata_proxy_shared_secret': 'neutron-secret',
+                      'rate': '0.5', 'burst': '3'},
+            'agent': {'quiesce': 'none'}}
+
+
 @pytest.fixture
-def setup(backend_factory, mirror_factory):
+def setup(backend_factory, agent_factory):
     repo = repository.Repository(backend_factory(), chunk_size=CHUNK)
     images = {}
     for instance in ('vm-a', 'vm-b'):
         header = repo.create_image(instance, 16 * CHUNK)
         repo.commit(header.id, {0: os.urandom(CHUNK)})
         images[instance] = header.id
-    mirror = mirror_factory(repo.backend)
-    for image in images.values():
-        mirror.client.call('attach', image=image)
-    lock = threading.Lock()
-
-    def call(op, **args):
-        with lock:              # one control connection
-            return mirror.client.call(op, **args)
-
+    agent = agent_factory(repo.backend, SETTINGS)
+    for instance, image in images.items():
+        agent.client.call('attach', image=image, instance=instance)
     authenticator = auth.Authenticator('host-secret', 'neutron-secret')
-    proxy = server.CheckpointProxy(
-        authenticator, images.get,
-        lambda image: call('checkpoint', image=image),
-        lambda image, v: call('state', image=image, version=v),
-        rate=0.5, burst=3)
-    httpd = proxy.serve()
-    yield repo, images, authenticator, httpd.server_port, mirror
-    httpd.shutdown()
+    yield repo, images, authenticator, agent.proxy_port(), agent
     repo.close()
 
 
@@ -140,6 +131,27 @@ def test_group_checkpoint_completes_when_all_members_are_stable(setup):
         assert time.monotonic() < deadline, group
         time.sleep(0.05)
     assert set(group['versions']) == {'vm-a', 'vm-b'}
+    # The record is in the repository, shared by every host of the job.
+    assert {v.group['id'] for i in images.values()
+            for v in repo.image(i).versions if v.group} == {'job-7'}
+
+
+def test_a_guest_sees_only_its_own_groups(setup):
+    repo, images, authenticator, port, _ = setup
+    a = {'X-Instance-ID': 'vm-a',
+         'X-BlobCR-Token': authenticator.token_for('vm-a')}
+    b = {'X-Instance-ID': 'vm-b',
+         'X-BlobCR-Token': authenticator.token_for('vm-b')}
+    body = json.dumps({'group': 'only-a', 'members': 1})
+    assert request(port, 'POST', '/v1/checkpoint', a, body)[0] == 200
+    assert request(port, 'GET', '/v1/group/only-a', a)[0] == 200
+    assert request(port, 'GET', '/v1/group/only-a', b)[0] == 404
+    # A member count that disagrees with the group's is refused.
+    body = json.dumps({'group': 'only-a', 'members': 2})
+    before = versions(repo, images['vm-b'])
+    status, reply = request(port, 'POST', '/v1/checkpoint', b, body)
+    assert status == 400 and 'members' in reply['error']
+    assert versions(repo, images['vm-b']) == before
 
 
 def test_junk_never_gets_a_server_error(setup):

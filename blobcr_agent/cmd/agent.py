@@ -1,0 +1,159 @@
+"""blobcr-agent: the per-host BlobCR service.
+
+    blobcr-agent --config-file /etc/blobcr/blobcr.conf
+
+It mounts the mirror (attached images are raw files under
+``[agent] mountpoint``/images), serves the RPC API on topic blobcr-agent
+(server = ``[agent] host``) when ``transport_url`` is set, the root-only
+admin socket of ``blobcr-manage`` and, when a secret is configured, the
+guest checkpoint endpoint.
+
+On start it re-attaches every image it mirrored before and resumes the
+persists a crash or a stop interrupted. SIGTERM or SIGINT: stop taking
+requests, let background persists finish (``[agent] shutdown_timeout``),
+unmount, exit 0.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+from oslo_config import cfg
+from oslo_log import log as logging
+import oslo_messaging as messaging
+
+from blobcr_agent import conf as blobcr_conf
+from blobcr_agent import control
+from blobcr_agent import exception
+from blobcr_agent import manager as manager_mod
+from blobcr_agent.proxy import auth
+from blobcr_agent.proxy import server as proxy_server
+from blobcr_agent.repository import repository
+from blobcr_agent.rpc import server as rpc_server
+
+CONF = blobcr_conf.CONF
+LOG = logging.getLogger(__name__)
+
+
+def _start_proxy(conf, manager):
+    if not conf.proxy.enabled:
+        return None
+    if not (conf.proxy.host_secret or conf.proxy.metadata_proxy_shared_secret):
+        LOG.warning('guest endpoint off: set [proxy] host_secret or '
+                    'metadata_proxy_shared_secret')
+        return None
+    authenticator = auth.Authenticator(
+        conf.proxy.host_secret, conf.proxy.metadata_proxy_shared_secret)
+    proxy = proxy_server.CheckpointProxy(
+        authenticator, manager, rate=conf.proxy.rate, burst=conf.proxy.burst,
+        max_body=conf.proxy.max_body)
+    httpd = proxy.serve(conf.proxy.listen, conf.proxy.port)
+    port = httpd.server_port
+    manager.proxy_url = 'http://%s:%d' % (conf.proxy.listen, port)
+    with open(os.path.join(conf.agent.state_path, 'proxy.port'), 'w') as f:
+        f.write('%d\n' % port)
+    LOG.info('guest endpoint on %s', manager.proxy_url)
+    return httpd
+
+
+class Agent(object):
+    """The running daemon: its servers and their orderly stop."""
+
+    def __init__(self, conf):
+        self.conf = conf
+        self.repo = repository.Repository.from_conf(conf)
+        self.manager = manager_mod.AgentManager.from_conf(conf, self.repo)
+        self.admin = None
+        self.rpc = None
+        self.httpd = None
+        self._stopping = threading.Event()
+
+    def start(self):
+        self.manager.mirror.recover()
+        self.admin = control.serve(
+            self.conf.agent.admin_socket,
+            control.Dispatcher(self.manager, manager_mod.OPERATIONS),
+            name='blobcr-admin')
+        # Making a transport registers its options (transport_url among
+        # them) and connects to nothing yet.
+        self.httpd = _start_proxy(self.conf, self.manager)
+        if self.conf.agent.rpc_enabled:
+            self.rpc = rpc_server.get_server(self.conf, self.manager)
+            # Connecting waits for the broker: the mount, the admin socket
+            # and the guest endpoint do not.
+            threading.Thread(target=self.rpc.start, daemon=True,
+                             name='blobcr-rpc-start').start()
+        else:
+            LOG.warning('RPC off ([agent] rpc_enabled = false)')
+
+    def stop(self, signum=None, frame=None):
+        """Signal handler: the stop runs on its own thread so that FUSE
+        keeps serving the guests while persists drain.
+        """
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        LOG.info('stopping (signal %s)', signum)
+        threading.Thread(target=self._drain_and_unmount,
+                         name='blobcr-stop').start()
+
+    def _drain_and_unmount(self):
+        try:
+            if self.httpd is not None:
+                self.httpd.shutdown()
+            if self.rpc is not None:
+                self.rpc.stop()
+            self.admin.shutdown()
+            left = self.manager.wait_persists(
+                self.conf.agent.shutdown_timeout)
+            for image_id in left:
+                LOG.warning('persist of %s still running: it resumes from '
+                            'its journal when the agent starts again',
+                            image_id)
+        finally:
+            # Unmounting makes the FUSE loop in run() return.
+            subprocess.run(['fusermount3', '-u', '-z',
+                            self.manager.mirror.fuse_mountpoint],
+                           check=False)
+
+    def run(self):
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+        try:
+            self.manager.mirror.run(
+                ready=lambda: LOG.info('agent of %s serving %s',
+                                       self.conf.agent.host,
+                                       self.manager.mirror.mountpoint))
+        finally:
+            if self.rpc is not None:
+                self.rpc.wait()
+            self.repo.close()
+            try:
+                os.unlink(self.conf.agent.admin_socket)
+            except OSError:
+                pass
+
+
+def main(argv=None):
+    logging.register_options(CONF)
+    messaging.set_transport_defaults('blobcr')
+    try:
+        CONF(sys.argv[1:] if argv is None else argv, project='blobcr',
+             prog='blobcr-agent')
+    except cfg.Error as e:
+        sys.exit('blobcr-agent: %s' % e)
+    logging.setup(CONF, 'blobcr-agent')
+    try:
+        agent = Agent(CONF)
+        agent.start()
+    except (exception.BlobCRError, cfg.Error, OSError) as e:
+        print('blobcr-agent: error: %s' % e, file=sys.stderr)
+        return 1
+    agent.run()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Options of the per-host agent, its guest endpoint and its hypervisor."""
+
+import socket
+
+from oslo_config import cfg
+
+agent_group = cfg.OptGroup(
+    'agent', title='Per-host agent',
+    help='The blobcr-agent daemon of a compute host: its mirror, its RPC '
+         'server and its admin socket.')
+
+agent_opts = [
+    cfg.StrOpt('host', default=socket.gethostname(),
+               sample_default='<hostname>',
+               help='Name of this host: the RPC server name Cinder and Nova '
+                    'address (topic blobcr-agent, server = host).'),
+    cfg.StrOpt('state_path', default='/var/lib/blobcr',
+               help='Directory of the agent\'s local state: mirror caches '
+                    '(the working copy of every attached image) and the '
+                    'instance table. Put it on a fast local disk.'),
+    cfg.StrOpt('mountpoint', default='/var/lib/blobcr/mnt',
+               help='Where the mirror is mounted; attached images appear as '
+                    'raw files under <mountpoint>/images/.'),
+    cfg.StrOpt('admin_socket', default='/run/blobcr/agent.sock',
+               help='Root-only UNIX socket of blobcr-manage\'s agent '
+                    'commands (attach, checkpoint, detach, export...).'),
+    cfg.StrOpt('mirror_mode', default='selective-cow',
+               choices=['selective-cow', 'live-cow', 'offline'],
+               help='How a checkpoint snapshots an image: selective-cow '
+                    'copies a chunk aside only if the guest rewrites it '
+                    'before it is persisted (the BlobCR scheme).'),
+    cfg.IntOpt('cow_chunks', default=64, min=1,
+               help='Chunks of memory per image for copy-on-write copies; '
+                    'when full, guest writes to unpersisted chunks wait.'),
+    cfg.StrOpt('quiesce', default='suspend',
+               choices=['none', 'fsfreeze', 'suspend'],
+               help='How the guest is held still while a checkpoint is '
+                    'taken, unless the request says otherwise: none (the '
+                    'guest synced itself), fsfreeze (qemu-guest-agent) or '
+                    'suspend (pause the domain: the BlobCR paper\'s '
+                    'choice).'),
+    cfg.StrOpt('libvirt_uri', default='qemu:///system',
+               help='libvirt connection used to find and quiesce the '
+                    'domain that uses an image.'),
+    cfg.IntOpt('shutdown_timeout', default=300, min=0,
+               help='On SIGTERM, seconds to wait for background persists '
+                    'to finish. A persist still running after that is '
+                    'resumed from its journal when the agent starts '
+                    'again.'),
+    cfg.BoolOpt('rpc_enabled', default=True,
+                help='Serve the RPC API (needs transport_url). Off for a '
+                     'single host driven by blobcr-manage only.'),
+]
+
+proxy_group = cfg.OptGroup(
+    'proxy', title='Checkpointing proxy',
+    help='The HTTP endpoint through which guests on this host request '
+         'checkpoints.')
+
+proxy_opts = [
+    cfg.BoolOpt('enabled', default=True,
+                help='Serve the guest checkpoint endpoint.'),
+    cfg.HostAddressOpt('listen', default='127.0.0.1',
+                       help='Address of the endpoint. Guests reach it '
+                            'through the metadata address 169.254.169.254 '
+                            '(a forward set up by the network).'),
+    cfg.PortOpt('port', default=8789,
+                help='TCP port of the endpoint (0: any free port, '
+                     'written to <state_path>/proxy.port).'),
+    cfg.StrOpt('host_secret', secret=True,
+               help='Secret of this host for per-instance tokens: a guest '
+                    'presents HMAC-SHA256(host_secret, instance id), '
+                    'handed out by Nova vendordata.'),
+    cfg.StrOpt('metadata_proxy_shared_secret', secret=True,
+               help='The secret Neutron\'s metadata proxy signs '
+                    'X-Instance-ID with (same as Nova\'s [neutron] '
+                    'metadata_proxy_shared_secret).'),
+    cfg.FloatOpt('rate', default=1.0, min=0.001,
+                 help='Checkpoints per second an instance may request '
+                      'over time.'),
+    cfg.IntOpt('burst', default=5, min=1,
+               help='Checkpoints an instance may request at once.'),
+    cfg.IntOpt('max_body', default=4096, min=64,
+               help='Largest request body accepted, in bytes.'),
+]
+
+
+def register_opts(conf):
+    conf.register_group(agent_group)
+    conf.register_opts(agent_opts, group=agent_group)
+    conf.register_group(proxy_group)
+    conf.register_opts(proxy_opts, group=proxy_group)
+
+
+def list_opts():
+    return [(agent_group, agent_opts), (proxy_group, proxy_opts)]

@@ -1,0 +1,70 @@
+"""Which instance uses which image on this host, kept across restarts.
+
+Filled by attach calls that name an instance (Cinder, Nova, or
+``blobcr-manage attach --instance``); the guest endpoint asks it first and
+falls back to libvirt (a Nova domain's UUID is its instance id).
+"""
+
+import json
+import os
+import threading
+
+from blobcr_agent import exception
+
+
+class InstanceTable(object):
+
+    def __init__(self, path):
+        self.path = path
+        self._lock = threading.Lock()
+        self._table = self._load()
+
+    def _load(self):
+        try:
+            with open(self.path) as f:
+                table = json.load(f)
+        except FileNotFoundError:
+            return {}
+        except ValueError as e:
+            raise exception.CorruptObject('instance table', self.path,
+                                          str(e))
+        if not isinstance(table, dict):
+            raise exception.CorruptObject('instance table', self.path,
+                                          'not a JSON object')
+        return table
+
+    def _save(self):
+        tmp = self.path + '.tmp'
+        with open(tmp, 'w') as f:
+            json.dump(self._table, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def bind(self, instance, image_id):
+        if not isinstance(instance, str) or not 0 < len(instance) <= 64:
+            raise exception.InvalidInput('an instance id is 1-64 characters')
+        with self._lock:
+            other = self._table.get(instance)
+            if other not in (None, image_id):
+                raise exception.InvalidInput(
+                    'instance %s already uses image %s' % (instance, other))
+            self._table[instance] = image_id
+            self._save()
+
+    def unbind_image(self, image_id):
+        with self._lock:
+            gone = [i for i, img in self._table.items() if img == image_id]
+            for instance in gone:
+                del self._table[instance]
+            if gone:
+                self._save()
+
+    def image_of(self, instance):
+        with self._lock:
+            return self._table.get(instance)
+
+    def instances_of(self, image_id):
+        with self._lock:
+            return sorted(i for i, img in self._table.items()
+                          if img == image_id)

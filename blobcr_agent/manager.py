@@ -1,0 +1,243 @@
+"""The agent's operations: what RPC, the admin socket and the guest
+endpoint all call.
+
+One AgentManager per host owns the mirror (attached images), the
+instance table and the libvirt connection. A checkpoint holds the guest
+still (none, fsfreeze or suspend), takes the snapshot (COMMIT) and
+resumes it; the version is persisted in the background.
+"""
+
+import contextlib
+import logging
+import os
+import threading
+import time
+
+from blobcr_agent import exception
+from blobcr_agent.hypervisor import domains
+from blobcr_agent import instances as instances_mod
+from blobcr_agent.mirror import service as service_mod
+from blobcr_agent.repository import gc
+from blobcr_agent.repository import groups
+from blobcr_agent.repository import image as image_mod
+from blobcr_agent.repository import treeview
+
+LOG = logging.getLogger(__name__)
+
+# Every operation that RPC and the admin socket expose.
+OPERATIONS = ('attach', 'detach', 'checkpoint', 'state', 'wait_stable',
+              'clone', 'list_versions', 'obsolete', 'gc', 'status',
+              'export', 'group_state')
+
+
+def _version_dict(v):
+    return {'version': v.number, 'state': v.state, 'parent': v.parent,
+            'created': v.created, 'stable_at': v.stable_at,
+            'chunks': v.chunks, 'stored_bytes': v.stored_bytes,
+            'error': v.error or None, 'group': v.group,
+            'clones': [c['image'] for c in v.clones]}
+
+
+class AgentManager(object):
+
+    def __init__(self, repo, state_path, mountpoint, host,
+                 mirror_mode='selective-cow', cow_chunks=64,
+                 quiesce='suspend', hypervisor=None):
+        if quiesce not in domains.QUIESCE_MODES:
+            raise exception.InvalidInput('unknown quiesce mode %r'
+                                         % (quiesce,))
+        self.repo = repo
+        self.host = host
+        self.state_path = os.path.abspath(state_path)
+        os.makedirs(self.state_path, mode=0o700, exist_ok=True)
+        self.mirror = service_mod.MirrorService(
+            repo, mountpoint, os.path.join(self.state_path, 'cache'),
+            mode=mirror_mode, cow_chunks=cow_chunks)
+        self.instances = instances_mod.InstanceTable(
+            os.path.join(self.state_path, 'instances.json'))
+        self.default_quiesce = quiesce
+        self.hypervisor = hypervisor
+        self.started = time.time()
+        self.proxy_url = None
+        self._hv_lock = threading.Lock()
+
+    @classmethod
+    def from_conf(cls, conf, repo, hypervisor=None):
+        if hypervisor is None:
+            hypervisor = domains.Hypervisor(conf.agent.libvirt_uri)
+        return cls(repo, conf.agent.state_path, conf.agent.mountpoint,
+                   conf.agent.host, mirror_mode=conf.agent.mirror_mode,
+                   cow_chunks=conf.agent.cow_chunks,
+                   quiesce=conf.agent.quiesce, hypervisor=hypervisor)
+
+    # -- attach / detach -----------------------------------------------
+
+    def attach(self, image, version=None, instance=None):
+        """Mirror ``image`` (from ``version``, default its newest stable
+        one) and return the raw file the hypervisor opens.
+        """
+        header = self.repo.image(image)
+        if instance is not None:
+            self.instances.bind(instance, header.id)
+        path = self.mirror.attach(header.id, version=version)
+        attached = self.mirror.attached[header.id]
+        return {'image': header.id, 'name': header.name, 'path': path,
+                'version': attached.attached_version,
+                'size': header.size}
+
+    def detach(self, image, discard=False):
+        header = self.repo.image(image)
+        result = self.mirror.detach(header.id, discard=discard)
+        self.instances.unbind_image(header.id)
+        return result
+
+    # -- checkpoint --------------------------------------------------------
+
+    def _domain(self, image_id):
+        if self.hypervisor is None:
+            return None
+        with self._hv_lock:
+            return self.hypervisor.domain_for(self.mirror.path_of(image_id))
+
+    @contextlib.contextmanager
+    def _quiesced(self, image_id, mode):
+        if mode == 'none':
+            yield 'none'
+            return
+        domain = self._domain(image_id)
+        if domain is None:
+            # Attached but not used by a VM (yet): nothing to hold still.
+            LOG.info('no domain uses %s: checkpoint without %s', image_id,
+                     mode)
+            yield 'none'
+            return
+        with self.hypervisor.quiesced(domain, mode):
+            yield mode
+
+    def checkpoint(self, image, quiesce=None, group=None, members=None):
+        """Hold the guest still, COMMIT, resume; returns as soon as the
+        snapshot is taken (the version is ``pending`` until persisted).
+        """
+        mode = quiesce or self.default_quiesce
+        if mode not in domains.QUIESCE_MODES:
+            raise exception.InvalidInput('quiesce mode must be one of %s'
+                                         % ', '.join(domains.QUIESCE_MODES))
+        if (group is None) != (members is None):
+            raise exception.InvalidInput('group and members go together')
+        if group is not None:
+            groups.admit(self.repo, group, members)
+        image_id = self.repo.image(image).id
+        self.mirror.get(image_id)               # attached here?
+        t0 = time.perf_counter()
+        with self._quiesced(image_id, mode) as used:
+            result = self.mirror.checkpoint(image_id)
+        # The guest is held for the whole block; the mirror's own figure
+        # is the snapshot alone.
+        result['snapshot_ms'] = result['downtime_ms']
+        result['downtime_ms'] = round((time.perf_counter() - t0) * 1000, 3)
+        result['quiesce'] = used
+        if group is not None:
+            groups.tag(self.repo, image_id, result['version'], group,
+                       members)
+            result['group'] = group
+        return result
+
+    def state(self, image, version):
+        image_id = self.repo.image(image).id
+        if image_id in self.mirror.attached:
+            return self.mirror.state(image_id, version)
+        return self.repo.image(image_id).version(version).state
+
+    def wait_stable(self, image, version, timeout=600):
+        image_id = self.repo.image(image).id
+        if image_id in self.mirror.attached:
+            return self.mirror.wait_stable(image_id, version, timeout)
+        return self.state(image_id, version)
+
+    def group_state(self, group):
+        return groups.state(self.repo, group)
+
+    # -- repository operations ------------------------------------------
+
+    def clone(self, image, version=None, name=None):
+        return treeview.summary(self.repo.clone(image, version, name))
+
+    def list_versions(self, image):
+        header = self.repo.image(image)
+        return {'image': header.id, 'name': header.name,
+                'origin': header.origin,
+                'versions': [_version_dict(v) for v in header.versions]}
+
+    def obsolete(self, image, versions):
+        self.repo.obsolete(image, versions)
+        return self.list_versions(image)
+
+    def gc(self, grace=None, pending_timeout=None):
+        return gc.collect(self.repo, grace=grace,
+                          pending_timeout=pending_timeout).as_dict()
+
+    def export(self, image, version, path, timeout=600):
+        """Write ``image@version`` to ``path`` (absolute, on this host),
+        waiting for the version to be persisted first.
+        """
+        if not isinstance(path, str) or not os.path.isabs(path):
+            raise exception.InvalidInput('export needs an absolute path')
+        header = self.repo.image(image)
+        if version is None:
+            version = header.stable_version().number
+        state = self.wait_stable(header.id, version, timeout)
+        if state != image_mod.STABLE:
+            raise exception.VersionNotStable(header.id, version, state)
+        number = self.repo.export(header.id, version, path)
+        return {'image': header.id, 'version': number, 'path': path,
+                'size': header.size}
+
+    def status(self):
+        attached = {}
+        for image_id, a in list(self.mirror.attached.items()):
+            attached[image_id] = dict(
+                a.stats(), path=self.mirror.path_of(image_id),
+                attached_version=a.attached_version,
+                instances=self.instances.instances_of(image_id))
+        return {'host': self.host, 'uptime': time.time() - self.started,
+                'mountpoint': self.mirror.mountpoint,
+                'backend': self.repo.backend.describe(),
+                'proxy': self.proxy_url,
+                'default_quiesce': self.default_quiesce,
+                'attached': attached}
+
+    # -- the guest endpoint's view -----------------------------------------
+
+    def resolve(self, instance):
+        """The image an instance hosted here checkpoints, or None."""
+        image_id = self.instances.image_of(instance)
+        if image_id is not None and image_id in self.mirror.attached:
+            return image_id
+        if self.hypervisor is None:
+            return None
+        try:
+            with self._hv_lock:
+                domain = self.hypervisor.lookup(instance)
+                if domain is None:
+                    return None
+                sources = set(self.hypervisor.disk_sources(domain))
+        except exception.BackendUnavailable as e:
+            LOG.warning('cannot ask libvirt about %s: %s', instance, e)
+            return None
+        for image_id in list(self.mirror.attached):
+            if self.mirror.path_of(image_id) in sources:
+                return image_id
+        return None
+
+    # -- lifetime --------------------------------------------------------
+
+    def wait_persists(self, timeout):
+        """Wait for every background persist; the images still
+        persisting after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        left = []
+        for image_id, a in list(self.mirror.attached.items()):
+            if not a.wait_persisted(max(0, deadline - time.monotonic())):
+                left.append(image_id)
+        return left

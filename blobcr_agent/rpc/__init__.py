@@ -1,0 +1,12 @@
+"""The agent's oslo.messaging RPC API: topic ``blobcr-agent``, one server
+per host (``[agent] host``).
+
+api.py is the client Cinder and Nova code calls; server.py is the agent's
+side. Version history of the API:
+
+* 1.0 - attach, detach, checkpoint, state, wait_stable, clone,
+  list_versions, obsolete, gc, status, export, group_state.
+"""
+
+TOPIC = 'blobcr-agent'
+VERSION = '1.0'

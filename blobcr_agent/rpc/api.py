@@ -1,0 +1,84 @@
+"""Client of the agent RPC API, for Cinder, Nova and tools.
+
+    api = AgentAPI(transport_url='rabbit://...')
+    path = api.attach('compute-1', 'vol-1')['path']
+    version = api.checkpoint('compute-1', 'vol-1')['version']
+
+Every call names the host whose agent serves it. Calls raise
+oslo_messaging.MessagingTimeout when that agent does not answer, and
+the agent's own errors (``blobcr_agent.exception``) otherwise.
+"""
+
+from oslo_config import cfg
+import oslo_messaging as messaging
+
+from blobcr_agent import rpc
+
+# Remote errors of these modules are rebuilt as their own types.
+REMOTE_EXMODS = ['blobcr_agent.exception']
+
+
+class AgentAPI(object):
+
+    def __init__(self, conf=None, transport_url=None, timeout=None,
+                 version_cap=rpc.VERSION):
+        conf = conf or cfg.CONF
+        self.transport = messaging.get_rpc_transport(
+            conf, url=transport_url, allowed_remote_exmods=REMOTE_EXMODS)
+        target = messaging.Target(topic=rpc.TOPIC, version=rpc.VERSION)
+        self.client = messaging.get_rpc_client(
+            self.transport, target, version_cap=version_cap,
+            timeout=timeout)
+
+    def _call(self, host, method, rpc_timeout=None, **kwargs):
+        cctxt = self.client.prepare(server=host, version='1.0',
+                                    timeout=rpc_timeout)
+        return cctxt.call({}, method, **kwargs)
+
+    def attach(self, host, image, version=None, instance=None):
+        return self._call(host, 'attach', image=image, version=version,
+                          instance=instance)
+
+    def detach(self, host, image, discard=False):
+        return self._call(host, 'detach', image=image, discard=discard)
+
+    def checkpoint(self, host, image, quiesce=None, group=None,
+                   members=None):
+        return self._call(host, 'checkpoint', image=image, quiesce=quiesce,
+                          group=group, members=members)
+
+    def state(self, host, image, version):
+        return self._call(host, 'state', image=image, version=version)
+
+    def wait_stable(self, host, image, version, timeout=600):
+        return self._call(host, 'wait_stable', rpc_timeout=timeout + 30,
+                          image=image, version=version, timeout=timeout)
+
+    def clone(self, host, image, version=None, name=None):
+        return self._call(host, 'clone', image=image, version=version,
+                          name=name)
+
+    def list_versions(self, host, image):
+        return self._call(host, 'list_versions', image=image)
+
+    def obsolete(self, host, image, versions):
+        return self._call(host, 'obsolete', image=image,
+                          versions=list(versions))
+
+    def gc(self, host, grace=None, pending_timeout=None):
+        return self._call(host, 'gc', grace=grace,
+                          pending_timeout=pending_timeout)
+
+    def status(self, host):
+        return self._call(host, 'status')
+
+    def export(self, host, image, version, path, timeout=600):
+        return self._call(host, 'export', rpc_timeout=timeout + 30,
+                          image=image, version=version, path=path,
+                          timeout=timeout)
+
+    def group_state(self, host, group):
+        return self._call(host, 'group_state', group=group)
+
+    def cleanup(self):
+        self.transport.cleanup()
