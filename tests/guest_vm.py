@@ -19,6 +19,9 @@ root appears as an ordinary user, with all its state in one directory.
 QEMU keeps root's identity outside it, so it can open root's files (and
 a FUSE mount without allow_other). Its uri is
 ``qemu:///session?socket=DIR/run/libvirt/libvirt-sock``.
+
+The fixtures guest_image and session_libvirt (session-scoped) are meant
+to be imported by test modules (or conftest.py).
 """
 
 import gzip
@@ -35,6 +38,7 @@ import time
 from xml.sax import saxutils
 
 import libvirt
+import pytest
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD_SCRIPT = os.path.join(TOP, 'tools', 'build-guest.sh')
@@ -44,6 +48,9 @@ NETWORK = '169.254.169.0/24'
 GATEWAY = '169.254.169.2'
 GUEST_IP = '169.254.169.15'
 METADATA_IP = '169.254.169.254'
+# Busybox's nc (busybox-static, installed by tools/build-guest.sh) joins
+# each guest connection to METADATA_IP:80 to the host's metadata port.
+NC = '/bin/busybox nc'
 
 READY_MARKER = 'BLOBCR-GUEST-READY'
 EXIT_RE = re.compile(r'BLOBCR-GUEST-EXIT (\d+)')
@@ -114,9 +121,10 @@ class SessionLibvirt(object):
             os.makedirs(os.path.join(self.directory, sub), mode=0o700,
                         exist_ok=True)
         # QEMU's stdout/stderr to files: no virtlogd to start and stop.
+        # No seccomp sandbox: it forbids the exec of the guestfwd's cmd:.
         with open(os.path.join(self.directory, 'config', 'libvirt',
                                'qemu.conf'), 'w') as f:
-            f.write('stdio_handler = "file"\n')
+            f.write('stdio_handler = "file"\nseccomp_sandbox = 0\n')
         env = {
             'PATH': '/usr/sbin:/usr/bin:/sbin:/bin',
             'HOME': os.path.join(self.directory, 'home'),
@@ -194,6 +202,30 @@ class SessionLibvirt(object):
 
     def __exit__(self, *exc):
         self.stop()
+
+
+@pytest.fixture(scope='session')
+def guest_image():
+    """The base image directory, built (or found up to date) once."""
+    try:
+        return build_image()
+    except (GuestError, OSError, subprocess.SubprocessError) as e:
+        pytest.fail('cannot build the guest image: %s' % e)
+
+
+@pytest.fixture(scope='session')
+def session_libvirt(guest_image):
+    """A SessionLibvirt for the test session (after the build installed
+    libvirtd and QEMU).
+    """
+    lv = SessionLibvirt()
+    try:
+        lv.start()
+    except (GuestError, OSError) as e:
+        lv.stop()
+        pytest.fail('cannot start a session libvirtd: %s' % e)
+    yield lv
+    lv.stop()
 
 
 def _cpio_entry(out, name, mode, data=b'', ino=0):
@@ -320,8 +352,11 @@ class GuestVM(object):
         netdev = ('user,id=blobcrnet,net=%s,host=%s,restrict=on'
                   % (NETWORK, GATEWAY))
         if self.metadata_port:
-            netdev += (',guestfwd=tcp:%s:80-tcp:127.0.0.1:%d'
-                       % (METADATA_IP, self.metadata_port))
+            # A chardev target ('-tcp:127.0.0.1:PORT') is one connection
+            # made when QEMU starts and carries one guest connection only;
+            # 'cmd:' runs the command per guest connection instead.
+            netdev += (',guestfwd=tcp:%s:80-cmd:%s 127.0.0.1 %d'
+                       % (METADATA_IP, NC, self.metadata_port))
         return netdev
 
     def xml(self):
