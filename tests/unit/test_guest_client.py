@@ -1,0 +1,619 @@
+"""The guest client and commands against a scripted HTTP server on
+127.0.0.1 that records what it received: headers, bodies, retries, waits,
+credentials discovery, error mapping, exit codes, and the CRIU plumbing
+(with a stand-in criu that records its arguments).
+"""
+
+import http.server
+import json
+import os
+import socket
+import stat
+import sys
+import threading
+import time
+
+import pytest
+
+from blobcr_guest import cli
+from blobcr_guest import client
+from blobcr_guest import config
+from blobcr_guest import criu
+
+VENDORDATA = '/openstack/latest/vendor_data2.json'
+
+
+class ScriptedServer(object):
+    """Replies from a script per (method, path); the last one repeats."""
+
+    def __init__(self):
+        self.requests = []
+        self.events = []
+        self.script = {}
+        self.lock = threading.Lock()
+        recorder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _serve(self):
+                length = int(self.headers.get('Content-Length') or 0)
+                body = self.rfile.read(length) if length else b''
+                with recorder.lock:
+                    recorder.requests.append({
+                        'method': self.command, 'path': self.path,
+                        'headers': dict(self.headers), 'body': body,
+                        'time': time.monotonic()})
+                    recorder.events.append('request')
+                    replies = recorder.script.get((self.command, self.path))
+                    if replies:
+                        reply = replies.pop(0) if len(replies) > 1 \
+                            else replies[0]
+                    else:
+                        reply = (404, {'error': 'not scripted'}, {})
+                status, data, headers = reply
+                payload = data if isinstance(data, bytes) else \
+                    json.dumps(data).encode()
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header('Content-Length', str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = _serve
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0),
+                                                     Handler)
+        self.url = 'http://127.0.0.1:%d' % self.httpd.server_port
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
+                         daemon=True).start()
+
+    def on(self, method, path, *replies):
+        self.script[(method, path)] = [
+            r if len(r) == 3 else (r[0], r[1], {}) for r in replies]
+
+    def received(self, method=None, path=None):
+        return [r for r in self.requests
+                if (method is None or r['method'] == method) and
+                (path is None or r['path'] == path)]
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    """No credentials from this machine, and never the real 169.254."""
+    for name in list(config.ENV.values()) + ['BLOBCR_GUEST_CONFIG']:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv('BLOBCR_GUEST_CONFIG', str(tmp_path / 'none.json'))
+    monkeypatch.setenv('BLOBCR_METADATA_URL', '')
+
+
+@pytest.fixture
+def server():
+    s = ScriptedServer()
+    yield s
+    s.close()
+
+
+def guest(server, **kwargs):
+    kwargs.setdefault('backoff', 0.01)
+    return client.CheckpointClient(server.url, kwargs.pop('instance', 'vm-1'),
+                                   kwargs.pop('token', 'tok-1'), **kwargs)
+
+
+def closed_port():
+    s = socket.socket()
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+# -- the API ----------------------------------------------------------------
+
+def test_checkpoint_sends_the_credentials_and_returns_the_version(server):
+    server.on('POST', '/v1/checkpoint',
+              (200, {'version': 7, 'downtime_ms': 3.5}))
+    taken = guest(server).checkpoint(sync=False)
+    assert taken == client.Checkpoint(7, 3.5, None)
+    [sent] = server.received()
+    assert sent['method'] == 'POST' and sent['path'] == '/v1/checkpoint'
+    assert sent['headers']['X-Instance-ID'] == 'vm-1'
+    assert sent['headers']['X-BlobCR-Token'] == 'tok-1'
+    assert 'X-Instance-ID-Signature' not in sent['headers']
+    assert json.loads(sent['body']) == {}
+
+
+def test_group_members_and_quiesce_go_in_the_body(server):
+    server.on('POST', '/v1/checkpoint',
+              (200, {'version': 2, 'downtime_ms': 1.0, 'group': 'job-1'}))
+    taken = guest(server).checkpoint(group='job-1', members=4,
+                                     quiesce='fsfreeze', sync=False)
+    assert taken.group == 'job-1'
+    assert json.loads(server.received()[0]['body']) == {
+        'group': 'job-1', 'members': 4, 'quiesce': 'fsfreeze'}
+    assert server.received()[0]['headers']['Content-Type'] == \
+        'application/json'
+
+
+def test_neutron_signature_and_an_endpoint_prefix(server):
+    server.on('POST', '/blobcr/v1/checkpoint',
+              (200, {'version': 1, 'downtime_ms': 0.5}))
+    c = client.CheckpointClient(server.url + '/blobcr/', 'vm-2',
+                                signature='sig-2')
+    assert c.checkpoint(sync=False).version == 1
+    headers = server.received()[0]['headers']
+    assert headers['X-Instance-ID-Signature'] == 'sig-2'
+    assert 'X-BlobCR-Token' not in headers
+
+
+def test_sync_comes_first_and_only_if_asked(server, monkeypatch):
+    server.on('POST', '/v1/checkpoint', (200, {'version': 3}))
+    monkeypatch.setattr(os, 'sync', lambda: server.events.append('sync'))
+    guest(server).checkpoint()
+    assert server.events == ['sync', 'request']
+    guest(server).checkpoint(sync=False)
+    assert server.events == ['sync', 'request', 'request']
+
+
+@pytest.mark.parametrize('kwargs', [
+    {'group': 'g'}, {'members': 2}, {'group': 'bad/id', 'members': 2},
+    {'group': 'g', 'members': 0}, {'quiesce': 'hibernate'}])
+def test_bad_arguments_send_nothing(server, kwargs):
+    with pytest.raises(ValueError):
+        guest(server).checkpoint(sync=False, **kwargs)
+    assert server.requests == []
+
+
+@pytest.mark.parametrize('status,message,refused', [
+    (400, 'the body is not JSON', True),
+    (401, 'unauthenticated: send X-Instance-ID', True),
+    (403, 'instance vm-1 is not hosted here', True),
+    (404, 'no such endpoint', True),
+    (405, 'POST a checkpoint request', True),
+    (413, 'body over 4096 bytes', True),
+    (500, 'internal error', False),
+    (503, 'the checkpoint could not be taken: disk full', False),
+])
+def test_each_error_status_keeps_the_server_message(server, status, message,
+                                                    refused):
+    server.on('POST', '/v1/checkpoint', (status, {'error': message}))
+    with pytest.raises(client.CheckpointError) as error:
+        guest(server).checkpoint(sync=False)
+    assert error.value.status == status
+    assert error.value.message == message
+    assert error.value.refused is refused
+    assert len(server.received()) == 1          # no retry but for 429
+
+
+def test_an_error_without_json_still_says_the_status(server):
+    server.on('POST', '/v1/checkpoint', (502, b'<html>Bad Gateway</html>'))
+    with pytest.raises(client.CheckpointError) as error:
+        guest(server).checkpoint(sync=False)
+    assert error.value.status == 502 and '502' in str(error.value)
+
+
+def test_a_reply_without_a_version_is_an_error(server):
+    server.on('POST', '/v1/checkpoint', (200, {'state': 'ok'}))
+    with pytest.raises(client.CheckpointError, match='no version'):
+        guest(server).checkpoint(sync=False)
+
+
+def test_429_is_retried_with_a_growing_backoff(server):
+    server.on('POST', '/v1/checkpoint',
+              (429, {'error': 'too many checkpoints from vm-1'}),
+              (429, {'error': 'too many checkpoints from vm-1'}),
+              (200, {'version': 9, 'downtime_ms': 2.0}))
+    assert guest(server, backoff=0.1).checkpoint(sync=False).version == 9
+    times = [r['time'] for r in server.received('POST')]
+    assert len(times) == 3
+    assert times[1] - times[0] >= 0.1 and times[2] - times[1] >= 0.2
+
+
+def test_429_honours_retry_after(server):
+    server.on('POST', '/v1/checkpoint',
+              (429, {'error': 'slow down'}, {'Retry-After': '0.4'}),
+              (200, {'version': 4}))
+    guest(server, backoff=0.01).checkpoint(sync=False)
+    first, second = [r['time'] for r in server.received('POST')]
+    assert second - first >= 0.4
+
+
+def test_429_retries_are_bounded(server):
+    server.on('POST', '/v1/checkpoint',
+              (429, {'error': 'too many checkpoints from vm-1'},
+               {'Retry-After': '3600'}))
+    start = time.monotonic()
+    with pytest.raises(client.CheckpointError) as error:
+        guest(server, retries=2, max_backoff=0.05).checkpoint(sync=False)
+    assert error.value.status == 429 and error.value.refused
+    assert 'too many checkpoints' in error.value.message
+    assert len(server.received('POST')) == 3
+    assert time.monotonic() - start < 5        # Retry-After was capped
+
+
+def test_wait_stable_polls_until_stable(server):
+    server.on('GET', '/v1/checkpoint/7',
+              (200, {'version': 7, 'state': 'pending'}),
+              (200, {'version': 7, 'state': 'pending'}),
+              (200, {'version': 7, 'state': 'stable'}))
+    assert guest(server).wait_stable(7, timeout=10, poll=0.01) == 'stable'
+    assert len(server.received('GET', '/v1/checkpoint/7')) == 3
+    assert server.received()[0]['headers']['X-BlobCR-Token'] == 'tok-1'
+
+
+def test_wait_stable_raises_when_the_version_failed(server):
+    server.on('GET', '/v1/checkpoint/7',
+              (200, {'version': 7, 'state': 'pending'}),
+              (200, {'version': 7, 'state': 'failed'}))
+    with pytest.raises(client.CheckpointFailed) as error:
+        guest(server).wait_stable(7, timeout=10, poll=0.01)
+    assert error.value.version == 7
+    assert len(server.received('GET')) == 2
+
+
+def test_wait_stable_times_out(server):
+    server.on('GET', '/v1/checkpoint/7',
+              (200, {'version': 7, 'state': 'pending'}))
+    start = time.monotonic()
+    with pytest.raises(client.CheckpointTimeout, match='still pending'):
+        guest(server).wait_stable(7, timeout=0.3, poll=0.05)
+    assert time.monotonic() - start < 2
+    assert len(server.received('GET')) >= 3
+
+
+def test_wait_stable_of_an_unknown_version(server):
+    server.on('GET', '/v1/checkpoint/99',
+              (404, {'error': 'no version 99 of this instance'}))
+    with pytest.raises(client.CheckpointError) as error:
+        guest(server).wait_stable(99, timeout=1, poll=0.01)
+    assert error.value.status == 404
+
+
+def test_group_state_and_wait_group_complete(server):
+    def group(complete, **states):
+        return (200, {'group': 'job.7', 'members': 2, 'complete': complete,
+                      'versions': {i: {'version': 2, 'state': s}
+                                   for i, s in states.items()}})
+    server.on('GET', '/v1/group/job.7',
+              group(False, **{'vm-1': 'pending'}),
+              group(False, **{'vm-1': 'stable', 'vm-2': 'pending'}),
+              group(True, **{'vm-1': 'stable', 'vm-2': 'stable'}))
+    state = guest(server).wait_group_complete('job.7', timeout=10,
+                                              poll=0.01)
+    assert state['complete'] and set(state['versions']) == {'vm-1', 'vm-2'}
+    assert len(server.received('GET', '/v1/group/job.7')) == 3
+    server.on('GET', '/v1/group/job.8', (200, {
+        'group': 'job.8', 'members': 2, 'complete': False,
+        'versions': {'vm-1': {'version': 3, 'state': 'failed'}}}))
+    with pytest.raises(client.CheckpointFailed, match='vm-1'):
+        guest(server).wait_group_complete('job.8', timeout=10, poll=0.01)
+
+
+def test_an_unreachable_endpoint():
+    c = client.CheckpointClient('http://127.0.0.1:%d' % closed_port(),
+                                'vm-1', 'tok')
+    with pytest.raises(client.EndpointUnreachable, match='cannot reach'):
+        c.checkpoint(sync=False)
+
+
+def test_a_silent_endpoint_times_out():
+    listener = socket.socket()
+    listener.bind(('127.0.0.1', 0))
+    listener.listen(4)          # connects, never answers
+    try:
+        c = client.CheckpointClient(
+            'http://127.0.0.1:%d' % listener.getsockname()[1], 'vm-1',
+            'tok', timeout=0.3)
+        with pytest.raises(client.CheckpointTimeout, match='may still'):
+            c.checkpoint(sync=False)
+    finally:
+        listener.close()
+
+
+# -- credentials discovery --------------------------------------------------
+
+def test_arguments_beat_environment_beat_file(server, monkeypatch, tmp_path):
+    path = tmp_path / 'guest.json'
+    path.write_text(json.dumps({'endpoint': server.url,
+                                'instance_id': 'file-id',
+                                'token': 'file-token'}))
+    monkeypatch.setenv('BLOBCR_GUEST_CONFIG', str(path))
+    monkeypatch.setenv('BLOBCR_INSTANCE_ID', 'env-id')
+    monkeypatch.setenv('BLOBCR_TOKEN', 'env-token')
+    monkeypatch.setenv('BLOBCR_METADATA_URL', server.url + VENDORDATA)
+    server.on('POST', '/v1/checkpoint', (200, {'version': 5}))
+    c = client.CheckpointClient.from_environment(instance_id='arg-id')
+    c.checkpoint(sync=False)
+    [sent] = server.received()          # and no vendordata lookup
+    assert sent['headers']['X-Instance-ID'] == 'arg-id'
+    assert sent['headers']['X-BlobCR-Token'] == 'env-token'
+    found = config.discover(instance_id='arg-id')
+    assert found.sources == {'instance_id': 'arguments',
+                             'token': 'environment', 'endpoint': str(path)}
+
+
+def test_the_file_alone_is_enough(server, monkeypatch, tmp_path):
+    path = tmp_path / 'guest.json'
+    path.write_text(json.dumps({'endpoint': server.url,
+                                'instance_id': 'file-id',
+                                'token': 'file-token', 'junk': 1}))
+    monkeypatch.setenv('BLOBCR_METADATA_URL', server.url + VENDORDATA)
+    server.on('POST', '/v1/checkpoint', (200, {'version': 5}))
+    client.CheckpointClient.from_environment(
+        config_path=str(path)).checkpoint(sync=False)
+    [sent] = server.received()
+    assert sent['headers']['X-Instance-ID'] == 'file-id'
+    assert sent['headers']['X-BlobCR-Token'] == 'file-token'
+
+
+def test_vendordata_fills_what_is_missing(server, monkeypatch):
+    monkeypatch.setenv('BLOBCR_METADATA_URL', server.url + VENDORDATA)
+    monkeypatch.setenv('BLOBCR_ENDPOINT', server.url)
+    server.on('GET', VENDORDATA, (200, {
+        'other-provider': {'token': 'not-ours'},
+        'blobcr': {'endpoint': 'http://192.0.2.1', 'instance_id': 'md-id',
+                   'token': 'md-token'}}))
+    server.on('POST', '/v1/checkpoint', (200, {'version': 6}))
+    client.CheckpointClient.from_environment().checkpoint(sync=False)
+    lookup, sent = server.received()
+    assert lookup['method'] == 'GET' and lookup['path'] == VENDORDATA
+    assert sent['path'] == '/v1/checkpoint'     # the env's endpoint won
+    assert sent['headers']['X-Instance-ID'] == 'md-id'
+    assert sent['headers']['X-BlobCR-Token'] == 'md-token'
+
+
+def test_no_metadata_service_leaves_the_defaults(monkeypatch):
+    monkeypatch.setenv('BLOBCR_METADATA_URL',
+                       'http://127.0.0.1:%d%s' % (closed_port(), VENDORDATA))
+    found = config.discover()
+    assert found.endpoint == 'http://169.254.169.254'
+    assert found.instance_id is None and found.token is None
+
+
+def test_vendordata_without_our_key(server, monkeypatch):
+    monkeypatch.setenv('BLOBCR_METADATA_URL', server.url + VENDORDATA)
+    server.on('GET', VENDORDATA, (200, {'static': {'a': 1}}))
+    assert config.discover(instance_id='x').token is None
+    assert len(server.received('GET', VENDORDATA)) == 1
+
+
+@pytest.mark.parametrize('content', ['{not json', '[1, 2]'])
+def test_an_unusable_file_is_an_error(tmp_path, content):
+    path = tmp_path / 'guest.json'
+    path.write_text(content)
+    with pytest.raises(client.ConfigError, match=str(path)):
+        config.discover(config_path=str(path))
+    assert cli.checkpoint_main(['--config', str(path)]) == cli.EXIT_CONFIG
+
+
+# -- blobcr-checkpoint ------------------------------------------------------
+
+def run(argv, capsys):
+    code = cli.checkpoint_main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_prints_the_version(server, capsys):
+    server.on('POST', '/v1/checkpoint',
+              (200, {'version': 12, 'downtime_ms': 4.25}))
+    code, out, err = run(['--endpoint', server.url, '--instance-id', 'vm-9',
+                          '--token', 'tok-9', '--no-sync'], capsys)
+    assert (code, out, err) == (0, '12 downtime_ms=4.25\n', '')
+    headers = server.received()[0]['headers']
+    assert headers['X-Instance-ID'] == 'vm-9'
+    assert headers['X-BlobCR-Token'] == 'tok-9'
+
+
+def test_cli_json_wait_stable_and_group(server, capsys, monkeypatch):
+    monkeypatch.setenv('BLOBCR_ENDPOINT', server.url)
+    monkeypatch.setenv('BLOBCR_INSTANCE_ID', 'vm-3')
+    monkeypatch.setenv('BLOBCR_TOKEN', 'tok-3')
+    server.on('POST', '/v1/checkpoint',
+              (200, {'version': 2, 'downtime_ms': 1.5, 'group': 'g1'}))
+    server.on('GET', '/v1/checkpoint/2', (200, {'state': 'pending'}),
+              (200, {'state': 'stable'}))
+    server.on('GET', '/v1/group/g1', (200, {'complete': True,
+                                            'members': 1, 'versions': {}}))
+    code, out, err = run(['--group', 'g1', '--members', '1', '--quiesce',
+                          'suspend', '--wait-stable', '--wait-group',
+                          '--json', '--no-sync', '--timeout', '5'], capsys)
+    assert code == 0 and err == ''
+    assert json.loads(out) == {'version': 2, 'downtime_ms': 1.5,
+                               'group': 'g1', 'state': 'stable',
+                               'group_complete': True}
+    assert json.loads(server.received('POST')[0]['body']) == {
+        'group': 'g1', 'members': 1, 'quiesce': 'suspend'}
+    assert len(server.received('GET', '/v1/checkpoint/2')) == 2
+
+
+@pytest.mark.parametrize('status,code', [
+    (400, cli.EXIT_REFUSED), (401, cli.EXIT_REFUSED),
+    (403, cli.EXIT_REFUSED), (413, cli.EXIT_REFUSED),
+    (429, cli.EXIT_REFUSED), (500, cli.EXIT_UNAVAILABLE),
+    (503, cli.EXIT_UNAVAILABLE)])
+def test_cli_exit_codes(server, capsys, status, code):
+    server.on('POST', '/v1/checkpoint',
+              (status, {'error': 'message %d from the proxy' % status},
+               {'Retry-After': '0'}))
+    got, out, err = run(['--endpoint', server.url, '--instance-id', 'vm-1',
+                         '--token', 't', '--no-sync'], capsys)
+    assert got == code and out == ''
+    assert err == 'blobcr-checkpoint: error: message %d from the proxy ' \
+                  '(HTTP %d)\n' % (status, status)
+
+
+def test_cli_hints_at_the_missing_token(server, capsys):
+    server.on('POST', '/v1/checkpoint', (401, {'error': 'unauthenticated'}))
+    code, _, err = run(['--endpoint', server.url, '--instance-id', 'vm-1',
+                        '--no-sync'], capsys)
+    assert code == cli.EXIT_REFUSED
+    assert 'no token was found' in err and err.count('\n') == 1
+    assert 'X-BlobCR-Token' not in server.received()[0]['headers']
+
+
+def test_cli_unreachable_and_failed(server, capsys):
+    code, out, err = run(['--endpoint', 'http://127.0.0.1:%d'
+                          % closed_port(), '--instance-id', 'a', '--token',
+                          'b', '--no-sync'], capsys)
+    assert code == cli.EXIT_UNAVAILABLE and out == ''
+    assert err.startswith('blobcr-checkpoint: error: cannot reach')
+    server.on('POST', '/v1/checkpoint', (200, {'version': 3}))
+    server.on('GET', '/v1/checkpoint/3', (200, {'state': 'failed'}))
+    code, out, err = run(['--endpoint', server.url, '--instance-id', 'a',
+                          '--token', 'b', '--no-sync', '--wait-stable',
+                          '--timeout', '5'],
+                         capsys)
+    assert code == cli.EXIT_FAILED and out == ''
+    assert err == 'blobcr-checkpoint: error: version 3 failed: it could ' \
+                  'not be persisted\n'
+
+
+@pytest.mark.parametrize('argv', [
+    ['--group', 'g'], ['--members', '2'], ['--wait-group'],
+    ['--group', 'g', '--members', '0'], ['--quiesce', 'hibernate'],
+    ['--criu', '1'], ['--dir', '/tmp'], ['--members', 'two'],
+    ['--endpoint', 'ftp://x']])
+def test_cli_usage_errors_send_nothing(server, capsys, argv):
+    code, out, err = run(['--endpoint', server.url, '--instance-id', 'a',
+                          '--token', 'b'] + argv, capsys)
+    assert code == cli.EXIT_USAGE and out == ''
+    assert 'blobcr-checkpoint: error:' in err
+    assert server.requests == []
+
+
+# -- CRIU plumbing, with a stand-in criu ------------------------------------
+
+FAKE_CRIU = '''#!%s
+import json, os, sys, time
+args = sys.argv[1:]
+def opt(name):
+    return args[args.index(name) + 1]
+with open(%r, 'a') as f:
+    f.write(json.dumps({'args': args, 'end': time.monotonic()}) + '\\n')
+if os.environ.get('FAKE_CRIU_FAIL'):
+    with open(opt('--log-file'), 'w') as f:
+        f.write('(00.01) Error (criu/util.c:642): exited, status=1\\n'
+                '(00.02) Error (criu/cr-dump.c:1): the real cause\\n')
+    sys.exit(1)
+if args[0] == 'dump':
+    open(os.path.join(opt('--images-dir'), 'pstree.img'), 'w').close()
+else:
+    with open(opt('--pidfile'), 'w') as f:
+        f.write('4242')
+'''
+
+
+@pytest.fixture
+def fake_criu(tmp_path, monkeypatch):
+    log = tmp_path / 'criu-calls.jsonl'
+    path = tmp_path / 'bin' / 'criu'
+    path.parent.mkdir()
+    path.write_text(FAKE_CRIU % (sys.executable, str(log)))
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv('PATH', '%s:%s' % (path.parent, os.environ['PATH']))
+    monkeypatch.setattr(os, 'geteuid', lambda: 0)
+
+    def calls():
+        if not log.exists():
+            return []
+        return [json.loads(line) for line in log.read_text().splitlines()]
+    return calls
+
+
+def test_cli_criu_dumps_then_syncs_then_checkpoints(server, capsys,
+                                                    fake_criu, tmp_path,
+                                                    monkeypatch):
+    server.on('POST', '/v1/checkpoint', (200, {'version': 4,
+                                               'downtime_ms': 2.0}))
+    monkeypatch.setattr(os, 'sync', lambda: server.events.append('sync'))
+    dumps = tmp_path / 'dumps'
+    base = ['--endpoint', server.url, '--instance-id', 'a', '--token', 'b',
+            '--criu', str(os.getpid()), '--dir', str(dumps), '--json']
+    code, out, err = run(base, capsys)
+    assert code == 0, err
+    [call] = fake_criu()
+    images = json.loads(out)['criu_dump']
+    assert os.path.realpath(dumps / 'latest') == images
+    assert call['args'] == ['dump', '--tree', str(os.getpid()),
+                            '--images-dir', images, '--log-file',
+                            os.path.join(images, 'dump.log'), '-v2',
+                            '--leave-running', '--shell-job']
+    assert server.events == ['sync', 'request']
+    assert server.received()[0]['time'] > call['end']
+    # Again, killing the tree, with every option: the link moves on and
+    # the previous dump goes.
+    code, out, err = run(base + ['--kill', '--no-shell-job',
+                                 '--tcp-established', '--file-locks',
+                                 '--criu-opt=--ext-unix-sk'], capsys)
+    assert code == 0, err
+    second = json.loads(out)['criu_dump']
+    assert second != images and not os.path.exists(images)
+    assert os.path.realpath(dumps / 'latest') == second
+    assert fake_criu()[1]['args'][7:] == ['-v2', '--tcp-established',
+                                          '--file-locks', '--ext-unix-sk']
+    # A restore uses the flags of the dump.
+    code = cli.restore_main(['--criu', str(dumps)])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, '')
+    assert out == '4242 images=%s\n' % second
+    assert fake_criu()[2]['args'] == [
+        'restore', '--restore-detached', '--images-dir', second,
+        '--log-file', os.path.join(second, 'restore.log'), '--pidfile',
+        os.path.join(second, 'restore.pid'), '-v2', '--tcp-established',
+        '--file-locks', '--ext-unix-sk']
+
+
+def test_cli_criu_failure_requests_no_checkpoint(server, capsys, fake_criu,
+                                                 tmp_path, monkeypatch):
+    monkeypatch.setenv('FAKE_CRIU_FAIL', '1')
+    code, out, err = run(['--endpoint', server.url, '--instance-id', 'a',
+                          '--token', 'b', '--criu', str(os.getpid()),
+                          '--dir', str(tmp_path / 'd')], capsys)
+    assert code == cli.EXIT_CRIU and out == ''
+    assert err.startswith('blobcr-checkpoint: error: criu dump failed '
+                          '(exit 1): (00.02) Error (criu/cr-dump.c:1): the '
+                          'real cause')
+    assert err.count('\n') == 1 and 'status=1' not in err
+    assert server.requests == []
+    assert not os.path.lexists(tmp_path / 'd' / 'latest')
+    code = cli.restore_main(['--criu', str(tmp_path / 'd')])
+    assert code == cli.EXIT_CRIU
+    assert 'no CRIU dump' in capsys.readouterr().err
+
+
+def test_cli_without_criu(server, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv('PATH', str(tmp_path))
+    monkeypatch.setattr(criu, '_SEARCH', (str(tmp_path),))
+    code, out, err = run(['--endpoint', server.url, '--instance-id', 'a',
+                          '--token', 'b', '--criu', str(os.getpid()),
+                          '--dir', str(tmp_path / 'd')], capsys)
+    assert code == cli.EXIT_CRIU
+    assert err == 'blobcr-checkpoint: error: criu is not installed (no ' \
+                  'criu in PATH or %s): install the "criu" package\n' \
+                  % tmp_path
+    assert server.requests == []
+    assert cli.restore_main(['--criu', str(tmp_path), '--criu-binary',
+                             '/nonexistent/criu']) == cli.EXIT_CRIU
+    assert 'criu binary /nonexistent/criu not found' in \
+        capsys.readouterr().err
+
+
+def test_cli_criu_of_a_process_that_is_gone(server, capsys, fake_criu,
+                                            tmp_path):
+    code, _, err = run(['--endpoint', server.url, '--instance-id', 'a',
+                        '--token', 'b', '--criu', '999999999', '--dir',
+                        str(tmp_path)], capsys)
+    assert code == cli.EXIT_CRIU and 'no process 999999999' in err
+    assert fake_criu() == [] and server.requests == []
+
+
+def test_filesystem_type_of_proc():
+    assert criu.filesystem_type('/proc/self') == 'proc'
+    assert criu.filesystem_type('/') is not None
