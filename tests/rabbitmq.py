@@ -1,0 +1,155 @@
+"""A real RabbitMQ broker for tests: wrapper around tools/rabbitmq.sh.
+
+The script runs Debian's rabbitmq-server on 127.0.0.1 with everything
+(config, mnesia, logs, Erlang cookie, its own epmd) under one directory and
+writes the oslo.messaging transport url to ``DIR/url``
+(``rabbit://USER:PASS@127.0.0.1:PORT/``).
+
+Fixtures (import both into tests/conftest.py):
+
+``rabbitmq_broker``  session-scoped :class:`RabbitMQBroker` (or
+    :class:`ExternalBroker`).  With ``BLOBCR_RABBIT_URL`` set, that broker
+    is used and nothing is started.  With ``BLOBCR_RABBIT_DIR`` set, the
+    broker in that directory is started if needed and left running (faster
+    reruns).  Otherwise one is started in a temporary directory and stopped
+    at the end of the session.
+``rabbitmq_url``  the transport url of that broker.
+
+(PYTEST_DONT_REWRITE: no asserts here, and it may be imported by conftest
+before test modules register it as a plugin.)
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+SCRIPT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    "tools", "rabbitmq.sh")
+
+URL_ENV = "BLOBCR_RABBIT_URL"
+DIR_ENV = "BLOBCR_RABBIT_DIR"
+
+
+class RabbitMQError(RuntimeError):
+    """A rabbitmq.sh command failed or timed out; carries its output."""
+
+
+def _read_int(path):
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+class RabbitMQBroker:
+    """A loopback RabbitMQ broker whose state lives in ``directory``."""
+
+    external = False
+
+    def __init__(self, directory):
+        self.directory = os.path.abspath(directory)
+
+    def _run(self, *args, timeout):
+        cmd = [SCRIPT, args[0], self.directory, *args[1:]]
+        try:
+            proc = subprocess.run(
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired as exc:
+            out = (exc.stdout or b"") + (exc.stderr or b"")
+            raise RabbitMQError(
+                f"{' '.join(cmd)} timed out after {timeout}s:\n"
+                f"{out.decode(errors='replace')}") from exc
+        out = proc.stdout.decode(errors="replace")
+        if proc.returncode != 0:
+            raise RabbitMQError(
+                f"{' '.join(cmd)} exited with {proc.returncode}:\n{out}"
+                f"{proc.stderr.decode(errors='replace')}")
+        return out
+
+    def start(self, port=None, timeout=300):
+        """Start the broker (no-op if it runs); return its url.
+
+        The timeout covers a first-time apt install of rabbitmq-server.
+        """
+        args = ["start"] + ([str(port)] if port else [])
+        return self._run(*args, timeout=timeout).strip()
+
+    def stop(self, timeout=180):
+        """Stop the broker and its epmd by pid.  Idempotent."""
+        self._run("stop", timeout=timeout)
+
+    def running(self, timeout=30):
+        """True if the broker runs and answers AMQP."""
+        try:
+            self._run("status", timeout=timeout)
+        except RabbitMQError:
+            return False
+        return True
+
+    @property
+    def url(self):
+        """The oslo.messaging transport url (``rabbit://...``)."""
+        with open(os.path.join(self.directory, "url")) as f:
+            return f.read().strip()
+
+    @property
+    def pid(self):
+        """Pid of the broker's Erlang VM (beam.smp), or None."""
+        return _read_int(os.path.join(self.directory, "pid"))
+
+    @property
+    def epmd_pid(self):
+        """Pid of the epmd started for this broker, or None."""
+        return _read_int(os.path.join(self.directory, "epmd.pid"))
+
+
+class ExternalBroker:
+    """A broker we did not start (``BLOBCR_RABBIT_URL``): url only."""
+
+    external = True
+    directory = None
+    pid = None
+    epmd_pid = None
+
+    def __init__(self, url):
+        self.url = url
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_broker():
+    """A running RabbitMQ on 127.0.0.1 for the whole test session."""
+    url = os.environ.get(URL_ENV)
+    if url:
+        yield ExternalBroker(url)
+        return
+    keep = os.environ.get(DIR_ENV)
+    directory = keep or tempfile.mkdtemp(prefix="blobcr-rabbit-")
+    broker = RabbitMQBroker(directory)
+    try:
+        broker.start()
+    except RabbitMQError:
+        # The script already stops what it started; make sure, and keep
+        # the directory for its logs (the error names it).
+        try:
+            broker.stop()
+        except RabbitMQError:
+            pass
+        raise
+    try:
+        yield broker
+    finally:
+        if not keep:
+            broker.stop()
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url(rabbitmq_broker):
+    """Transport url of the session's broker, for get_rpc_transport()."""
+    return rabbitmq_broker.url
