@@ -26,6 +26,7 @@ to be imported by test modules (or conftest.py).
 
 import gzip
 import io
+import json
 import os
 import re
 import shutil
@@ -38,6 +39,7 @@ import time
 from xml.sax import saxutils
 
 import libvirt
+import libvirt_qemu
 import pytest
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,21 +63,42 @@ KERNEL_CMDLINE = 'console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check'
 QBOOT = '/usr/share/qemu/qboot.rom'
 
 
-# Runs libvirtd (argv) as a child subreaper that reaps every orphan below
-# it, passes SIGTERM/SIGINT on and exits when libvirtd does.
+# Runs libvirtd (argv) as a child subreaper: every orphan below it (QEMU
+# daemonizes) becomes its child and is reaped at once. It passes SIGTERM
+# and SIGINT on, gets SIGTERM itself if the test process dies, and once
+# libvirtd has exited, kills the QEMUs left running (its own children).
 _REAPER = '''
 import ctypes, os, signal, subprocess, sys
-ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 child = subprocess.Popen(sys.argv[1:])
 for sig in (signal.SIGTERM, signal.SIGINT):
     signal.signal(sig, lambda s, f: child.send_signal(s))
+code = 1
 while True:
     try:
         pid, status = os.wait()
     except ChildProcessError:
-        sys.exit(1)
+        break
     if pid == child.pid:
-        sys.exit(os.waitstatus_to_exitcode(status))
+        code = os.waitstatus_to_exitcode(status)
+        break
+me = os.getpid()
+for entry in os.listdir('/proc'):
+    try:
+        with open('/proc/%s/stat' % entry) as f:
+            ppid = int(f.read().rsplit(')', 1)[1].split()[1])
+        if ppid == me:
+            os.kill(int(entry), signal.SIGKILL)
+    except (OSError, ValueError, IndexError):
+        pass
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+sys.exit(code)
 '''
 
 
@@ -476,6 +499,15 @@ class GuestVM(object):
                                  'not power off' % self.name)
             time.sleep(0.1)
         return status
+
+    def agent(self, command, arguments=None, timeout=30):
+        """Run a qemu-ga command (e.g. 'guest-fsfreeze-status')."""
+        request = {'execute': command}
+        if arguments is not None:
+            request['arguments'] = arguments
+        out = libvirt_qemu.qemuAgentCommand(self.domain, json.dumps(request),
+                                            timeout, 0)
+        return json.loads(out).get('return')
 
     def destroy(self):
         """Stop and undefine the domain; remove our files. Idempotent."""

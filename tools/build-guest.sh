@@ -42,12 +42,15 @@ kernel_pkg() {
     apt-cache depends linux-image-amd64 2>/dev/null \
         | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'
 }
-if [ -z "$(kernel_pkg)" ] || [ -z "$(candidate qemu-guest-agent)" ]; then
-    apt-get update -qq
-fi
 kpkg=$(kernel_pkg)
-kver=$(candidate "$kpkg")
 qver=$(candidate qemu-guest-agent)
+if [ -z "$kpkg" ] || [ -z "$qver" ]; then
+    # No package lists yet (ensure_packages updates only to install).
+    apt-get update -qq
+    kpkg=$(kernel_pkg)
+    qver=$(candidate qemu-guest-agent)
+fi
+kver=$(candidate "$kpkg")
 if [ -z "$kpkg" ] || [ -z "$kver" ] || [ -z "$qver" ]; then
     echo "build-guest: no candidate for linux-image-amd64 or" \
          "qemu-guest-agent in apt" >&2
@@ -77,9 +80,12 @@ deb_path() {
         mkdir -p "$cache/debs"
         echo "build-guest: downloading $1 $2" >&2
         # apt warns that _apt cannot write here; as root it downloads anyway.
-        (cd "$cache/debs" && apt-get download -q "$1=$2" 2>&1 \
-            | grep -v 'unsandboxed' >&2 || true)
-        [ -f "$file" ] || { echo "build-guest: $file missing" >&2; exit 1; }
+        if ! (cd "$cache/debs" && apt-get download -q "$1=$2") \
+                >"$cache/download.log" 2>&1 || [ ! -f "$file" ]; then
+            grep -v unsandboxed "$cache/download.log" >&2 || true
+            echo "build-guest: cannot download $1 $2" >&2
+            exit 1
+        fi
     fi
     echo "$file"
 }

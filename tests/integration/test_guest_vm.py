@@ -17,7 +17,6 @@ import threading
 import time
 
 import libvirt
-import libvirt_qemu
 
 from tests import guest_vm
 from tests.guest_vm import guest_image  # noqa: F401 (fixture)
@@ -53,6 +52,9 @@ def call(path, body=None):
         return r.read().decode()
 
 
+# A package directory from the host, in Debian's default sys.path.
+import guestpkg
+print('GUESTPKG', guestpkg.VALUE)
 reply = call('/ping', json.dumps({'from': 'guest'}).encode())
 print('PING-REPLY', reply)
 # restrict=on: slirp's gateway address must not lead to the host.
@@ -145,12 +147,6 @@ class MetadataServer(object):
         self.httpd.server_close()
 
 
-def _agent(domain, command):
-    out = libvirt_qemu.qemuAgentCommand(
-        domain, json.dumps({'execute': command}), 30, 0)
-    return json.loads(out)['return']
-
-
 def _debugfs_cat(image, path):
     return subprocess.run(['debugfs', '-R', 'cat %s' % path, image],
                           check=True, capture_output=True, timeout=60,
@@ -164,6 +160,9 @@ def test_guest_disk_network_freeze_suspend(guest_image,  # noqa: F811
     with open(disk, 'wb') as f:
         f.truncate(64 << 20)
     subprocess.run(['mkfs.ext4', '-q', '-F', disk], check=True, timeout=60)
+    pkg = tmp_path / 'guestpkg'
+    pkg.mkdir()
+    (pkg / '__init__.py').write_text('VALUE = 42\n')
 
     with MetadataServer() as server:
         files = {
@@ -171,6 +170,8 @@ def test_guest_disk_network_freeze_suspend(guest_image,  # noqa: F811
             '/root/guest.py': GUEST_PY,
             '/etc/test.json': json.dumps({'gateway': guest_vm.GATEWAY,
                                           'port': server.port}),
+            # A host directory, copied recursively.
+            '/usr/lib/python3/dist-packages/guestpkg': pkg,
         }
         vm = guest_vm.GuestVM('blobcr-e2e', disk, session_libvirt.uri,
                               base_dir=guest_image, files=files,
@@ -191,7 +192,7 @@ def test_guest_disk_network_freeze_suspend(guest_image,  # noqa: F811
                 t = time.monotonic()
                 assert dom.fsFreeze() == 1  # /mnt, the ext4 data disk
                 freeze_ms = (time.monotonic() - t) * 1000
-                assert _agent(dom, 'guest-fsfreeze-status') == 'frozen'
+                assert vm.agent('guest-fsfreeze-status') == 'frozen'
                 server.command = 'write'
                 time.sleep(2)
                 assert server.count('POST', '/wrote') == 0, (
@@ -201,7 +202,7 @@ def test_guest_disk_network_freeze_suspend(guest_image,  # noqa: F811
                 thaw_ms = (time.monotonic() - t) * 1000
                 server.command = 'wait'
                 server.wait('POST', '/wrote', timeout=60)
-                assert _agent(dom, 'guest-fsfreeze-status') == 'thawed'
+                assert vm.agent('guest-fsfreeze-status') == 'thawed'
 
                 # Suspended, the guest polls no more; resumed, it does.
                 dom.suspend()
@@ -224,6 +225,7 @@ def test_guest_disk_network_freeze_suspend(guest_image,  # noqa: F811
     assert status == 0, console
     assert 'SCENARIO-DONE' in console
     assert 'GATEWAY-ISOLATED' in console
+    assert 'GUESTPKG 42' in console
     ping = [b for m, p, b in server.requests if (m, p) == ('POST', '/ping')]
     assert [json.loads(b) for b in ping] == [{'from': 'guest'}]
     assert 'PING-REPLY {"pong": {"from": "guest"}}' in console
