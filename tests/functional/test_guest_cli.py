@@ -1,0 +1,147 @@
+"""blobcr-checkpoint as a guest runs it, against the guest endpoint of a
+real blobcr-agent process (its mirror, its proxy) over 127.0.0.1: what
+was written before the command is in the version it prints, --wait-stable
+returns once the version is stable, forged or foreign requests exit
+non-zero with the proxy's message and commit nothing.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from blobcr_agent.proxy import auth
+from blobcr_agent.repository import groups
+from blobcr_agent.repository import repository
+
+CHUNK = 64 * 1024
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+COMMAND = os.path.join(os.path.dirname(sys.executable), 'blobcr-checkpoint')
+SETTINGS = {'proxy': {'host_secret': 'host-secret',
+                      'metadata_proxy_shared_secret': 'neutron-secret',
+                      'rate': '5', 'burst': '10'},
+            'agent': {'quiesce': 'none'}}
+
+
+@pytest.fixture
+def setup(backend_factory, agent_factory):
+    repo = repository.Repository(backend_factory(), chunk_size=CHUNK)
+    images, paths = {}, {}
+    for instance in ('vm-a', 'vm-b'):
+        header = repo.create_image(instance, 16 * CHUNK)
+        repo.commit(header.id, {0: os.urandom(CHUNK)})
+        images[instance] = header.id
+    agent = agent_factory(repo.backend, SETTINGS)
+    for instance, image in images.items():
+        paths[instance] = agent.client.call(
+            'attach', image=image, instance=instance)['path']
+    yield repo, images, paths, 'http://127.0.0.1:%d' % agent.proxy_port()
+    repo.close()
+
+
+def token(instance):
+    return auth.Authenticator('host-secret').token_for(instance)
+
+
+def run(args, env=None, command=(COMMAND,), cwd=None):
+    """The command with nothing from this machine's configuration."""
+    environ = {'PATH': os.environ['PATH'], 'BLOBCR_METADATA_URL': '',
+               'BLOBCR_GUEST_CONFIG': '/nonexistent/guest.json'}
+    environ.update(env or {})
+    return subprocess.run(list(command) + args, env=environ, cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def versions(repo, image):
+    return [v.number for v in repo.image(image).versions]
+
+
+def test_the_version_holds_what_was_written_and_becomes_stable(setup):
+    repo, images, paths, endpoint = setup
+    data = os.urandom(3 * CHUNK)
+    # Buffered and never fsynced here: the command's sync flushes it.
+    with open(paths['vm-a'], 'r+b') as f:
+        f.seek(5 * CHUNK + 123)
+        f.write(data)
+    result = run(['--endpoint', endpoint, '--instance-id', 'vm-a',
+                  '--token', token('vm-a'), '--wait-stable', '--timeout',
+                  '60', '--json'])
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ''
+    reply = json.loads(result.stdout)
+    version = reply['version']
+    assert version == 2 and reply['state'] == 'stable'
+    assert reply['downtime_ms'] >= 0
+    header = repo.image(images['vm-a'])
+    assert header.version(version).state == 'stable'
+    assert repo.read(images['vm-a'], version, 5 * CHUNK + 123,
+                     len(data)) == data
+    assert versions(repo, images['vm-b']) == [1]
+    # The plain output, credentials from the JSON file this time.
+    conf = os.path.join(os.path.dirname(paths['vm-a']), '..', 'guest.json')
+    with open(conf, 'w') as f:
+        json.dump({'endpoint': endpoint, 'instance_id': 'vm-a',
+                   'token': token('vm-a')}, f)
+    result = run(['--quiesce', 'none'], env={'BLOBCR_GUEST_CONFIG': conf})
+    assert result.returncode == 0, result.stderr
+    assert re.match(r'^3 downtime_ms=[0-9.]+\n$', result.stdout)
+    assert versions(repo, images['vm-a']) == [1, 2, 3]
+
+
+def test_forged_and_foreign_requests_exit_non_zero_and_commit_nothing(
+        setup):
+    repo, images, _, endpoint = setup
+    before = {i: versions(repo, i) for i in images.values()}
+    cases = [
+        (['--instance-id', 'vm-a', '--token', 'f' * 64],
+         'unauthenticated: send X-Instance-ID with X-BlobCR-Token or '
+         'X-Instance-ID-Signature (HTTP 401)'),
+        (['--instance-id', 'vm-a', '--token', token('vm-b')],
+         'unauthenticated: send X-Instance-ID with X-BlobCR-Token or '
+         'X-Instance-ID-Signature (HTTP 401)'),
+        (['--instance-id', 'vm-elsewhere', '--token',
+          token('vm-elsewhere')],
+         'instance vm-elsewhere is not hosted here (HTTP 403)')]
+    for args, message in cases:
+        result = run(['--endpoint', endpoint, '--wait-stable'] + args)
+        assert result.returncode == 3, result
+        assert result.stdout == ''
+        assert result.stderr == 'blobcr-checkpoint: error: %s\n' % message
+    assert {i: versions(repo, i) for i in images.values()} == before
+
+
+def test_a_group_checkpoint_of_two_vms(setup):
+    repo, images, _, endpoint = setup
+    for instance in ('vm-a', 'vm-b'):
+        args = ['--endpoint', endpoint, '--instance-id', instance,
+                '--token', token(instance), '--group', 'job-7',
+                '--members', '2', '--json', '--timeout', '60']
+        if instance == 'vm-b':
+            args.append('--wait-group')
+        result = run(args)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)['group'] == 'job-7'
+    assert json.loads(result.stdout)['group_complete'] is True
+    state = groups.state(repo, 'job-7')
+    assert state['complete'] and set(state['versions']) == {'vm-a', 'vm-b'}
+
+
+def test_stdlib_only_under_the_system_python(setup):
+    """The package alone, as a guest has it: no venv, no site-packages."""
+    repo, images, _, endpoint = setup
+    python = '/usr/bin/python3'
+    if not os.path.exists(python):
+        pytest.skip('no %s' % python)
+    result = run(['-S', '-m', 'blobcr_guest', 'checkpoint', '--wait-stable',
+                  '--timeout', '60'], command=(python,), cwd=ROOT,
+                 env={'BLOBCR_ENDPOINT': endpoint,
+                      'BLOBCR_INSTANCE_ID': 'vm-b',
+                      'BLOBCR_TOKEN': token('vm-b')})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith('2 downtime_ms=')
+    assert result.stdout.rstrip().endswith(' state=stable')
+    assert repo.image(images['vm-b']).version(2).state == 'stable'
