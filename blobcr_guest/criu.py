@@ -21,8 +21,8 @@ PREFIX = 'dump-'
 # criu lives in sbin, which a non-login PATH often lacks.
 _SEARCH = ('/usr/local/sbin', '/usr/sbin', '/sbin')
 # File systems a disk snapshot does not hold.
-VOLATILE = ('tmpfs', 'ramfs', 'proc', 'sysfs', 'devtmpfs', 'overlay',
-            'fuse', 'nfs', 'nfs4', 'cifs', '9p')
+VOLATILE = ('tmpfs', 'ramfs', 'proc', 'sysfs', 'devtmpfs', 'nfs', 'nfs4',
+            'cifs', '9p', 'virtiofs')
 
 
 def find_criu(binary=None):
