@@ -18,6 +18,9 @@ from blobcr_agent.repository import repository
 
 BACKENDS = ['local', 'rados']
 
+# The session's RabbitMQ (rabbitmq_broker, rabbitmq_url): tests/rabbitmq.py.
+pytest_plugins = ['tests.rabbitmq']
+
 
 @pytest.fixture(scope='session')
 def ceph_cluster():

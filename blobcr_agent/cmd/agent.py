@@ -14,6 +14,7 @@ requests, let background persists finish (``[agent] shutdown_timeout``),
 unmount, exit 0.
 """
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -22,7 +23,6 @@ import threading
 
 from oslo_config import cfg
 from oslo_log import log as logging
-import oslo_messaging as messaging
 
 from blobcr_agent import conf as blobcr_conf
 from blobcr_agent import control
@@ -58,11 +58,31 @@ def _start_proxy(conf, manager):
     return httpd
 
 
+def _lock_state_path(path):
+    """One agent per state directory: a second one would mount over the
+    first and both would persist the same caches.
+    """
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    lock = open(os.path.join(path, 'agent.lock'), 'a+')
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        raise exception.InvalidInput(
+            'another blobcr-agent (pid %s) uses %s'
+            % (lock.read().strip() or '?', path))
+    lock.truncate(0)
+    lock.write('%d\n' % os.getpid())
+    lock.flush()
+    return lock
+
+
 class Agent(object):
     """The running daemon: its servers and their orderly stop."""
 
     def __init__(self, conf):
         self.conf = conf
+        self._lock = _lock_state_path(conf.agent.state_path)
         self.repo = repository.Repository.from_conf(conf)
         self.manager = manager_mod.AgentManager.from_conf(conf, self.repo)
         self.admin = None
@@ -126,8 +146,12 @@ class Agent(object):
                 ready=lambda: LOG.info('agent of %s serving %s',
                                        self.conf.agent.host,
                                        self.manager.mirror.mountpoint))
+        except Exception:
+            LOG.exception('the mirror stopped')
+            raise
         finally:
             if self.rpc is not None:
+                self.rpc.stop()
                 self.rpc.wait()
             self.repo.close()
             try:
@@ -138,7 +162,6 @@ class Agent(object):
 
 def main(argv=None):
     logging.register_options(CONF)
-    messaging.set_transport_defaults('blobcr')
     try:
         CONF(sys.argv[1:] if argv is None else argv, project='blobcr',
              prog='blobcr-agent')

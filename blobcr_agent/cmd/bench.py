@@ -11,6 +11,9 @@ Each sub-command prints one JSON object (indented unless ``--json``):
   checkpointed version, replaying a recorded read trace.
 * ``mirror``: fio through the mirror against a plain C libfuse3
   passthrough on the same backing file.
+* ``proxy``: CHECKPOINT round trip through the guest endpoint and RPC
+  per quiesce mode, against the admin socket; forged-request refusals
+  per second.
 
 The Ceph backend needs a cluster: ``tools/ceph-cluster.sh start DIR``
 starts a micro one; pass ``--ceph-conf DIR/ceph.conf``.
@@ -106,6 +109,17 @@ def main(argv=None):
     p.add_argument('--runtime', type=int, default=5,
                    help='seconds per fio job')
 
+    p = sub.add_parser('proxy', parents=[common],
+                       help='checkpoint round trip: HTTP, RPC, admin')
+    p.add_argument('--size', type=_size, default=64 << 20)
+    p.add_argument('--dirty', type=int, default=16,
+                   help='chunks rewritten before each checkpoint')
+    p.add_argument('--rounds', type=int, default=30)
+    p.add_argument('--transport-url',
+                   help='RabbitMQ to use (default: start a private one)')
+    p.add_argument('--flooders', type=int, default=4)
+    p.add_argument('--flood-seconds', type=float, default=5.0)
+
     args = parser.parse_args(argv)
     args.workdir = args.workdir or '/var/tmp'
 
@@ -130,7 +144,7 @@ def main(argv=None):
         else:
             bench = importlib.import_module('blobcr_agent.bench.' + {
                 'checkpoint': 'checkpoint', 'restart': 'restart',
-                'mirror': 'mirror_io'}[args.bench])
+                'mirror': 'mirror_io', 'proxy': 'proxy'}[args.bench])
             args.workdir = scratch
             repo = open_repository(args, scratch)
             try:

@@ -9,4 +9,7 @@ side. Version history of the API:
 """
 
 TOPIC = 'blobcr-agent'
+# Named in every target, so that callers whatever their own
+# control_exchange (cinder, nova) reach the agents.
+EXCHANGE = 'blobcr'
 VERSION = '1.0'

@@ -12,10 +12,22 @@ the agent's own errors (``blobcr_agent.exception``) otherwise.
 from oslo_config import cfg
 import oslo_messaging as messaging
 
+from blobcr_agent import exception
 from blobcr_agent import rpc
 
 # Remote errors of these modules are rebuilt as their own types.
 REMOTE_EXMODS = ['blobcr_agent.exception']
+
+
+def _without_remote_traceback(error):
+    """The agent's error as its own type with the agent's one-line
+    message; oslo.messaging appends the remote traceback to it.
+    """
+    base = next(c for c in type(error).__mro__
+                if not c.__name__.endswith('_Remote'))
+    clean = base.__new__(base)
+    Exception.__init__(clean, str(error).split('\n', 1)[0])
+    return clean
 
 
 class AgentAPI(object):
@@ -25,7 +37,8 @@ class AgentAPI(object):
         conf = conf or cfg.CONF
         self.transport = messaging.get_rpc_transport(
             conf, url=transport_url, allowed_remote_exmods=REMOTE_EXMODS)
-        target = messaging.Target(topic=rpc.TOPIC, version=rpc.VERSION)
+        target = messaging.Target(exchange=rpc.EXCHANGE, topic=rpc.TOPIC,
+                                  version=rpc.VERSION)
         self.client = messaging.get_rpc_client(
             self.transport, target, version_cap=version_cap,
             timeout=timeout)
@@ -33,7 +46,10 @@ class AgentAPI(object):
     def _call(self, host, method, rpc_timeout=None, **kwargs):
         cctxt = self.client.prepare(server=host, version='1.0',
                                     timeout=rpc_timeout)
-        return cctxt.call({}, method, **kwargs)
+        try:
+            return cctxt.call({}, method, **kwargs)
+        except exception.BlobCRError as e:
+            raise _without_remote_traceback(e) from None
 
     def attach(self, host, image, version=None, instance=None):
         return self._call(host, 'attach', image=image, version=version,

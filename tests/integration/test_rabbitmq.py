@@ -22,10 +22,8 @@ import oslo_messaging
 from oslo_utils import eventletutils
 import pytest
 
-# The session fixtures rabbitmq_broker and rabbitmq_url.  As a plugin they
-# are registered once per session, and a copy imported into tests/conftest.py
-# takes precedence, so this never starts a second broker.
-pytest_plugins = ["tests.rabbitmq"]
+# The session fixtures rabbitmq_broker and rabbitmq_url come from
+# tests/rabbitmq.py, loaded once per session by tests/conftest.py.
 
 TOPIC = "blobcr-test"
 SERVER = "host-a"

@@ -1,0 +1,221 @@
+"""``blobcr-bench proxy``: the CHECKPOINT round trip through the guest
+endpoint and through RPC, for each quiesce mode, against the admin
+socket measured in the same run; and how many forged requests per second
+the endpoint refuses, with the legitimate round trip under that flood.
+
+A real blobcr-agent serves an image of ``--size`` and a real RabbitMQ
+carries the RPC (``--transport-url``, or a private broker started with
+tools/rabbitmq.sh from a source tree). The domain that quiesce acts on is
+a libvirt test-driver domain whose disk is the mirror file, so fsfreeze
+and suspend cost what libvirt's API path costs, not what a guest's
+qemu-ga does (the QEMU end-to-end test measures that one). Between two
+checkpoints ``--dirty`` chunks are rewritten and the previous version is
+persisted, untimed, so each round trip holds a real COMMIT.
+"""
+
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import threading
+import time
+import uuid
+
+from blobcr_agent.bench import harness
+from blobcr_agent.proxy import auth
+
+CHUNK = 256 * 1024
+MODES = ('none', 'fsfreeze', 'suspend')
+RABBIT_SCRIPT = os.path.join(os.path.dirname(__file__), '..', '..', 'tools',
+                             'rabbitmq.sh')
+
+
+def _percentile(values, p):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100.0 *
+                                                   (len(ordered) - 1))))]
+
+
+def _summary(samples):
+    return {'median_ms': round(statistics.median(samples), 2),
+            'p99_ms': round(_percentile(samples, 99), 2),
+            'n': len(samples)}
+
+
+class _Broker(object):
+    """A private RabbitMQ, when none is given."""
+
+    def __init__(self, workdir, log):
+        self.dir = os.path.join(workdir, 'rabbitmq')
+        if not os.path.exists(RABBIT_SCRIPT):
+            raise SystemExit('blobcr-bench proxy: pass --transport-url (no '
+                             'tools/rabbitmq.sh next to this install)')
+        log('starting RabbitMQ in %s' % self.dir)
+        subprocess.run(['bash', RABBIT_SCRIPT, 'start', self.dir], check=True,
+                       stdout=subprocess.DEVNULL)
+        with open(os.path.join(self.dir, 'url')) as f:
+            self.url = f.read().strip()
+
+    def stop(self):
+        subprocess.run(['bash', RABBIT_SCRIPT, 'stop', self.dir], check=False,
+                       stdout=subprocess.DEVNULL)
+
+
+class _Endpoint(object):
+    """One keep-alive HTTP connection to the guest endpoint."""
+
+    def __init__(self, port, headers):
+        self.conn = http.client.HTTPConnection('127.0.0.1', port, timeout=60)
+        self.headers = headers
+
+    def post(self, body):
+        self.conn.request('POST', '/v1/checkpoint', body=body,
+                          headers=self.headers)
+        reply = self.conn.getresponse()
+        data = reply.read()
+        return reply.status, data
+
+
+def run(repo, backend_args, args, log):
+    from blobcr_agent.rpc import api as rpc_api
+    nchunks = args.size // CHUNK
+    header = repo.create_image('bench-proxy', nchunks * CHUNK,
+                               chunk_size=CHUNK)
+    repo.commit(header.id, {0: os.urandom(CHUNK)})
+    workdir = os.path.join(args.workdir, 'agent')
+    os.makedirs(workdir)
+    instance = str(uuid.uuid4())
+    node = os.path.join(args.workdir, 'libvirt-node.xml')
+    with open(node, 'w') as f:
+        f.write('<node><domain type="test"><name>bench</name><uuid>%s'
+                '</uuid><memory>65536</memory><os><type>hvm</type></os>'
+                '<devices><disk type="file" device="disk"><source file='
+                '"%s"/><target dev="vda"/></disk></devices></domain></node>'
+                % (instance, os.path.join(workdir, 'mnt', 'images',
+                                          header.id)))
+    broker = None if args.transport_url else _Broker(args.workdir, log)
+    url = args.transport_url or broker.url
+    host = 'bench-%d' % os.getpid()
+    agent = harness.AgentProcess(workdir, repo.backend, {
+        'DEFAULT': {'transport_url': url},
+        'agent': {'host': host, 'rpc_enabled': 'true',
+                  'libvirt_uri': 'test://' + node},
+        'proxy': {'host_secret': 'bench', 'rate': '100000',
+                  'burst': '100000'}})
+    api = None
+    try:
+        agent.start()
+        path = agent.client.call('attach', image=header.id)['path']
+        api = rpc_api.AgentAPI(transport_url=url, timeout=60)
+        api.status(host)                 # the RPC server is up
+        token = {'X-Instance-ID': instance,
+                 'X-BlobCR-Token': auth.sign('bench', instance)}
+        endpoint = _Endpoint(agent.proxy_port(), token)
+        fd = os.open(path, os.O_RDWR)
+        counter = [0]
+
+        def dirty():
+            for _ in range(args.dirty):
+                index = counter[0] % nchunks
+                counter[0] += 1
+                os.pwrite(fd, os.urandom(4096), index * CHUNK)
+
+        def settle(version):
+            agent.client.call('wait_stable', image=header.id,
+                              version=version)
+
+        def via_admin(mode):
+            return agent.client.call('checkpoint', image=header.id,
+                                     quiesce=mode)['version']
+
+        def via_http(mode):
+            status, data = endpoint.post(json.dumps({'quiesce': mode}))
+            if status != 200:
+                raise RuntimeError('endpoint said %d: %s' % (status, data))
+            return json.loads(data)['version']
+
+        def via_rpc(mode):
+            return api.checkpoint(host, header.id, quiesce=mode)['version']
+
+        def round_trips(call, mode, rounds):
+            samples = []
+            for _ in range(rounds):
+                dirty()
+                t0 = time.perf_counter()
+                version = call(mode)
+                samples.append((time.perf_counter() - t0) * 1000)
+                settle(version)
+            return samples
+
+        result = {'size': args.size, 'dirty_chunks': args.dirty,
+                  'rounds': args.rounds}
+        for mode in MODES:
+            entry = {}
+            for name, call in (('admin', via_admin), ('http', via_http),
+                               ('rpc', via_rpc)):
+                round_trips(call, mode, 2)             # warm-up
+                entry[name] = _summary(round_trips(call, mode, args.rounds))
+                log('%-8s %-5s median %.2f ms  p99 %.2f ms'
+                    % (mode, name, entry[name]['median_ms'],
+                       entry[name]['p99_ms']))
+            for name in ('http', 'rpc'):
+                entry['%s_over_admin' % name] = round(
+                    entry[name]['median_ms'] / entry['admin']['median_ms'], 2)
+            result[mode] = entry
+        result['forged'] = _flood(agent.proxy_port(), instance, args,
+                                  lambda: round_trips(via_http, 'none',
+                                                      args.rounds), log)
+        result['forged']['legit_under_flood_over_quiet'] = round(
+            result['forged']['legit_under_flood']['median_ms'] /
+            result['none']['http']['median_ms'], 2)
+        os.close(fd)
+        return result
+    finally:
+        if api is not None:
+            api.cleanup()
+        agent.stop()
+        if broker is not None:
+            broker.stop()
+
+
+def _flood(port, instance, args, legit, log):
+    """Forged requests from ``args.flooders`` threads for
+    ``args.flood_seconds``; the legitimate round trip meanwhile.
+    """
+    forged = {'X-Instance-ID': instance, 'X-BlobCR-Token': 'f' * 64}
+    stop = threading.Event()
+    counts = []
+
+    def flooder():
+        endpoint = _Endpoint(port, forged)
+        n = bad = 0
+        while not stop.is_set():
+            status, _ = endpoint.post(b'{}')
+            n += 1
+            bad += status != 401
+        counts.append((n, bad))
+
+    threads = [threading.Thread(target=flooder)
+               for _ in range(args.flooders)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    legit_samples = legit()
+    rest = args.flood_seconds - (time.perf_counter() - t0)
+    if rest > 0:
+        time.sleep(rest)
+    stop.set()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    total = sum(n for n, _ in counts)
+    result = {'refused_per_s': round(total / elapsed, 1),
+              'requests': total,
+              'not_refused': sum(b for _, b in counts),
+              'flooders': args.flooders,
+              'legit_under_flood': _summary(legit_samples)}
+    log('forged: %.0f refusals/s over %.1f s, legit median %.2f ms'
+        % (result['refused_per_s'], elapsed,
+           result['legit_under_flood']['median_ms']))
+    return result
