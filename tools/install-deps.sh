@@ -17,6 +17,10 @@ packages=(
 
 . "$top/tools/lib/apt.sh"
 ensure_packages "${packages[@]}"
+# CRIU for blobcr-checkpoint --criu (its test says what the kernel refuses);
+# the services (RabbitMQ, libvirtd, QEMU) come with tools/rabbitmq.sh and
+# tools/build-guest.sh, which install their own packages.
+ensure_packages --no-recommends criu
 
 if [ ! -x "$venv/bin/python" ]; then
     echo "install-deps: creating $venv" >&2

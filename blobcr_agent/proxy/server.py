@@ -20,6 +20,7 @@ limited. The proxy itself knows nothing of images or hosts: it calls an
 import http.server
 import json
 import logging
+import math
 import re
 import threading
 import time
@@ -183,6 +184,10 @@ class CheckpointProxy(object):
                 self.send_response(status)
                 self.send_header('Content-Type', 'application/json')
                 self.send_header('Content-Length', str(len(payload)))
+                if status == 429:
+                    # When the next token is due, for polite clients.
+                    self.send_header('Retry-After', str(
+                        max(1, math.ceil(1.0 / proxy.limiter.rate))))
                 self.end_headers()
                 self.wfile.write(payload)
 

@@ -109,6 +109,11 @@ def test_bad_bodies_and_limits(setup):
     codes = [request(port, 'POST', '/v1/checkpoint', headers)[0]
              for _ in range(5)]
     assert codes[:3] == [200] * 3 and 429 in codes[3:]
+    conn = http.client.HTTPConnection('127.0.0.1', port, timeout=30)
+    conn.request('POST', '/v1/checkpoint', headers=headers)
+    response = conn.getresponse()
+    assert response.status == 429
+    assert response.getheader('Retry-After') == '2'     # rate 0.5/s
 
 
 def test_group_checkpoint_completes_when_all_members_are_stable(setup):
