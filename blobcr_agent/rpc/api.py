@@ -30,6 +30,22 @@ def _without_remote_traceback(error):
     return clean
 
 
+def _unrebuilt(error):
+    """The agent's error that oslo.messaging could not rebuild (it calls
+    the class with the message alone: VersionNotFound, VersionNotStable,
+    AmbiguousImage... take other arguments) as its own type, or None.
+    """
+    cls = getattr(exception, error.exc_type or '', None)
+    last = (error.traceback or [''])[-1]
+    if not (isinstance(cls, type) and
+            issubclass(cls, exception.BlobCRError) and
+            last.startswith('%s.%s:' % (exception.__name__, cls.__name__))):
+        return None
+    clean = cls.__new__(cls)
+    Exception.__init__(clean, str(error.value).split('\n', 1)[0])
+    return clean
+
+
 class AgentAPI(object):
 
     def __init__(self, conf=None, transport_url=None, timeout=None,
@@ -44,12 +60,19 @@ class AgentAPI(object):
             timeout=timeout)
 
     def _call(self, host, method, rpc_timeout=None, **kwargs):
-        cctxt = self.client.prepare(server=host, version='1.0',
-                                    timeout=rpc_timeout)
+        # timeout=None in prepare() would replace the client's timeout
+        # (and fall back to rpc_response_timeout): pass it only if set.
+        extra = {} if rpc_timeout is None else {'timeout': rpc_timeout}
+        cctxt = self.client.prepare(server=host, version='1.0', **extra)
         try:
             return cctxt.call({}, method, **kwargs)
         except exception.BlobCRError as e:
             raise _without_remote_traceback(e) from None
+        except messaging.RemoteError as e:
+            agent_error = _unrebuilt(e)
+            if agent_error is None:
+                raise
+            raise agent_error from None
 
     def attach(self, host, image, version=None, instance=None):
         return self._call(host, 'attach', image=image, version=version,
