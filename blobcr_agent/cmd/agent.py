@@ -89,6 +89,7 @@ class Agent(object):
         self.rpc = None
         self.httpd = None
         self._stopping = threading.Event()
+        self._rpc_started = threading.Event()
 
     def start(self):
         self.manager.mirror.recover()
@@ -103,10 +104,22 @@ class Agent(object):
             self.rpc = rpc_server.get_server(self.conf, self.manager)
             # Connecting waits for the broker: the mount, the admin socket
             # and the guest endpoint do not.
-            threading.Thread(target=self.rpc.start, daemon=True,
+            threading.Thread(target=self._start_rpc, daemon=True,
                              name='blobcr-rpc-start').start()
         else:
             LOG.warning('RPC off ([agent] rpc_enabled = false)')
+
+    def _start_rpc(self):
+        self.rpc.start()
+        self._rpc_started.set()
+
+    def _stop_rpc(self):
+        # oslo.messaging orders stop() after start(), which retries the
+        # broker forever: a server that never connected is just dropped.
+        rpc, self.rpc = self.rpc, None
+        if rpc is not None and self._rpc_started.is_set():
+            rpc.stop()
+            rpc.wait()
 
     def stop(self, signum=None, frame=None):
         """Signal handler: the stop runs on its own thread so that FUSE
@@ -123,8 +136,7 @@ class Agent(object):
         try:
             if self.httpd is not None:
                 self.httpd.shutdown()
-            if self.rpc is not None:
-                self.rpc.stop()
+            self._stop_rpc()
             self.admin.shutdown()
             left = self.manager.wait_persists(
                 self.conf.agent.shutdown_timeout)
@@ -150,9 +162,7 @@ class Agent(object):
             LOG.exception('the mirror stopped')
             raise
         finally:
-            if self.rpc is not None:
-                self.rpc.stop()
-                self.rpc.wait()
+            self._stop_rpc()
             self.repo.close()
             try:
                 os.unlink(self.conf.agent.admin_socket)
