@@ -7,7 +7,6 @@ still (none, fsfreeze or suspend), takes the snapshot (COMMIT) and
 resumes it; the version is persisted in the background.
 """
 
-import contextlib
 import logging
 import os
 import threading
@@ -99,20 +98,17 @@ class AgentManager(object):
         with self._hv_lock:
             return self.hypervisor.domain_for(self.mirror.path_of(image_id))
 
-    @contextlib.contextmanager
-    def _quiesced(self, image_id, mode):
+    def _hold(self, image_id, mode):
+        """(context manager, mode used) that keeps the guest still."""
         if mode == 'none':
-            yield 'none'
-            return
+            return None, 'none'
         domain = self._domain(image_id)
         if domain is None:
             # Attached but not used by a VM (yet): nothing to hold still.
             LOG.info('no domain uses %s: checkpoint without %s', image_id,
                      mode)
-            yield 'none'
-            return
-        with self.hypervisor.quiesced(domain, mode):
-            yield mode
+            return None, 'none'
+        return self.hypervisor.quiesced(domain, mode), mode
 
     def checkpoint(self, image, quiesce=None, group=None, members=None):
         """Hold the guest still, COMMIT, resume; returns as soon as the
@@ -128,13 +124,8 @@ class AgentManager(object):
             groups.admit(self.repo, group, members)
         image_id = self.repo.image(image).id
         self.mirror.get(image_id)               # attached here?
-        t0 = time.perf_counter()
-        with self._quiesced(image_id, mode) as used:
-            result = self.mirror.checkpoint(image_id)
-        # The guest is held for the whole block; the mirror's own figure
-        # is the snapshot alone.
-        result['snapshot_ms'] = result['downtime_ms']
-        result['downtime_ms'] = round((time.perf_counter() - t0) * 1000, 3)
+        hold, used = self._hold(image_id, mode)
+        result = self.mirror.checkpoint(image_id, hold)
         result['quiesce'] = used
         if group is not None:
             groups.tag(self.repo, image_id, result['version'], group,

@@ -485,12 +485,12 @@ class Demo(object):
             stall = self.workload.longest.value * 1000
             checkpoints.append(dict(result, lo=lo, hi=hi, stall=stall,
                                     wall=self.manage.elapsed))
-            detail('version %d: downtime %.1f ms (snapshot %.1f ms), %d '
+            detail('version %d: downtime %.1f ms (held %.1f ms), %d '
                    'chunks; the writer was at write #%d when the command '
                    'started, #%d when it returned; its longest write '
                    'meanwhile took %.1f ms'
                    % (result['version'], result['downtime_ms'],
-                      result['snapshot_ms'], result['chunks'], lo, hi - 1,
+                      result['held_ms'], result['chunks'], lo, hi - 1,
                       stall))
         time.sleep(0.5)
         total = self.workload.stop()
@@ -619,7 +619,7 @@ class Demo(object):
         # The longest write of the workload while the command ran: what
         # the checkpoint cost it (plus any other hiccup of the host).
         print('  %-8s %8s %10s %10s %11s %7s %10s %9s  %s'
-              % ('version', 'command', 'downtime', 'snapshot', 'max write',
+              % ('version', 'command', 'downtime', 'held', 'max write',
                  'chunks', 'stored', 'persist',
                  'holds writes (allowed cut)'))
         for c in checkpoints:
@@ -627,7 +627,7 @@ class Demo(object):
             print('  disk@%-3d %6.2f s %7.1f ms %7.1f ms %8.1f ms %7d %10s '
                   '%7.2f s  1..%d (#%d..#%d)'
                   % (c['version'], c['wall'], c['downtime_ms'],
-                     c['snapshot_ms'], c['stall'], c['chunks'],
+                     c['held_ms'], c['stall'], c['chunks'],
                      human(v['stored_bytes']),
                      v['stable_at'] - v['created'], c['cut'], c['lo'],
                      c['hi']))

@@ -144,9 +144,10 @@ def do_checkpoint(args):
     if args.json:
         _print(result)
     else:
-        print('version %d  downtime %.1f ms  (%d chunks, quiesce %s)%s'
-              % (result['version'], result['downtime_ms'], result['chunks'],
-                 result['quiesce'],
+        print('version %d  downtime %.1f ms  (guest held %.1f ms, %d chunks, '
+              'quiesce %s)%s'
+              % (result['version'], result['downtime_ms'], result['held_ms'],
+                 result['chunks'], result['quiesce'],
                  '  ' + result['state'] if 'state' in result else ''))
     if args.wait_stable and result['state'] != 'stable':
         print('blobcr-manage: error: version %d is %s'
@@ -163,9 +164,10 @@ def do_status(args):
     print('agent on %s, mount %s, proxy %s'
           % (result['host'], result['mountpoint'], result['proxy'] or 'off'))
     for image_id, a in sorted(result['attached'].items()):
-        print('  %s  %s  from v%s, %d dirty chunks, instances: %s'
+        print('  %s  %s  attached from v%s, last v%s, %d dirty chunks, '
+              'instances: %s'
               % (image_id, a['path'], a['attached_version'] or '-',
-                 a['dirty'],
+                 a['last_version'] or '-', a['dirty'],
                  ', '.join(a['instances']) or '-'))
 
 
@@ -338,6 +340,8 @@ def main(argv=None):
     # INFO chatter only with --debug.
     logging.set_defaults(default_log_levels=logging.get_default_log_levels() +
                          ['blobcr_agent.repository=WARN'])
+    # Logs go to stderr: stdout is the command's result (--json).
+    CONF.set_default('use_stderr', True)
     try:
         CONF(sys.argv[1:] if argv is None else argv, project='blobcr',
              prog='blobcr-manage')

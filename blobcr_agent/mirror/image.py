@@ -16,6 +16,7 @@ Files in the image's cache directory::
                    the repository, for resuming after a crash
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -178,31 +179,44 @@ class AttachedImage(object):
 
     # -- CHECKPOINT ------------------------------------------------------
 
-    def checkpoint(self):
+    def checkpoint(self, hold=None):
         """COMMIT: snapshot the image now, persist it in the background.
 
-        Returns ``(version, chunks)`` as soon as the snapshot is taken.
-        If the previous snapshot is still being persisted, waits for it
-        first. In offline mode, returns once the version is stable.
+        Returns ``(version, chunks, held_ms)`` as soon as the snapshot is
+        taken. If the previous snapshot is still being persisted, waits
+        for it first, and registers the new version, before entering
+        ``hold`` (a context manager that keeps the guest still: suspend
+        or fsfreeze), so that the guest is held for the snapshot alone.
+        In offline mode, returns (and releases the hold) once the version
+        is stable.
         """
         with self._commit_lock:
             self.wait_persisted()
             pending = self.repo.begin_commit(self.id,
                                              parent=self.meta['last'])
+            committed = False
+            held_from = time.perf_counter()
             try:
-                count = self.core.commit(self.mode == 'offline')
+                with hold or contextlib.nullcontext():
+                    count = self.core.commit(self.mode == 'offline')
+                    committed = True
+                    self._persist_in_background(pending)
+                    if self.mode == 'offline':
+                        self.wait_persisted()
+                        self.core.release_hold()
             except BaseException as e:
-                pending.abort('snapshot failed: %s' % e)
+                if not committed:
+                    pending.abort('snapshot not taken: %s' % e)
                 raise
-            self.meta['persisting'] = pending.version
-            self._save_meta()
-            self.versions[pending.version] = image_mod.PENDING
-            self.timing[pending.version] = {'committed': time.time()}
-            self._start_persister(pending, journal_mode='w')
-            if self.mode == 'offline':
-                self.wait_persisted()
-                self.core.release_hold()
-            return pending.version, count
+            held_ms = (time.perf_counter() - held_from) * 1000
+            return pending.version, count, held_ms
+
+    def _persist_in_background(self, pending):
+        self.meta['persisting'] = pending.version
+        self._save_meta()
+        self.versions[pending.version] = image_mod.PENDING
+        self.timing[pending.version] = {'committed': time.time()}
+        self._start_persister(pending, journal_mode='w')
 
     def _start_persister(self, pending, journal_mode):
         journal = open(os.path.join(self.cache_dir, 'journal'), journal_mode)

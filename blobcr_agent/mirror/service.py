@@ -119,13 +119,18 @@ class MirrorService(object):
         shutil.rmtree(attached.cache_dir, ignore_errors=True)
         return {'image': attached.id, 'discarded_chunks': dirty}
 
-    def checkpoint(self, image):
+    def checkpoint(self, image, hold=None):
+        """Returns the version and its timing: ``downtime_ms`` from the
+        request to the acknowledgment, ``held_ms`` the part inside
+        ``hold`` (the guest kept still).
+        """
         attached = self.get(image)
         t0 = time.perf_counter()
-        version, count = attached.checkpoint()
+        version, count, held = attached.checkpoint(hold)
         downtime = (time.perf_counter() - t0) * 1000
         return {'image': attached.id, 'version': version, 'chunks': count,
-                'downtime_ms': round(downtime, 3)}
+                'downtime_ms': round(downtime, 3),
+                'held_ms': round(held, 3)}
 
     def state(self, image, version):
         return self.get(image).version_state(version)
