@@ -3,6 +3,8 @@
 unit test; the QEMU guest comes with the end-to-end test).
 """
 
+import uuid
+
 import pytest
 
 from blobcr_agent import exception
@@ -55,3 +57,12 @@ def test_bad_mode_and_unreachable_libvirt(hypervisor):
     with pytest.raises(exception.BackendUnavailable, match='libvirt'):
         domains.Hypervisor('qemu+unix:///system?socket=/nonexistent'
                            ).connection()
+
+
+def test_instance_lookup_by_uuid_or_name(hypervisor):
+    domain = hypervisor.connection().lookupByName('test')
+    by_uuid = hypervisor.lookup(domain.UUIDString())
+    assert by_uuid is not None and by_uuid.name() == 'test'
+    assert hypervisor.lookup('test').UUIDString() == domain.UUIDString()
+    assert hypervisor.lookup(str(uuid.uuid4())) is None
+    assert hypervisor.lookup('no-such-instance') is None
