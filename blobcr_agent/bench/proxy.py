@@ -170,6 +170,8 @@ def run(repo, backend_args, args, log):
             result['forged']['legit_under_flood']['median_ms'] /
             result['none']['http']['median_ms'], 2)
         os.close(fd)
+        if args.plot:
+            plot(result, args.plot)
         return result
     finally:
         if api is not None:
@@ -219,3 +221,40 @@ def _flood(port, instance, args, legit, log):
         % (result['refused_per_s'], elapsed,
            result['legit_under_flood']['median_ms']))
     return result
+
+
+def plot(result, path):
+    """Grouped bars: median round trip per quiesce mode and path, with
+    the p99 as a whisker.
+    """
+    import matplotlib
+    matplotlib.use('Agg')
+    from matplotlib import pyplot
+
+    paths = (('admin', 'admin socket', '#999999'),
+             ('http', 'guest endpoint (HTTP)', '#2a7ab9'),
+             ('rpc', 'RPC (RabbitMQ)', '#d9822b'))
+    fig, ax = pyplot.subplots(figsize=(8, 4))
+    width = 0.26
+    for k, (key, label, color) in enumerate(paths):
+        xs = [m + (k - 1) * width for m in range(len(MODES))]
+        medians = [result[mode][key]['median_ms'] for mode in MODES]
+        p99 = [result[mode][key]['p99_ms'] - med
+               for mode, med in zip(MODES, medians)]
+        ax.bar(xs, medians, width, label=label, color=color,
+               yerr=[[0] * len(p99), p99], capsize=3)
+        for x, value in zip(xs, medians):
+            ax.annotate('%.1f' % value, (x, value / 2), ha='center',
+                        va='center', fontsize=8, color='white')
+    ax.set_xticks(range(len(MODES)))
+    ax.set_xticklabels(['quiesce: %s' % m for m in MODES])
+    ax.set_ylabel('CHECKPOINT round trip (ms), median, p99 whisker')
+    ax.legend(fontsize=8)
+    forged = result['forged']
+    ax.set_title('blobcr-bench proxy: %d MiB image, %d dirty chunks; '
+                 'forged refused %.0f/s' % (result['size'] >> 20,
+                                            result['dirty_chunks'],
+                                            forged['refused_per_s']),
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

@@ -119,6 +119,7 @@ def main(argv=None):
                    help='RabbitMQ to use (default: start a private one)')
     p.add_argument('--flooders', type=int, default=4)
     p.add_argument('--flood-seconds', type=float, default=5.0)
+    p.add_argument('--plot', help='write a PNG of the results here')
 
     args = parser.parse_args(argv)
     args.workdir = args.workdir or '/var/tmp'
