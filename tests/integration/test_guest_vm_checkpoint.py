@@ -21,7 +21,6 @@ import time
 
 from blobcr_agent.bench import harness
 from blobcr_agent.proxy import auth
-from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
 from tests import guest_vm
 from tests.guest_vm import guest_image  # noqa: F401 (fixture)
@@ -114,8 +113,10 @@ def _boot(name, disk, uri, image_dir, port, files, scenario, workdir):
 
 
 def test_vm_checkpoints_itself_and_restarts_from_a_version(
-        guest_image, session_libvirt, tmp_path):  # noqa: F811
-    repo = repository.Repository(local.LocalBackend(str(tmp_path / 'store')))
+        guest_image, session_libvirt, backend_factory,  # noqa: F811
+        tmp_path):
+    # On the local store and on the micro Ceph cluster (EC data pool).
+    repo = repository.Repository(backend_factory())
     raw = str(tmp_path / 'data.raw')
     with open(raw, 'wb') as f:
         f.truncate(64 << 20)
@@ -193,4 +194,3 @@ def test_vm_checkpoints_itself_and_restarts_from_a_version(
               % (first_boot, ck1['downtime_ms'], ck2['downtime_ms']))
     finally:
         agent.stop()
-        repo.close()
