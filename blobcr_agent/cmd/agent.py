@@ -17,7 +17,6 @@ unmount, exit 0.
 import fcntl
 import os
 import signal
-import subprocess
 import sys
 import threading
 
@@ -35,6 +34,8 @@ from blobcr_agent.rpc import server as rpc_server
 
 CONF = blobcr_conf.CONF
 LOG = logging.getLogger(__name__)
+# Seconds a stop waits for the mount to go once nothing should use it.
+UNMOUNT_GRACE = 10
 
 
 def _start_proxy(conf, manager):
@@ -90,6 +91,7 @@ class Agent(object):
         self.httpd = None
         self._stopping = threading.Event()
         self._rpc_started = threading.Event()
+        self._run_done = threading.Event()
 
     def start(self):
         self.manager.mirror.recover()
@@ -133,6 +135,7 @@ class Agent(object):
                          name='blobcr-stop').start()
 
     def _drain_and_unmount(self):
+        mirror = self.manager.mirror
         try:
             if self.httpd is not None:
                 self.httpd.shutdown()
@@ -145,10 +148,15 @@ class Agent(object):
                             'its journal when the agent starts again',
                             image_id)
         finally:
-            # Unmounting makes the FUSE loop in run() return.
-            subprocess.run(['fusermount3', '-u', '-z',
-                            self.manager.mirror.fuse_mountpoint],
-                           check=False)
+            mirror.close_timeout = 0
+            # Unmounting ends the FUSE loop in run() once no file is open
+            # on the mount; a VM may still have its disk open.
+            mirror.unmount()
+            if not self._run_done.wait(UNMOUNT_GRACE):
+                LOG.error('images still open (VMs running on them?): '
+                          'aborting the mount; their I/O fails until they '
+                          'are restarted on the next agent')
+                mirror.abort()
 
     def run(self):
         signal.signal(signal.SIGTERM, self.stop)
@@ -162,6 +170,7 @@ class Agent(object):
             LOG.exception('the mirror stopped')
             raise
         finally:
+            self._run_done.set()
             self._stop_rpc()
             self.repo.close()
             try:

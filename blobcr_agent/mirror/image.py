@@ -398,9 +398,18 @@ class AttachedImage(object):
                  persisting=self.meta['persisting'])
         return s
 
-    def close(self):
+    def close(self, timeout=None):
+        """Stop serving; wait up to ``timeout`` s for the persist. True if
+        closed; False if a persist is still running: it is left (parked)
+        to resume from its journal at the next start.
+        """
         self._closing = True
-        self.wait_persisted()
+        if not self.wait_persisted(timeout):
+            LOG.warning('persist of version %s of %s parked: it resumes '
+                        'at the next start', self.meta['persisting'],
+                        self.id)
+            return False
         if self._prefetcher is not None:
             self._prefetcher.join()
         self.core.close()
+        return True

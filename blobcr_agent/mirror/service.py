@@ -43,6 +43,9 @@ class MirrorService(object):
         self.io_loop = io_loop
         self.native_loop = None
         self.started_ns = time.time_ns()
+        # On close, how long to wait for a persist (None: until done);
+        # one still running is left to resume from its journal.
+        self.close_timeout = None
         self._lock = threading.Lock()
         os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
 
@@ -202,6 +205,9 @@ class MirrorService(object):
                     self._serve(attached)
         pyfuse3.init(fs.MirrorFS(self, versions_only=native),
                      self.fuse_mountpoint, options)
+        # Not os.stat(): this thread serves the mount and is not looping
+        # yet, so a GETATTR to it would never be answered.
+        self._connections = _fuse_connections(self._mounts())
         if ready:
             ready()
         try:
@@ -211,7 +217,54 @@ class MirrorService(object):
             if self.native_loop is not None:
                 self.native_loop.stop()
             for attached in list(self.attached.values()):
-                attached.close()
+                attached.close(timeout=self.close_timeout)
+
+    def _mounts(self):
+        if self.io_loop == 'native':
+            return [os.path.join(self.mountpoint, 'images'),
+                    self.fuse_mountpoint]
+        return [self.mountpoint]
+
+    def unmount(self):
+        """Lazily unmount; run() returns once no file is open on it."""
+        for path in self._mounts():
+            subprocess.run(['fusermount3', '-u', '-z', path], check=False,
+                           capture_output=True)
+
+    def abort(self):
+        """Abort the FUSE connections, so that run() returns even though
+        processes (VMs) still have images open: their I/O fails from now
+        on. What they wrote is in the cache and is served again after a
+        restart.
+        """
+        if not os.listdir(FUSECTL):
+            subprocess.run(['mount', '-t', 'fusectl', 'none', FUSECTL],
+                           check=False, capture_output=True)
+        for conn in getattr(self, '_connections', []):
+            try:
+                with open(os.path.join(FUSECTL, str(conn), 'abort'),
+                          'w') as f:
+                    f.write('1')
+            except OSError as e:
+                LOG.error('cannot abort FUSE connection %d: %s', conn, e)
+
+
+FUSECTL = '/sys/fs/fuse/connections'
+
+
+def _fuse_connections(paths):
+    """The FUSE connection ids (device minors) of the mounts at ``paths``,
+    read from /proc/self/mountinfo.
+    """
+    wanted = {os.path.normpath(p) for p in paths}     # no lstat()
+    found = []
+    with open('/proc/self/mountinfo') as f:
+        for line in f:
+            fields = line.split()
+            mountpoint = fields[4].encode().decode('unicode_escape')
+            if mountpoint in wanted:
+                found.append(int(fields[2].split(':')[1]))
+    return found
 
 
 def _clear_stale_mount(path):
