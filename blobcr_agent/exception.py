@@ -58,3 +58,15 @@ class Conflict(BlobCRError):
 
 class BackendUnavailable(BlobCRError):
     """The object backend cannot be reached or refused the operation."""
+
+
+class BackendFull(BackendUnavailable):
+    """The backend is out of space (or over a quota): nothing was written
+    in place of what was asked, and what was already stable is untouched.
+    """
+
+
+class Busy(BlobCRError):
+    """The operation cannot start now (a persist or another checkpoint
+    of the same image is under way); nothing was done: try again.
+    """

@@ -179,37 +179,77 @@ class AttachedImage(object):
 
     # -- CHECKPOINT ------------------------------------------------------
 
-    def checkpoint(self, hold=None):
+    def checkpoint(self, hold=None, wait=None):
         """COMMIT: snapshot the image now, persist it in the background.
 
         Returns ``(version, chunks, held_ms)`` as soon as the snapshot is
         taken. If the previous snapshot is still being persisted, waits
-        for it first, and registers the new version, before entering
+        for it first (at most ``wait`` s, then raises Busy with nothing
+        committed), and registers the new version, before entering
         ``hold`` (a context manager that keeps the guest still: suspend
         or fsfreeze), so that the guest is held for the snapshot alone.
         In offline mode, returns (and releases the hold) once the version
         is stable.
         """
-        with self._commit_lock:
-            self.wait_persisted()
+        if not self._commit_lock.acquire(
+                timeout=-1 if wait is None else wait):
+            raise exception.Busy('image %s is being checkpointed or '
+                                 'detached; try again' % self.id)
+        try:
+            if self._closing:
+                raise exception.InvalidInput('image %s is being detached'
+                                             % self.id)
+            if not self.wait_persisted(wait):
+                raise exception.Busy(
+                    'version %s of %s is still being persisted; try again'
+                    % (self.meta['persisting'], self.id))
             pending = self.repo.begin_commit(self.id,
                                              parent=self.meta['last'])
-            committed = False
+            committed = persisting = False
             held_from = time.perf_counter()
             try:
                 with hold or contextlib.nullcontext():
                     count = self.core.commit(self.mode == 'offline')
                     committed = True
                     self._persist_in_background(pending)
+                    persisting = True
                     if self.mode == 'offline':
                         self.wait_persisted()
                         self.core.release_hold()
             except BaseException as e:
                 if not committed:
                     pending.abort('snapshot not taken: %s' % e)
+                elif not persisting:
+                    # Snapshot taken but its persist never started (its
+                    # journal could not be written): give its chunks back
+                    # to the next checkpoint.
+                    try:
+                        self._give_up(pending.version, pending,
+                                      'persist not started: %s' % e)
+                    except exception.BlobCRError as again:
+                        LOG.error('version %d of %s left pending: %s',
+                                  pending.version, self.id, again)
                 raise
             held_ms = (time.perf_counter() - held_from) * 1000
             return pending.version, count, held_ms
+        finally:
+            self._commit_lock.release()
+
+    def exclusive(self, closing=False):
+        """Hold off checkpoints (a context manager); with ``closing``,
+        refuse every later one.
+        """
+        image = self
+
+        class _Exclusive(object):
+            def __enter__(self):
+                image._commit_lock.acquire()
+                if closing:
+                    image._closing = True
+
+            def __exit__(self, *exc):
+                image._commit_lock.release()
+        return _Exclusive()
 
     def _persist_in_background(self, pending):
         self.meta['persisting'] = pending.version

@@ -32,7 +32,8 @@ LOG = logging.getLogger(__name__)
 class MirrorService(object):
 
     def __init__(self, repo, mountpoint, cache_dir, mode='selective-cow',
-                 cow_chunks=64, adaptive=True, io_loop='native'):
+                 cow_chunks=64, adaptive=True, io_loop='native',
+                 busy_timeout=120):
         self.repo = repo
         self.mountpoint = os.path.abspath(mountpoint)
         self.cache_dir = os.path.abspath(cache_dir)
@@ -46,6 +47,8 @@ class MirrorService(object):
         # On close, how long to wait for a persist (None: until done);
         # one still running is left to resume from its journal.
         self.close_timeout = None
+        # How long a checkpoint waits for the image's previous persist.
+        self.busy_timeout = busy_timeout
         self._lock = threading.Lock()
         os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
 
@@ -100,36 +103,55 @@ class MirrorService(object):
 
     def detach(self, image, discard=False):
         """Detach; refuses to drop writes made since the last checkpoint
-        unless ``discard``.
+        unless ``discard``. No checkpoint runs or starts meanwhile, and
+        the image leaves the mount before its cache is removed.
         """
         attached = self.get(image)
-        attached.wait_persisted()
+        self._refuse_dirty(attached, discard)           # the common case
+        with attached.exclusive(closing=True):
+            with self._lock:
+                if self.native_loop is not None:
+                    self.native_loop.remove(attached.id)    # no more I/O
+            try:
+                attached.wait_persisted()
+                dirty = self._refuse_dirty(attached, discard)
+            except BaseException:
+                attached._closing = False
+                with self._lock:
+                    self._serve(attached)                   # as it was
+                raise
+            try:
+                attached.save_profile()
+            except exception.BlobCRError as e:
+                LOG.warning('read profile of %s not saved: %s', attached.id,
+                            e)
+            with self._lock:
+                del self.attached[attached.id]
+                attached.close()
+                shutil.rmtree(attached.cache_dir, ignore_errors=True)
+        return {'image': attached.id, 'discarded_chunks': dirty}
+
+    @staticmethod
+    def _refuse_dirty(attached, discard):
         dirty = attached.stats()['dirty']
         if dirty and not discard:
             raise exception.InvalidInput(
                 'image %s has %d chunks written since its last checkpoint: '
                 'checkpoint it first, or detach with discard'
                 % (attached.id, dirty))
-        try:
-            attached.save_profile()
-        except exception.BlobCRError as e:
-            LOG.warning('read profile of %s not saved: %s', attached.id, e)
-        with self._lock:
-            del self.attached[attached.id]
-            if self.native_loop is not None:
-                self.native_loop.remove(attached.id)
-        attached.close()
-        shutil.rmtree(attached.cache_dir, ignore_errors=True)
-        return {'image': attached.id, 'discarded_chunks': dirty}
+        return dirty
 
     def checkpoint(self, image, hold=None):
         """Returns the version and its timing: ``downtime_ms`` from the
         request to the acknowledgment, ``held_ms`` the part inside
-        ``hold`` (the guest kept still).
+        ``hold`` (the guest kept still). Raises Busy, committing nothing,
+        if the previous persist of the image is not done within
+        ``busy_timeout`` seconds.
         """
         attached = self.get(image)
         t0 = time.perf_counter()
-        version, count, held = attached.checkpoint(hold)
+        version, count, held = attached.checkpoint(hold,
+                                                   wait=self.busy_timeout)
         downtime = (time.perf_counter() - t0) * 1000
         return {'image': attached.id, 'version': version, 'chunks': count,
                 'downtime_ms': round(downtime, 3),
@@ -145,7 +167,9 @@ class MirrorService(object):
             state = attached.version_state(version)
             if state != 'pending' or time.monotonic() > deadline:
                 return state
-            attached.wait_persisted(timeout=0.05)
+            if attached.wait_persisted(timeout=0.05):
+                # Not being persisted here (or just done): poll, not spin.
+                time.sleep(0.05)
 
     def stats(self, image):
         return self.get(image).stats()

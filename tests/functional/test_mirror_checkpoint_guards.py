@@ -1,0 +1,96 @@
+"""The guards around CHECKPOINT in an attached image, without FUSE
+(AttachedImage driven directly; the agent tests cover the mount):
+
+* a checkpoint that would wait too long for the previous persist raises
+  Busy and commits nothing;
+* a snapshot whose persist cannot start (its journal cannot be written,
+  as on a full disk) fails its version and gives its chunks back to the
+  next checkpoint, which then holds everything;
+* an image being detached takes no more checkpoints.
+"""
+
+import errno
+import os
+import threading
+import time
+
+import pytest
+
+from blobcr_agent import exception
+from blobcr_agent.mirror import image as image_mod
+from blobcr_agent.repository.backends import local
+from blobcr_agent.repository import repository
+
+CHUNK = 64 * 1024
+NCHUNKS = 16
+
+
+@pytest.fixture
+def attached(tmp_path):
+    repo = repository.Repository(local.LocalBackend(str(tmp_path / 'store')),
+                                 chunk_size=CHUNK)
+    header = repo.create_image('disk', NCHUNKS * CHUNK)
+    a = image_mod.AttachedImage(repo, header.id, None,
+                                str(tmp_path / 'cache'), prefetch=False)
+    yield repo, header.id, a
+    a.close()
+    repo.close()
+
+
+def _fill(a, seed):
+    data = bytes([seed]) * (NCHUNKS * CHUNK)
+    a.write(0, data)
+    return data
+
+
+def test_busy_instead_of_an_unbounded_wait(attached, monkeypatch):
+    repo, image_id, a = attached
+    gate = threading.Event()
+    slow_put = repository.Commit.put
+
+    def put(self, index, data):
+        gate.wait(30)                  # the persist cannot finish yet
+        return slow_put(self, index, data)
+    monkeypatch.setattr(repository.Commit, 'put', put)
+    _fill(a, 1)
+    first, _, _ = a.checkpoint()
+    _fill(a, 2)
+    t0 = time.monotonic()
+    with pytest.raises(exception.Busy, match='still being persisted'):
+        a.checkpoint(wait=0.3)
+    assert time.monotonic() - t0 < 5
+    assert [v.number for v in repo.image(image_id).versions] == [first]
+    gate.set()
+    second, _, _ = a.checkpoint(wait=30)
+    assert a.wait_persisted(30)
+    assert repo.read(image_id, second, 0, NCHUNKS * CHUNK) == \
+        bytes([2]) * (NCHUNKS * CHUNK)
+
+
+def test_a_persist_that_cannot_start_gives_its_chunks_back(
+        attached, monkeypatch):
+    repo, image_id, a = attached
+    data = _fill(a, 3)
+
+    def full(self, pending, journal_mode):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), 'journal')
+    monkeypatch.setattr(image_mod.AttachedImage, '_start_persister', full)
+    with pytest.raises(OSError):
+        a.checkpoint()
+    failed = repo.image(image_id).versions[-1]
+    assert failed.state == 'failed' and 'persist not started' in failed.error
+    monkeypatch.undo()
+    version, count, _ = a.checkpoint()
+    assert count == NCHUNKS            # what the failed one held, too
+    assert a.wait_persisted(30)
+    assert repo.read(image_id, version, 0, len(data)) == data
+
+
+def test_no_checkpoint_while_detaching(attached):
+    repo, image_id, a = attached
+    _fill(a, 4)
+    with a.exclusive(closing=True):
+        pass
+    with pytest.raises(exception.InvalidInput, match='being detached'):
+        a.checkpoint()
+    assert repo.image(image_id).versions == []
