@@ -8,17 +8,46 @@ Two ways, as in ARCHITECTURE §5:
 * the headers Neutron's metadata proxy adds: ``X-Instance-ID`` and
   ``X-Instance-ID-Signature = HMAC-SHA256(shared secret, instance id)``.
 
-Comparisons are constant-time. A request that proves neither is refused.
+Comparisons are constant-time, of bytes. A request that proves neither is
+refused, and so is one whose instance id is not 1-64 printable ASCII
+characters, whose credentials are not ASCII, or that repeats one of these
+headers: the HTTP parser hands over header values as Latin-1 text, which
+``hmac.compare_digest`` cannot compare when they are not ASCII.
 """
 
 import hashlib
 import hmac
+import re
+
+INSTANCE_ID = re.compile(r'[\x20-\x7e]{1,64}')
 
 
 def sign(secret, instance_id):
     """The HMAC-SHA256 of an instance id, in hex."""
     return hmac.new(secret.encode(), instance_id.encode(),
                     hashlib.sha256).hexdigest()
+
+
+def _header(headers, name):
+    """The one value of a header as ASCII bytes; None if it is missing,
+    repeated or not ASCII.
+    """
+    get_all = getattr(headers, 'get_all', None)
+    if get_all is not None:
+        values = get_all(name) or []
+        if len(values) != 1:
+            return None
+        value = values[0]
+    else:
+        value = headers.get(name)
+    if not isinstance(value, str) or not value or not value.isascii():
+        return None
+    return value.encode('ascii')
+
+
+def _matches(given, secret, instance_id):
+    return bool(given and secret) and hmac.compare_digest(
+        given, sign(secret, instance_id).encode('ascii'))
 
 
 class Authenticator(object):
@@ -34,16 +63,17 @@ class Authenticator(object):
         return sign(self.host_secret, instance_id)
 
     def instance(self, headers):
-        """The authenticated instance id, or None."""
-        instance_id = headers.get('X-Instance-ID')
-        if not instance_id or len(instance_id) > 64:
+        """The authenticated instance id (a str), or None."""
+        instance_id = _header(headers, 'X-Instance-ID')
+        if instance_id is None:
             return None
-        token = headers.get('X-BlobCR-Token')
-        if token and self.host_secret and hmac.compare_digest(
-                token, sign(self.host_secret, instance_id)):
+        instance_id = instance_id.decode('ascii')
+        if not INSTANCE_ID.fullmatch(instance_id):
+            return None
+        if _matches(_header(headers, 'X-BlobCR-Token'), self.host_secret,
+                    instance_id):
             return instance_id
-        signature = headers.get('X-Instance-ID-Signature')
-        if signature and self.metadata_secret and hmac.compare_digest(
-                signature, sign(self.metadata_secret, instance_id)):
+        if _matches(_header(headers, 'X-Instance-ID-Signature'),
+                    self.metadata_secret, instance_id):
             return instance_id
         return None

@@ -5,6 +5,11 @@ members. The tag lives on each member version in its image header, so
 the record is shared by every host of the job and survives agent
 restarts. A group is complete when it has as many stable versions as it
 has members; a restart takes the newest complete group.
+
+Groups are shared by guests of different owners, so what a guest learns
+is kept small: a refusal does not say the group's member count, and
+``guest_view`` is all a member sees (counts, no other member's name or
+id). Operators get everything from ``state``.
 """
 
 import re
@@ -31,8 +36,10 @@ def admit(repo, group, members):
     check(group, members)
     known = state(repo, group)
     if known['versions'] and known['members'] != members:
-        raise exception.InvalidInput('group %s has %d members, not %d'
-                                     % (group, known['members'], members))
+        # Not the group's count: a guest must not learn it from here.
+        raise exception.InvalidInput(
+            'members: %d does not match the member count of group %s'
+            % (members, group))
 
 
 def tag(repo, image, number, group, members):
@@ -45,21 +52,39 @@ def tag(repo, image, number, group, members):
 
 
 def state(repo, group):
-    """``{"group", "members", "versions": {image name: {...}},
-    "complete"}``; the newest version per image counts.
+    """``{"group", "members", "versions": {image id: {"image", "name",
+    "version", "state", "created"}}, "complete"}``, for operators; the
+    newest version per image counts. Keyed by image id: names are not
+    unique.
     """
     versions, members = {}, 0
     for header in repo.images():
         for v in header.versions:
             if v.group and v.group['id'] == group:
                 members = v.group['members']
-                versions[header.name] = {'image': header.id,
-                                         'version': v.number,
-                                         'state': v.state,
-                                         'created': v.created}
+                versions[header.id] = {'image': header.id,
+                                       'name': header.name,
+                                       'version': v.number,
+                                       'state': v.state,
+                                       'created': v.created}
     return {'group': group, 'members': members, 'versions': versions,
             'complete': bool(versions) and len(versions) == members and
             all(v['state'] == image_mod.STABLE for v in versions.values())}
+
+
+def guest_view(found, image):
+    """What the guest of ``image`` may see of a group (``found``, from
+    ``state``): ``{"group", "members", "stable", "complete"}``, or None
+    when ``image`` is not a member. ``stable`` counts the members whose
+    newest version is stable; nothing names the other members.
+    """
+    versions = found.get('versions') or {}
+    if not any(v.get('image') == image for v in versions.values()):
+        return None
+    return {'group': found['group'], 'members': found['members'],
+            'stable': sum(1 for v in versions.values()
+                          if v.get('state') == image_mod.STABLE),
+            'complete': bool(found['complete'])}
 
 
 def newest_complete(repo, prefix=''):

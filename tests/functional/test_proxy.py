@@ -1,18 +1,27 @@
 """The guest checkpoint endpoint of a real blobcr-agent process, over
 HTTP on 127.0.0.1: authentication both ways, refusals that commit
-nothing, limits, global (group) checkpoints, and junk that never gets a
-5xx.
+nothing, limits, global (group) checkpoints that show a guest only
+counts, and junk (bodies, framing headers, random header bytes) that
+never gets a 5xx nor commits anything.
+
+The connection caps and timeouts are tested on a CheckpointProxy run in
+this process with a stub agent (at the end): the handler threads they
+bound can only be counted in-process.
 """
 
 import http.client
 import json
 import os
 import random
+import socket
+import threading
 import time
 
 import pytest
 
 from blobcr_agent.proxy import auth
+from blobcr_agent.proxy import server as proxy_server
+from blobcr_agent.repository import groups
 from blobcr_agent.repository import repository
 
 CHUNK = 64 * 1024
@@ -81,6 +90,13 @@ def test_token_and_metadata_signature(setup):
       'X-Instance-ID-Signature': auth.sign('host-secret', 'vm-a')}, 401),
     ({'X-Instance-ID': 'vm-elsewhere',  # valid, but not on this host
       'X-BlobCR-Token': auth.sign('host-secret', 'vm-elsewhere')}, 403),
+    # Not ASCII: hmac.compare_digest raised TypeError (a 500).
+    ({'X-Instance-ID': 'vm-a', 'X-BlobCR-Token': '\xff\xfe'}, 401),
+    ({'X-Instance-ID': 'vm-a', 'X-Instance-ID-Signature': 'sig\xe9'}, 401),
+    ({'X-Instance-ID': 'vm-\xe9',
+      'X-BlobCR-Token': auth.sign('host-secret', 'vm-\xe9')}, 401),
+    ({'X-Instance-ID': 'vm-a\x01',     # not printable
+      'X-BlobCR-Token': auth.sign('host-secret', 'vm-a\x01')}, 401),
 ])
 def test_forged_or_foreign_requests_commit_nothing(setup, headers, status):
     repo, images, _, port, _ = setup
@@ -101,6 +117,24 @@ def test_bad_bodies_and_limits(setup):
                          (b'{"evil": 1}', 400), (b'x' * 5000, 413)):
         got, reply = request(port, 'POST', '/v1/checkpoint', headers, body)
         assert got == status, (body[:20], reply)
+    # Framing: a Content-Length of 1-6 digits and nothing else; chunked
+    # bodies were ignored and the checkpoint taken with no options.
+    for extra, body, status in (
+            ({'Content-Length': '0_2'}, b'{}', 400),
+            ({'Content-Length': '+2'}, b'{}', 400),
+            ({'Content-Length': '2 '}, b'{}', 400),
+            ({'Content-Length': '1234567'}, b'{}', 400),
+            ({'Transfer-Encoding': 'chunked'}, b'2\r\n{}\r\n0\r\n\r\n',
+             411)):
+        conn = http.client.HTTPConnection('127.0.0.1', port, timeout=30)
+        conn.putrequest('POST', '/v1/checkpoint', skip_accept_encoding=True)
+        for name, value in list(headers.items()) + list(extra.items()):
+            conn.putheader(name, value)
+        conn.endheaders(body)
+        response = conn.getresponse()
+        reply = json.loads(response.read())
+        conn.close()
+        assert response.status == status and reply['error'], (extra, reply)
     assert request(port, 'GET', '/v1/checkpoint', headers)[0] == 405
     assert request(port, 'GET', '/v1/checkpoint/999', headers)[0] == 404
     assert request(port, 'GET', '/etc/passwd', headers)[0] == 404
@@ -128,6 +162,7 @@ def test_group_checkpoint_completes_when_all_members_are_stable(setup):
         if vm == 'vm-a':
             status, group = request(port, 'GET', '/v1/group/job-7', headers)
             assert status == 200 and not group['complete']
+            assert group['members'] == 2 and group['stable'] <= 1
     deadline = time.monotonic() + 30
     while True:
         status, group = request(port, 'GET', '/v1/group/job-7', headers)
@@ -135,10 +170,18 @@ def test_group_checkpoint_completes_when_all_members_are_stable(setup):
             break
         assert time.monotonic() < deadline, group
         time.sleep(0.05)
-    assert set(group['versions']) == {'vm-a', 'vm-b'}
-    # The record is in the repository, shared by every host of the job.
+    # The guest sees counts, no other member's name or image id.
+    assert group == {'group': 'job-7', 'members': 2, 'stable': 2,
+                     'complete': True}
+    # The record is in the repository, shared by every host of the job;
+    # operators see every member, keyed by image id.
     assert {v.group['id'] for i in images.values()
             for v in repo.image(i).versions if v.group} == {'job-7'}
+    found = groups.state(repo, 'job-7')
+    assert found['complete'] and set(found['versions']) == \
+        set(images.values())
+    assert {v['name'] for v in found['versions'].values()} == \
+        {'vm-a', 'vm-b'}
 
 
 def test_a_guest_sees_only_its_own_groups(setup):
@@ -151,19 +194,126 @@ def test_a_guest_sees_only_its_own_groups(setup):
     assert request(port, 'POST', '/v1/checkpoint', a, body)[0] == 200
     assert request(port, 'GET', '/v1/group/only-a', a)[0] == 200
     assert request(port, 'GET', '/v1/group/only-a', b)[0] == 404
-    # A member count that disagrees with the group's is refused.
-    body = json.dumps({'group': 'only-a', 'members': 2})
-    before = versions(repo, images['vm-b'])
-    status, reply = request(port, 'POST', '/v1/checkpoint', b, body)
-    assert status == 400 and 'members' in reply['error']
-    assert versions(repo, images['vm-b']) == before
+    status, view = request(port, 'GET', '/v1/group/only-a', a)
+    assert view == {'group': 'only-a', 'members': 1, 'stable': view['stable'],
+                    'complete': view['complete']}
+    assert images['vm-a'] not in json.dumps(view)
+    # Not a member: the same answer as for a group that does not exist.
+    assert request(port, 'GET', '/v1/group/only-a', b) == \
+        (404, {'error': 'no group only-a with this instance in it'})
+    # A member count that disagrees with the group's is refused, without
+    # saying the group's count.
+    for members in (2, 7):
+        body = json.dumps({'group': 'only-a', 'members': members})
+        before = versions(repo, images['vm-b'])
+        status, reply = request(port, 'POST', '/v1/checkpoint', b, body)
+        assert status == 400 and reply['error'] == (
+            'members: %d does not match the member count of group only-a'
+            % members)
+        assert '1' not in reply['error']
+        assert versions(repo, images['vm-b']) == before
+
+
+def test_polls_have_their_own_budget(setup):
+    repo, images, authenticator, port, _ = setup
+    headers = {'X-Instance-ID': 'vm-a',
+               'X-BlobCR-Token': authenticator.token_for('vm-a')}
+    # The agent's defaults: 20 per second, 40 at once.
+    for n in range(400):
+        conn = http.client.HTTPConnection('127.0.0.1', port, timeout=30)
+        conn.request('GET', '/v1/checkpoint/1', headers=headers)
+        response = conn.getresponse()
+        reply = json.loads(response.read())
+        conn.close()
+        if response.status == 429:
+            break
+        assert response.status == 200, reply
+    assert response.status == 429 and n >= 40, n
+    assert response.getheader('Retry-After') == '1'
+    assert reply['retry_after'] == 1 and 'too many requests' in \
+        reply['error']
+    # Checkpoints are on their own budget, and so is every instance.
+    assert request(port, 'POST', '/v1/checkpoint', headers)[0] == 200
+    b = {'X-Instance-ID': 'vm-b',
+         'X-BlobCR-Token': authenticator.token_for('vm-b')}
+    assert request(port, 'GET', '/v1/checkpoint/1', b)[0] == 200
+
+
+def raw_request(port, data):
+    """Send bytes as they are; the status of the reply (None if none)."""
+    with socket.create_connection(('127.0.0.1', port), timeout=30) as s:
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        reply = b''
+        try:
+            while True:
+                more = s.recv(65536)
+                if not more:
+                    break
+                reply += more
+        except ConnectionResetError:
+            pass
+    if not reply.startswith(b'HTTP/1.'):
+        return None, reply
+    head, _, body = reply.partition(b'\r\n\r\n')
+    return int(head.split(b' ', 2)[1]), body
+
+
+def _junk_headers(rng, auth_lines):
+    """A request to /v1/checkpoint, authenticated, that must not commit:
+    its framing is wrong, or its body is not JSON.
+    """
+    kind = rng.choice(['length', 'length', 'encoding', 'bytes', 'bytes',
+                       'duplicate', 'many', 'method'])
+    method, lines, body = b'POST', list(auth_lines), b'{}'
+    if kind == 'length':
+        value = rng.choice([b'0_2', b'+2', b'2 ', b'-1', b'0x2', b'2.0',
+                            b'1e2', b'', b'1234567', b'2, 2', b'\xb2',
+                            b'\xef\xbc\x92', b'2\x00', b'9' * 40,
+                            bytes(rng.randrange(33, 256)
+                                  for _ in range(rng.randrange(1, 8)))])
+        if value.isdigit() and len(value) <= 6:
+            value += b'_'
+        lines.append(b'Content-Length: ' + value)
+    elif kind == 'encoding':
+        lines.append(b'Transfer-Encoding: ' + rng.choice(
+            [b'chunked', b'CHUNKED', b'gzip, chunked', b'identity', b'',
+             b'chunked\x00', b'\xffchunked']))
+        if rng.random() < 0.5:
+            lines.append(b'Content-Length: 2')
+        body = b'2\r\n{}\r\n0\r\n\r\n'
+    elif kind == 'duplicate':
+        lines += [b'Content-Length: 2', b'Content-Length: 2']
+    elif kind == 'many':
+        lines += [b'X-Junk-%d: x' % i for i in range(rng.choice([101, 300]))]
+    elif kind == 'method':
+        method = rng.choice([b'PATCH', b'HEAD', b'OPTIONS', b'FOO', b'TRACE',
+                             b'CONNECT', b'post'])
+        lines.append(b'Content-Length: 2')
+    else:
+        # Random bytes among the headers; the body is not JSON whatever
+        # they do to the framing.
+        rng.shuffle(lines)
+        for _ in range(rng.randrange(1, 4)):
+            junk = bytes(rng.randrange(256)
+                         for _ in range(rng.randrange(1, 40)))
+            lines.insert(rng.randrange(len(lines) + 1), junk)
+        body = b'{nope'
+        # First, so that it counts even if the junk ends the headers.
+        lines.insert(0, b'Content-Length: %d' % len(body))
+        return (method + b' /v1/checkpoint HTTP/1.1\r\n' +
+                b'\r\n'.join(lines) + b'\r\n\r\n' + body)
+    rng.shuffle(lines)
+    return (method + b' /v1/checkpoint HTTP/1.1\r\nHost: x\r\n' +
+            b'\r\n'.join(lines) + b'\r\n\r\n' + body)
 
 
 def test_junk_never_gets_a_server_error(setup):
-    _, _, authenticator, port, _ = setup
+    repo, images, authenticator, port, _ = setup
     rng = random.Random(3)
     headers = {'X-Instance-ID': 'vm-a',
                'X-BlobCR-Token': authenticator.token_for('vm-a')}
+    before = {i: versions(repo, i) for i in images.values()}
     for _ in range(200):
         path = '/' + ''.join(rng.choice('v1/checkpointgrou%.-0123')
                              for _ in range(rng.randrange(30)))
@@ -171,3 +321,248 @@ def test_junk_never_gets_a_server_error(setup):
         method = rng.choice(['GET', 'POST', 'PUT', 'DELETE'])
         status, reply = request(port, method, path, headers, body)
         assert 400 <= status < 500 or status == 200, (method, path, status)
+    auth_lines = [b'X-Instance-ID: vm-a',
+                  b'X-BlobCR-Token: ' + headers['X-BlobCR-Token'].encode()]
+    for _ in range(300):
+        data = _junk_headers(rng, auth_lines)
+        status, reply = raw_request(port, data)
+        assert status is not None and 400 <= status < 500, (data, reply)
+        if not data.startswith(b'HEAD'):
+            assert json.loads(reply)['error'], (data, reply)
+    # Nothing was committed, and the endpoint still answers.
+    assert {i: versions(repo, i) for i in images.values()} == before
+    assert request(port, 'POST', '/v1/checkpoint', headers)[0] == 200
+
+
+# -- in-process: connection caps and timeouts ------------------------------
+# Handler threads can only be counted in the process that runs them, so
+# these tests run CheckpointProxy here, on a stub agent, rather than in a
+# blobcr-agent process.
+
+
+class StubAgent(object):
+    def __init__(self):
+        self.checkpoints = 0
+
+    def resolve(self, instance):
+        return 'image-of-' + instance
+
+    def checkpoint(self, image, group=None, members=None, quiesce=None):
+        self.checkpoints += 1
+        return {'version': self.checkpoints + 1, 'downtime_ms': 0}
+
+    def state(self, image, version):
+        return 'stable'
+
+    def group_state(self, group):
+        return {'group': group, 'members': 0, 'versions': {},
+                'complete': False}
+
+
+AUTH = auth.Authenticator('host-secret')
+
+
+def _headers(instance):
+    return {'X-Instance-ID': instance,
+            'X-BlobCR-Token': AUTH.token_for(instance)}
+
+
+@pytest.fixture
+def inproc():
+    """``start(**proxy options) -> (proxy, port)``; stopped afterwards."""
+    servers = []
+
+    def start(**options):
+        proxy = proxy_server.CheckpointProxy(AUTH, StubAgent(), **options)
+        httpd = proxy.serve()
+        servers.append(httpd)
+        return proxy, httpd.server_port
+    yield start
+    for httpd in servers:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def _connect(port, source='127.0.0.1'):
+    s = socket.socket()
+    s.settimeout(30)
+    s.bind((source, 0))
+    s.connect(('127.0.0.1', port))
+    return s
+
+
+def _slow(port, source='127.0.0.1'):
+    """Headers promising a body that never comes."""
+    s = _connect(port, source)
+    s.sendall(b'POST /v1/checkpoint HTTP/1.1\r\nHost: x\r\n'
+              b'Content-Length: 4000\r\n\r\n')
+    return s
+
+
+def _get(port, source, path='/v1/checkpoint/2', instance='vm-a'):
+    """A legitimate request from ``source``: (status, reply, seconds)."""
+    start = time.monotonic()
+    s = _connect(port, source)
+    with s:
+        s.sendall(('GET %s HTTP/1.0\r\n' % path).encode() + b''.join(
+            ('%s: %s\r\n' % kv).encode()
+            for kv in _headers(instance).items()) + b'\r\n')
+        reply = b''
+        while True:
+            more = s.recv(65536)
+            if not more:
+                break
+            reply += more
+    head, _, body = reply.partition(b'\r\n\r\n')
+    return (int(head.split(b' ', 2)[1]), json.loads(body),
+            time.monotonic() - start)
+
+
+def _read_all(s):
+    data = b''
+    try:
+        while True:
+            more = s.recv(65536)
+            if not more:
+                return data
+            data += more
+    except ConnectionResetError:
+        return data
+
+
+def _handler_threads(baseline, expect, timeout=10):
+    """Wait until the threads above ``baseline`` are ``expect`` or fewer;
+    the count then.
+    """
+    deadline = time.monotonic() + timeout
+    while threading.active_count() - baseline > expect and \
+            time.monotonic() < deadline:
+        time.sleep(0.05)
+    return threading.active_count() - baseline
+
+
+def test_defaults_bound_connections():
+    proxy = proxy_server.CheckpointProxy(AUTH, StubAgent())
+    assert (proxy.request_timeout, proxy.max_connections,
+            proxy.max_per_source) == (10.0, 64, 16)
+    assert (proxy.get_limiter.rate, proxy.get_limiter.burst) == (20.0, 40)
+
+
+def test_slow_clients_hold_at_most_their_share(inproc):
+    """200 connections that send headers and never the body hold 16
+    threads (the cap per address), the others get 503 at once; another
+    address is served meanwhile, and the 16 are closed at the timeout.
+    """
+    _, port = inproc(request_timeout=1.5, max_connections=64,
+                     max_per_source=16)
+    assert _get(port, '127.0.0.2')[0] == 200
+    baseline = threading.active_count()
+    time.sleep(0.1)
+    baseline = _handler_threads(baseline, 0) + baseline
+    slow = [_slow(port) for _ in range(200)]
+    try:
+        time.sleep(0.3)
+        assert threading.active_count() - baseline <= 16
+        status, reply, seconds = _get(port, '127.0.0.2')
+        assert status == 200 and reply['state'] == 'stable'
+        assert seconds < 1.0
+        replies = [_read_all(s) for s in slow]
+        busy = [r for r in replies if b' 503 ' in r.split(b'\r\n')[0]]
+        timed_out = [r for r in replies if b' 408 ' in r.split(b'\r\n')[0]]
+        assert len(busy) == 184 and len(timed_out) == 16
+        assert all(r.endswith(b'{"error": "busy"}') for r in busy)
+        assert all(b'Retry-After: 1' in r for r in busy)
+        assert _handler_threads(baseline, 0) == 0
+    finally:
+        for s in slow:
+            s.close()
+    assert _get(port, '127.0.0.1')[0] == 200
+
+
+def test_over_the_cap_no_thread_is_started(inproc):
+    proxy, port = inproc(request_timeout=1.0, max_connections=8,
+                         max_per_source=0)
+    baseline = threading.active_count()
+    slow = [_slow(port, '127.0.0.%d' % (10 + i)) for i in range(8)]
+    try:
+        deadline = time.monotonic() + 10
+        while threading.active_count() - baseline < 8:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        started = time.monotonic()
+        refused = _connect(port, '127.0.0.99')
+        with refused:
+            reply = _read_all(refused)
+        assert reply.startswith(b'HTTP/1.0 503 ')
+        assert reply.endswith(b'{"error": "busy"}')
+        assert time.monotonic() - started < 0.5
+        assert threading.active_count() - baseline == 8
+        # The slow ones time out; the slots are free again.
+        assert _handler_threads(baseline, 0) == 0
+        assert _get(port, '127.0.0.99')[0] == 200
+    finally:
+        for s in slow:
+            s.close()
+
+
+def test_a_request_dribbled_in_is_cut_at_the_deadline(inproc):
+    """One byte every 0.2 s: a timeout per read alone would never fire."""
+    _, port = inproc(request_timeout=1.0)
+    baseline = threading.active_count()
+    start = time.monotonic()
+    s = _connect(port)
+    with s:
+        closed = False
+        for byte in b'GET /v1/checkpoint/2 HTTP/1.0\r\nX-Pad: ' + b'a' * 50:
+            try:
+                s.sendall(bytes([byte]))
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+                break
+            s.settimeout(0.2)
+            try:
+                if s.recv(1) == b'':
+                    closed = True
+                    break
+            except socket.timeout:
+                pass
+            except ConnectionResetError:
+                closed = True
+                break
+        assert closed
+    assert 0.9 < time.monotonic() - start < 2.5
+    assert _handler_threads(baseline, 0) == 0
+
+
+def test_poll_budget_per_instance(inproc):
+    _, port = inproc(get_rate=1.0, get_burst=3, rate=1.0, burst=5)
+    codes = [_get(port, '127.0.0.1')[:2] for _ in range(4)]
+    assert [c for c, _ in codes] == [200, 200, 200, 429]
+    assert codes[-1][1]['retry_after'] == 1
+    # Group polls and mistakes spend the same budget...
+    assert _get(port, '127.0.0.1', '/v1/group/job-1')[0] == 429
+    assert _get(port, '127.0.0.1', '/nothing')[0] == 429
+    # ...not checkpoints', nor another instance's.
+    conn = http.client.HTTPConnection('127.0.0.1', port, timeout=30)
+    conn.request('POST', '/v1/checkpoint', headers=_headers('vm-a'))
+    assert conn.getresponse().status == 200
+    conn.close()
+    assert _get(port, '127.0.0.1', instance='vm-b')[0] == 200
+
+
+def test_authenticator_refuses_what_is_not_ascii():
+    token = AUTH.token_for('vm-a')
+    for headers in ({'X-Instance-ID': 'vm-a', 'X-BlobCR-Token': '\xff\xfe'},
+                    {'X-Instance-ID': 'vm-a',
+                     'X-BlobCR-Token': token[:-1] + '\xe9'},
+                    {'X-Instance-ID': 'vm-\u0101',
+                     'X-BlobCR-Token': auth.sign('host-secret', 'vm-\u0101')},
+                    {'X-Instance-ID': 'vm-a\n', 'X-BlobCR-Token': token},
+                    {'X-Instance-ID': 'x' * 65,
+                     'X-BlobCR-Token': AUTH.token_for('x' * 65)}):
+        assert AUTH.instance(headers) is None
+    both = auth.Authenticator('host-secret', 'neutron-secret')
+    assert both.instance({'X-Instance-ID': 'vm-a',
+                          'X-Instance-ID-Signature': '\xff'}) is None
+    assert AUTH.instance({'X-Instance-ID': 'vm-a',
+                          'X-BlobCR-Token': token}) == 'vm-a'
