@@ -60,11 +60,15 @@ def _connection_args(parser):
 def _criu_args(parser, restoring):
     group = parser.add_argument_group('CRIU options')
     default = None if restoring else True
-    group.add_argument('--shell-job', action=argparse.BooleanOptionalAction,
+    # A pair of flags by hand: argparse.BooleanOptionalAction is 3.9+.
+    group.add_argument('--shell-job', dest='shell_job', action='store_true',
                        default=default,
                        help='the tree may belong to a shell session or '
                             'terminal (default: %s)'
                             % ('as dumped' if restoring else 'yes'))
+    group.add_argument('--no-shell-job', dest='shell_job',
+                       action='store_false', default=default,
+                       help='the tree is a session of its own')
     group.add_argument('--tcp-established', action='store_true',
                        default=None if restoring else False,
                        help='dump / restore established TCP connections')
@@ -111,11 +115,12 @@ def checkpoint_parser():
     running = parser.add_mutually_exclusive_group()
     running.add_argument('--leave-running', dest='leave_running',
                          action='store_true', default=True,
-                         help='keep the tree running after the dump '
-                              '(default)')
+                         help='continue the tree once the disk snapshot '
+                              'is taken (default)')
     running.add_argument('--kill', dest='leave_running',
                          action='store_false',
-                         help='let CRIU kill the tree after the dump')
+                         help='kill the tree once the disk snapshot is '
+                              'taken')
     _criu_args(parser, restoring=False)
     return parser
 
@@ -163,10 +168,18 @@ def checkpoint_main(argv=None):
         guest = client.CheckpointClient.from_environment(
             endpoint=args.endpoint, instance_id=args.instance_id,
             token=args.token, signature=args.signature,
-            config_path=args.config, timeout=args.http_timeout)
+            config_path=args.config, timeout=args.http_timeout,
+            warn=lambda message: sys.stderr.write(
+                '%s: warning: %s\n' % (prog, message)))
     except (exception.GuestError, ValueError) as e:
         return _fail(prog, e)
+
+    def take():
+        return guest.checkpoint(group=args.group, members=args.members,
+                                quiesce=args.quiesce, sync=not args.no_sync)
+
     result = {}
+    snapshot_taken = False
     try:
         if args.criu is not None:
             kind = criu.filesystem_type(args.dir)
@@ -174,15 +187,17 @@ def checkpoint_main(argv=None):
                 sys.stderr.write('%s: warning: %s is on %s, which the disk '
                                  'snapshot does not hold\n'
                                  % (prog, args.dir, kind))
-            result['criu_dump'] = criu.dump(
-                args.criu, args.dir, leave_running=args.leave_running,
+            # The tree stays stopped from the dump until the snapshot is
+            # taken: the snapshot holds the files as the dump saw them.
+            result['criu_dump'], taken = criu.checkpoint(
+                args.criu, args.dir, take, leave_running=args.leave_running,
                 shell_job=args.shell_job,
                 tcp_established=args.tcp_established,
                 file_locks=args.file_locks, extra=args.criu_opt,
                 binary=args.criu_binary)
-        taken = guest.checkpoint(group=args.group, members=args.members,
-                                 quiesce=args.quiesce,
-                                 sync=not args.no_sync)
+        else:
+            taken = take()
+        snapshot_taken = True
         result.update(version=taken.version, downtime_ms=taken.downtime_ms)
         if taken.group:
             result['group'] = taken.group
@@ -198,6 +213,10 @@ def checkpoint_main(argv=None):
                 and not guest.token and not guest.signature):
             hint = ('; no token was found: pass --token, set BLOBCR_TOKEN '
                     'or write %s' % config.DEFAULT_CONFIG)
+        if (args.criu is not None and not args.leave_running and
+                not snapshot_taken and
+                not isinstance(e, exception.CriuError)):
+            hint += '; process %d was continued, not killed' % args.criu
         return _fail(prog, e, hint)
     _print(args.json, result, ['version', 'downtime_ms', 'state', 'group',
                                'group_complete', 'criu_dump'])

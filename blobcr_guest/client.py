@@ -62,11 +62,14 @@ class CheckpointClient(object):
 
     @classmethod
     def from_environment(cls, endpoint=None, instance_id=None, token=None,
-                         signature=None, config_path=None, **kwargs):
-        """A client whose credentials are discovered (see config.py)."""
+                         signature=None, config_path=None, warn=None,
+                         **kwargs):
+        """A client whose credentials are discovered (see config.py);
+        ``warn(message)`` is told of a credentials file that was ignored.
+        """
         found = config.discover(endpoint=endpoint, instance_id=instance_id,
                                 token=token, signature=signature,
-                                config_path=config_path)
+                                config_path=config_path, warn=warn)
         return cls(found.endpoint, found.instance_id, found.token,
                    found.signature, **kwargs)
 
@@ -143,10 +146,15 @@ class CheckpointClient(object):
                     'group %s: the versions of %s failed'
                     % (group, ', '.join(failed)))
             if time.monotonic() + poll > deadline:
+                if 'stable' in state:   # what a member may see: counts
+                    progress = '%s of %s members stable' % (
+                        state['stable'], state.get('members'))
+                else:
+                    progress = '%d of %s members checkpointed' % (
+                        len(versions), state.get('members'))
                 raise exception.CheckpointTimeout(
-                    'group %s not complete after %gs (%d of %s members '
-                    'checkpointed)' % (group, timeout, len(versions),
-                                       state.get('members')))
+                    'group %s not complete after %gs (%s)'
+                    % (group, timeout, progress))
             time.sleep(poll)
 
     # -- HTTP -------------------------------------------------------------

@@ -15,12 +15,18 @@ Each setting comes from the first source that has it, in this order:
    never ask).
 
 The endpoint defaults to the link-local metadata address.
+
+A file that exists but cannot be used (unreadable, not JSON, not an
+object) is an error only when arguments and environment leave a setting
+to find (the endpoint, the instance id, or a token or signature);
+otherwise it is ignored with a warning.
 """
 
 import collections
 import http.client
 import json
 import os
+import sys
 import urllib.parse
 
 from blobcr_guest import exception
@@ -42,8 +48,12 @@ Credentials = collections.namedtuple('Credentials',
 
 
 def discover(endpoint=None, instance_id=None, token=None, signature=None,
-             config_path=None, environ=None):
-    """Credentials from the sources above; ``sources`` names each one's."""
+             config_path=None, environ=None, warn=None):
+    """Credentials from the sources above; ``sources`` names each one's.
+
+    ``warn(message)`` (default: a line on stderr) is told of a file
+    that was ignored because it was not needed.
+    """
     environ = os.environ if environ is None else environ
     found, sources = {}, {}
 
@@ -59,7 +69,13 @@ def discover(endpoint=None, instance_id=None, token=None, signature=None,
     take({f: environ.get(ENV[f]) for f in FIELDS}, 'environment')
     path = config_path or environ.get('BLOBCR_GUEST_CONFIG') or \
         DEFAULT_CONFIG
-    take(_read_file(path), path)
+    try:
+        take(_read_file(path), path)
+    except exception.ConfigError as e:
+        if _missing(found):
+            raise
+        (warn or _warn)('%s (ignored: the arguments and the environment '
+                        'give every setting)' % e)
     if 'instance_id' not in found or not ({'token', 'signature'} &
                                           set(found)):
         url = environ.get('BLOBCR_METADATA_URL', METADATA_URL)
@@ -68,6 +84,18 @@ def discover(endpoint=None, instance_id=None, token=None, signature=None,
     if 'endpoint' not in found:
         found['endpoint'], sources['endpoint'] = DEFAULT_ENDPOINT, 'default'
     return Credentials(*(found.get(f) for f in FIELDS), sources=sources)
+
+
+def _missing(found):
+    """Whether a setting is still to be found: the endpoint, the
+    instance id, or a credential (token or signature).
+    """
+    return ('endpoint' not in found or 'instance_id' not in found or
+            not ({'token', 'signature'} & set(found)))
+
+
+def _warn(message):
+    sys.stderr.write('blobcr_guest: warning: %s\n' % message)
 
 
 def _read_file(path):

@@ -5,11 +5,18 @@ directory given; only when CRIU succeeded does the ``latest`` symlink
 switch to it, so the disk snapshot taken next holds either the whole new
 dump or the previous one, never half of one. The CRIU flags of a dump are
 kept beside it (``blobcr.json``) because a restore must use the same.
+
+``checkpoint`` makes the dump and the disk snapshot consistent: CRIU
+leaves the tree stopped (``--leave-stopped``), the disk snapshot is
+requested while it is, and only then is the tree continued (SIGCONT) or
+killed. A tree left running by the dump would go on writing before the
+snapshot, which would then hold files newer than the process images.
 """
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 
@@ -56,8 +63,15 @@ def flags(shell_job=True, tcp_established=False, file_locks=False,
 
 
 def dump(pid, directory, leave_running=True, shell_job=True,
-         tcp_established=False, file_locks=False, extra=(), binary=None):
-    """Dump the tree of ``pid`` under ``directory``; returns the dump dir."""
+         tcp_established=False, file_locks=False, extra=(), binary=None,
+         leave_stopped=False):
+    """Dump the tree of ``pid`` under ``directory``; returns the dump dir.
+
+    ``leave_stopped`` leaves the tree stopped (whatever
+    ``leave_running`` says); otherwise it keeps running, or CRIU kills
+    it when ``leave_running`` is false. For a dump that a disk snapshot
+    must match, use ``checkpoint``.
+    """
     criu = find_criu(binary)
     _check_root()
     try:
@@ -76,12 +90,14 @@ def dump(pid, directory, leave_running=True, shell_job=True,
     options = flags(shell_job, tcp_established, file_locks, extra)
     args = [criu, 'dump', '--tree', str(pid), '--images-dir', images,
             '--log-file', os.path.join(images, 'dump.log'), '-v2']
-    if leave_running:
+    if leave_stopped:
+        args.append('--leave-stopped')
+    elif leave_running:
         args.append('--leave-running')
     _run(args + options, os.path.join(images, 'dump.log'), 'dump')
     with open(os.path.join(images, META), 'w') as f:
         json.dump({'pid': pid, 'time': stamp, 'leave_running': leave_running,
-                   'shell_job': shell_job,
+                   'leave_stopped': leave_stopped, 'shell_job': shell_job,
                    'tcp_established': tcp_established,
                    'file_locks': file_locks, 'extra': list(extra)}, f)
     # A symlink switched by rename: the latest complete dump, atomically.
@@ -97,6 +113,87 @@ def dump(pid, directory, leave_running=True, shell_job=True,
                 os.path.isdir(path) and not os.path.islink(path)):
             shutil.rmtree(path, ignore_errors=True)
     return images
+
+
+def checkpoint(pid, directory, request, leave_running=True, **options):
+    """Dump the tree of ``pid``, then call ``request()`` (sync the disks
+    and ask for their snapshot) while the tree is still stopped as CRIU
+    left it, so that the snapshot holds the files as the dump saw them.
+
+    Returns ``(images, request())``. Afterwards, and in a ``finally``,
+    the dumped tree is continued with SIGCONT; with ``leave_running``
+    false it is killed instead, but only once ``request()`` returned: a
+    tree whose snapshot was not taken is continued, not lost. Processes
+    that were stopped before the dump are left stopped. ``options`` go
+    to ``dump``.
+    """
+    stopped_before = set(p for p in tree(pid) if _state(p) == 'T')
+    dumped = killed = False
+    try:
+        images = dump(pid, directory, leave_stopped=True,
+                      leave_running=leave_running, **options)
+        dumped = True
+        result = request()
+        if not leave_running:
+            signal_tree(pid, signal.SIGKILL)
+            killed = True
+        return images, result
+    finally:
+        if not killed:
+            # After a failed dump CRIU has put the tree back as it was;
+            # only what is stopped now (CRIU killed in the middle) is
+            # continued, so that no process gets a stray SIGCONT.
+            signal_tree(pid, signal.SIGCONT, skip=stopped_before,
+                        only_stopped=not dumped)
+
+
+def tree(pid):
+    """``pid`` and its descendants, parents first (from /proc)."""
+    children = {}
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        stat = _stat(int(entry))
+        if stat:
+            children.setdefault(int(stat[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop(0)
+        if current in found:
+            continue
+        found.append(current)
+        todo.extend(sorted(children.get(current, ())))
+    return found
+
+
+def signal_tree(pid, signum, skip=(), only_stopped=False):
+    """Send ``signum`` to the tree of ``pid``; the pids it reached."""
+    sent = []
+    for target in tree(pid):
+        if target in skip or (only_stopped and _state(target) != 'T'):
+            continue
+        try:
+            os.kill(target, signum)
+        except OSError:             # gone already
+            continue
+        sent.append(target)
+    return sent
+
+
+def _stat(pid):
+    """The fields of /proc/PID/stat after the command name, or None."""
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text.rpartition(')')[2].split()
+    return fields if len(fields) > 1 else None
+
+
+def _state(pid):
+    stat = _stat(pid)
+    return stat[0] if stat else None
 
 
 def images_of(directory):

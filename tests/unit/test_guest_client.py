@@ -1,14 +1,22 @@
 """The guest client and commands against a scripted HTTP server on
 127.0.0.1 that records what it received: headers, bodies, retries, waits,
 credentials discovery, error mapping, exit codes, and the CRIU plumbing
-(with a stand-in criu that records its arguments).
+(with a stand-in criu that records its arguments and, like
+``criu dump --leave-stopped``, leaves the dumped tree stopped). Also:
+the package stays within Python 3.6.
 """
 
+import ast
+import glob
 import http.server
 import json
 import os
+import re
+import shutil
+import signal
 import socket
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -30,6 +38,7 @@ class ScriptedServer(object):
         self.requests = []
         self.events = []
         self.script = {}
+        self.on_request = None      # called as a request arrives: 'seen'
         self.lock = threading.Lock()
         recorder = self
 
@@ -37,11 +46,14 @@ class ScriptedServer(object):
             def _serve(self):
                 length = int(self.headers.get('Content-Length') or 0)
                 body = self.rfile.read(length) if length else b''
+                arrived = time.monotonic()
+                seen = recorder.on_request() if recorder.on_request \
+                    else None
                 with recorder.lock:
                     recorder.requests.append({
                         'method': self.command, 'path': self.path,
                         'headers': dict(self.headers), 'body': body,
-                        'time': time.monotonic()})
+                        'time': arrived, 'seen': seen})
                     recorder.events.append('request')
                     replies = recorder.script.get((self.command, self.path))
                     if replies:
@@ -387,9 +399,77 @@ def test_vendordata_without_our_key(server, monkeypatch):
 def test_an_unusable_file_is_an_error(tmp_path, content):
     path = tmp_path / 'guest.json'
     path.write_text(content)
-    with pytest.raises(client.ConfigError, match=str(path)):
+    with pytest.raises(client.ConfigError, match=re.escape(str(path))):
         config.discover(config_path=str(path))
     assert cli.checkpoint_main(['--config', str(path)]) == cli.EXIT_CONFIG
+
+
+def unusable_file(tmp_path, kind):
+    """A credentials file that exists but cannot be used."""
+    path = tmp_path / 'guest.json'
+    if kind == 'directory':             # unreadable, even for root
+        path.mkdir()
+    else:
+        path.write_text({'garbled': '{"token": "x",',
+                         'not an object': '["a", "b"]'}[kind])
+    return path
+
+
+@pytest.mark.parametrize('kind', ['garbled', 'not an object', 'directory'])
+def test_an_unusable_file_is_ignored_when_nothing_is_missing(
+        server, monkeypatch, tmp_path, capsys, kind):
+    path = unusable_file(tmp_path, kind)
+    monkeypatch.setenv('BLOBCR_GUEST_CONFIG', str(path))
+    # Everything from the arguments: a warning, and the file is not used.
+    found = config.discover(endpoint=server.url, instance_id='vm-1',
+                            token='t')
+    assert (found.endpoint, found.instance_id, found.token) == (
+        server.url, 'vm-1', 't')
+    assert str(path) not in found.sources.values()
+    err = capsys.readouterr().err
+    assert err.startswith('blobcr_guest: warning: ') and str(path) in err
+    assert err.endswith('(ignored: the arguments and the environment give '
+                        'every setting)\n') and err.count('\n') == 1
+    # Everything from the environment, a signature for a token, the
+    # warning handed to the caller's function.
+    monkeypatch.setenv('BLOBCR_ENDPOINT', server.url)
+    monkeypatch.setenv('BLOBCR_INSTANCE_ID', 'vm-env')
+    monkeypatch.setenv('BLOBCR_SIGNATURE', 'sig')
+    warnings = []
+    found = config.discover(warn=warnings.append)
+    assert found.sources == {'endpoint': 'environment',
+                             'instance_id': 'environment',
+                             'signature': 'environment'}
+    assert len(warnings) == 1 and str(path) in warnings[0]
+    assert capsys.readouterr().err == ''
+    # The command goes on, with one warning line of its own.
+    server.on('POST', '/v1/checkpoint', (200, {'version': 8,
+                                               'downtime_ms': 1.0}))
+    code, out, err = run(['--token', 'tok', '--no-sync'], capsys)
+    assert (code, out) == (0, '8 downtime_ms=1.0\n')
+    assert err.startswith('blobcr-checkpoint: warning: ') and \
+        err.count('\n') == 1 and str(path) in err
+    assert server.received()[0]['headers']['X-Instance-ID'] == 'vm-env'
+
+
+@pytest.mark.parametrize('missing', ['endpoint', 'instance_id', 'token'])
+def test_an_unusable_file_is_an_error_when_a_setting_is_missing(
+        monkeypatch, tmp_path, capsys, missing):
+    path = unusable_file(tmp_path, 'garbled')
+    given = {'endpoint': 'http://127.0.0.1:9', 'instance_id': 'vm-1',
+             'token': 't'}
+    del given[missing]          # the file may have held it
+    with pytest.raises(client.ConfigError, match=re.escape(str(path))):
+        config.discover(config_path=str(path), **given)
+    for field, value in given.items():
+        monkeypatch.setenv(config.ENV[field], value)
+    with pytest.raises(client.ConfigError, match=re.escape(str(path))):
+        config.discover(config_path=str(path))
+    argv = ['--config', str(path), '--no-sync']
+    code, out, err = run(argv, capsys)
+    assert (code, out) == (cli.EXIT_CONFIG, '')
+    assert err.startswith('blobcr-checkpoint: error: ') and \
+        err.count('\n') == 1
 
 
 # -- blobcr-checkpoint ------------------------------------------------------
@@ -490,24 +570,73 @@ def test_cli_usage_errors_send_nothing(server, capsys, argv):
 
 # -- CRIU plumbing, with a stand-in criu ------------------------------------
 
-FAKE_CRIU = '''#!%s
-import json, os, sys, time
+# Like criu: with --leave-stopped the dumped tree is left stopped (SIGSTOP,
+# and waits until it is); what the watched files held then is recorded as
+# the dumped state.
+FAKE_CRIU = r"""#!@PYTHON@
+import json, os, signal, sys, time
 args = sys.argv[1:]
+record = {'args': args}
 def opt(name):
     return args[args.index(name) + 1]
-with open(%r, 'a') as f:
-    f.write(json.dumps({'args': args, 'end': time.monotonic()}) + '\\n')
+def stat(pid):
+    try:
+        with open('/proc/' + str(pid) + '/stat') as f:
+            return f.read().rpartition(')')[2].split()
+    except OSError:
+        return None
+def tree(root):
+    children = {}
+    for entry in os.listdir('/proc'):
+        fields = stat(int(entry)) if entry.isdigit() else None
+        if fields:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        found.append(todo.pop(0))
+        todo.extend(sorted(children.get(found[-1], [])))
+    return found
+def finish(code):
+    record['end'] = time.monotonic()
+    with open(@LOG@, 'a') as f:
+        f.write(json.dumps(record) + '\n')
+    sys.exit(code)
 if os.environ.get('FAKE_CRIU_FAIL'):
     with open(opt('--log-file'), 'w') as f:
-        f.write('(00.01) Error (criu/util.c:642): exited, status=1\\n'
-                '(00.02) Error (criu/cr-dump.c:1): the real cause\\n')
-    sys.exit(1)
+        f.write('(00.01) Error (criu/util.c:642): exited, status=1\n'
+                '(00.02) Error (criu/cr-dump.c:1): the real cause\n')
+    finish(1)
 if args[0] == 'dump':
+    if '--leave-stopped' in args:
+        pids = tree(int(opt('--tree')))
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while any((stat(pid) or 'X')[0] not in 'TXZ' for pid in pids):
+            assert time.monotonic() < deadline, 'the tree did not stop'
+            time.sleep(0.005)
+        record['stopped'] = pids
+    watched = os.environ.get('FAKE_CRIU_WATCH', '')
+    record['dumped'] = [open(path).read()
+                        for path in watched.split(os.pathsep) if path]
     open(os.path.join(opt('--images-dir'), 'pstree.img'), 'w').close()
 else:
     with open(opt('--pidfile'), 'w') as f:
         f.write('4242')
-'''
+finish(0)
+"""
+
+# A parent and its child, each counting into a file of its own.
+TREE = r"""
+import os, sys, time
+path = sys.argv[1] if os.fork() else sys.argv[2]
+n = 0
+while True:
+    n += 1
+    with open(path, 'a') as f:
+        f.write('%d\n' % n)
+    time.sleep(0.01)
+"""
 
 
 @pytest.fixture
@@ -515,10 +644,12 @@ def fake_criu(tmp_path, monkeypatch):
     log = tmp_path / 'criu-calls.jsonl'
     path = tmp_path / 'bin' / 'criu'
     path.parent.mkdir()
-    path.write_text(FAKE_CRIU % (sys.executable, str(log)))
+    path.write_text(FAKE_CRIU.replace('@PYTHON@', sys.executable)
+                    .replace('@LOG@', repr(str(log))))
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv('PATH', '%s:%s' % (path.parent, os.environ['PATH']))
     monkeypatch.setattr(os, 'geteuid', lambda: 0)
+    monkeypatch.setattr(os, 'sync', lambda: None)
 
     def calls():
         if not log.exists():
@@ -527,26 +658,92 @@ def fake_criu(tmp_path, monkeypatch):
     return calls
 
 
+class Counting(object):
+    def __init__(self, proc, logs):
+        self.proc, self.pid, self.logs = proc, proc.pid, logs
+
+    def contents(self):
+        return [log.read_text() for log in self.logs]
+
+    def counts(self):
+        return [text.count('\n') for text in self.contents()]
+
+    def tree(self):
+        return criu.tree(self.pid)
+
+    def states(self):
+        return [criu._state(pid) for pid in self.tree()]
+
+    def wait_counting(self, more=3):
+        """Until every member of the tree wrote ``more`` lines more."""
+        start = self.counts()
+        wait_for(lambda: all(n >= s + more
+                             for n, s in zip(self.counts(), start)))
+
+
+@pytest.fixture
+def counting(tmp_path, monkeypatch):
+    logs = [tmp_path / 'parent.log', tmp_path / 'child.log']
+    proc = subprocess.Popen([sys.executable, '-c', TREE] +
+                            [str(log) for log in logs],
+                            stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    tree = Counting(proc, logs)
+    wait_for(lambda: all(log.exists() for log in logs) and
+             min(tree.counts()) >= 3)
+    assert len(tree.tree()) == 2
+    monkeypatch.setenv('FAKE_CRIU_WATCH',
+                       os.pathsep.join(str(log) for log in logs))
+    yield tree
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def wait_for(predicate, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, 'timed out'
+        time.sleep(0.01)
+
+
+def watch_requests(server, tree):
+    """The tree's files and states as the request arrives, and again
+    0.2 s later, before the reply.
+    """
+    def seen():
+        first, states = tree.contents(), tree.states()
+        time.sleep(0.2)
+        return {'contents': first, 'later': tree.contents(),
+                'states': states}
+    server.on_request = seen
+
+
 def test_cli_criu_dumps_then_syncs_then_checkpoints(server, capsys,
                                                     fake_criu, tmp_path,
-                                                    monkeypatch):
+                                                    monkeypatch, counting):
     server.on('POST', '/v1/checkpoint', (200, {'version': 4,
                                                'downtime_ms': 2.0}))
     monkeypatch.setattr(os, 'sync', lambda: server.events.append('sync'))
     dumps = tmp_path / 'dumps'
+    pid = counting.pid
     base = ['--endpoint', server.url, '--instance-id', 'a', '--token', 'b',
-            '--criu', str(os.getpid()), '--dir', str(dumps), '--json']
+            '--criu', str(pid), '--dir', str(dumps), '--json']
     code, out, err = run(base, capsys)
     assert code == 0, err
     [call] = fake_criu()
     images = json.loads(out)['criu_dump']
     assert os.path.realpath(dumps / 'latest') == images
-    assert call['args'] == ['dump', '--tree', str(os.getpid()),
+    assert call['args'] == ['dump', '--tree', str(pid),
                             '--images-dir', images, '--log-file',
                             os.path.join(images, 'dump.log'), '-v2',
-                            '--leave-running', '--shell-job']
+                            '--leave-stopped', '--shell-job']
     assert server.events == ['sync', 'request']
     assert server.received()[0]['time'] > call['end']
+    counting.wait_counting()
     # Again, killing the tree, with every option: the link moves on and
     # the previous dump goes.
     code, out, err = run(base + ['--kill', '--no-shell-job',
@@ -556,8 +753,10 @@ def test_cli_criu_dumps_then_syncs_then_checkpoints(server, capsys,
     second = json.loads(out)['criu_dump']
     assert second != images and not os.path.exists(images)
     assert os.path.realpath(dumps / 'latest') == second
-    assert fake_criu()[1]['args'][7:] == ['-v2', '--tcp-established',
+    assert fake_criu()[1]['args'][7:] == ['-v2', '--leave-stopped',
+                                          '--tcp-established',
                                           '--file-locks', '--ext-unix-sk']
+    assert counting.proc.wait(timeout=10) == -signal.SIGKILL
     # A restore uses the flags of the dump.
     code = cli.restore_main(['--criu', str(dumps)])
     out, err = capsys.readouterr()
@@ -570,12 +769,109 @@ def test_cli_criu_dumps_then_syncs_then_checkpoints(server, capsys,
         '--file-locks', '--ext-unix-sk']
 
 
+def test_cli_criu_the_tree_stays_as_dumped_until_the_checkpoint(
+        server, capsys, fake_criu, tmp_path, counting):
+    """No append between the dump and the snapshot: the disk holds the
+    files as the process images expect them. Then it goes on.
+    """
+    server.on('POST', '/v1/checkpoint', (200, {'version': 5}))
+    watch_requests(server, counting)
+    code, out, err = run(['--endpoint', server.url, '--instance-id', 'a',
+                          '--token', 'b', '--criu', str(counting.pid),
+                          '--dir', str(tmp_path / 'd')], capsys)
+    assert code == 0, err
+    [call] = fake_criu()
+    seen = server.received()[0]['seen']
+    assert set(call['stopped']) == set(counting.tree())
+    assert seen['contents'] == call['dumped'] == seen['later']
+    assert seen['states'] == ['T', 'T']
+    # Continued, the whole tree, once the snapshot was taken.
+    counting.wait_counting()
+    assert 'T' not in counting.states()
+    assert all(now.startswith(dumped) for now, dumped in
+               zip(counting.contents(), call['dumped']))
+
+
+def test_cli_criu_kill_comes_after_the_checkpoint(server, capsys, fake_criu,
+                                                  tmp_path, counting):
+    server.on('POST', '/v1/checkpoint', (200, {'version': 5}))
+    watch_requests(server, counting)
+    child = counting.tree()[1]
+    code, out, err = run(['--endpoint', server.url, '--instance-id', 'a',
+                          '--token', 'b', '--criu', str(counting.pid),
+                          '--dir', str(tmp_path / 'd'), '--kill'], capsys)
+    assert code == 0, err
+    [call] = fake_criu()
+    seen = server.received()[0]['seen']
+    assert seen['contents'] == call['dumped'] == seen['later']
+    assert seen['states'] == ['T', 'T']
+    assert counting.proc.wait(timeout=10) == -signal.SIGKILL
+    wait_for(lambda: criu._state(child) in (None, 'Z'))
+    assert counting.contents() == call['dumped']
+
+
+@pytest.mark.parametrize('after', ['--leave-running', '--kill'])
+def test_cli_criu_a_failed_checkpoint_continues_the_tree(
+        server, capsys, fake_criu, tmp_path, counting, after):
+    server.on('POST', '/v1/checkpoint',
+              (503, {'error': 'the checkpoint could not be taken'}))
+    watch_requests(server, counting)
+    code, out, err = run(['--endpoint', server.url, '--instance-id', 'a',
+                          '--token', 'b', '--criu', str(counting.pid),
+                          '--dir', str(tmp_path / 'd'), after], capsys)
+    assert (code, out) == (cli.EXIT_UNAVAILABLE, '')
+    message = 'blobcr-checkpoint: error: the checkpoint could not be ' \
+              'taken (HTTP 503)'
+    if after == '--kill':       # no snapshot holds it: it is not lost
+        message += '; process %d was continued, not killed' % counting.pid
+    assert err == message + '\n'
+    seen = server.received()[0]['seen']
+    assert seen['states'] == ['T', 'T']
+    assert seen['contents'] == fake_criu()[0]['dumped']
+    counting.wait_counting()
+    assert counting.proc.poll() is None and 'T' not in counting.states()
+
+
+def test_checkpoint_continues_the_tree_whatever_the_request_raises(
+        fake_criu, tmp_path, counting):
+    states = []
+
+    def request():
+        states.extend(counting.states())
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        criu.checkpoint(counting.pid, str(tmp_path / 'd'), request,
+                        leave_running=False)
+    assert states == ['T', 'T']
+    counting.wait_counting()
+    assert counting.proc.poll() is None
+
+
+def test_cli_criu_a_process_stopped_before_stays_stopped(
+        server, capsys, fake_criu, tmp_path, counting):
+    child = counting.tree()[1]
+    os.kill(child, signal.SIGSTOP)
+    wait_for(lambda: criu._state(child) == 'T')
+    held = counting.contents()[1]
+    server.on('POST', '/v1/checkpoint', (200, {'version': 5}))
+    code, out, err = run(['--endpoint', server.url, '--instance-id', 'a',
+                          '--token', 'b', '--criu', str(counting.pid),
+                          '--dir', str(tmp_path / 'd')], capsys)
+    assert code == 0, err
+    start = counting.counts()[0]
+    wait_for(lambda: counting.counts()[0] >= start + 3)
+    parent, child_state = counting.states()
+    assert parent != 'T' and child_state == 'T'
+    assert counting.contents()[1] == held
+
+
 def test_cli_criu_failure_requests_no_checkpoint(server, capsys, fake_criu,
-                                                 tmp_path, monkeypatch):
+                                                 tmp_path, monkeypatch,
+                                                 counting):
     monkeypatch.setenv('FAKE_CRIU_FAIL', '1')
     code, out, err = run(['--endpoint', server.url, '--instance-id', 'a',
-                          '--token', 'b', '--criu', str(os.getpid()),
-                          '--dir', str(tmp_path / 'd')], capsys)
+                          '--token', 'b', '--criu', str(counting.pid),
+                          '--dir', str(tmp_path / 'd'), '--kill'], capsys)
     assert code == cli.EXIT_CRIU and out == ''
     assert err.startswith('blobcr-checkpoint: error: criu dump failed '
                           '(exit 1): (00.02) Error (criu/cr-dump.c:1): the '
@@ -583,6 +879,8 @@ def test_cli_criu_failure_requests_no_checkpoint(server, capsys, fake_criu,
     assert err.count('\n') == 1 and 'status=1' not in err
     assert server.requests == []
     assert not os.path.lexists(tmp_path / 'd' / 'latest')
+    counting.wait_counting()
+    assert counting.proc.poll() is None
     code = cli.restore_main(['--criu', str(tmp_path / 'd')])
     assert code == cli.EXIT_CRIU
     assert 'no CRIU dump' in capsys.readouterr().err
@@ -617,3 +915,150 @@ def test_cli_criu_of_a_process_that_is_gone(server, capsys, fake_criu,
 def test_filesystem_type_of_proc():
     assert criu.filesystem_type('/proc/self') == 'proc'
     assert criu.filesystem_type('/') is not None
+
+
+# -- Python 3.6 -------------------------------------------------------------
+
+PACKAGE = os.path.dirname(os.path.abspath(cli.__file__))
+ROOT = os.path.dirname(PACKAGE)
+# What the standard library got in 3.7 or later (names, attributes and
+# imports; keywords for the calls), which a 3.6 guest lacks.
+NEWER_NAMES = {
+    'BooleanOptionalAction', 'removeprefix', 'removesuffix', 'isascii',
+    'ThreadingHTTPServer', 'fromisoformat', 'time_ns', 'monotonic_ns',
+    'perf_counter_ns', 'nullcontext', 'cached_property', 'isqrt', 'prod',
+    'lcm', 'randbytes', 'waitstatus_to_exitcode', 'pidfd_open',
+    'create_server', 'get_running_loop', 'unraisablehook', 'breakpoint',
+    'dataclasses', 'dataclass', 'contextvars', 'zoneinfo', 'graphlib',
+    'tomllib', 'importlib.metadata', 'importlib.resources'}
+NEWER_KEYWORDS = {'capture_output', 'text'}     # subprocess.run, 3.7
+
+
+def newer_than_3_6(tree):
+    """What in ``tree`` Python 3.6 does not have, as (line, what)."""
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Name):
+            names.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.append(node.attr)
+        elif isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            names.append(node.module or '')
+            names.extend(alias.name for alias in node.names)
+            if node.module == '__future__':
+                names.extend('from __future__ import ' + alias.name
+                             for alias in node.names
+                             if alias.name == 'annotations')
+        elif isinstance(node, ast.keyword) and node.arg in NEWER_KEYWORDS:
+            names.append(node.arg + '=')
+        elif isinstance(node, (ast.BinOp, ast.AugAssign)) and \
+                isinstance(node.op, ast.BitOr):
+            sides = [getattr(node, 'left', None),
+                     getattr(node, 'target', None), node.value
+                     if isinstance(node, ast.AugAssign) else node.right]
+            if any(isinstance(side, (ast.Dict, ast.DictComp)) or
+                   (isinstance(side, ast.Call) and
+                    getattr(side.func, 'id', None) == 'dict')
+                   for side in sides):
+                names.append('dict | dict')
+        elif isinstance(node, ast.Subscript) and \
+                isinstance(node.value, ast.Name) and node.value.id in (
+                    'list', 'dict', 'tuple', 'set', 'frozenset', 'type'):
+            names.append(node.value.id + '[...]')
+        for name in names:
+            if name in NEWER_NAMES or name.endswith(('=', '[...]')) or \
+                    name.startswith(('from __future__', 'dict |')):
+                found.append((node.lineno, name))
+    return sorted(found)
+
+
+def test_the_checks_catch_what_3_6_lacks():
+    for source in ['(x := 1)', "f'{x=}'", 'def f(a, /): pass']:
+        with pytest.raises(SyntaxError):
+            ast.parse(source, feature_version=(3, 6))
+    source = ('import dataclasses\nfrom __future__ import annotations\n'
+              'a.removeprefix("x")\nrun(a, capture_output=True)\n'
+              'b = {} | c\nd: list[int] = []\n'
+              'p.add_argument(action=argparse.BooleanOptionalAction)\n')
+    assert [what for _, what in newer_than_3_6(ast.parse(source))] == [
+        'dataclasses', 'from __future__ import annotations', 'removeprefix',
+        'capture_output=', 'dict | dict', 'list[...]',
+        'BooleanOptionalAction']
+
+
+def test_every_module_is_python_3_6():
+    modules = sorted(glob.glob(os.path.join(PACKAGE, '*.py')))
+    assert len(modules) >= 7
+    for path in modules:
+        with open(path, encoding='utf-8') as f:
+            source = f.read()
+        tree = ast.parse(source, path, feature_version=(3, 6))
+        assert newer_than_3_6(tree) == [], path
+
+
+def oldest_python():
+    """The oldest python3 here older than 3.9, or None."""
+    candidates = glob.glob('/root/.pyenv/versions/3.*/bin/python3') + [
+        shutil.which('python3.%d' % minor) or '' for minor in (6, 7, 8)]
+    found = []
+    for path in candidates:
+        if not path or not os.access(path, os.X_OK):
+            continue
+        try:
+            version = subprocess.run(
+                [path, '-c', 'import sys; print(*sys.version_info[:2])'],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                timeout=30).stdout.split()
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if len(version) == 2 and (int(version[0]), int(version[1])) < (3, 9):
+            found.append(((int(version[0]), int(version[1])), path))
+    return min(found)[1] if found else None
+
+
+def test_the_package_runs_under_the_oldest_python_here(server):
+    python = oldest_python()
+    if python is None:
+        pytest.skip('no python3 older than 3.9 here (pyenv)')
+    server.on('POST', '/v1/checkpoint', (200, {'version': 3,
+                                               'downtime_ms': 1.5}))
+    environ = {'PATH': os.environ['PATH'], 'BLOBCR_METADATA_URL': '',
+               'BLOBCR_GUEST_CONFIG': '/nonexistent/guest.json'}
+
+    def guest_command(*args):
+        return subprocess.run([python, '-S', '-m', 'blobcr_guest'] +
+                              list(args), cwd=ROOT, env=environ,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=60)
+    result = guest_command('checkpoint', '--endpoint', server.url,
+                           '--instance-id', 'vm-6', '--token', 't',
+                           '--no-sync', '--json')
+    assert result.returncode == 0, (python, result.stderr)
+    assert json.loads(result.stdout) == {'version': 3, 'downtime_ms': 1.5}
+    assert server.received()[0]['headers']['X-Instance-ID'] == 'vm-6'
+    for command in ('checkpoint', 'restore'):
+        result = guest_command(command, '--help')
+        assert result.returncode == 0, (python, result.stderr)
+        assert '--shell-job' in result.stdout
+        assert '--no-shell-job' in result.stdout
+    # Both flags of the pair parse; a restore without dump says so.
+    for flag in ('--shell-job', '--no-shell-job'):
+        result = guest_command('restore', '--criu', '/nonexistent', flag,
+                               '--criu-binary', sys.executable)
+        assert result.returncode == cli.EXIT_CRIU, result.stderr
+        assert 'no CRIU dump in /nonexistent' in result.stderr
+
+
+def test_the_shell_job_pair():
+    parse = cli.checkpoint_parser().parse_args
+    base = ['--criu', '1', '--dir', '/d']
+    assert parse(base).shell_job is True
+    assert parse(base + ['--no-shell-job']).shell_job is False
+    assert parse(base + ['--no-shell-job', '--shell-job']).shell_job is True
+    parse = cli.restore_parser().parse_args
+    assert parse(['--criu', '/d']).shell_job is None     # as dumped
+    assert parse(['--criu', '/d', '--shell-job']).shell_job is True
+    assert parse(['--criu', '/d', '--no-shell-job']).shell_job is False
