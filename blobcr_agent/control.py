@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import socketserver
+import stat
 import threading
 
 from blobcr_agent import exception
@@ -44,9 +45,42 @@ class Dispatcher(object):
             return {'ok': False, 'error': 'internal error: %s' % e}
 
 
+def _claim(path):
+    """Clear ``path`` for a new socket: remove a stale socket left by a
+    process that died; refuse a socket some process still serves (say
+    another agent, with another state_path) and anything not a socket.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise exception.InvalidInput('%s exists and is not a socket: not '
+                                     'replacing it' % path)
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(5)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        LOG.info('removing the stale socket %s', path)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return
+    except OSError as e:
+        # Say a full backlog (timeout): someone is there.
+        raise exception.InvalidInput('another process may serve %s: %s'
+                                     % (path, e))
+    finally:
+        probe.close()
+    raise exception.InvalidInput('another process serves %s' % path)
+
+
 def serve(path, dispatch, name='blobcr-control'):
     """Serve ``dispatch`` on a root-only socket at ``path`` from a thread;
-    returns the server (``shutdown()`` stops it).
+    returns the server (``shutdown()`` stops it). Refuses (InvalidInput)
+    a path where another process serves already.
     """
 
     class Handler(socketserver.StreamRequestHandler):
@@ -66,8 +100,7 @@ def serve(path, dispatch, name='blobcr-control'):
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700,
                 exist_ok=True)
-    if os.path.exists(path):
-        os.unlink(path)
+    _claim(path)
     old = os.umask(0o077)       # root-only socket
     try:
         server = Server(path, Handler)

@@ -70,3 +70,7 @@ class Busy(BlobCRError):
     """The operation cannot start now (a persist or another checkpoint
     of the same image is under way); nothing was done: try again.
     """
+
+
+class QuiesceFailed(BlobCRError):
+    """The guest could not be quiesced; nothing was checkpointed."""

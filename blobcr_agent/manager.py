@@ -9,7 +9,6 @@ resumes it; the version is persisted in the background.
 
 import logging
 import os
-import threading
 import time
 
 from blobcr_agent import exception
@@ -58,7 +57,6 @@ class AgentManager(object):
         self.hypervisor = hypervisor
         self.started = time.time()
         self.proxy_url = None
-        self._hv_lock = threading.Lock()
 
     @classmethod
     def from_conf(cls, conf, repo, hypervisor=None):
@@ -73,46 +71,100 @@ class AgentManager(object):
 
     def attach(self, image, version=None, instance=None):
         """Mirror ``image`` (from ``version``, default its newest stable
-        one) and return the raw file the hypervisor opens.
+        one) and return the raw file the hypervisor opens. ``instance``
+        is bound to the image once it is attached (a failed attach binds
+        nothing).
         """
         header = self.repo.image(image)
         if instance is not None:
-            self.instances.bind(instance, header.id)
+            self._check_binding(instance, header.id)
+        was_attached = header.id in self.mirror.attached
         path = self.mirror.attach(header.id, version=version)
+        if instance is not None:
+            try:
+                self.instances.bind(instance, header.id)
+            except BaseException:
+                if not was_attached:
+                    self._undo_attach(header.id)
+                raise
         attached = self.mirror.attached[header.id]
         return {'image': header.id, 'name': header.name, 'path': path,
                 'version': attached.attached_version,
                 'size': header.size}
 
-    def detach(self, image, discard=False):
+    def _check_binding(self, instance, image_id):
+        """Refuse, before attaching, what InstanceTable.bind would."""
+        if not isinstance(instance, str) or not 0 < len(instance) <= 64:
+            raise exception.InvalidInput('an instance id is 1-64 characters')
+        other = self.instances.image_of(instance)
+        if other not in (None, image_id):
+            raise exception.InvalidInput(
+                'instance %s already uses image %s' % (instance, other))
+
+    def _undo_attach(self, image_id):
+        try:
+            self.mirror.detach(image_id, discard=True)
+        except Exception as e:
+            LOG.error('could not undo the attach of %s: %s', image_id, e)
+
+    def detach(self, image, discard=False, force=False):
+        """Stop mirroring ``image``. Refused while an active domain uses
+        it, unless ``force``; and while writes since the last checkpoint
+        exist, unless ``discard``.
+        """
         header = self.repo.image(image)
+        if not force and header.id in self.mirror.attached:
+            self._refuse_if_in_use(header.id)
         result = self.mirror.detach(header.id, discard=discard)
         self.instances.unbind_image(header.id)
         return result
 
+    def _refuse_if_in_use(self, image_id):
+        try:
+            domain = self._domain(image_id)
+        except exception.BackendUnavailable as e:
+            # libvirt is down (or not on this host): nothing to ask.
+            LOG.warning('cannot ask libvirt whether a domain uses %s (%s): '
+                        'detaching anyway', image_id, e)
+            return
+        if domain is not None:
+            raise exception.InvalidInput(
+                'domain %s is running on image %s; stop it or detach with '
+                'force' % (domain.name(), image_id))
+
     # -- checkpoint --------------------------------------------------------
 
     def _domain(self, image_id):
+        """The active domain that uses the image's mirror file, or None;
+        BackendUnavailable if libvirt cannot tell.
+        """
         if self.hypervisor is None:
             return None
-        with self._hv_lock:
-            return self.hypervisor.domain_for(self.mirror.path_of(image_id))
+        return self.hypervisor.domain_for(self.mirror.path_of(image_id))
 
-    def _hold(self, image_id, mode):
+    def _hold(self, image_id, mode, explicit):
         """(context manager, mode used) that keeps the guest still."""
         if mode == 'none':
             return None, 'none'
         domain = self._domain(image_id)
         if domain is None:
+            if explicit:
+                raise exception.InvalidInput(
+                    'no running domain uses image %s: cannot %s'
+                    % (image_id, mode))
             # Attached but not used by a VM (yet): nothing to hold still.
-            LOG.info('no domain uses %s: checkpoint without %s', image_id,
-                     mode)
+            LOG.info('no running domain uses %s: checkpoint without %s '
+                     '(the configured quiesce mode)', image_id, mode)
             return None, 'none'
         return self.hypervisor.quiesced(domain, mode), mode
 
     def checkpoint(self, image, quiesce=None, group=None, members=None):
         """Hold the guest still, COMMIT, resume; returns as soon as the
         snapshot is taken (the version is ``pending`` until persisted).
+
+        ``quiesce`` asked for explicitly (fsfreeze, suspend) needs a
+        running domain on the image; the configured default falls back
+        to none when no domain uses it.
         """
         mode = quiesce or self.default_quiesce
         if mode not in domains.QUIESCE_MODES:
@@ -124,7 +176,7 @@ class AgentManager(object):
             groups.admit(self.repo, group, members)
         image_id = self.repo.image(image).id
         self.mirror.get(image_id)               # attached here?
-        hold, used = self._hold(image_id, mode)
+        hold, used = self._hold(image_id, mode, explicit=bool(quiesce))
         result = self.mirror.checkpoint(image_id, hold)
         result['quiesce'] = used
         if group is not None:
@@ -167,19 +219,25 @@ class AgentManager(object):
         return gc.collect(self.repo, grace=grace,
                           pending_timeout=pending_timeout).as_dict()
 
-    def export(self, image, version, path, timeout=600):
+    def export(self, image, version, path, timeout=600, overwrite=False):
         """Write ``image@version`` to ``path`` (absolute, on this host),
-        waiting for the version to be persisted first.
+        waiting for the version to be persisted first. An existing
+        ``path`` is replaced only with ``overwrite``. Any path: RPC
+        callers are held to ``[agent] export_dir`` by the RPC endpoint.
         """
         if not isinstance(path, str) or not os.path.isabs(path):
             raise exception.InvalidInput('export needs an absolute path')
+        if not overwrite and os.path.lexists(path):
+            raise exception.InvalidInput(
+                '%s exists; export with overwrite to replace it' % path)
         header = self.repo.image(image)
         if version is None:
             version = header.stable_version().number
         state = self.wait_stable(header.id, version, timeout)
         if state != image_mod.STABLE:
             raise exception.VersionNotStable(header.id, version, state)
-        number = self.repo.export(header.id, version, path)
+        number = self.repo.export(header.id, version, path,
+                                  overwrite=overwrite)
         return {'image': header.id, 'version': number, 'path': path,
                 'size': header.size}
 
@@ -207,16 +265,17 @@ class AgentManager(object):
         if self.hypervisor is None:
             return None
         try:
-            with self._hv_lock:
-                domain = self.hypervisor.lookup(instance)
-                if domain is None:
-                    return None
-                sources = set(self.hypervisor.disk_sources(domain))
+            disks = self.hypervisor.instance_disks(instance)
         except exception.BackendUnavailable as e:
             LOG.warning('cannot ask libvirt about %s: %s', instance, e)
             return None
+        if not disks:
+            return None
         for image_id in list(self.mirror.attached):
-            if self.mirror.path_of(image_id) in sources:
+            path = self.mirror.path_of(image_id)
+            # The mount's real path, not a lookup of every mirror file.
+            if os.path.join(os.path.realpath(os.path.dirname(path)),
+                            os.path.basename(path)) in disks:
                 return image_id
         return None
 

@@ -5,7 +5,7 @@ Examples::
     blobcr-manage import disk.raw base
     blobcr-manage tree
     blobcr-manage clone base@1 restart-1
-    blobcr-manage export base@2 /tmp/v2.raw
+    blobcr-manage export base@2 /tmp/v2.raw        # --overwrite to replace
     blobcr-manage verify base@2
     blobcr-manage obsolete base 1 && blobcr-manage gc
 
@@ -14,16 +14,16 @@ admin socket (``[agent] admin_socket``, or ``--admin-socket``)::
 
     blobcr-manage attach base@2 --instance vm-1    # prints the file path
     blobcr-manage checkpoint base --wait-stable    # version id, downtime
-    blobcr-manage detach base
+    blobcr-manage detach base                      # --force: VM running
     blobcr-manage status
 
 The backend comes from the configuration file (``--config-file``) and can
 be overridden with ``--backend``, ``--store`` and ``--ceph-conf``.
 """
 
-import os
-
 import json
+import os
+import socket
 import sys
 
 from oslo_config import cfg
@@ -84,19 +84,39 @@ def do_export(repo, args):
     path = os.path.abspath(args.file)
     if _agent_running(args):
         # The agent waits for a version it is still persisting.
-        with _agent(args) as agent:
+        with _agent(args, EXPORT_TIMEOUT + AGENT_MARGIN) as agent:
             number = agent.call('export', image=image, version=version,
-                                path=path)['version']
+                                path=path, timeout=EXPORT_TIMEOUT,
+                                overwrite=args.overwrite)['version']
     else:
         number = repo.export(image, version, path,
-                             progress=progress.Progress('export'))
+                             progress=progress.Progress('export'),
+                             overwrite=args.overwrite)
     print('exported %s version %d to %s' % (image, number, path))
 
 
 # -- commands on the agent's admin socket ----------------------------------
 
+# Seconds to wait for an answer of the agent; a call that waits on the
+# agent's side (wait_stable, export) gets its own wait plus AGENT_MARGIN.
+AGENT_TIMEOUT = 600
+AGENT_MARGIN = 30
+EXPORT_TIMEOUT = 600
+
+
 class AgentClient(control.Client):
     what = 'the blobcr-agent admin socket'
+
+    def call(self, op, **args):
+        try:
+            return super().call(op, **args)
+        except socket.timeout:
+            raise exception.BackendUnavailable(
+                'no answer from %s at %s within %s s'
+                % (self.what, self.path, self._sock.gettimeout()))
+        except OSError as e:
+            raise exception.BackendUnavailable(
+                'lost %s at %s: %s' % (self.what, self.path, e))
 
 
 def _socket_path(args):
@@ -107,8 +127,8 @@ def _agent_running(args):
     return os.path.exists(_socket_path(args))
 
 
-def _agent(args):
-    return AgentClient(_socket_path(args))
+def _agent(args, timeout=AGENT_TIMEOUT):
+    return AgentClient(_socket_path(args), timeout=timeout)
 
 
 def do_attach(args):
@@ -125,7 +145,7 @@ def do_attach(args):
 def do_detach(args):
     with _agent(args) as agent:
         result = agent.call('detach', image=args.image,
-                            discard=args.discard)
+                            discard=args.discard, force=args.force)
     if args.json:
         _print(result)
     else:
@@ -133,7 +153,10 @@ def do_detach(args):
 
 
 def do_checkpoint(args):
-    with _agent(args) as agent:
+    timeout = AGENT_TIMEOUT
+    if args.wait_stable:
+        timeout = max(timeout, args.timeout + AGENT_MARGIN)
+    with _agent(args, timeout) as agent:
         result = agent.call('checkpoint', image=args.image,
                             quiesce=args.quiesce, group=args.group,
                             members=args.members)
@@ -280,6 +303,8 @@ def add_parsers(subparsers):
     p.add_argument('image')
     p.add_argument('--discard', action='store_true',
                    help='drop writes made since the last checkpoint')
+    p.add_argument('--force', action='store_true',
+                   help='detach even while a running domain uses it')
     p = command('checkpoint', do_checkpoint, 'checkpoint an attached image '
                 '(quiesce, COMMIT, resume)', agent_only=True)
     p.add_argument('image')
@@ -309,6 +334,8 @@ def add_parsers(subparsers):
                 'write IMAGE[@VERSION] to a raw file')
     p.add_argument('ref', metavar='IMAGE[@VERSION]')
     p.add_argument('file')
+    p.add_argument('--overwrite', action='store_true',
+                   help='replace FILE if it exists')
     command('list', do_list, 'list images')
     p = command('tree', do_tree,
                 'show versions, parents and clones as a tree')
@@ -352,7 +379,7 @@ def main(argv=None):
     if args.agent_only:
         try:
             return args.func(args) or 0
-        except exception.BlobCRError as e:
+        except (exception.BlobCRError, OSError) as e:
             print('blobcr-manage: error: %s' % e, file=sys.stderr)
             return 1
     blobcr_conf.override_store(CONF, args.backend, args.store,
@@ -364,7 +391,7 @@ def main(argv=None):
         return 1
     try:
         return args.func(repo, args) or 0
-    except exception.BlobCRError as e:
+    except (exception.BlobCRError, OSError) as e:
         print('blobcr-manage: error: %s' % e, file=sys.stderr)
         return 1
     finally:

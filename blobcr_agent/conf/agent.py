@@ -24,6 +24,12 @@ agent_opts = [
     cfg.StrOpt('admin_socket', default='/run/blobcr/agent.sock',
                help='Root-only UNIX socket of blobcr-manage\'s agent '
                     'commands (attach, checkpoint, detach, export...).'),
+    cfg.StrOpt('export_dir', default='/var/lib/blobcr/exports',
+               help='The only directory RPC callers may export versions to: '
+                    'the real path of the file (symlinks resolved) must be '
+                    'inside it; made (mode 0700) on the first export. The '
+                    'root-only admin socket (blobcr-manage export) may '
+                    'write anywhere. Keep it writable by root only.'),
     cfg.StrOpt('mirror_mode', default='selective-cow',
                choices=['selective-cow', 'live-cow', 'offline'],
                help='How a checkpoint snapshots an image: selective-cow '

@@ -7,11 +7,24 @@ Quiesce modes (per request or per configuration):
   (what Nova does for quiesced snapshots, ``hw_qemu_guest_agent=yes``);
 * ``suspend``: pause the whole domain (the BlobCR paper's choice).
 
-Whatever fails inside, the domain is thawed or resumed on the way out.
+Only a running domain is frozen or paused, and only what the hold did is
+undone on the way out, whatever fails inside: a domain an operator paused
+stays paused. Holds of one domain are shared (counted): two checkpoints of
+two disks of one domain at once pause or freeze it once, and the last one
+out resumes or thaws it.
+
+Only active domains count, disks are compared by their real paths, and a
+libvirt error other than "no such domain" is retried once on a new
+connection, then reported as BackendUnavailable.
 """
 
+import collections
 import contextlib
 import logging
+import os
+import re
+import threading
+import time
 from xml.etree import ElementTree
 
 from blobcr_agent import exception
@@ -19,6 +32,20 @@ from blobcr_agent import exception
 LOG = logging.getLogger(__name__)
 
 QUIESCE_MODES = ('none', 'fsfreeze', 'suspend')
+
+# Kept for callers that import it from here: it lives in
+# blobcr_agent.exception so that RPC callers get it as its own type.
+QuiesceFailed = exception.QuiesceFailed
+
+# libvirt keepalive: a dead daemon or a cut connection is noticed after
+# about INTERVAL * (COUNT + 1) seconds instead of a hanging call.
+KEEPALIVE_INTERVAL = 5
+KEEPALIVE_COUNT = 3
+
+_UUID = re.compile(r'[0-9a-fA-F-]+')
+
+_events_lock = threading.Lock()
+_events_started = False
 
 
 def _libvirt():
@@ -30,8 +57,57 @@ def _libvirt():
     return libvirt
 
 
-class QuiesceFailed(exception.BlobCRError):
-    """The guest could not be quiesced; nothing was checkpointed."""
+def _start_event_loop(libvirt):
+    """libvirt's default event loop on a daemon thread, once per process:
+    keepalive needs it. Must run before connections are opened.
+    """
+    global _events_started
+    with _events_lock:
+        if _events_started:
+            return
+        _events_started = True
+        try:
+            libvirt.virEventRegisterDefaultImpl()
+        except libvirt.libvirtError as e:  # pragma: no cover
+            LOG.warning('no libvirt event loop (so no keepalive): %s', e)
+            return
+
+        def run():
+            while True:
+                try:
+                    libvirt.virEventRunDefaultImpl()
+                except Exception:  # pragma: no cover - libvirt trouble
+                    LOG.exception('libvirt event loop')
+                    time.sleep(1)
+
+        threading.Thread(target=run, daemon=True,
+                         name='libvirt-events').start()
+
+
+def _is_uuid(text):
+    # What virUUIDParse takes (16 hex pairs, dashes anywhere): anything
+    # else would be an "invalid UUID" error, not "no such domain".
+    return (isinstance(text, str) and _UUID.fullmatch(text) is not None and
+            len(text.replace('-', '')) == 32)
+
+
+def _running_states(libvirt):
+    # BLOCKED is a running domain waiting on a resource (Xen, LXC).
+    return (libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_BLOCKED)
+
+
+class _Hold(object):
+    """The shared hold of one domain."""
+
+    def __init__(self, key, mode):
+        self.key = key
+        self.mode = mode
+        self.count = 0
+        self.threads = collections.Counter()
+        self.lock = threading.Lock()    # quiet / wake of this domain
+        self.ready = False              # quieted (or nothing to do)
+        self.undo = False               # this hold paused or froze it
+        self.closing = False            # the last one out is waking it
 
 
 class Hypervisor(object):
@@ -39,20 +115,76 @@ class Hypervisor(object):
     def __init__(self, uri='qemu:///system'):
         self.uri = uri
         self._conn = None
+        self._conn_lock = threading.Lock()
+        self._holds = {}
+        self._holds_cond = threading.Condition()
+
+    # -- the connection --------------------------------------------------
 
     def connection(self):
         libvirt = _libvirt()
-        if self._conn is None or not self._conn.isAlive():
+        with self._conn_lock:
+            if self._conn is None or not self._alive(libvirt, self._conn):
+                self._conn = self._open(libvirt)
+            return self._conn
+
+    @staticmethod
+    def _alive(libvirt, conn):
+        try:
+            return conn.isAlive() == 1
+        except libvirt.libvirtError:
+            return False
+
+    def _open(self, libvirt):
+        _start_event_loop(libvirt)
+        try:
+            conn = libvirt.open(self.uri)
+        except libvirt.libvirtError as e:
+            raise exception.BackendUnavailable(
+                'cannot reach libvirt at %s: %s' % (self.uri, e))
+        try:
+            conn.setKeepAlive(KEEPALIVE_INTERVAL, KEEPALIVE_COUNT)
+        except libvirt.libvirtError as e:
+            # Local drivers (test://, and any without a daemon) have none.
+            LOG.debug('no keepalive on %s: %s', self.uri, e)
+        return conn
+
+    def _reconnect(self):
+        libvirt = _libvirt()
+        with self._conn_lock:
+            old, self._conn = self._conn, None
+        if old is not None:
             try:
-                self._conn = libvirt.open(self.uri)
-            except libvirt.libvirtError as e:
-                raise exception.BackendUnavailable(
-                    'cannot reach libvirt at %s: %s' % (self.uri, e))
-        return self._conn
+                old.close()
+            except libvirt.libvirtError:
+                pass
+        return self.connection()
+
+    def _ask(self, what, call):
+        """``call(connection)``; a libvirt error is retried once on a new
+        connection, then raised as BackendUnavailable.
+        """
+        libvirt = _libvirt()
+        conn = self.connection()
+        try:
+            return call(conn)
+        except libvirt.libvirtError as e:
+            LOG.warning('libvirt at %s: cannot %s (%s): reconnecting',
+                        self.uri, what, e)
+        conn = self._reconnect()
+        try:
+            return call(conn)
+        except libvirt.libvirtError as e:
+            raise exception.BackendUnavailable(
+                'libvirt at %s: cannot %s: %s' % (self.uri, what, e))
+
+    # -- which domain ----------------------------------------------------
 
     @staticmethod
     def disk_sources(domain):
-        """The file or block device behind every disk of a domain."""
+        """The file or block device behind every disk of a domain, as the
+        domain names them.
+        """
         tree = ElementTree.fromstring(domain.XMLDesc(0))
         sources = []
         for disk in tree.findall('./devices/disk/source'):
@@ -61,25 +193,64 @@ class Hypervisor(object):
                 sources.append(path)
         return sources
 
+    @classmethod
+    def _disk_paths(cls, domain):
+        return {os.path.realpath(p) for p in cls.disk_sources(domain)}
+
+    def _find(self, conn, instance):
+        libvirt = _libvirt()
+        finders = [conn.lookupByName]
+        if _is_uuid(instance):
+            finders.insert(0, conn.lookupByUUIDString)
+        for find in finders:
+            try:
+                return find(instance)
+            except libvirt.libvirtError as e:
+                if e.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                    raise
+        return None
+
     def lookup(self, instance):
         """The domain of an instance: by UUID (Nova's instance id), else
         by name; None if it is not on this host.
         """
-        libvirt = _libvirt()
-        conn = self.connection()
-        for find in (conn.lookupByUUIDString, conn.lookupByName):
-            try:
-                return find(instance)
-            except libvirt.libvirtError:
-                continue
-        return None
+        return self._ask('look up domain %s' % instance,
+                         lambda conn: self._find(conn, instance))
+
+    def instance_disks(self, instance):
+        """The real paths of the disks of an instance's domain, or None
+        if it is not on this host.
+        """
+        def ask(conn):
+            domain = self._find(conn, instance)
+            return None if domain is None else self._disk_paths(domain)
+        return self._ask('read the disks of domain %s' % instance, ask)
 
     def domain_for(self, path):
-        """The domain that has ``path`` as a disk, or None."""
-        for domain in self.connection().listAllDomains():
-            if path in self.disk_sources(domain):
-                return domain
-        return None
+        """The active domain that has ``path`` as a disk, or None. Disks
+        are compared by real path; of ``path`` itself (a mirror file) only
+        the directory is resolved: a lookup of the file on the FUSE mount
+        would keep it in the kernel's cache for a second after a detach.
+        """
+        libvirt = _libvirt()
+        target = os.path.join(os.path.realpath(os.path.dirname(path)),
+                              os.path.basename(path))
+
+        def ask(conn):
+            for domain in conn.listAllDomains(
+                    libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
+                try:
+                    paths = self._disk_paths(domain)
+                except libvirt.libvirtError as e:
+                    if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                        continue            # it went away meanwhile
+                    raise
+                if target in paths:
+                    return domain
+            return None
+        return self._ask('list the running domains', ask)
+
+    # -- holding a domain still --------------------------------------------
 
     @contextlib.contextmanager
     def quiesced(self, domain, mode):
@@ -90,20 +261,103 @@ class Hypervisor(object):
         if mode == 'none':
             yield
             return
-        libvirt = _libvirt()
-        quiet, wake = ((domain.fsFreeze, domain.fsThaw) if mode == 'fsfreeze'
-                       else (domain.suspend, domain.resume))
+        hold = self._join(domain, mode)
         try:
-            quiet()
-        except libvirt.libvirtError as e:
-            raise QuiesceFailed('cannot %s domain %s: %s'
-                                % (mode, domain.name(), e))
+            self._quiet(hold, domain)
+        except BaseException:
+            self._leave(hold, domain)
+            raise
         try:
             yield
         finally:
+            self._leave(hold, domain)
+
+    def _join(self, domain, mode):
+        libvirt = _libvirt()
+        try:
+            key = domain.UUIDString()
+        except libvirt.libvirtError as e:
+            raise exception.QuiesceFailed('cannot %s the domain: %s'
+                                          % (mode, e))
+        me = threading.get_ident()
+        with self._holds_cond:
+            while True:
+                hold = self._holds.get(key)
+                if hold is None:
+                    hold = self._holds[key] = _Hold(key, mode)
+                    break
+                # Share a hold of the same mode; a thread that holds the
+                # domain already shares whatever mode it holds it in.
+                if not hold.closing and (hold.mode == mode or
+                                         hold.threads[me]):
+                    break
+                self._holds_cond.wait()
+            hold.count += 1
+            hold.threads[me] += 1
+        return hold
+
+    def _quiet(self, hold, domain):
+        libvirt = _libvirt()
+        with hold.lock:
+            if hold.ready:
+                return
             try:
-                wake()
+                name = domain.name()
+                state = domain.state()[0]
             except libvirt.libvirtError as e:
-                LOG.error('could not undo %s of domain %s: %s', mode,
-                          domain.name(), e)
-                raise
+                raise exception.QuiesceFailed(
+                    'cannot %s the domain: %s' % (hold.mode, e))
+            if state not in _running_states(libvirt):
+                # Paused by an operator (or not running at all): it is
+                # still already, and stays as it is.
+                LOG.info('domain %s is not running (state %d): held as it '
+                         'is, no %s', name, state, hold.mode)
+                hold.ready = True
+                return
+            quiet = (domain.fsFreeze if hold.mode == 'fsfreeze'
+                     else domain.suspend)
+            try:
+                quiet()
+            except libvirt.libvirtError as e:
+                raise exception.QuiesceFailed('cannot %s domain %s: %s'
+                                              % (hold.mode, name, e))
+            hold.undo = hold.ready = True
+
+    def _leave(self, hold, domain):
+        me = threading.get_ident()
+        with self._holds_cond:
+            hold.count -= 1
+            hold.threads[me] -= 1
+            if not hold.threads[me]:
+                del hold.threads[me]
+            last = hold.count == 0
+            if last:
+                # New holders wait until it is woken: they must not
+                # take the pause this hold is about to undo for theirs.
+                hold.closing = True
+        if not last:
+            return
+        try:
+            with hold.lock:
+                if hold.undo:
+                    hold.undo = False
+                    self._wake(domain, hold.mode)
+        finally:
+            with self._holds_cond:
+                del self._holds[hold.key]
+                self._holds_cond.notify_all()
+
+    @staticmethod
+    def _wake(domain, mode):
+        libvirt = _libvirt()
+        wake = domain.fsThaw if mode == 'fsfreeze' else domain.resume
+        try:
+            wake()
+        except libvirt.libvirtError as e:
+            try:
+                name = domain.name()
+            except libvirt.libvirtError:
+                name = '?'
+            LOG.error('could not undo %s of domain %s: %s', mode, name, e)
+            raise exception.BackendUnavailable(
+                'could not undo %s of domain %s: %s' % (mode, name, e))

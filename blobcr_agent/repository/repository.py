@@ -9,11 +9,13 @@ CLONE writes one header whose first version shares the source's root.
 """
 
 import array
+import errno
 import hashlib
 import logging
 import os
 import random
 import socket
+import tempfile
 import time
 import uuid
 import zlib
@@ -398,28 +400,53 @@ class Repository(object):
         t, root = self.version_tree(header, number)
         return sum(1 for _ in t.items(root))
 
-    def export(self, ref, number, path, progress=None):
-        """Write a stable version to ``path`` as a sparse raw image."""
+    def export(self, ref, number, path, progress=None, overwrite=False):
+        """Write a stable version to ``path`` as a sparse raw image.
+
+        The data goes to a new file next to ``path`` (created with
+        O_EXCL: a symlink planted there is never followed), is fsynced
+        and then renamed to ``path``. An existing ``path`` (a symlink
+        included) is refused unless ``overwrite``, which replaces it
+        (the symlink itself, not what it points to).
+        """
         header = self.image(ref)
+        path = os.path.abspath(path)
+        if not overwrite and os.path.lexists(path):
+            raise exception.InvalidInput(
+                '%s exists; export with overwrite to replace it' % path)
         total = self.stored_chunks(header, number)
+        directory, name = os.path.split(path)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix='.%s.' % name[:200],
+                                       suffix='.part', dir=directory)
+        except OSError as e:
+            raise exception.InvalidInput('cannot write to %s: %s'
+                                         % (directory, e))
         if progress:
             progress.start(total * header.chunk_size)
-        tmp = '%s.part-%d' % (path, os.getpid())
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.ftruncate(fd, header.size)
-            for index, data in self.fetch(header, number):
-                os.pwrite(fd, data, index * header.chunk_size)
-                if progress:
-                    progress.advance(len(data))
-            os.fsync(fd)
-            os.close(fd)
-            fd = None
-            os.replace(tmp, path)
+            try:
+                os.fchmod(fd, 0o644 & ~_umask())
+                os.ftruncate(fd, header.size)
+                for index, data in self.fetch(header, number):
+                    os.pwrite(fd, data, index * header.chunk_size)
+                    if progress:
+                        progress.advance(len(data))
+                os.fsync(fd)
+                os.close(fd)
+                fd = None
+                _publish(tmp, path, overwrite)
+            except OSError as e:
+                raise exception.BlobCRError('cannot write %s: %s'
+                                            % (path, e))
+            _fsync_dir(directory)
         except BaseException:
             if fd is not None:
                 os.close(fd)
-            os.unlink(tmp)
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
             raise
         finally:
             if progress:
@@ -570,3 +597,54 @@ class Commit(object):
         except Exception:
             LOG.exception('could not mark version %d of %s failed',
                           self.version, self.image_id)
+
+
+def _umask():
+    """The process umask, read without changing it (Linux), else 022."""
+    try:
+        with open('/proc/self/status') as f:
+            for line in f:
+                if line.startswith('Umask:'):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def _publish(tmp, path, overwrite):
+    """Rename the finished ``tmp`` to ``path``; without ``overwrite``,
+    atomically refuse an existing ``path`` (a hard link fails if it
+    exists, a rename would not).
+    """
+    if overwrite:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise exception.InvalidInput(
+            '%s exists; export with overwrite to replace it' % path)
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP,
+                           errno.EMLINK):
+            raise
+        # No hard links on this file system: check, then rename.
+        if os.path.lexists(path):
+            raise exception.InvalidInput(
+                '%s exists; export with overwrite to replace it' % path)
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+def _fsync_dir(directory):
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

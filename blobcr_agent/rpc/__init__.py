@@ -6,10 +6,12 @@ side. Version history of the API:
 
 * 1.0 - attach, detach, checkpoint, state, wait_stable, clone,
   list_versions, obsolete, gc, status, export, group_state.
+* 1.1 - detach(force=), export(overwrite=). A client sends 1.1 only for
+  a call that uses them, so 1.0 agents still serve everything else.
 """
 
 TOPIC = 'blobcr-agent'
 # Named in every target, so that callers whatever their own
 # control_exchange (cinder, nova) reach the agents.
 EXCHANGE = 'blobcr'
-VERSION = '1.0'
+VERSION = '1.1'

@@ -7,6 +7,12 @@
 Every call names the host whose agent serves it. Calls raise
 oslo_messaging.MessagingTimeout when that agent does not answer, and
 the agent's own errors (``blobcr_agent.exception``) otherwise.
+
+A checkpoint may wait for the image's previous persist before it is
+taken: its call waits ``rpc_timeout`` (CHECKPOINT_TIMEOUT, 300 s, by
+default) rather than the client's timeout; an agent that cannot start
+it in time answers ``exception.Busy`` (try again later) rather than
+letting the call time out while it still commits.
 """
 
 from oslo_config import cfg
@@ -17,6 +23,9 @@ from blobcr_agent import rpc
 
 # Remote errors of these modules are rebuilt as their own types.
 REMOTE_EXMODS = ['blobcr_agent.exception']
+
+# Seconds a checkpoint call waits for its answer, unless told otherwise.
+CHECKPOINT_TIMEOUT = 300
 
 
 def _without_remote_traceback(error):
@@ -59,11 +68,13 @@ class AgentAPI(object):
             self.transport, target, version_cap=version_cap,
             timeout=timeout)
 
-    def _call(self, host, method, rpc_timeout=None, **kwargs):
+    def _call(self, host, method, rpc_timeout=None, api_version='1.0',
+              **kwargs):
         # timeout=None in prepare() would replace the client's timeout
         # (and fall back to rpc_response_timeout): pass it only if set.
         extra = {} if rpc_timeout is None else {'timeout': rpc_timeout}
-        cctxt = self.client.prepare(server=host, version='1.0', **extra)
+        cctxt = self.client.prepare(server=host, version=api_version,
+                                    **extra)
         try:
             return cctxt.call({}, method, **kwargs)
         except exception.BlobCRError as e:
@@ -78,13 +89,26 @@ class AgentAPI(object):
         return self._call(host, 'attach', image=image, version=version,
                           instance=instance)
 
-    def detach(self, host, image, discard=False):
+    def detach(self, host, image, discard=False, force=False):
+        """``force`` (API 1.1) detaches even while a running domain uses
+        the image.
+        """
+        if force:
+            return self._call(host, 'detach', api_version='1.1', image=image,
+                              discard=discard, force=True)
         return self._call(host, 'detach', image=image, discard=discard)
 
     def checkpoint(self, host, image, quiesce=None, group=None,
-                   members=None):
-        return self._call(host, 'checkpoint', image=image, quiesce=quiesce,
-                          group=group, members=members)
+                   members=None, rpc_timeout=CHECKPOINT_TIMEOUT):
+        """``quiesce`` asked for (fsfreeze, suspend) needs a running
+        domain on the image (else InvalidInput); left out, the agent's
+        default applies, which falls back to none without a domain.
+        ``rpc_timeout`` (None: the client's timeout) bounds the wait
+        for the answer.
+        """
+        return self._call(host, 'checkpoint', rpc_timeout=rpc_timeout,
+                          image=image, quiesce=quiesce, group=group,
+                          members=members)
 
     def state(self, host, image, version):
         return self._call(host, 'state', image=image, version=version)
@@ -111,10 +135,17 @@ class AgentAPI(object):
     def status(self, host):
         return self._call(host, 'status')
 
-    def export(self, host, image, version, path, timeout=600):
+    def export(self, host, image, version, path, timeout=600,
+               overwrite=False):
+        """Write ``image@version`` to ``path`` on the agent's host: a path
+        under its ``[agent] export_dir``. An existing file is replaced
+        only with ``overwrite`` (API 1.1).
+        """
+        extra = {'api_version': '1.1', 'overwrite': True} if overwrite \
+            else {}
         return self._call(host, 'export', rpc_timeout=timeout + 30,
                           image=image, version=version, path=path,
-                          timeout=timeout)
+                          timeout=timeout, **extra)
 
     def group_state(self, host, group):
         return self._call(host, 'group_state', group=group)

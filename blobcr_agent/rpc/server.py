@@ -4,9 +4,14 @@ oslo.messaging RPC server on topic blobcr-agent, server = this host.
 Each method takes the request context first (as oslo.messaging passes
 it) and calls the AgentManager. Errors reach the caller as the agent's
 exception types with their messages (see ``allowed_remote_exmods``).
+
+Any compute node with the broker's credentials can call: exports are
+held to ``[agent] export_dir`` here (the root-only admin socket may write
+anywhere).
 """
 
 import logging
+import os
 
 import oslo_messaging as messaging
 
@@ -16,26 +21,54 @@ from blobcr_agent import rpc
 LOG = logging.getLogger(__name__)
 
 
+# The caller's mistakes (and Busy: try again later) are answered without
+# a traceback in the agent's log. Every other error (backend unreachable,
+# corrupt object, lost race, aborted commit, failed quiesce) is a failure
+# of the agent and is logged as one before it is answered.
+CALLER_ERRORS = (exception.InvalidInput, exception.ImageNotFound,
+                 exception.AmbiguousImage, exception.VersionNotFound,
+                 exception.VersionNotStable, exception.Busy)
+
+DEFAULT_EXPORT_DIR = '/var/lib/blobcr/exports'
+
+
 def _expected(method):
-    # The caller's mistakes are answered, not logged as agent failures.
-    return messaging.expected_exceptions(exception.BlobCRError)(method)
+    return messaging.expected_exceptions(*CALLER_ERRORS)(method)
 
 
 class AgentEndpoint(object):
-    """Every public method is an RPC call of API version 1.0."""
+    """Every public method is an RPC call (API version 1.1)."""
 
     target = messaging.Target(version=rpc.VERSION)
 
-    def __init__(self, manager):
+    def __init__(self, manager, export_dir=DEFAULT_EXPORT_DIR):
         self.manager = manager
+        self.export_dir = export_dir
+
+    def _export_path(self, path):
+        """The real path of ``path`` if it is inside export_dir."""
+        if not isinstance(path, str) or not os.path.isabs(path):
+            raise exception.InvalidInput('export needs an absolute path')
+        root = os.path.realpath(self.export_dir)
+        real = os.path.realpath(path)
+        if real == root or os.path.commonpath([real, root]) != root:
+            raise exception.InvalidInput(
+                'RPC exports go under %s ([agent] export_dir): %s is not '
+                'there' % (root, path))
+        if os.path.dirname(real) == root:
+            try:
+                os.makedirs(root, mode=0o700, exist_ok=True)
+            except OSError as e:
+                raise exception.BlobCRError('cannot make %s: %s' % (root, e))
+        return real
 
     @_expected
     def attach(self, ctxt, image, version=None, instance=None):
         return self.manager.attach(image, version=version, instance=instance)
 
     @_expected
-    def detach(self, ctxt, image, discard=False):
-        return self.manager.detach(image, discard=discard)
+    def detach(self, ctxt, image, discard=False, force=False):
+        return self.manager.detach(image, discard=discard, force=force)
 
     @_expected
     def checkpoint(self, ctxt, image, quiesce=None, group=None,
@@ -72,8 +105,10 @@ class AgentEndpoint(object):
         return self.manager.status()
 
     @_expected
-    def export(self, ctxt, image, version, path, timeout=600):
-        return self.manager.export(image, version, path, timeout=timeout)
+    def export(self, ctxt, image, version, path, timeout=600,
+               overwrite=False):
+        return self.manager.export(image, version, self._export_path(path),
+                                   timeout=timeout, overwrite=overwrite)
 
     @_expected
     def group_state(self, ctxt, group):
@@ -85,8 +120,9 @@ def get_server(conf, manager, transport=None):
     transport = transport or messaging.get_rpc_transport(conf)
     target = messaging.Target(exchange=rpc.EXCHANGE, topic=rpc.TOPIC,
                               server=conf.agent.host)
+    endpoint = AgentEndpoint(manager, export_dir=conf.agent.export_dir)
     server = messaging.get_rpc_server(
-        transport, target, [AgentEndpoint(manager)], executor='threading',
+        transport, target, [endpoint], executor='threading',
         access_policy=messaging.DefaultRPCAccessPolicy)
     LOG.info('RPC server on topic %s, server %s', rpc.TOPIC,
              conf.agent.host)

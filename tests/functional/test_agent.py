@@ -8,18 +8,25 @@ and API, with an in-memory hypervisor (the QEMU guest is in
 tests/integration/test_guest_vm_checkpoint.py).
 """
 
+import argparse
 import http.client
 import json
 import os
 import random
+import select
+import socket
 import stat
 import subprocess
 import sys
+import threading
 import uuid
 
 import pytest
 
 from blobcr_agent.bench import harness
+from blobcr_agent.cmd import manage as manage_cmd
+from blobcr_agent import control
+from blobcr_agent import exception
 from blobcr_agent.proxy import auth
 from blobcr_agent.repository import repository
 from blobcr_agent.repository import scrub
@@ -199,5 +206,239 @@ def test_quiesce_and_instance_lookup_through_libvirt(image, tmp_path):
             assert reply.status == status, body
         assert body['error'].endswith('is not hosted here')
         assert len(repo.image(image_id).versions) == 4
+
+        # An image no domain uses: quiescing it when asked explicitly is
+        # refused; the configured default falls back to none.
+        spare = repo.create_image('spare', CHUNK * 4).id
+        agent.client.call('attach', image=spare)
+        for mode in ('suspend', 'fsfreeze'):
+            status, out, err = manage(agent, 'checkpoint', spare,
+                                      '--quiesce', mode)
+            assert status == 1, err
+            assert 'no running domain uses image %s: cannot %s' \
+                % (spare, mode) in err
+        assert len(repo.image(spare).versions) == 0
+        assert agent.client.call('checkpoint',
+                                 image=spare)['quiesce'] == 'none'
+
+        # Detach refuses while the domain runs on the image, unless forced.
+        status, out, err = manage(agent, 'detach', image_id)
+        assert status == 1
+        assert 'domain vm-libvirt is running on image %s; stop it or ' \
+            'detach with force' % image_id in err
+        assert image_id in agent.client.call('status')['attached']
+        status, out, err = manage(agent, 'detach', image_id, '--force')
+        assert status == 0, err
+        status, out, err = manage(agent, 'detach', spare)
+        assert status == 0, err
+        assert agent.client.call('status')['attached'] == {}
     finally:
         agent.stop()
+
+
+# -- export --------------------------------------------------------------
+
+
+def test_export_follows_no_planted_link_and_keeps_files(image, agent_factory,
+                                                        tmp_path):
+    repo, image_id, base = image
+    agent = agent_factory(repo.backend, {'agent': {'quiesce': 'none'}})
+    out_dir = tmp_path / 'out'
+    out_dir.mkdir()
+    victim = tmp_path / 'victim'
+    victim.write_bytes(b'precious')
+    target = out_dir / 'v1.raw'
+    # Where the old export put its temporary file, a symlink someone
+    # planted in a world-writable directory: never followed.
+    planted = out_dir / ('v1.raw.part-%d' % agent.proc.pid)
+    planted.symlink_to(victim)
+    status, out, err = manage(agent, 'export', 'disk@1', str(target))
+    assert status == 0, err
+    assert victim.read_bytes() == b'precious'
+    assert not target.is_symlink() and target.read_bytes() == base
+    assert sorted(os.listdir(out_dir)) == sorted(['v1.raw', planted.name])
+
+    # An existing file (or symlink) is kept unless --overwrite.
+    target.write_bytes(b'old')
+    link = out_dir / 'link.raw'
+    link.symlink_to(victim)
+    for path in (target, link):
+        status, out, err = manage(agent, 'export', 'disk@1', str(path))
+        assert status == 1
+        assert err.startswith('blobcr-manage: error: %s exists' % path)
+        assert 'Traceback' not in err
+    assert target.read_bytes() == b'old'
+    assert victim.read_bytes() == b'precious'
+    for path in (target, link):
+        status, out, err = manage(agent, 'export', 'disk@1', str(path),
+                                  '--overwrite')
+        assert status == 0, err
+        assert not path.is_symlink() and path.read_bytes() == base
+    assert victim.read_bytes() == b'precious'
+    assert sorted(os.listdir(out_dir)) == sorted(['v1.raw', 'link.raw',
+                                                  planted.name])
+    # The same without an agent: the repository itself refuses.
+    with pytest.raises(exception.InvalidInput, match='exists'):
+        repo.export(image_id, 1, str(target))
+    missing_dir = str(tmp_path / 'nowhere' / 'v1.raw')
+    with pytest.raises(exception.InvalidInput, match='cannot write'):
+        repo.export(image_id, 1, missing_dir)
+
+
+# -- attach ----------------------------------------------------------------
+
+
+def test_a_failed_attach_binds_no_instance(image, agent_factory):
+    repo, image_id, base = image
+    other = repo.create_image('other', CHUNK * 4).id
+    agent = agent_factory(repo.backend, {'agent': {'quiesce': 'none'}})
+    status, out, err = manage(agent, 'attach', 'disk@9', '--instance',
+                              'vm-1')
+    assert status == 1 and 'no version 9' in err
+    assert agent.client.call('status')['attached'] == {}
+    # vm-1 is free: nothing was bound by the failed attach.
+    status, out, err = manage(agent, 'attach', 'other', '--instance', 'vm-1')
+    assert status == 0, err
+    attached = agent.client.call('status')['attached']
+    assert list(attached) == [other]
+    assert attached[other]['instances'] == ['vm-1']
+    # A binding that cannot be made is refused before attaching.
+    status, out, err = manage(agent, 'attach', 'disk', '--instance', 'vm-1')
+    assert status == 1 and 'instance vm-1 already uses image' in err
+    assert list(agent.client.call('status')['attached']) == [other]
+
+
+# -- blobcr-manage and the admin socket ------------------------------------
+
+
+def test_manage_waits_as_long_as_it_was_told(monkeypatch):
+    made = []
+
+    class Client(object):
+        def __init__(self, path, timeout=None):
+            made.append(timeout)
+
+        def call(self, op, **args):
+            if op == 'wait_stable':
+                return 'stable'
+            return {'version': 2, 'downtime_ms': 1.0, 'held_ms': 0.5,
+                    'chunks': 1, 'quiesce': 'none'}
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    monkeypatch.setattr(manage_cmd, 'AgentClient', Client)
+    args = argparse.Namespace(
+        admin_socket='/nonexistent.sock', image='disk', quiesce=None,
+        group=None, members=None, wait_stable=True, timeout=900, json=True)
+    assert not manage_cmd.do_checkpoint(args)
+    assert made == [930]
+    args.wait_stable = False
+    assert not manage_cmd.do_checkpoint(args)
+    assert made[1] == manage_cmd.AGENT_TIMEOUT
+
+
+def _resetting_server(path):
+    """A socket that takes a request and drops the connection unread."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(4)
+
+    def run():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            select.select([conn], [], [], 30)
+            conn.close()
+    threading.Thread(target=run, daemon=True).start()
+    return server
+
+
+def test_manage_reports_a_lost_agent_in_one_line(tmp_path):
+    path = str(tmp_path / 'agent.sock')
+    server = _resetting_server(path)
+    try:
+        for args in (['status'],
+                     ['checkpoint', 'disk', '--wait-stable', '--timeout',
+                      '900']):
+            done = subprocess.run(
+                [sys.executable, '-m', 'blobcr_agent.cmd.manage'] + args +
+                ['--admin-socket', path], capture_output=True, text=True,
+                timeout=120)
+            assert done.returncode == 1, done.stderr
+            assert done.stderr.startswith('blobcr-manage: error: lost the '
+                                          'blobcr-agent admin socket')
+            assert 'Traceback' not in done.stderr
+            assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    finally:
+        server.close()
+
+
+class Pinger(object):
+    def ping(self):
+        return 'pong'
+
+
+def test_a_served_control_socket_is_not_taken_over(tmp_path):
+    path = str(tmp_path / 'control.sock')
+    dispatch = control.Dispatcher(Pinger(), ['ping'])
+    first = control.serve(path, dispatch)
+    try:
+        with pytest.raises(exception.InvalidInput,
+                           match='another process serves %s' % path):
+            control.serve(path, dispatch)
+        with control.Client(path) as client:
+            assert client.call('ping') == 'pong'
+    finally:
+        first.shutdown()
+        first.server_close()
+    # Nobody serves it any more: the stale socket is replaced.
+    assert stat.S_ISSOCK(os.lstat(path).st_mode)
+    second = control.serve(path, dispatch)
+    try:
+        with control.Client(path) as client:
+            assert client.call('ping') == 'pong'
+    finally:
+        second.shutdown()
+        second.server_close()
+    # Anything else is left alone.
+    other = tmp_path / 'not-a-socket'
+    other.write_text('keep me')
+    with pytest.raises(exception.InvalidInput, match='not a socket'):
+        control.serve(str(other), dispatch)
+    assert other.read_text() == 'keep me'
+
+
+def test_a_second_agent_does_not_take_over_the_admin_socket(
+        image, agent_factory, tmp_path):
+    repo, image_id, base = image
+    first = agent_factory(repo.backend, {'agent': {'quiesce': 'none'}})
+    first.client.call('attach', image=image_id)
+    workdir = tmp_path / 'second'
+    workdir.mkdir()
+    second = harness.AgentProcess(str(workdir), repo.backend, {
+        'agent': {'quiesce': 'none', 'admin_socket': first.control}})
+    proc = subprocess.Popen(second.args, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        second.proc = proc
+        second._unmount()
+        pytest.fail('the second agent took the admin socket and ran')
+    finally:
+        second.log.close()
+    assert proc.returncode == 1
+    assert 'another process serves %s' % first.control in err
+    # The first agent still answers on its socket, new connections too.
+    assert list(first.client.call('status')['attached']) == [image_id]
+    status, out, err = manage(first, 'status', '--json')
+    assert status == 0, err
+    assert list(json.loads(out)['attached']) == [image_id]

@@ -9,16 +9,20 @@ other's agents on the shared broker.
 import os
 import random
 import socket
+import sys
 import time
 import uuid
 
 import oslo_messaging
+from oslo_messaging._drivers import common as rpc_common
 import pytest
 
 from blobcr_agent import exception
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
+from blobcr_agent import rpc
 from blobcr_agent.rpc import api as rpc_api
+from blobcr_agent.rpc import server as rpc_server
 
 CHUNK = 64 * 1024
 NCHUNKS = 32
@@ -67,10 +71,10 @@ def versions_of(repo, image_id):
             for v in repo.image(image_id).versions]
 
 
-def rpc_settings(url, host):
+def rpc_settings(url, host, **agent):
     return {'DEFAULT': {'transport_url': url},
-            'agent': {'host': host, 'rpc_enabled': 'true',
-                      'quiesce': 'none'}}
+            'agent': dict({'host': host, 'rpc_enabled': 'true',
+                           'quiesce': 'none'}, **agent)}
 
 
 def wait_rpc(api, host, timeout=RPC_UP_TIMEOUT):
@@ -123,17 +127,27 @@ def local_store(tmp_path):
 
 
 @pytest.fixture
-def rpc_agent(agent_factory, rabbitmq_url, api):
-    """start(repo, label) -> (agent, host): an agent serving RPC."""
-    def start(repo, label='a'):
+def export_dir(tmp_path):
+    """The agents' [agent] export_dir (made by the first export)."""
+    return tmp_path / 'exports'
+
+
+@pytest.fixture
+def rpc_agent(agent_factory, rabbitmq_url, api, export_dir):
+    """start(repo, label, **agent options) -> (agent, host): an agent
+    serving RPC.
+    """
+    def start(repo, label='a', **agent):
         host = host_name(label)
-        agent = agent_factory(repo.backend, rpc_settings(rabbitmq_url, host))
+        agent.setdefault('export_dir', str(export_dir))
+        agent = agent_factory(repo.backend,
+                              rpc_settings(rabbitmq_url, host, **agent))
         assert wait_rpc(api, host)['host'] == host
         return agent, host
     return start
 
 
-def test_life_cycle(store, rpc_agent, api, tmp_path):
+def test_life_cycle(store, rpc_agent, api, export_dir):
     repo = store
     image_id, base = make_image(repo, 'disk')
     agent, host = rpc_agent(repo)
@@ -197,11 +211,17 @@ def test_life_cycle(store, rpc_agent, api, tmp_path):
     assert read(path) == expected(base, w2, w3)
     assert read(cpath) == expected(base, w2)
 
-    # export version 3 to a file of this host.
-    target = str(tmp_path / 'disk-v3.raw')
+    # export version 3 to a file of this host, under its export_dir;
+    # an existing file is replaced with overwrite (API 1.1).
+    target = str(export_dir / 'disk-v3.raw')
     exported = api.export(host, image_id, 3, target, timeout=60)
     assert exported == {'image': image_id, 'version': 3, 'path': target,
                         'size': len(base)}
+    assert read(target) == expected(base, w2, w3)
+    with open(target, 'wb') as f:
+        f.write(b'stale')
+    assert api.export(host, image_id, 3, target, timeout=60,
+                      overwrite=True) == exported
     assert read(target) == expected(base, w2, w3)
 
     status = api.status(host)
@@ -221,7 +241,7 @@ def test_life_cycle(store, rpc_agent, api, tmp_path):
     assert first['group'] == group and first['version'] == 4
     partial = api.group_state(host, group)
     assert partial['members'] == 2 and not partial['complete']
-    assert list(partial['versions']) == ['disk']
+    assert list(partial['versions']) == [image_id]
     second = api.checkpoint(host, clone['id'], group=group, members=2)
     assert second['group'] == group and second['version'] == 2
     for image, version in ((image_id, 4), (clone['id'], 2)):
@@ -230,16 +250,17 @@ def test_life_cycle(store, rpc_agent, api, tmp_path):
             {'id': group, 'members': 2}
     done = api.group_state(host, group)
     assert done['complete'] and done['group'] == group
-    assert {name: (v['image'], v['version'], v['state'])
-            for name, v in done['versions'].items()} == {
-        'disk': (image_id, 4, 'stable'),
-        'disk-v2': (clone['id'], 2, 'stable')}
+    assert {key: (v['name'], v['version'], v['state'])
+            for key, v in done['versions'].items()} == {
+        image_id: ('disk', 4, 'stable'),
+        clone['id']: ('disk-v2', 2, 'stable')}
     assert repo.read(image_id, 4, 0, len(base)) == \
         expected(base, w2, w3, w4)
     assert repo.read(clone['id'], 2, 0, len(base)) == expected(base, w2, wc)
 
-    # detach both: nothing discarded, nothing left attached.
-    assert api.detach(host, clone['id']) == \
+    # detach both (one forced, API 1.1: no domain uses it anyway):
+    # nothing discarded, nothing left attached.
+    assert api.detach(host, clone['id'], force=True) == \
         {'image': clone['id'], 'discarded_chunks': 0}
     assert api.detach(host, 'disk') == \
         {'image': image_id, 'discarded_chunks': 0}
@@ -260,13 +281,15 @@ def assert_agent_error(ei, cls, *words):
 
 
 def test_errors_reach_the_caller_as_their_own_types(store, rpc_agent, api,
-                                                    tmp_path):
+                                                    tmp_path, export_dir):
     repo = store
     image_id, base = make_image(repo, 'disk')
     other_id, _ = make_image(repo, 'other')
     twin_a, _ = make_image(repo, 'twin')
     twin_b, _ = make_image(repo, 'twin')
-    agent, host = rpc_agent(repo)
+    # No libvirt here: quiescing fails as the agent's own failure.
+    agent, host = rpc_agent(
+        repo, libvirt_uri='qemu+unix:///system?socket=/nonexistent')
     path = api.attach(host, image_id)['path']
     fill(path, random.Random(1), [4])
     assert api.checkpoint(host, image_id)['version'] == 2
@@ -284,6 +307,11 @@ def test_errors_reach_the_caller_as_their_own_types(store, rpc_agent, api,
     assert attached_before == [image_id]
 
     missing = 'nope-' + uuid.uuid4().hex[:6]
+    export_dir.mkdir()
+    existing = export_dir / 'existing.raw'
+    existing.write_bytes(b'keep')
+    outside = tmp_path / 'outside.raw'
+    (export_dir / 'escape').symlink_to(tmp_path)
     refused = [
         (lambda: api.attach(host, missing), exception.ImageNotFound,
          [missing, 'does not exist']),
@@ -294,7 +322,8 @@ def test_errors_reach_the_caller_as_their_own_types(store, rpc_agent, api,
         (lambda: api.checkpoint(host, image_id, group=group),
          exception.InvalidInput, ['group and members go together']),
         (lambda: api.checkpoint(host, image_id, group=group, members=3),
-         exception.InvalidInput, [group, 'has 2 members, not 3']),
+         exception.InvalidInput,
+         ['members: 3 does not match the member count of group', group]),
         (lambda: api.checkpoint(host, image_id, group='bad group',
                                 members=1),
          exception.InvalidInput, ['group:']),
@@ -310,11 +339,23 @@ def test_errors_reach_the_caller_as_their_own_types(store, rpc_agent, api,
          exception.VersionNotFound, ['no version 9']),
         (lambda: api.clone(host, image_id, version=1),
          exception.VersionNotStable, ['version 1', 'is obsolete']),
-        (lambda: api.export(host, image_id, 1, str(tmp_path / 'v1.raw'),
+        (lambda: api.export(host, image_id, 1, str(export_dir / 'v1.raw'),
                             timeout=5),
          exception.VersionNotStable, ['is obsolete, not stable']),
         (lambda: api.export(host, image_id, 3, 'relative.raw'),
          exception.InvalidInput, ['absolute path']),
+        (lambda: api.export(host, image_id, 3, str(outside)),
+         exception.InvalidInput, ['export_dir', str(outside)]),
+        (lambda: api.export(host, image_id, 3, '/etc/blobcr-rpc.raw'),
+         exception.InvalidInput, ['export_dir']),
+        (lambda: api.export(host, image_id, 3,
+                            str(export_dir / '..' / 'outside.raw')),
+         exception.InvalidInput, ['export_dir']),
+        (lambda: api.export(host, image_id, 3,
+                            str(export_dir / 'escape' / 'outside.raw')),
+         exception.InvalidInput, ['export_dir']),
+        (lambda: api.export(host, image_id, 3, str(existing)),
+         exception.InvalidInput, [str(existing), 'exists', 'overwrite']),
         (lambda: api.attach(host, 'twin'), exception.AmbiguousImage,
          ['ambiguous', twin_a, twin_b]),
         (lambda: api.detach(host, image_id), exception.InvalidInput,
@@ -324,12 +365,26 @@ def test_errors_reach_the_caller_as_their_own_types(store, rpc_agent, api,
         with pytest.raises(exception.BlobCRError) as ei:
             call()
         assert_agent_error(ei, cls, *words)
+    # The caller's mistakes are answered, not logged as failures.
+    assert 'Exception during message handling' not in agent_log(agent)
 
     # Nothing committed, obsoleted, cloned, exported or (de)tached.
     assert {h.id: [(v.number, v.state, v.group) for v in h.versions]
             for h in repo.images()} == before
     assert sorted(api.status(host)['attached']) == attached_before
-    assert not os.path.exists(str(tmp_path / 'v1.raw'))
+    assert not os.path.exists(str(export_dir / 'v1.raw'))
+    assert not os.path.exists(str(outside))
+    assert existing.read_bytes() == b'keep'
+    assert sorted(os.listdir(export_dir)) == ['escape', 'existing.raw']
+
+    # A failure of the agent reaches the caller as its own type too, and
+    # is in the agent's log with its traceback.
+    with pytest.raises(exception.BlobCRError) as ei:
+        api.checkpoint(host, image_id, quiesce='suspend')
+    assert_agent_error(ei, exception.BackendUnavailable, 'libvirt')
+    log = agent_log(agent)
+    assert 'Exception during message handling' in log
+    assert 'BackendUnavailable: cannot reach libvirt' in log
     assert api.group_state(host, group)['members'] == 2
     # The dirty chunk is still there to checkpoint.
     assert api.checkpoint(host, image_id)['chunks'] == 1
@@ -412,12 +467,21 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
             with pytest.raises(oslo_messaging.RPCVersionCapError):
                 capped.client.prepare(server=host, version=version).call(
                     {}, 'status')
+        # The 1.1 arguments are 1.1 calls.
+        with pytest.raises(oslo_messaging.RPCVersionCapError):
+            capped.detach(host, image_id, force=True)
+        with pytest.raises(oslo_messaging.RPCVersionCapError):
+            capped.export(host, image_id, 1, '/nowhere.raw', overwrite=True)
+        assert list(capped.status(host)['attached']) == [image_id]
         assert 'UnsupportedVersion' not in agent_log(agent)
-        # Without a cap the agent's 1.0 dispatcher refuses them.
+        # Without a cap, 1.1 is served; the agent's dispatcher refuses
+        # newer versions.
+        assert uncapped.client.prepare(server=host, version='1.1').call(
+            {}, 'status')['host'] == host
         # oslo.messaging answers UnsupportedVersion, which the caller
         # gets as a RemoteError naming it (oslo_messaging.rpc.dispatcher
         # is not an allowed remote exception module).
-        for version in ('1.1', '2.0'):
+        for version in ('1.2', '2.0'):
             assert uncapped.client.can_send_version(version)
             with pytest.raises(oslo_messaging.RemoteError) as ei:
                 uncapped.client.prepare(server=host, version=version).call(
@@ -486,3 +550,151 @@ def test_sigterm_without_broker(local_store, agent_factory):
     assert agent.client.call('status')['attached'] == {}
     # Nothing attached: a stop takes well under a second otherwise.
     assert agent.stop(timeout=5) == 0
+
+
+# -- the RPC layer without a broker ------------------------------------------
+
+
+class StubManager(object):
+    """Raises ``error`` from every call; records the calls."""
+
+    def __init__(self, error=None):
+        self.error = error
+        self.calls = []
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            self.calls.append((name, args, kwargs))
+            if self.error is not None:
+                raise self.error
+            return {'called': name}
+        return call
+
+
+CALLER_ERRORS = [exception.InvalidInput('bad'), exception.ImageNotFound('x'),
+                 exception.AmbiguousImage('x', ['a', 'b']),
+                 exception.VersionNotFound('x', 9),
+                 exception.VersionNotStable('x', 1, 'pending'),
+                 exception.Busy('persist under way')]
+AGENT_FAILURES = [exception.BackendUnavailable('down'),
+                  exception.CorruptObject('chunk', 'c', 'bad crc'),
+                  exception.Conflict('lost a race'),
+                  exception.CommitAborted('aborted'),
+                  exception.QuiesceFailed('cannot suspend'),
+                  exception.ObjectNotFound('chunk', 'c'),
+                  exception.BackendFull('full')]
+
+
+@pytest.mark.parametrize('error', CALLER_ERRORS + AGENT_FAILURES,
+                         ids=lambda e: type(e).__name__)
+def test_only_caller_errors_are_expected(error):
+    # oslo.messaging logs an unexpected error with its traceback, and
+    # answers an expected one (ExpectedException) with a debug line.
+    endpoint = rpc_server.AgentEndpoint(StubManager(error))
+    with pytest.raises(Exception) as ei:
+        endpoint.checkpoint({}, 'disk')
+    if any(error is e for e in CALLER_ERRORS):
+        assert type(ei.value) is oslo_messaging.ExpectedException
+        assert ei.value.exc_info[1] is error
+    else:
+        assert ei.value is error
+
+
+@pytest.mark.parametrize('error', [exception.QuiesceFailed('cannot suspend '
+                                                           'domain vm-1'),
+                                   exception.Busy('persist under way')],
+                         ids=lambda e: type(e).__name__)
+def test_quiesce_failed_and_busy_arrive_as_their_own_types(error):
+    try:
+        raise error
+    except exception.BlobCRError:
+        wire = rpc_common.serialize_remote_exception(sys.exc_info())
+    got = rpc_common.deserialize_remote_exception(wire,
+                                                  rpc_api.REMOTE_EXMODS)
+    assert isinstance(got, type(error))
+    clean = rpc_api._without_remote_traceback(got)
+    assert type(clean) is type(error) and str(clean) == str(error)
+
+
+def test_rpc_exports_stay_under_export_dir(tmp_path):
+    root = tmp_path / 'exports'
+    manager = StubManager()
+    rpc_endpoint = rpc_server.AgentEndpoint(manager, export_dir=str(root))
+
+    class endpoint(object):
+        # The caller's errors come wrapped (ExpectedException): unwrap.
+        @staticmethod
+        def export(*args, **kwargs):
+            try:
+                return rpc_endpoint.export(*args, **kwargs)
+            except oslo_messaging.ExpectedException as e:
+                raise e.exc_info[1]
+    inside = root / 'v1.raw'
+    assert endpoint.export({}, 'disk', 1, str(inside)) == \
+        {'called': 'export'}
+    assert root.is_dir() and (root.stat().st_mode & 0o777) == 0o700
+    (root / 'sub').mkdir()
+    (root / 'escape').symlink_to(tmp_path)
+    (root / 'out.raw').symlink_to(tmp_path / 'victim.raw')
+    endpoint.export({}, 'disk', 1, str(root / 'sub' / 'v.raw'),
+                    overwrite=True)
+    assert [(c[1][2], c[2]) for c in manager.calls] == [
+        (str(inside), {'timeout': 600, 'overwrite': False}),
+        (str(root / 'sub' / 'v.raw'), {'timeout': 600, 'overwrite': True})]
+    for path in ('/etc/passwd', str(tmp_path / 'v.raw'), str(root),
+                 str(root / '..' / 'v.raw'), str(root / 'escape' / 'v.raw'),
+                 str(root / 'out.raw'), str(root) + '-other/v.raw'):
+        with pytest.raises(exception.InvalidInput, match='export_dir'):
+            endpoint.export({}, 'disk', 1, path, overwrite=True)
+    with pytest.raises(exception.InvalidInput, match='absolute path'):
+        endpoint.export({}, 'disk', 1, 'v.raw')
+    assert len(manager.calls) == 2
+
+
+class RecordingClient(object):
+    """Stands in for the RPC client: records what each call prepares."""
+
+    def __init__(self):
+        self.prepared = []
+
+    def prepare(self, **kwargs):
+        client = self
+
+        class Context(object):
+            def call(self, ctxt, method, **args):
+                client.prepared.append((method, kwargs, args))
+                return {}
+        return Context()
+
+
+def test_calls_prepare_their_versions_and_timeouts():
+    api = rpc_api.AgentAPI(transport_url='fake:///', timeout=60)
+    try:
+        api.client = RecordingClient()
+        api.checkpoint('h', 'disk')
+        api.checkpoint('h', 'disk', rpc_timeout=900)
+        api.checkpoint('h', 'disk', rpc_timeout=None)
+        api.detach('h', 'disk')
+        api.detach('h', 'disk', force=True)
+        api.export('h', 'disk', 1, '/x.raw')
+        api.export('h', 'disk', 1, '/x.raw', timeout=10, overwrite=True)
+        got = [(m, kw, sorted(a)) for m, kw, a in api.client.prepared]
+    finally:
+        api.cleanup()
+    assert rpc.VERSION == '1.1'
+    checkpoint = ['group', 'image', 'members', 'quiesce']
+    assert got == [
+        # A checkpoint outlasts the agent's bounded wait (then Busy).
+        ('checkpoint', {'server': 'h', 'version': '1.0', 'timeout':
+                        rpc_api.CHECKPOINT_TIMEOUT}, checkpoint),
+        ('checkpoint', {'server': 'h', 'version': '1.0', 'timeout': 900},
+         checkpoint),
+        ('checkpoint', {'server': 'h', 'version': '1.0'}, checkpoint),
+        ('detach', {'server': 'h', 'version': '1.0'}, ['discard', 'image']),
+        ('detach', {'server': 'h', 'version': '1.1'},
+         ['discard', 'force', 'image']),
+        ('export', {'server': 'h', 'version': '1.0', 'timeout': 630},
+         ['image', 'path', 'timeout', 'version']),
+        ('export', {'server': 'h', 'version': '1.1', 'timeout': 40},
+         ['image', 'overwrite', 'path', 'timeout', 'version'])]
+    assert rpc_api.CHECKPOINT_TIMEOUT >= 300
