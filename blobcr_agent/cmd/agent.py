@@ -49,7 +49,11 @@ def _start_proxy(conf, manager):
         conf.proxy.host_secret, conf.proxy.metadata_proxy_shared_secret)
     proxy = proxy_server.CheckpointProxy(
         authenticator, manager, rate=conf.proxy.rate, burst=conf.proxy.burst,
-        max_body=conf.proxy.max_body)
+        max_body=conf.proxy.max_body, get_rate=conf.proxy.poll_rate,
+        get_burst=conf.proxy.poll_burst,
+        request_timeout=conf.proxy.request_timeout,
+        max_connections=conf.proxy.max_connections,
+        max_per_source=conf.proxy.max_per_source)
     httpd = proxy.serve(conf.proxy.listen, conf.proxy.port)
     port = httpd.server_port
     manager.proxy_url = 'http://%s:%d' % (conf.proxy.listen, port)
@@ -92,13 +96,17 @@ class Agent(object):
         self._stopping = threading.Event()
         self._rpc_started = threading.Event()
         self._run_done = threading.Event()
+        self._admin_inode = None
 
     def start(self):
-        self.manager.mirror.recover()
+        # The socket first: it refuses if another agent answers there,
+        # before this one re-attaches anything.
         self.admin = control.serve(
             self.conf.agent.admin_socket,
             control.Dispatcher(self.manager, manager_mod.OPERATIONS),
             name='blobcr-admin')
+        self._admin_inode = os.stat(self.conf.agent.admin_socket).st_ino
+        self.manager.mirror.recover()
         # Making a transport registers its options (transport_url among
         # them) and connects to nothing yet.
         self.httpd = _start_proxy(self.conf, self.manager)
@@ -172,9 +180,15 @@ class Agent(object):
         finally:
             self._run_done.set()
             self._stop_rpc()
-            self.repo.close()
+            # A parked persist must not see its backend closed under it
+            # (it would fail its version); it ends with the process.
+            if not self.manager.wait_persists(0):
+                self.repo.close()
             try:
-                os.unlink(self.conf.agent.admin_socket)
+                # Only our own socket: never one another agent made since.
+                if os.stat(self.conf.agent.admin_socket).st_ino == \
+                        self._admin_inode:
+                    os.unlink(self.conf.agent.admin_socket)
             except OSError:
                 pass
 

@@ -86,8 +86,23 @@ proxy_opts = [
                       'over time.'),
     cfg.IntOpt('burst', default=5, min=1,
                help='Checkpoints an instance may request at once.'),
-    cfg.IntOpt('max_body', default=4096, min=64,
+    cfg.IntOpt('max_body', default=4096, min=64, max=999999,
                help='Largest request body accepted, in bytes.'),
+    cfg.FloatOpt('poll_rate', default=20.0, min=0.001,
+                 help='Other requests (state and group polls) per second '
+                      'an instance may send over time.'),
+    cfg.IntOpt('poll_burst', default=40, min=1,
+               help='Other requests an instance may send at once.'),
+    cfg.FloatOpt('request_timeout', default=10.0, min=0.1,
+                 help='Seconds a client has to send a whole request; a '
+                      'slower one is cut off.'),
+    cfg.IntOpt('max_connections', default=64, min=1,
+               help='Connections served at once; more are answered 503 '
+                    'busy without a thread.'),
+    cfg.IntOpt('max_per_source', default=16, min=0,
+               help='Connections at once from one address (0: no limit). '
+                    'Set 0 if every guest arrives through one metadata '
+                    'proxy address.'),
 ]
 
 
