@@ -15,6 +15,7 @@ unmount, exit 0.
 """
 
 import fcntl
+import logging as std_logging
 import os
 import signal
 import sys
@@ -97,6 +98,7 @@ class Agent(object):
         self._rpc_started = threading.Event()
         self._run_done = threading.Event()
         self._admin_inode = None
+        self.parked = []
 
     def start(self):
         # The socket first: it refuses if another agent answers there,
@@ -180,9 +182,11 @@ class Agent(object):
         finally:
             self._run_done.set()
             self._stop_rpc()
-            # A parked persist must not see its backend closed under it
-            # (it would fail its version); it ends with the process.
-            if not self.manager.wait_persists(0):
+            # A parked persist must not see its backend closed under it,
+            # nor the interpreter's exit hooks (which refuse new work to
+            # thread pools): either would fail its version.
+            self.parked = self.manager.wait_persists(0)
+            if not self.parked:
                 self.repo.close()
             try:
                 # Only our own socket: never one another agent made since.
@@ -208,6 +212,13 @@ def main(argv=None):
         print('blobcr-agent: error: %s' % e, file=sys.stderr)
         return 1
     agent.run()
+    if agent.parked:
+        LOG.warning('exiting with %d persists parked: they resume at the '
+                    'next start', len(agent.parked))
+        # As if killed here: the journal resumes them. A normal exit
+        # would run hooks that fail them.
+        std_logging.shutdown()
+        os._exit(0)
     return 0
 
 
