@@ -593,6 +593,9 @@ class Commit(object):
     def abort(self, reason):
         """Mark the version failed; never raises (it runs on error paths)."""
         try:
+            # Puts still in flight first: on a full store they would
+            # take the room the header write needs.
+            self._batch.drain()
             self.repo.mark_failed(self.image_id, self.version, reason)
         except Exception:
             LOG.exception('could not mark version %d of %s failed',

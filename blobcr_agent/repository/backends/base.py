@@ -97,6 +97,14 @@ class WriteBatch(object):
                 self._error = error
             self._cond.notify_all()
 
+    def drain(self):
+        """Wait until no put is in flight, ignoring errors (for aborts:
+        afterwards nothing of this batch still writes, or fills a disk).
+        """
+        with self._cond:
+            while self._in_flight:
+                self._cond.wait()
+
     def wait(self):
         """Return when every put is durable; raise the first error."""
         with self._cond:

@@ -14,12 +14,18 @@ made durable by one syncfs() of the file system rather than one fsync per
 chunk; node packs, few and on the COMMIT's critical path, are fsynced one
 by one as they are written. Headers are fsynced on every write, together
 with their directory.
+
+A write the file system refuses with ENOSPC or EDQUOT raises
+:class:`~blobcr_agent.exception.BackendFull`, and its tmp file is
+removed at once: a full store keeps no partial objects.
 """
 
 import collections
 import concurrent.futures
+import contextlib
 import ctypes
 import ctypes.util
+import errno
 import fcntl
 import os
 import uuid
@@ -30,10 +36,20 @@ from blobcr_agent.repository.backends import base
 _libc = ctypes.CDLL(ctypes.util.find_library('c'), use_errno=True)
 
 
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
 def _syncfs(fd):
     if _libc.syncfs(fd) != 0:
         err = ctypes.get_errno()
         raise OSError(err, 'syncfs: %s' % os.strerror(err))
+
+
+def _unlink_quietly(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 class LocalBackend(base.ObjectBackend):
@@ -77,6 +93,28 @@ class LocalBackend(base.ObjectBackend):
     def _tmp_path(self):
         return os.path.join(self.root, 'tmp', uuid.uuid4().hex)
 
+    def _full(self, what, e):
+        return exception.BackendFull(
+            'the local store %s is full (%s): %s was not written; free '
+            'space on its file system (mark old versions obsolete, then '
+            'gc)' % (self.root, os.strerror(e.errno), what))
+
+    @contextlib.contextmanager
+    def _writing(self, what, tmp=None):
+        """Turn a refused write into BackendFull, removing ``tmp``."""
+        try:
+            yield
+        except OSError as e:
+            if tmp is not None:
+                _unlink_quietly(tmp)
+            if e.errno in _FULL_ERRNOS:
+                raise self._full(what, e) from e
+            raise
+        except BaseException:
+            if tmp is not None:
+                _unlink_quietly(tmp)
+            raise
+
     def _put_sync(self, kind, name, data):
         path = self._path(kind, name)
         try:
@@ -87,21 +125,24 @@ class LocalBackend(base.ObjectBackend):
         except FileNotFoundError:
             pass
         tmp = self._tmp_path()
-        with open(tmp, 'wb') as f:
-            f.write(data)
-            if kind == base.NODE:
-                # Few, large and on the COMMIT's critical path: made
-                # durable here, in parallel, instead of by a syncfs that
-                # would also flush everything else on the file system.
-                f.flush()
-                os.fsync(f.fileno())
-        try:
-            os.replace(tmp, path)
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            os.replace(tmp, path)
+        with self._writing('%s %s' % (kind, name), tmp):
+            with open(tmp, 'wb') as f:
+                f.write(data)
+                if kind == base.NODE:
+                    # Few, large and on the COMMIT's critical path: made
+                    # durable here, in parallel, instead of by a syncfs
+                    # that would also flush everything else on the file
+                    # system.
+                    f.flush()
+                    os.fsync(f.fileno())
+            try:
+                os.replace(tmp, path)
+            except FileNotFoundError:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                os.replace(tmp, path)
         if kind == base.NODE:
-            self._fsync_dir(os.path.dirname(path))
+            with self._writing('%s %s' % (kind, name)):
+                self._fsync_dir(os.path.dirname(path))
 
     def _submit_put(self, kind, name, data, callback):
         future = self._pool.submit(self._put_sync, kind, name, data)
@@ -109,7 +150,8 @@ class LocalBackend(base.ObjectBackend):
 
     def _make_durable(self, kinds):
         if kinds - {base.NODE}:
-            _syncfs(self._root_fd)
+            with self._writing('the written chunks'):
+                _syncfs(self._root_fd)
 
     def get(self, kind, name, offset=0, length=None):
         try:
@@ -210,8 +252,10 @@ class LocalBackend(base.ObjectBackend):
                                           'bad generation line')
 
     def _locked(self, name):
-        fd = os.open(os.path.join(self.root, 'lock', base.check_name(name)),
-                     os.O_RDWR | os.O_CREAT, 0o600)
+        with self._writing('lock file of header %s' % name):
+            fd = os.open(os.path.join(self.root, 'lock',
+                                      base.check_name(name)),
+                         os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
         return fd
 
@@ -227,13 +271,14 @@ class LocalBackend(base.ObjectBackend):
                     % (name, token, current_token))
             new_token = (token or 0) + 1
             tmp = self._tmp_path()
-            with open(tmp, 'wb') as f:
-                f.write(b'%d\n' % new_token)
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            self._fsync_dir(os.path.dirname(path))
+            with self._writing('header %s' % name, tmp):
+                with open(tmp, 'wb') as f:
+                    f.write(b'%d\n' % new_token)
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+                self._fsync_dir(os.path.dirname(path))
             return new_token
         finally:
             os.close(fd)

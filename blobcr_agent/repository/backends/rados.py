@@ -8,11 +8,25 @@ header is changed by compare-and-set on the object's version
 
 Writes and batch reads use librados' asynchronous calls, with a bounded
 number in flight; a write is durable when librados completes it.
+
+Every write carries LIBRADOS_OPERATION_FULL_TRY. Without it librados
+holds a write to a full pool (or one over its quota) until the pool has
+room again or ``rados_osd_op_timeout`` runs out; with it the OSD answers
+at once: ENOSPC when the cluster is full, EDQUOT when the pool is over
+its quota. Both become :class:`~blobcr_agent.exception.BackendFull`.
+Writes that do not grow the pool (deletes, same-size rewrites) still
+succeed on a full pool, so garbage collection can free space.
+
+The flag is set on each ioctx (``rados_set_pool_full_try``: librados
+adds it to every op), which keeps ``aio_write_full`` for chunks at no
+extra cost; the write ops pass it too. A binding without the ioctx call
+gets the chunk writes as write ops with the flag.
 """
 
 import calendar
 import errno
 import threading
+import time
 
 from blobcr_agent import exception
 from blobcr_agent.repository.backends import base
@@ -23,8 +37,28 @@ except ImportError:  # pragma: no cover - depends on the host
     rados = None
 
 _PREFIX = {base.NODE: 'node.', base.HEADER: 'header.'}
+# librados.h; the python binding does not export it.
+FULL_TRY = getattr(rados, 'LIBRADOS_OPERATION_FULL_TRY', 64)
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # Omap index of header names: listing images must not scan the pool.
 _INDEX = 'index.headers'
+
+
+def _now():
+    # The binding passes mtime=0 through as a time: an object written by
+    # a write op without one would date from 1970 and look garbage to GC.
+    return int(time.time())
+
+
+def _set_full_try(ioctx):
+    """FULL_TRY on every op of ``ioctx``; False if the binding cannot."""
+    # set_osdmap_full_try is the older (deprecated) name of the same call.
+    for name in ('set_pool_full_try', 'set_osdmap_full_try'):
+        method = getattr(ioctx, name, None)
+        if method is not None:
+            method()
+            return True
+    return False
 
 
 def _mtime(struct_time):
@@ -73,9 +107,11 @@ class RadosBackend(base.ObjectBackend):
             self._cluster.shutdown()
             raise exception.BackendUnavailable(
                 'cannot open pools %s/%s: %s' % (data_pool, meta_pool, e))
-        for ioctx in (self._data, self._meta, self._versioned,
-                      self._versioned_data):
+        ioctxs = (self._data, self._meta, self._versioned,
+                  self._versioned_data)
+        for ioctx in ioctxs:
             ioctx.set_namespace(namespace)
+        self._ioctx_full_try = all([_set_full_try(i) for i in ioctxs])
         if namespace:
             self._where += '#' + namespace
         self._version_lock = threading.Lock()
@@ -106,10 +142,26 @@ class RadosBackend(base.ObjectBackend):
     def _oid(self, kind, name):
         return _PREFIX.get(kind, '') + base.check_name(name)
 
-    @staticmethod
-    def _error(kind, name, e):
+    def _full(self, kind, name, err):
+        """BackendFull for a write that ENOSPC or EDQUOT refused."""
+        pool = self.data_pool if kind == base.CHUNK else self.meta_pool
+        if self.namespace:
+            pool += ' (namespace %s)' % self.namespace
+        if err == errno.EDQUOT:
+            why = ('over its quota (EDQUOT): raise it with "ceph osd pool '
+                   'set-quota", or free space')
+        else:
+            why = ('out of space (ENOSPC: the cluster or its OSDs are '
+                   'full): add capacity or free space')
+        return exception.BackendFull(
+            'the Ceph pool %s is full, %s (mark old versions obsolete, '
+            'then gc); %s %s was not written' % (pool, why, kind, name))
+
+    def _error(self, kind, name, e):
         if isinstance(e, rados.ObjectNotFound):
             return exception.ObjectNotFound(kind, name)
+        if getattr(e, 'errno', None) in _FULL_ERRNOS:
+            return self._full(kind, name, e.errno)
         return exception.BackendUnavailable(
             'RADOS %s %s: %s' % (kind, name, e))
 
@@ -123,16 +175,26 @@ class RadosBackend(base.ObjectBackend):
             with self._completions_lock:
                 self._completions.pop(key, None)
             rc = completion.get_return_value()
-            callback(None if rc >= 0 else exception.BackendUnavailable(
-                'RADOS write of %s %s failed: %s'
-                % (kind, name, errno.errorcode.get(-rc, rc))))
+            if rc >= 0:
+                callback(None)
+            elif -rc in _FULL_ERRNOS:
+                callback(self._full(kind, name, -rc))
+            else:
+                callback(exception.BackendUnavailable(
+                    'RADOS write of %s %s failed: %s'
+                    % (kind, name, errno.errorcode.get(-rc, rc))))
 
+        ioctx = self._ioctx(kind)
         with self._completions_lock:
             # librados must not lose the completion before it fires.
             self._completions[key] = None
         try:
-            completion = self._ioctx(kind).aio_write_full(
-                oid, bytes(data), oncomplete=done)
+            if self._ioctx_full_try:
+                completion = ioctx.aio_write_full(oid, bytes(data),
+                                                  oncomplete=done)
+            else:
+                completion = self._aio_write_op(ioctx, oid, bytes(data),
+                                                done)
         except rados.Error as e:
             with self._completions_lock:
                 self._completions.pop(key, None)
@@ -140,6 +202,19 @@ class RadosBackend(base.ObjectBackend):
         with self._completions_lock:
             if key in self._completions:
                 self._completions[key] = completion
+
+    @staticmethod
+    def _aio_write_op(ioctx, oid, data, done):
+        # aio_write_full() takes no flags: the same write as a write op.
+        # librados moves the op's contents into the request it sends, so
+        # the op may be released as soon as it is submitted.
+        op = ioctx.create_write_op()
+        try:
+            op.write_full(data)
+            return ioctx.operate_aio_write_op(
+                op, oid, oncomplete=done, mtime=_now(), flags=FULL_TRY)
+        finally:
+            ioctx.release_write_op(op)
 
     def _make_durable(self, kinds):
         # A completed librados write is already on every OSD it needs.
@@ -244,7 +319,9 @@ class RadosBackend(base.ObjectBackend):
             try:
                 op.assert_version(version)
                 op.remove()
-                ioctx.operate_write_op(op, oid)
+                # Deletes are allowed on a full pool, but only FULL_TRY
+                # keeps librados from holding them back.
+                ioctx.operate_write_op(op, oid, flags=FULL_TRY)
             except (rados.ObjectNotFound, rados.OSError) as e:
                 if getattr(e, 'errno', None) in (errno.ERANGE,
                                                  errno.EOVERFLOW,
@@ -284,7 +361,8 @@ class RadosBackend(base.ObjectBackend):
                 else:
                     op.assert_version(token)
                 op.write_full(bytes(data))
-                self._versioned.operate_write_op(op, oid)
+                self._versioned.operate_write_op(op, oid, mtime=_now(),
+                                                 flags=FULL_TRY)
                 return self._versioned.get_last_version()
             except (rados.ObjectExists, rados.ObjectNotFound) as e:
                 raise exception.Conflict('header %s changed: %s' % (name, e))
@@ -304,7 +382,7 @@ class RadosBackend(base.ObjectBackend):
             try:
                 op.assert_version(token)
                 op.remove()
-                self._versioned.operate_write_op(op, oid)
+                self._versioned.operate_write_op(op, oid, flags=FULL_TRY)
             except rados.ObjectNotFound:
                 raise exception.Conflict('header %s is gone' % name)
             except rados.OSError as e:
@@ -322,7 +400,8 @@ class RadosBackend(base.ObjectBackend):
             else:
                 self._meta.remove_omap_keys(op, (name,))
             try:
-                self._meta.operate_write_op(op, _INDEX)
+                self._meta.operate_write_op(op, _INDEX, mtime=_now(),
+                                            flags=FULL_TRY)
             except rados.Error as e:
                 raise self._error(base.HEADER, _INDEX, e)
 
