@@ -23,6 +23,7 @@ from blobcr_agent.repository import repository
 from blobcr_agent import rpc
 from blobcr_agent.rpc import api as rpc_api
 from blobcr_agent.rpc import server as rpc_server
+from tests.functional.test_agent import fill  # same CHUNK
 
 CHUNK = 64 * 1024
 NCHUNKS = 32
@@ -39,17 +40,6 @@ def make_image(repo, name):
     repo.commit(header.id, {i: base[i * CHUNK:(i + 1) * CHUNK]
                             for i in range(NCHUNKS)})
     return header.id, base
-
-
-def fill(path, rng, chunks):
-    data = {}
-    with open(path, 'r+b', buffering=0) as f:
-        for index in chunks:
-            data[index] = rng.randbytes(CHUNK)
-            f.seek(index * CHUNK)
-            f.write(data[index])
-        os.fsync(f.fileno())
-    return data
 
 
 def expected(base, *writes):
