@@ -4,9 +4,9 @@
 
 It mounts the mirror (attached images are raw files under
 ``[agent] mountpoint``/images), serves the RPC API on topic blobcr-agent
-(server = ``[agent] host``) when ``transport_url`` is set, the root-only
-admin socket of ``blobcr-manage`` and, when a secret is configured, the
-guest checkpoint endpoint.
+(server = ``[agent] host``) when ``transport_url`` is set, the admin
+socket of ``blobcr-manage`` (root and ``[agent] admin_group``) and, when
+a secret is configured, the guest checkpoint endpoint.
 
 On start it re-attaches every image it mirrored before and resumes the
 persists a crash or a stop interrupted. SIGTERM or SIGINT: stop taking
@@ -83,6 +83,26 @@ def _lock_state_path(path):
     return lock
 
 
+class GroupOperations(object):
+    """What members of ``[agent] admin_group`` reach through the admin
+    socket: every operation, but exports are held to ``[agent]
+    export_dir`` as RPC callers' are (the agent writes them as root).
+    """
+
+    def __init__(self, manager, export_dir):
+        self._manager = manager
+        self._export_dir = export_dir
+
+    def __getattr__(self, op):
+        return getattr(self._manager, op)
+
+    def export(self, image, version, path, timeout=600, overwrite=False):
+        path = rpc_server.confined_export_path(
+            self._export_dir, path, 'exports by admin_group members')
+        return self._manager.export(image, version, path, timeout=timeout,
+                                    overwrite=overwrite)
+
+
 class Agent(object):
     """The running daemon: its servers and their orderly stop."""
 
@@ -106,7 +126,10 @@ class Agent(object):
         self.admin = control.serve(
             self.conf.agent.admin_socket,
             control.Dispatcher(self.manager, manager_mod.OPERATIONS),
-            name='blobcr-admin')
+            name='blobcr-admin', group=self.conf.agent.admin_group,
+            group_dispatch=control.Dispatcher(
+                GroupOperations(self.manager, self.conf.agent.export_dir),
+                manager_mod.OPERATIONS))
         self._admin_inode = os.stat(self.conf.agent.admin_socket).st_ino
         self.manager.mirror.recover()
         # Making a transport registers its options (transport_url among

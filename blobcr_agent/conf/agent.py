@@ -22,14 +22,27 @@ agent_opts = [
                help='Where the mirror is mounted; attached images appear as '
                     'raw files under <mountpoint>/images/.'),
     cfg.StrOpt('admin_socket', default='/run/blobcr/agent.sock',
-               help='Root-only UNIX socket of blobcr-manage\'s agent '
-                    'commands (attach, checkpoint, detach, export...).'),
+               help='UNIX socket of blobcr-manage\'s agent commands '
+                    '(attach, checkpoint, detach, export...): root only '
+                    '(mode 0600), or root and admin_group (0660).'),
+    cfg.StrOpt('admin_group',
+               help='A group whose members may use the admin socket '
+                    'besides root (unset: root only). The socket is then '
+                    'mode 0660 with this group, and its directory, if '
+                    'the agent makes it, 0710 with this group. Every '
+                    'connection is also checked against the peer\'s '
+                    'credentials (SO_PEERCRED), whatever the file modes '
+                    'say; refused callers get a JSON error and a line in '
+                    'the log. Members can do everything root can there, '
+                    'except that their exports go under export_dir, as '
+                    'RPC callers\' do.'),
     cfg.StrOpt('export_dir', default='/var/lib/blobcr/exports',
                help='The only directory RPC callers may export versions to: '
                     'the real path of the file (symlinks resolved) must be '
-                    'inside it; made (mode 0700) on the first export. The '
-                    'root-only admin socket (blobcr-manage export) may '
-                    'write anywhere. Keep it writable by root only.'),
+                    'inside it; made (mode 0700) on the first export. Root '
+                    'on the admin socket (blobcr-manage export) may write '
+                    'anywhere; admin_group members only here. Keep it '
+                    'writable by root only.'),
     cfg.StrOpt('mirror_mode', default='selective-cow',
                choices=['selective-cow', 'live-cow', 'offline'],
                help='How a checkpoint snapshots an image: selective-cow '

@@ -6,8 +6,8 @@ it) and calls the AgentManager. Errors reach the caller as the agent's
 exception types with their messages (see ``allowed_remote_exmods``).
 
 Any compute node with the broker's credentials can call: exports are
-held to ``[agent] export_dir`` here (the root-only admin socket may write
-anywhere).
+held to ``[agent] export_dir`` here (root on the admin socket may write
+anywhere, its ``admin_group`` members not).
 """
 
 import logging
@@ -36,6 +36,26 @@ def _expected(method):
     return messaging.expected_exceptions(*CALLER_ERRORS)(method)
 
 
+def confined_export_path(export_dir, path, who):
+    """The real path of ``path`` if it is inside ``export_dir`` (made if
+    needed); InvalidInput naming ``who`` otherwise.
+    """
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise exception.InvalidInput('export needs an absolute path')
+    root = os.path.realpath(export_dir)
+    real = os.path.realpath(path)
+    if real == root or os.path.commonpath([real, root]) != root:
+        raise exception.InvalidInput(
+            '%s go under %s ([agent] export_dir): %s is not there'
+            % (who, root, path))
+    if os.path.dirname(real) == root:
+        try:
+            os.makedirs(root, mode=0o700, exist_ok=True)
+        except OSError as e:
+            raise exception.BlobCRError('cannot make %s: %s' % (root, e))
+    return real
+
+
 class AgentEndpoint(object):
     """Every public method is an RPC call (API version 1.1)."""
 
@@ -47,20 +67,7 @@ class AgentEndpoint(object):
 
     def _export_path(self, path):
         """The real path of ``path`` if it is inside export_dir."""
-        if not isinstance(path, str) or not os.path.isabs(path):
-            raise exception.InvalidInput('export needs an absolute path')
-        root = os.path.realpath(self.export_dir)
-        real = os.path.realpath(path)
-        if real == root or os.path.commonpath([real, root]) != root:
-            raise exception.InvalidInput(
-                'RPC exports go under %s ([agent] export_dir): %s is not '
-                'there' % (root, path))
-        if os.path.dirname(real) == root:
-            try:
-                os.makedirs(root, mode=0o700, exist_ok=True)
-            except OSError as e:
-                raise exception.BlobCRError('cannot make %s: %s' % (root, e))
-        return real
+        return confined_export_path(self.export_dir, path, 'RPC exports')
 
     @_expected
     def attach(self, ctxt, image, version=None, instance=None):
