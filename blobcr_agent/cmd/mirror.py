@@ -11,8 +11,8 @@ interrupted. SIGTERM or SIGINT unmounts and stops it cleanly.
 
 import argparse
 import signal
-import subprocess
 import sys
+import threading
 
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -70,9 +70,9 @@ def main(argv=None):
 
     def stop(signum, frame):
         LOG.info('signal %d: unmounting', signum)
-        # Unmounting makes pyfuse3.main() return.
-        subprocess.run(['fusermount3', '-u', '-z', service.fuse_mountpoint],
-                       check=False)
+        # Unmounting makes run() return; from a thread, as this handler
+        # interrupts the thread that serves the mount.
+        threading.Thread(target=service.unmount, name='blobcr-stop').start()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:

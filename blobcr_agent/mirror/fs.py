@@ -15,9 +15,15 @@ so the event loop keeps serving other requests.
 
 The read-only extended attribute ``user.blobcr.state`` of an attached
 image holds its mirror state as JSON.
+
+No handler lets an exception escape: pyfuse3 ends its loop on one, and
+that would unmount the file system for every reader (see
+``_errors_to_errno``).
 """
 
 import errno
+import functools
+import inspect
 import json
 import logging
 import os
@@ -37,7 +43,66 @@ VERSIONS = ROOT + 2
 STATE_XATTR = b'user.blobcr.state'
 _VIEW_CACHE_CHUNKS = 16
 
+# The errno a reader gets for each error of the repository (first match
+# in this order); any other BlobCRError is EIO.
+_ERRNOS = (
+    (exception.ImageNotFound, errno.ENOENT),
+    (exception.VersionNotFound, errno.ENOENT),
+    (exception.VersionNotStable, errno.ENOENT),
+    (exception.BackendFull, errno.ENOSPC),
+    (exception.InvalidInput, errno.EINVAL),
+    (exception.Busy, errno.EBUSY),
+)
 
+
+def errno_of(error):
+    """The errno a FUSE request that failed with ``error`` answers."""
+    if isinstance(error, pyfuse3.FUSEError):
+        return error.errno
+    if isinstance(error, OSError):
+        return error.errno or errno.EIO
+    for kind, code in _ERRNOS:
+        if isinstance(error, kind):
+            return code
+    return errno.EIO
+
+
+def _answer_with_errno(handler):
+    """Wrap a request handler so that every error becomes an errno for
+    the caller. Expected errors (the repository's, the system's) are
+    logged in one line; anything else is a bug: logged with its
+    traceback, answered EIO.
+    """
+    @functools.wraps(handler)
+    async def wrapped(*args, **kwargs):
+        try:
+            return await handler(*args, **kwargs)
+        except pyfuse3.FUSEError:
+            raise
+        except (exception.BlobCRError, OSError) as e:
+            code = errno_of(e)
+            LOG.warning('%s failed (%s): %s', handler.__name__,
+                        errno.errorcode.get(code, code), e)
+            raise pyfuse3.FUSEError(code) from e
+        except Exception as e:
+            LOG.exception('%s failed unexpectedly: answering EIO',
+                          handler.__name__)
+            raise pyfuse3.FUSEError(errno.EIO) from e
+    return wrapped
+
+
+def _errors_to_errno(cls):
+    """Class decorator: wrap every pyfuse3 request handler ``cls``
+    defines with ``_answer_with_errno``.
+    """
+    for name, value in list(vars(cls).items()):
+        if hasattr(pyfuse3.Operations, name) and \
+                inspect.iscoroutinefunction(value):
+            setattr(cls, name, _answer_with_errno(value))
+    return cls
+
+
+@_errors_to_errno
 class MirrorFS(pyfuse3.Operations):
     """Inodes: fixed ones for the directories; one per attached image, per
     image directory under versions/ and per version file, handed out on
@@ -112,7 +177,9 @@ class MirrorFS(pyfuse3.Operations):
         try:
             return await trio.to_thread.run_sync(
                 self.service.repo.image, image_id)
-        except exception.BlobCRError:
+        except (exception.ImageNotFound, exception.AmbiguousImage,
+                exception.InvalidInput):
+            # A name that is no image; any other error is the backend's.
             raise pyfuse3.FUSEError(errno.ENOENT)
 
     async def lookup(self, parent, name, ctx=None):

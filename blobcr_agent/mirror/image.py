@@ -11,7 +11,8 @@ Files in the image's cache directory::
 
     data.raw, redirect.raw, precopy.raw, state.bin   the native core's
     meta.json      image id, attached version, last committed version,
-                   the version being persisted
+                   the version being persisted, the boot id (cache.py:
+                   a cache from another boot is refused)
     journal        "index digest" of every chunk the persister handed to
                    the repository, for resuming after a crash
 """
@@ -25,6 +26,7 @@ import time
 
 from blobcr_agent import _native
 from blobcr_agent import exception
+from blobcr_agent.mirror import cache
 from blobcr_agent.repository.backends import base
 from blobcr_agent.repository import chunks
 from blobcr_agent.repository import image as image_mod
@@ -48,7 +50,7 @@ class AttachedImage(object):
         self.cache_dir = cache_dir
         os.makedirs(cache_dir, exist_ok=True)
         self._meta_path = os.path.join(cache_dir, 'meta.json')
-        meta = self._load_meta()
+        meta = cache.check_boot(self._load_meta(), cache_dir)
         if meta and meta['image'] != self.id:
             raise exception.InvalidInput(
                 '%s holds the mirror of image %s, not %s'
@@ -64,8 +66,9 @@ class AttachedImage(object):
             if version is not None or any(
                     v.state == image_mod.STABLE for v in header.versions):
                 attached = header.stable_version(version).number
-            meta = {'image': self.id, 'attached': attached,
-                    'last': attached, 'persisting': None, 'mode': mode}
+            meta = cache.stamp({'image': self.id, 'attached': attached,
+                                'last': attached, 'persisting': None,
+                                'mode': mode})
         self.meta = meta
         self.header = header
         self.size = header.size

@@ -23,10 +23,15 @@ import trio
 from blobcr_agent import _native
 from blobcr_agent import control
 from blobcr_agent import exception
+from blobcr_agent.mirror import cache
 from blobcr_agent.mirror import fs
 from blobcr_agent.mirror import image as image_mod
 
 LOG = logging.getLogger(__name__)
+# Seconds before mounting versions/ again after its loop ended, doubling
+# up to the maximum while mounting fails.
+REMOUNT_DELAY = 1.0
+REMOUNT_DELAY_MAX = 60.0
 
 
 class MirrorService(object):
@@ -50,6 +55,8 @@ class MirrorService(object):
         # How long a checkpoint waits for the image's previous persist.
         self.busy_timeout = busy_timeout
         self._lock = threading.Lock()
+        # Set by unmount(): a FUSE loop that ends then is not remounted.
+        self._stopping = threading.Event()
         os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
 
     # -- operations ----------------------------------------------------
@@ -66,8 +73,13 @@ class MirrorService(object):
                                            'meta.json')):
                 try:
                     self.attach(image_id)
+                except cache.StaleCache as e:
+                    LOG.error('not re-attaching %s: %s', image_id, e)
                 except exception.BlobCRError as e:
                     LOG.error('cannot re-attach %s: %s', image_id, e)
+                except Exception:
+                    # The other images must come up all the same.
+                    LOG.exception('cannot re-attach %s', image_id)
 
     def attach(self, image, version=None, mode=None, cow_chunks=None,
                adaptive=None, prefetch=True):
@@ -105,7 +117,16 @@ class MirrorService(object):
         """Detach; refuses to drop writes made since the last checkpoint
         unless ``discard``. No checkpoint runs or starts meanwhile, and
         the image leaves the mount before its cache is removed.
+
+        An image not attached because its cache is from before a reboot:
+        with ``discard``, drops that cache (see cache.drop_stale).
         """
+        image_id = self.repo.image(image).id
+        with self._lock:
+            if image_id not in self.attached:
+                return cache.drop_stale(
+                    self.repo, os.path.join(self.cache_dir, image_id),
+                    image_id, discard)
         attached = self.get(image)
         self._refuse_dirty(attached, discard)           # the common case
         with attached.exclusive(closing=True):
@@ -206,42 +227,89 @@ class MirrorService(object):
         return self.mountpoint
 
     def run(self, ready=None):
-        """Mount and serve FUSE requests until the mount goes away.
+        """Mount and serve FUSE requests until ``unmount()``.
 
         With the native loop (default), ``images/`` is a libfuse3 mount
         served in C by the mirror core, and ``versions/`` a pyfuse3 mount;
         with ``io_loop='pyfuse3'`` one pyfuse3 mount serves both.
+
+        Guests' disks outlive ``versions/``: if its loop ends while the
+        service is not stopping (a bug, an operator's umount), the native
+        loop goes on serving ``images/`` and ``versions/`` is mounted
+        again.
         """
         _clear_stale_mount(self.mountpoint)
         os.makedirs(self.mountpoint, exist_ok=True)
-        options = set(pyfuse3.default_options)
-        options.update(['fsname=blobcr', 'allow_other'])
         native = self.io_loop == 'native'
         if native:
             images = os.path.join(self.mountpoint, 'images')
             os.makedirs(images, exist_ok=True)
             os.makedirs(self.fuse_mountpoint, exist_ok=True)
-            _clear_stale_mount(self.fuse_mountpoint)
             _clear_stale_mount(images)
             self.native_loop = _native.FuseLoop(images)
             with self._lock:
                 for attached in self.attached.values():
                     self._serve(attached)
-        pyfuse3.init(fs.MirrorFS(self, versions_only=native),
-                     self.fuse_mountpoint, options)
-        # Not os.stat(): this thread serves the mount and is not looping
-        # yet, so a GETATTR to it would never be answered.
-        self._connections = _fuse_connections(self._mounts())
-        if ready:
-            ready()
         try:
-            trio.run(pyfuse3.main)
+            delay = REMOUNT_DELAY
+            first = True
+            while True:
+                started = time.monotonic()
+                if not self._serve_pyfuse3(native, ready, first):
+                    break
+                first, ready = False, None
+                if time.monotonic() - started > REMOUNT_DELAY_MAX:
+                    delay = REMOUNT_DELAY       # it had served a while
+                LOG.error('%s stopped while the mirror is not stopping; '
+                          '%s/images keeps serving the attached images; '
+                          'mounting it again in %.0f s',
+                          self.fuse_mountpoint, self.mountpoint, delay)
+                if self._stopping.wait(delay):
+                    break
+                delay = min(delay * 2, REMOUNT_DELAY_MAX)
         finally:
-            pyfuse3.close(unmount=True)
             if self.native_loop is not None:
                 self.native_loop.stop()
             for attached in list(self.attached.values()):
                 attached.close(timeout=self.close_timeout)
+
+    def _serve_pyfuse3(self, native, ready, first):
+        """Mount pyfuse3 and serve it until its loop ends. True if it
+        ended while the service is not stopping and should be mounted
+        again (the native loop serving images/ meanwhile).
+        """
+        if self._stopping.is_set():
+            return False
+        options = set(pyfuse3.default_options)
+        options.update(['fsname=blobcr', 'allow_other'])
+        _clear_stale_mount(self.fuse_mountpoint)
+        try:
+            pyfuse3.init(fs.MirrorFS(self, versions_only=native),
+                         self.fuse_mountpoint, options)
+        except Exception:
+            if first or not native:
+                raise               # nothing serves yet: fail the start
+            LOG.exception('cannot mount %s', self.fuse_mountpoint)
+            return True
+        try:
+            # unmount() sets _stopping before it unmounts: if it came
+            # before this check, this mount is ours to drop; if after,
+            # it unmounts this mount and the loop ends.
+            if self._stopping.is_set():
+                return False
+            # Not os.stat(): this thread serves the mount and is not
+            # looping yet, so a GETATTR to it would never be answered.
+            self._connections = _fuse_connections(self._mounts())
+            if ready:
+                ready()
+            trio.run(pyfuse3.main)
+        except Exception:
+            if not native or self._stopping.is_set():
+                raise
+            LOG.exception('the FUSE loop of %s failed', self.fuse_mountpoint)
+        finally:
+            pyfuse3.close(unmount=True)
+        return native and not self._stopping.is_set()
 
     def _mounts(self):
         if self.io_loop == 'native':
@@ -250,7 +318,10 @@ class MirrorService(object):
         return [self.mountpoint]
 
     def unmount(self):
-        """Lazily unmount; run() returns once no file is open on it."""
+        """Stop: lazily unmount; run() returns once no file is open on
+        it.
+        """
+        self._stopping.set()
         for path in self._mounts():
             subprocess.run(['fusermount3', '-u', '-z', path], check=False,
                            capture_output=True)
@@ -261,6 +332,7 @@ class MirrorService(object):
         on. What they wrote is in the cache and is served again after a
         restart.
         """
+        self._stopping.set()
         if not os.listdir(FUSECTL):
             subprocess.run(['mount', '-t', 'fusectl', 'none', FUSECTL],
                            check=False, capture_output=True)

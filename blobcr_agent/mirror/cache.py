@@ -1,0 +1,166 @@
+"""Whether a mirror cache can be trusted after a restart: host reboots.
+
+A mirror cache (``<cache>/<image>/``) survives a crash or a restart of
+the agent: its state file and mirror data live in the page cache, which
+outlives the process. They are never fsynced (that would cost every
+guest write), so after a host reboot (a power loss, a kernel panic, even
+a clean reboot that raced the write-back) they may be torn: a chunk
+marked present whose data never reached the disk reads as zeros, a
+write the guest made may be lost without any chunk being dirty.
+
+So the cache's metadata (``meta.json``) records the kernel's boot id, and
+a cache from another boot is refused, never re-attached. The operator
+drops it with ``blobcr-manage detach --discard IMAGE``, which checks that
+the repository still has the image's last stable version (the image
+goes back to it) and removes the cache (``drop_stale``).
+
+A cache written by a release that recorded no boot id is trusted if its
+metadata was written during the current boot (an agent upgrade without a
+reboot) and refused otherwise.
+"""
+
+import json
+import logging
+import os
+import shutil
+
+from blobcr_agent import exception
+from blobcr_agent.repository import image as image_mod
+
+LOG = logging.getLogger(__name__)
+
+BOOT_ID_PATH = '/proc/sys/kernel/random/boot_id'
+META = 'meta.json'
+
+
+class StaleCache(exception.BlobCRError):
+    """A mirror cache written before the host rebooted: not trusted."""
+
+
+def boot_id():
+    """The kernel's id of the current boot (a UUID, new at each boot)."""
+    with open(BOOT_ID_PATH) as f:
+        return f.read().strip()
+
+
+def boot_time():
+    """When the current boot started (a UNIX time)."""
+    with open('/proc/stat') as f:
+        for line in f:
+            if line.startswith('btime '):
+                return int(line.split()[1])
+    raise OSError('no btime in /proc/stat')
+
+
+def stamp(meta):
+    """Record the current boot in new cache metadata; returns it."""
+    meta['boot_id'] = boot_id()
+    return meta
+
+
+def check_boot(meta, cache_dir):
+    """Return ``meta`` (cache metadata, or None for a new cache) if the
+    cache was written during the current boot; raise StaleCache, saying
+    what to do, if not. Metadata without a boot id (an older release)
+    written during this boot is adopted: the current boot is recorded.
+    """
+    if not meta:
+        return meta
+    current = boot_id()
+    recorded = meta.get('boot_id')
+    if recorded == current:
+        return meta
+    if recorded is None:
+        written = os.stat(os.path.join(cache_dir, META)).st_mtime
+        if written >= boot_time():
+            LOG.info('mirror cache %s has no boot id (older release) and '
+                     'was written during this boot: adopting it',
+                     cache_dir)
+            meta['boot_id'] = current
+            return meta
+        why = ('has no boot id (older release) and was last written '
+               'before this boot started')
+    else:
+        why = ('was written during another boot of this host (boot id %s, '
+               'now %s)' % (recorded, current))
+    raise StaleCache(_refusal(meta, cache_dir, why))
+
+
+def _refusal(meta, cache_dir, why):
+    image = meta['image']
+    if meta.get('last') is None:
+        back = ('the image goes back to %s'
+                % ('version %d' % meta['attached']
+                   if meta.get('attached') is not None else 'blank'))
+    else:
+        back = 'the image goes back to its checkpoint %d' % meta['last']
+    pending = ''
+    if meta.get('persisting') is not None:
+        pending = ('; version %d, being persisted at the reboot, is marked '
+                   'failed' % meta['persisting'])
+    return ('mirror cache %s of image %s %s: its state and data were never '
+            'synced to disk, so they cannot be trusted after a reboot and '
+            'the image is not re-attached. Drop the cache with '
+            '"blobcr-manage detach --discard %s" (%s%s; writes made after '
+            'it on the old boot are lost), then attach the image again'
+            % (cache_dir, image, why, image, back, pending))
+
+
+def load_meta(cache_dir):
+    """The metadata of the cache at ``cache_dir``, or None."""
+    path = os.path.join(cache_dir, META)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except ValueError as e:
+        raise exception.CorruptObject('mirror', path, str(e))
+
+
+def drop_stale(repo, cache_dir, image_id, discard):
+    """Remove the stale cache of ``image_id`` (not attached) at
+    ``cache_dir``, only with ``discard`` and only if it is stale and the
+    repository still has the last version it made stable. Returns what
+    was done; raises InvalidInput (nothing done) otherwise.
+    """
+    meta = load_meta(cache_dir)
+    if not meta or meta.get('image') != image_id:
+        raise exception.InvalidInput('image %s is not attached here'
+                                     % image_id)
+    try:
+        check_boot(dict(meta), cache_dir)
+    except StaleCache as e:
+        stale = str(e)
+    else:
+        raise exception.InvalidInput(
+            'image %s is not attached here, but its mirror cache %s is from '
+            'this boot: attach the image again to serve it (detach then '
+            'works as usual)' % (image_id, cache_dir))
+    if not discard:
+        raise exception.InvalidInput(stale)
+    header = repo.image(image_id)
+    last = meta.get('last')
+    if last is not None:
+        try:
+            state = header.version(last).state
+        except exception.VersionNotFound:
+            state = 'gone'
+        if state != image_mod.STABLE:
+            raise exception.InvalidInput(
+                'version %d of image %s, the last checkpoint the stale '
+                'cache %s made, is %s in the repository: not dropping the '
+                'cache (it is not trustworthy, but the only trace of that '
+                'version); copy it aside if needed and remove it by hand'
+                % (last, image_id, cache_dir, state))
+    persisting = meta.get('persisting')
+    if persisting is not None:
+        repo.mark_failed(image_id, persisting, 'the host rebooted while it '
+                         'was being persisted')
+    shutil.rmtree(cache_dir)
+    LOG.warning('dropped the stale mirror cache %s of image %s (it goes '
+                'back to version %s)', cache_dir, image_id,
+                last if last is not None else meta.get('attached'))
+    return {'image': image_id, 'stale_cache_dropped': cache_dir,
+            'discarded_chunks': None, 'last_version': last,
+            'failed_version': persisting}

@@ -1,0 +1,180 @@
+"""A mirror cache from before a host reboot is refused, never re-attached.
+
+The tests cannot reboot the host: they simulate a reboot by writing
+another boot id into a cache's meta.json between two runs of a real
+blobcr-agent (the kernel's boot id changes at every boot and at nothing
+else). Caches of the previous release, which recorded no boot id, are
+trusted only if written during the current boot (simulated with the
+file's mtime).
+"""
+
+import json
+import os
+import random
+import uuid
+
+import pytest
+
+from blobcr_agent import exception
+from blobcr_agent.mirror import cache
+from blobcr_agent.repository import repository
+from tests.functional import test_agent
+
+CHUNK = 64 * 1024
+NCHUNKS = 8
+
+
+@pytest.fixture
+def repo(backend_factory):
+    repo = repository.Repository(backend_factory(), chunk_size=CHUNK)
+    yield repo
+    repo.close()
+
+
+def _image(repo, name, rng):
+    base = rng.randbytes(NCHUNKS * CHUNK)
+    header = repo.create_image(name, len(base))
+    repo.commit(header.id, {i: base[i * CHUNK:(i + 1) * CHUNK]
+                            for i in range(NCHUNKS)})
+    return header.id
+
+
+def _write(path, rng, indices):
+    with open(path, 'r+b', buffering=0) as f:
+        for index in indices:
+            f.seek(index * CHUNK)
+            f.write(rng.randbytes(CHUNK))
+        f.seek(0)
+        return f.read()
+
+
+def _meta_path(agent, image_id):
+    return os.path.join(agent.state_path, 'cache', image_id, 'meta.json')
+
+
+def _meta(agent, image_id):
+    with open(_meta_path(agent, image_id)) as f:
+        return json.load(f)
+
+
+def _edit_meta(agent, image_id, **changes):
+    path = _meta_path(agent, image_id)
+    with open(path) as f:
+        meta = json.load(f)
+    for key, value in changes.items():
+        if value is None:
+            meta.pop(key, None)
+        else:
+            meta[key] = value
+    with open(path, 'w') as f:
+        json.dump(meta, f)
+    return meta
+
+
+def _log(agent):
+    with open(agent.log.name, errors='replace') as f:
+        return f.read()
+
+
+def test_a_cache_from_another_boot_is_refused_until_dropped(
+        repo, agent_factory):
+    rng = random.Random(7)
+    disk, other = _image(repo, 'disk', rng), _image(repo, 'other', rng)
+    agent = agent_factory(repo.backend, {'agent': {'quiesce': 'none'}})
+    path = agent.client.call('attach', image=disk, instance='vm-1')['path']
+    checkpointed = _write(path, rng, [0, 3])
+    version = agent.client.call('checkpoint', image=disk)['version']
+    assert agent.client.call('wait_stable', image=disk,
+                             version=version) == 'stable'
+    _write(path, rng, [1, 5])          # after the checkpoint: lost
+    other_path = agent.client.call('attach', image=other)['path']
+    other_data = _write(other_path, rng, [2])
+    meta = _meta(agent, disk)
+    assert meta['boot_id'] == cache.boot_id()
+    assert agent.stop() == 0
+
+    # The reboot (simulated): the disk's cache is from another boot, and
+    # a persist was under way when the host went down.
+    pending = repo.begin_commit(disk, parent=version)
+    _edit_meta(agent, disk, boot_id=str(uuid.uuid4()),
+               persisting=pending.version)
+    agent.start()
+    cache_dir = os.path.dirname(_meta_path(agent, disk))
+    # The agent is up and serves the images it can trust.
+    status = agent.client.call('status')
+    assert list(status['attached']) == [other]
+    with open(other_path, 'rb') as f:
+        assert f.read() == other_data
+    log = _log(agent)
+    assert 'not re-attaching %s' % disk in log and cache_dir in log
+    with pytest.raises(exception.BlobCRError) as refused:
+        agent.client.call('attach', image=disk)
+    message = str(refused.value)
+    for words in (cache_dir, 'another boot', 'cannot be trusted',
+                  'blobcr-manage detach --discard %s' % disk,
+                  'checkpoint %d' % version,
+                  'version %d, being persisted at the reboot'
+                  % pending.version):
+        assert words in message
+    status, out, err = test_agent.manage(agent, 'detach', disk)
+    assert status == 1 and 'another boot' in err
+    assert os.path.exists(cache_dir)
+
+    status, out, err = test_agent.manage(agent, 'detach', '--discard', disk)
+    assert status == 0, err
+    assert not os.path.exists(cache_dir)
+    assert repo.image(disk).version(pending.version).state == 'failed'
+    # Attached again, the disk is its checkpoint.
+    path = agent.client.call('attach', image=disk)['path']
+    with open(path, 'rb') as f:
+        assert f.read() == checkpointed
+    assert _meta(agent, disk)['boot_id'] == \
+        cache.boot_id()
+
+
+def test_the_last_checkpoint_must_be_stable_to_drop(repo, agent_factory):
+    rng = random.Random(8)
+    disk = _image(repo, 'disk', rng)
+    agent = agent_factory(repo.backend, {'agent': {'quiesce': 'none'}})
+    path = agent.client.call('attach', image=disk)['path']
+    _write(path, rng, [0])
+    version = agent.client.call('checkpoint', image=disk)['version']
+    assert agent.client.call('wait_stable', image=disk,
+                             version=version) == 'stable'
+    assert agent.stop() == 0
+    repo.obsolete(disk, [version])
+    _edit_meta(agent, disk, boot_id=str(uuid.uuid4()))
+    agent.start()
+    status, out, err = test_agent.manage(agent, 'detach', '--discard', disk)
+    assert status == 1
+    assert 'version %d of image %s' % (version, disk) in err
+    assert 'obsolete' in err
+    assert os.path.exists(os.path.dirname(_meta_path(agent, disk)))
+
+
+def test_a_cache_of_the_previous_release(repo, agent_factory):
+    """No boot id recorded: trusted if meta.json was written in this boot
+    (an upgrade of the agent without a reboot), refused if before it.
+    """
+    rng = random.Random(9)
+    fresh, old = _image(repo, 'fresh', rng), _image(repo, 'old', rng)
+    agent = agent_factory(repo.backend, {'agent': {'quiesce': 'none'}})
+    fresh_data = _write(agent.client.call('attach', image=fresh)['path'],
+                        rng, [1])
+    agent.client.call('attach', image=old)
+    assert agent.stop() == 0
+    for image_id in (fresh, old):
+        _edit_meta(agent, image_id, boot_id=None)
+    before_boot = cache.boot_time() - 3600
+    os.utime(_meta_path(agent, old), (before_boot, before_boot))
+    agent.start()
+    assert list(agent.client.call('status')['attached']) == [fresh]
+    with open(os.path.join(agent.mount, 'images', fresh), 'rb') as f:
+        assert f.read() == fresh_data
+    # Adopted: the current boot is recorded from now on.
+    assert _meta(agent, fresh)['boot_id'] == \
+        cache.boot_id()
+    with pytest.raises(exception.BlobCRError) as refused:
+        agent.client.call('attach', image=old)
+    assert 'no boot id (older release)' in str(refused.value)
+    assert 'before this boot started' in str(refused.value)
