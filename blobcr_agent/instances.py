@@ -1,8 +1,15 @@
-"""Which instance uses which image on this host, kept across restarts.
+"""Which instance uses which image on this host, and the instance's
+project, kept across restarts.
 
 Filled by attach calls that name an instance (Cinder, Nova, or
-``blobcr-manage attach --instance``); the guest endpoint asks it first and
-falls back to libvirt (a Nova domain's UUID is its instance id).
+``blobcr-manage attach --instance [--project]``); the guest endpoint
+asks it first and falls back to libvirt (a Nova domain's UUID is its
+instance id, its metadata names the project). The project scopes the
+instance's group checkpoints (repository/groups.py).
+
+On disk: ``{instance: {"image": id, "project": id or null}}``; a table
+of the previous release (``{instance: image id}``) is read as having no
+projects.
 """
 
 import json
@@ -31,7 +38,9 @@ class InstanceTable(object):
         if not isinstance(table, dict):
             raise exception.CorruptObject('instance table', self.path,
                                           'not a JSON object')
-        return table
+        return {instance: entry if isinstance(entry, dict)
+                else {'image': entry, 'project': None}
+                for instance, entry in table.items()}
 
     def _save(self):
         tmp = self.path + '.tmp'
@@ -41,20 +50,27 @@ class InstanceTable(object):
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
 
-    def bind(self, instance, image_id):
+    def bind(self, instance, image_id, project=None):
+        """Bind ``instance`` to ``image_id``; a project given again
+        replaces the one recorded, none keeps it.
+        """
         if not isinstance(instance, str) or not 0 < len(instance) <= 64:
             raise exception.InvalidInput('an instance id is 1-64 characters')
         with self._lock:
-            other = self._table.get(instance)
-            if other not in (None, image_id):
+            entry = self._table.get(instance)
+            if entry is not None and entry['image'] != image_id:
                 raise exception.InvalidInput(
-                    'instance %s already uses image %s' % (instance, other))
-            self._table[instance] = image_id
+                    'instance %s already uses image %s'
+                    % (instance, entry['image']))
+            if project is None and entry is not None:
+                project = entry['project']
+            self._table[instance] = {'image': image_id, 'project': project}
             self._save()
 
     def unbind_image(self, image_id):
         with self._lock:
-            gone = [i for i, img in self._table.items() if img == image_id]
+            gone = [i for i, e in self._table.items()
+                    if e['image'] == image_id]
             for instance in gone:
                 del self._table[instance]
             if gone:
@@ -62,9 +78,13 @@ class InstanceTable(object):
 
     def image_of(self, instance):
         with self._lock:
-            return self._table.get(instance)
+            return (self._table.get(instance) or {}).get('image')
+
+    def project_of(self, instance):
+        with self._lock:
+            return (self._table.get(instance) or {}).get('project')
 
     def instances_of(self, image_id):
         with self._lock:
-            return sorted(i for i, img in self._table.items()
-                          if img == image_id)
+            return sorted(i for i, e in self._table.items()
+                          if e['image'] == image_id)

@@ -69,20 +69,23 @@ class AgentManager(object):
 
     # -- attach / detach -----------------------------------------------
 
-    def attach(self, image, version=None, instance=None):
+    def attach(self, image, version=None, instance=None, project=None):
         """Mirror ``image`` (from ``version``, default its newest stable
         one) and return the raw file the hypervisor opens. ``instance``
         is bound to the image once it is attached (a failed attach binds
-        nothing).
+        nothing), with its ``project`` (the scope of its groups).
         """
         header = self.repo.image(image)
+        if project is not None and instance is None:
+            raise exception.InvalidInput('a project goes with an instance')
+        groups.check_project(project)
         if instance is not None:
             self._check_binding(instance, header.id)
         was_attached = header.id in self.mirror.attached
         path = self.mirror.attach(header.id, version=version)
         if instance is not None:
             try:
-                self.instances.bind(instance, header.id)
+                self.instances.bind(instance, header.id, project)
             except BaseException:
                 if not was_attached:
                     self._undo_attach(header.id)
@@ -158,13 +161,16 @@ class AgentManager(object):
             return None, 'none'
         return self.hypervisor.quiesced(domain, mode), mode
 
-    def checkpoint(self, image, quiesce=None, group=None, members=None):
+    def checkpoint(self, image, quiesce=None, group=None, members=None,
+                   project=None, creator='operator'):
         """Hold the guest still, COMMIT, resume; returns as soon as the
         snapshot is taken (the version is ``pending`` until persisted).
 
         ``quiesce`` asked for explicitly (fsfreeze, suspend) needs a
         running domain on the image; the configured default falls back
-        to none when no domain uses it.
+        to none when no domain uses it. ``group`` is one of ``project``'s
+        (None: the scope of callers without a project); ``creator`` is
+        recorded by the group's first member.
         """
         mode = quiesce or self.default_quiesce
         if mode not in domains.QUIESCE_MODES:
@@ -173,7 +179,7 @@ class AgentManager(object):
         if (group is None) != (members is None):
             raise exception.InvalidInput('group and members go together')
         if group is not None:
-            groups.admit(self.repo, group, members)
+            groups.admit(self.repo, group, members, project)
         image_id = self.repo.image(image).id
         self.mirror.get(image_id)               # attached here?
         hold, used = self._hold(image_id, mode, explicit=bool(quiesce))
@@ -181,7 +187,7 @@ class AgentManager(object):
         result['quiesce'] = used
         if group is not None:
             groups.tag(self.repo, image_id, result['version'], group,
-                       members)
+                       members, project=project, creator=creator)
             result['group'] = group
         return result
 
@@ -197,8 +203,8 @@ class AgentManager(object):
             return self.mirror.wait_stable(image_id, version, timeout)
         return self.state(image_id, version)
 
-    def group_state(self, group):
-        return groups.state(self.repo, group)
+    def group_state(self, group, project=None):
+        return groups.state(self.repo, group, project)
 
     # -- repository operations ------------------------------------------
 
@@ -256,6 +262,19 @@ class AgentManager(object):
                 'attached': attached}
 
     # -- the guest endpoint's view -----------------------------------------
+
+    def project_of(self, instance):
+        """The project of an instance hosted here: from its binding, else
+        from its Nova domain's metadata; None if neither says.
+        """
+        project = self.instances.project_of(instance)
+        if project is not None or self.hypervisor is None:
+            return project
+        try:
+            return self.hypervisor.instance_project(instance)
+        except exception.BackendUnavailable as e:
+            LOG.warning('cannot ask libvirt about %s: %s', instance, e)
+            return None
 
     def resolve(self, instance):
         """The image an instance hosted here checkpoints, or None."""

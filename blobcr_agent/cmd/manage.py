@@ -135,11 +135,27 @@ def do_attach(args):
     image, version = parse_ref(args.ref)
     with _agent(args) as agent:
         result = agent.call('attach', image=image, version=version,
-                            instance=args.instance)
+                            instance=args.instance, project=args.project)
     if args.json:
         _print(result)
     else:
         print(result['path'])
+
+
+def do_group(args):
+    with _agent(args) as agent:
+        result = agent.call('group_state', group=args.group,
+                            project=args.project)
+    if args.json:
+        _print(result)
+        return
+    print('group %s of %s: %d of %d members, %s' % (
+        result['group'], result['project'] or '(no project)',
+        len(result['versions']), result['members'],
+        'complete' if result['complete'] else 'not complete'))
+    for v in sorted(result['versions'].values(), key=lambda v: v['name']):
+        print('  %s  %s  v%d  %s' % (v['image'], v['name'], v['version'],
+                                     v['state']))
 
 
 def do_detach(args):
@@ -159,7 +175,7 @@ def do_checkpoint(args):
     with _agent(args, timeout) as agent:
         result = agent.call('checkpoint', image=args.image,
                             quiesce=args.quiesce, group=args.group,
-                            members=args.members)
+                            members=args.members, project=args.project)
         if args.wait_stable:
             result['state'] = agent.call('wait_stable', image=args.image,
                                          version=result['version'],
@@ -298,6 +314,8 @@ def add_parsers(subparsers):
     p.add_argument('ref', metavar='IMAGE[@VERSION]')
     p.add_argument('--instance', help='the instance that will use it (may '
                    'then request checkpoints from inside)')
+    p.add_argument('--project', help='the instance\'s project: the scope '
+                   'of the group ids its guest uses')
     p = command('detach', do_detach, 'stop mirroring an image',
                 agent_only=True)
     p.add_argument('image')
@@ -313,10 +331,16 @@ def add_parsers(subparsers):
     p.add_argument('--group', help='global checkpoint id')
     p.add_argument('--members', type=int,
                    help='number of images in the group')
+    p.add_argument('--project', help='the project whose group it is '
+                   '(default: the scope of callers without a project)')
     p.add_argument('--wait-stable', action='store_true',
                    help='wait until the version is persisted')
     p.add_argument('--timeout', type=int, default=600,
                    help='seconds --wait-stable waits')
+    p = command('group', do_group, 'the state of a global checkpoint: '
+                'its members and their newest versions', agent_only=True)
+    p.add_argument('group')
+    p.add_argument('--project', help='the project whose group it is')
     command('status', do_status, 'what the agent of this host serves',
             agent_only=True)
 

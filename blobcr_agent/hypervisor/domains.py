@@ -30,6 +30,8 @@ from xml.etree import ElementTree
 from blobcr_agent import exception
 
 LOG = logging.getLogger(__name__)
+# Nova's libvirt metadata (nova/virt/libvirt/config.py), versions 1.0+.
+NOVA_NAMESPACE = 'http://openstack.org/xmlns/libvirt/nova/'
 
 QUIESCE_MODES = ('none', 'fsfreeze', 'suspend')
 
@@ -225,6 +227,28 @@ class Hypervisor(object):
             domain = self._find(conn, instance)
             return None if domain is None else self._disk_paths(domain)
         return self._ask('read the disks of domain %s' % instance, ask)
+
+    @staticmethod
+    def nova_project(domain):
+        """The project Nova wrote in a domain's metadata
+        (``<nova:instance><nova:owner><nova:project uuid=...>``, any
+        version of Nova's namespace), or None.
+        """
+        tree = ElementTree.fromstring(domain.XMLDesc(0))
+        for element in tree.iter():
+            if element.tag.startswith('{' + NOVA_NAMESPACE) and \
+                    element.tag.endswith('}project') and element.get('uuid'):
+                return element.get('uuid')
+        return None
+
+    def instance_project(self, instance):
+        """The project of an instance's domain as Nova recorded it, or
+        None (not on this host, or not a Nova domain).
+        """
+        def ask(conn):
+            domain = self._find(conn, instance)
+            return None if domain is None else self.nova_project(domain)
+        return self._ask('read the metadata of domain %s' % instance, ask)
 
     def domain_for(self, path):
         """The active domain that has ``path`` as a disk, or None. Disks

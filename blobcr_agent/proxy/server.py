@@ -13,6 +13,8 @@ Only instances hosted here may use it (see auth.py); bad requests get a
 4xx with a JSON message and never commit anything; each instance is rate
 limited, checkpoints on a small budget and every other request on a
 larger one. A member of a group sees only its counts (groups.guest_view).
+Group ids are scoped by the instance's project (``agent.project_of``):
+a guest can neither join nor see another project's group.
 
 The same process serves the FUSE disks of every VM, so connections are
 bounded: a request must arrive whole within ``request_timeout`` seconds
@@ -24,8 +26,10 @@ most six digits; any ``Transfer-Encoding`` is refused (411).
 
 The proxy itself knows nothing of images or hosts: it calls an
 ``agent`` with ``resolve(instance) -> image or None``,
-``checkpoint(image, group=, members=, quiesce=) -> dict``,
-``state(image, version) -> str`` and ``group_state(group) -> dict``.
+``project_of(instance) -> project or None``,
+``checkpoint(image, group=, members=, quiesce=, project=, creator=) ->
+dict``, ``state(image, version) -> str`` and ``group_state(group,
+project=) -> dict``.
 """
 
 import http.server
@@ -275,7 +279,7 @@ class CheckpointProxy(object):
         if match:
             if method != 'GET':
                 raise HTTPError(405, 'GET the state of a group')
-            return self._group(image, match.group(1))
+            return self._group(instance, image, match.group(1))
         raise HTTPError(404, 'no such endpoint: %s' % path[:100])
 
     @staticmethod
@@ -308,10 +312,12 @@ class CheckpointProxy(object):
 
     def _checkpoint(self, instance, image, request):
         try:
+            group = request.get('group')
             result = self.agent.checkpoint(
-                image, group=request.get('group'),
-                members=request.get('members'),
-                quiesce=request.get('quiesce'))
+                image, group=group, members=request.get('members'),
+                quiesce=request.get('quiesce'),
+                project=self.agent.project_of(instance) if group else None,
+                creator='instance %s' % instance)
         except exception.InvalidInput as e:
             raise HTTPError(400, str(e))
         reply = {'version': result['version'],
@@ -322,10 +328,12 @@ class CheckpointProxy(object):
                  result['version'])
         return reply
 
-    def _group(self, image, group):
-        # A guest only sees the groups its own image is a member of, and
-        # of them only counts: members may belong to other tenants.
-        view = groups.guest_view(self.agent.group_state(group), image)
+    def _group(self, instance, image, group):
+        # A guest only sees the groups of its project that its own image
+        # is a member of, and of them only counts.
+        view = groups.guest_view(
+            self.agent.group_state(group, self.agent.project_of(instance)),
+            image)
         if view is None:
             raise HTTPError(404, 'no group %s with this instance in it'
                             % group)

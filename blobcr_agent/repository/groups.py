@@ -1,24 +1,44 @@
 """Global checkpoints: versions of many images taken as one group.
 
 All ranks of a job checkpoint with one group id and the number of
-members. The tag lives on each member version in its image header, so
-the record is shared by every host of the job and survives agent
-restarts. A group is complete when it has as many stable versions as it
-has members; a restart takes the newest complete group.
+members. A group id is scoped by project: ``job-1`` of one project and
+``job-1`` of another are two groups, and a guest can neither join nor
+see a group of a project that is not its own (the guest endpoint takes
+the project from the instance's binding or its Nova domain metadata;
+operators name it). Callers with no project share one scope of their
+own, apart from every project's.
 
-Groups are shared by guests of different owners, so what a guest learns
-is kept small: a refusal does not say the group's member count, and
+Each group has an index record beside the image headers (``group.`` and
+a digest of project and id): its member count, project, creator and the
+ids of its member images, so that a poll reads the index and the
+members' headers, not every header of the repository. The tag on each
+member version (``{"id", "members", "project"}`` in its image header)
+stays the truth for states: a group is complete when every member's
+newest version in it is stable; a restart takes the newest complete
+group.
+
+The index is written before the member's tag: a crash in between leaves
+an index that names an image with no version in the group, which counts
+as a missing member (the group is incomplete, never wrongly complete).
+
+Groups are shared by guests of one project, so what a guest learns is
+kept small: a refusal does not say the group's member count, and
 ``guest_view`` is all a member sees (counts, no other member's name or
 id). Operators get everything from ``state``.
 """
 
+import hashlib
+import json
 import re
+import time
 
 from blobcr_agent import exception
 from blobcr_agent.repository import image as image_mod
 
 GROUP_ID = re.compile(r'^[A-Za-z0-9_.-]{1,64}$')
+PROJECT_ID = re.compile(r'^[A-Za-z0-9_.:-]{1,64}$')
 MAX_MEMBERS = 100000
+RECORD_PREFIX = 'group.'
 
 
 def check(group, members):
@@ -29,45 +49,150 @@ def check(group, members):
                                      % MAX_MEMBERS)
 
 
-def admit(repo, group, members):
-    """Refuse a member count that disagrees with the group's: checked
-    before the checkpoint is taken, so that a refusal commits nothing.
+def check_project(project):
+    if project is not None and (not isinstance(project, str) or
+                                not PROJECT_ID.match(project)):
+        raise exception.InvalidInput(
+            'project: 1-64 letters, digits, . _ : -')
+
+
+def record_name(group, project=None):
+    """The name of a group's index record (the digest keeps names of
+    any project and id apart and within the backend's name rules).
     """
-    check(group, members)
-    known = state(repo, group)
-    if known['versions'] and known['members'] != members:
+    key = json.dumps([project, group]).encode()
+    return RECORD_PREFIX + hashlib.sha256(key).hexdigest()[:40]
+
+
+class GroupIndex(object):
+    """A group's index record: what the group is and who is in it."""
+
+    def __init__(self, group, project, members=0, creator=None,
+                 created=None, updated=None, images=()):
+        self.group = group
+        self.project = project
+        self.members = members
+        self.creator = creator
+        self.created = created
+        self.updated = updated
+        self.images = list(images)
+
+    @classmethod
+    def decoder(cls, group, project):
+        """``decode`` for Repository.update_record: None is a new group."""
+        def decode(data):
+            if data is None:
+                return cls(group, project)
+            try:
+                raw = json.loads(data)
+                found = cls(raw['group'], raw.get('project'),
+                            raw['members'], raw.get('creator'),
+                            raw.get('created'), raw.get('updated'),
+                            raw['images'])
+            except (ValueError, KeyError, TypeError) as e:
+                raise exception.CorruptObject(
+                    'group index', record_name(group, project), str(e))
+            if (found.group, found.project) != (group, project):
+                raise exception.CorruptObject(
+                    'group index', record_name(group, project),
+                    'it belongs to another group')
+            return found
+        return decode
+
+    def to_bytes(self):
+        return json.dumps({'group': self.group, 'project': self.project,
+                           'members': self.members,
+                           'creator': self.creator,
+                           'created': self.created,
+                           'updated': self.updated,
+                           'images': self.images},
+                          sort_keys=True).encode()
+
+
+def _read_index(repo, group, project):
+    found = repo.backend.read_header(record_name(group, project))
+    if found is None:
+        return None
+    return GroupIndex.decoder(group, project)(found[0])
+
+
+def _refuse_count(index, group, members):
+    if index is not None and index.members and index.members != members:
         # Not the group's count: a guest must not learn it from here.
         raise exception.InvalidInput(
             'members: %d does not match the member count of group %s'
             % (members, group))
 
 
-def tag(repo, image, number, group, members):
-    """Record that version ``number`` of ``image`` belongs to ``group``."""
+def admit(repo, group, members, project=None):
+    """Refuse a member count that disagrees with the group's: checked
+    before the checkpoint is taken, so that a refusal commits nothing.
+    """
     check(group, members)
+    check_project(project)
+    _refuse_count(_read_index(repo, group, project), group, members)
+
+
+def tag(repo, image, number, group, members, project=None, creator=None):
+    """Record that version ``number`` of ``image`` belongs to ``group``
+    of ``project``: in the group's index (made by the first member;
+    ``creator`` says who, for operators), then on the version.
+    """
+    check(group, members)
+    check_project(project)
+    image_id = repo.image(image).id
+
+    def join(index):
+        _refuse_count(index, group, members)
+        now = time.time()
+        if not index.members:
+            index.members, index.created = members, now
+            index.creator = creator
+        if image_id not in index.images:
+            index.images.append(image_id)
+        index.updated = now
+    repo.update_record(record_name(group, project),
+                       GroupIndex.decoder(group, project), join,
+                       'index of group %s' % group)
 
     def mutate(header):
-        header.version(number).group = {'id': group, 'members': members}
-    repo.update_header(repo.image(image).id, mutate)
+        header.version(number).group = {'id': group, 'members': members,
+                                        'project': project}
+    repo.update_header(image_id, mutate)
 
 
-def state(repo, group):
-    """``{"group", "members", "versions": {image id: {"image", "name",
-    "version", "state", "created"}}, "complete"}``, for operators; the
-    newest version per image counts. Keyed by image id: names are not
-    unique.
+def _in_group(version, group, project):
+    return bool(version.group) and version.group['id'] == group and \
+        version.group.get('project') == project
+
+
+def state(repo, group, project=None):
+    """``{"group", "project", "members", "creator", "versions": {image
+    id: {"image", "name", "version", "state", "created"}}, "complete"}``
+    for operators; the newest version per member image counts. Keyed by
+    image id: names are not unique.
     """
-    versions, members = {}, 0
-    for header in repo.images():
-        for v in header.versions:
-            if v.group and v.group['id'] == group:
-                members = v.group['members']
-                versions[header.id] = {'image': header.id,
-                                       'name': header.name,
-                                       'version': v.number,
-                                       'state': v.state,
-                                       'created': v.created}
-    return {'group': group, 'members': members, 'versions': versions,
+    check_project(project)
+    index = _read_index(repo, group, project)
+    versions = {}
+    for image_id in index.images if index else ():
+        try:
+            header, _ = repo._read(image_id)     # by id: no name search
+        except exception.ImageNotFound:
+            continue
+        if header.deleted:
+            continue                    # a member deleted since
+        tagged = [v for v in header.versions
+                  if _in_group(v, group, project)]
+        if tagged:
+            v = max(tagged, key=lambda v: v.number)
+            versions[header.id] = {'image': header.id, 'name': header.name,
+                                   'version': v.number, 'state': v.state,
+                                   'created': v.created}
+    members = index.members if index else 0
+    return {'group': group, 'project': project, 'members': members,
+            'creator': index.creator if index else None,
+            'versions': versions,
             'complete': bool(versions) and len(versions) == members and
             all(v['state'] == image_mod.STABLE for v in versions.values())}
 
@@ -87,17 +212,36 @@ def guest_view(found, image):
             'complete': bool(found['complete'])}
 
 
-def newest_complete(repo, prefix=''):
-    """The id of the newest complete group whose id starts with
-    ``prefix``, or None: where a restart of the job begins.
+def indexes(repo, project=None):
+    """The index records of ``project``'s groups (no image header is
+    read), newest member first.
     """
-    seen = {}
-    for header in repo.images():
-        for v in header.versions:
-            if v.group and v.group['id'].startswith(prefix):
-                seen[v.group['id']] = max(seen.get(v.group['id'], 0),
-                                          v.created)
-    for group in sorted(seen, key=seen.get, reverse=True):
-        if state(repo, group)['complete']:
-            return group
+    found = []
+    for name in repo.backend.list_headers():
+        if not name.startswith(RECORD_PREFIX):
+            continue
+        record = repo.backend.read_header(name)
+        if record is None:
+            continue                    # removed while we listed
+        try:
+            raw = json.loads(record[0])
+            index = GroupIndex.decoder(raw['group'],
+                                       raw.get('project'))(record[0])
+        except (ValueError, KeyError, TypeError,
+                exception.CorruptObject):
+            continue                    # not ours to judge here
+        if index.project == project:
+            found.append(index)
+    return sorted(found, key=lambda i: i.updated or 0, reverse=True)
+
+
+def newest_complete(repo, prefix='', project=None):
+    """The id of the newest complete group of ``project`` whose id
+    starts with ``prefix``, or None: where a restart of the job begins.
+    """
+    check_project(project)
+    for index in indexes(repo, project):
+        if index.group.startswith(prefix) and \
+                state(repo, index.group, project)['complete']:
+            return index.group
     return None

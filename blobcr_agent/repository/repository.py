@@ -98,6 +98,8 @@ class Repository(object):
     # -- headers -------------------------------------------------------
 
     def _read(self, image_id):
+        if '.' in image_id:
+            raise exception.ImageNotFound(image_id)     # not an image id
         found = self.backend.read_header(image_id)
         if found is None:
             raise exception.ImageNotFound(image_id)
@@ -110,16 +112,31 @@ class Repository(object):
         ``mutate`` may raise to refuse; it is re-run on a fresh header
         after every lost race, so it must not have other side effects.
         """
+        def decode(data):
+            if data is None:
+                raise exception.ImageNotFound(image_id)
+            return image_mod.ImageHeader.from_bytes(data, image_id)
+        return self.update_record(image_id, decode, mutate,
+                                  'header of image %s' % image_id)
+
+    def update_record(self, name, decode, mutate, what):
+        """Compare-and-set of any record kept beside the image headers
+        (a name with a dot is never an image): ``decode(bytes or None)``
+        gives an object with ``to_bytes()``, ``mutate`` changes it (see
+        update_header). Returns ``(object, mutate's result)``.
+        """
         for attempt in range(_CAS_TRIES):
-            header, token = self._read(image_id)
-            result = mutate(header)
+            found = self.backend.read_header(name)
+            data, token = found if found is not None else (None, None)
+            record = decode(data)
+            result = mutate(record)
             try:
-                self.backend.write_header(image_id, header.to_bytes(), token)
-                return header, result
+                self.backend.write_header(name, record.to_bytes(), token)
+                return record, result
             except exception.Conflict:
                 time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
-        raise exception.Conflict('header of image %s keeps changing; gave '
-                                 'up after %d tries' % (image_id, _CAS_TRIES))
+        raise exception.Conflict('%s keeps changing; gave up after %d tries'
+                                 % (what, _CAS_TRIES))
 
     def image(self, ref):
         """The header of an image named by id or by (unique) name."""
@@ -141,6 +158,8 @@ class Repository(object):
     def images(self, include_deleted=False):
         result = []
         for image_id in self.backend.list_headers():
+            if '.' in image_id:
+                continue        # a record beside the images (groups.py)
             try:
                 header, _ = self._read(image_id)
             except exception.ImageNotFound:

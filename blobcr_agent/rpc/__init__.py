@@ -8,10 +8,13 @@ side. Version history of the API:
   list_versions, obsolete, gc, status, export, group_state.
 * 1.1 - detach(force=), export(overwrite=). A client sends 1.1 only for
   a call that uses them, so 1.0 agents still serve everything else.
+* 1.2 - project= for attach, checkpoint and group_state (group ids are
+  scoped by project), creator= for checkpoint; sent as 1.2 only when
+  given.
 """
 
 TOPIC = 'blobcr-agent'
 # Named in every target, so that callers whatever their own
 # control_exchange (cinder, nova) reach the agents.
 EXCHANGE = 'blobcr'
-VERSION = '1.1'
+VERSION = '1.2'

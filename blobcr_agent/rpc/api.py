@@ -85,9 +85,24 @@ class AgentAPI(object):
                 raise
             raise agent_error from None
 
-    def attach(self, host, image, version=None, instance=None):
+    @staticmethod
+    def _since(api_version, **arguments):
+        """The ``arguments`` of a later API version that are set, with
+        that version to send them as; {} (a 1.0 call) when none is.
+        """
+        given = {k: v for k, v in arguments.items() if v is not None}
+        if given:
+            given['api_version'] = api_version
+        return given
+
+    def attach(self, host, image, version=None, instance=None,
+               project=None):
+        """``project`` (API 1.2): the instance's, the scope of the
+        group ids its guest uses.
+        """
         return self._call(host, 'attach', image=image, version=version,
-                          instance=instance)
+                          instance=instance,
+                          **self._since('1.2', project=project))
 
     def detach(self, host, image, discard=False, force=False):
         """``force`` (API 1.1) detaches even while a running domain uses
@@ -99,16 +114,20 @@ class AgentAPI(object):
         return self._call(host, 'detach', image=image, discard=discard)
 
     def checkpoint(self, host, image, quiesce=None, group=None,
-                   members=None, rpc_timeout=CHECKPOINT_TIMEOUT):
+                   members=None, rpc_timeout=CHECKPOINT_TIMEOUT,
+                   project=None, creator=None):
         """``quiesce`` asked for (fsfreeze, suspend) needs a running
         domain on the image (else InvalidInput); left out, the agent's
         default applies, which falls back to none without a domain.
         ``rpc_timeout`` (None: the client's timeout) bounds the wait
-        for the answer.
+        for the answer. ``project`` scopes ``group``, ``creator`` is
+        recorded by a group's first member (API 1.2).
         """
         return self._call(host, 'checkpoint', rpc_timeout=rpc_timeout,
                           image=image, quiesce=quiesce, group=group,
-                          members=members)
+                          members=members,
+                          **self._since('1.2', project=project,
+                                        creator=creator))
 
     def state(self, host, image, version):
         return self._call(host, 'state', image=image, version=version)
@@ -147,8 +166,9 @@ class AgentAPI(object):
                           image=image, version=version, path=path,
                           timeout=timeout, **extra)
 
-    def group_state(self, host, group):
-        return self._call(host, 'group_state', group=group)
+    def group_state(self, host, group, project=None):
+        return self._call(host, 'group_state', group=group,
+                          **self._since('1.2', project=project))
 
     def cleanup(self):
         self.transport.cleanup()

@@ -57,7 +57,7 @@ def confined_export_path(export_dir, path, who):
 
 
 class AgentEndpoint(object):
-    """Every public method is an RPC call (API version 1.1)."""
+    """Every public method is an RPC call (API version 1.2)."""
 
     target = messaging.Target(version=rpc.VERSION)
 
@@ -70,8 +70,10 @@ class AgentEndpoint(object):
         return confined_export_path(self.export_dir, path, 'RPC exports')
 
     @_expected
-    def attach(self, ctxt, image, version=None, instance=None):
-        return self.manager.attach(image, version=version, instance=instance)
+    def attach(self, ctxt, image, version=None, instance=None,
+               project=None):
+        return self.manager.attach(image, version=version, instance=instance,
+                                   project=project)
 
     @_expected
     def detach(self, ctxt, image, discard=False, force=False):
@@ -79,9 +81,10 @@ class AgentEndpoint(object):
 
     @_expected
     def checkpoint(self, ctxt, image, quiesce=None, group=None,
-                   members=None):
+                   members=None, project=None, creator='rpc'):
         return self.manager.checkpoint(image, quiesce=quiesce, group=group,
-                                       members=members)
+                                       members=members, project=project,
+                                       creator=creator)
 
     @_expected
     def state(self, ctxt, image, version):
@@ -118,8 +121,8 @@ class AgentEndpoint(object):
                                    timeout=timeout, overwrite=overwrite)
 
     @_expected
-    def group_state(self, ctxt, group):
-        return self.manager.group_state(group)
+    def group_state(self, ctxt, group, project=None):
+        return self.manager.group_state(group, project=project)
 
 
 def get_server(conf, manager, transport=None):

@@ -333,7 +333,8 @@ def test_manage_waits_as_long_as_it_was_told(monkeypatch):
     monkeypatch.setattr(manage_cmd, 'AgentClient', Client)
     args = argparse.Namespace(
         admin_socket='/nonexistent.sock', image='disk', quiesce=None,
-        group=None, members=None, wait_stable=True, timeout=900, json=True)
+        group=None, members=None, project=None, wait_stable=True,
+        timeout=900, json=True)
     assert not manage_cmd.do_checkpoint(args)
     assert made == [930]
     args.wait_stable = False

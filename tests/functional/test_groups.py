@@ -10,13 +10,13 @@ from blobcr_agent import exception
 from blobcr_agent.repository import groups
 
 
-def _member(repo, name, group, members, state='stable'):
+def _member(repo, name, group, members, state='stable', project=None):
     header = repo.create_image(name, 4 * 4096)
     if state == 'stable':
         number = repo.commit(header.id, {0: b'x' * 4096})
     else:
         number = repo.begin_commit(header.id).version
-    groups.tag(repo, header.id, number, group, members)
+    groups.tag(repo, header.id, number, group, members, project=project)
     return header.id, number
 
 
@@ -41,8 +41,8 @@ def test_complete_only_when_every_member_is_stable(repo):
     groups.tag(repo, c, number, 'job-1', 3)
     assert groups.state(repo, 'job-1')['complete'] is True
     assert groups.state(repo, 'no-such-group') == {
-        'group': 'no-such-group', 'members': 0, 'versions': {},
-        'complete': False}
+        'group': 'no-such-group', 'project': None, 'members': 0,
+        'creator': None, 'versions': {}, 'complete': False}
 
 
 def test_member_count_and_ids_are_checked(repo):
@@ -97,3 +97,68 @@ def test_a_guest_sees_counts_of_its_own_groups_only(repo):
     assert b not in repr(view) and 'tenant-2-vm' not in repr(view)
     assert groups.guest_view(found, outsider) is None
     assert groups.guest_view(groups.state(repo, 'nothing'), a) is None
+
+
+def test_group_ids_are_scoped_by_project(repo):
+    a, _ = _member(repo, 'p1-rank-0', 'job-5', 2, project='p1')
+    b, _ = _member(repo, 'p2-rank-0', 'job-5', 1, project='p2')
+    # Same id, other project: another group, with its own count.
+    groups.admit(repo, 'job-5', 1, project='p2')
+    with pytest.raises(exception.InvalidInput):
+        groups.admit(repo, 'job-5', 1, project='p1')
+    p1 = groups.state(repo, 'job-5', project='p1')
+    p2 = groups.state(repo, 'job-5', project='p2')
+    assert set(p1['versions']) == {a} and p1['complete'] is False
+    assert set(p2['versions']) == {b} and p2['complete'] is True
+    # A guest of p2 asking for p1's group sees nothing of it.
+    assert groups.guest_view(p2, a) is None
+    assert groups.guest_view(p1, b) is None
+    # The caller without a project has a scope of its own.
+    assert groups.state(repo, 'job-5')['versions'] == {}
+    assert groups.newest_complete(repo, 'job-', project='p2') == 'job-5'
+    assert groups.newest_complete(repo, 'job-', project='p1') is None
+    assert groups.newest_complete(repo, 'job-') is None
+    with pytest.raises(exception.InvalidInput):
+        groups.state(repo, 'job-5', project='a/b')
+
+
+def test_a_poll_reads_the_index_and_members_only(repo):
+    a, _ = _member(repo, 'rank-0', 'job-6', 2)
+    b, _ = _member(repo, 'rank-1', 'job-6', 2)
+    others = [repo.create_image('bystander-%d' % k, 4096).id
+              for k in range(5)]
+    read = []
+    real = repo.backend.read_header
+
+    def counting(name):
+        read.append(name)
+        return real(name)
+    repo.backend.read_header = counting
+    try:
+        assert groups.state(repo, 'job-6')['complete'] is True
+    finally:
+        repo.backend.read_header = real
+    assert sorted(read) == sorted([groups.record_name('job-6'), a, b])
+    assert not set(read) & set(others)
+
+
+def test_group_records_are_not_images(repo):
+    _member(repo, 'rank-0', 'job-8', 1)
+    assert [h.name for h in repo.images()] == ['rank-0']
+    with pytest.raises(exception.ImageNotFound):
+        repo.image(groups.record_name('job-8'))
+
+
+def test_a_member_in_the_index_without_its_tag_is_missing(repo):
+    # A crash between the index and the tag: incomplete, never complete.
+    a, va = _member(repo, 'rank-0', 'job-9', 2)
+    b = repo.create_image('rank-1', 4 * 4096).id
+    repo.commit(b, {0: b'z' * 4096})
+
+    def join(index):
+        index.images.append(b)
+    repo.update_record(groups.record_name('job-9'),
+                       groups.GroupIndex.decoder('job-9', None), join, 'x')
+    found = groups.state(repo, 'job-9')
+    assert set(found['versions']) == {a}
+    assert found['complete'] is False

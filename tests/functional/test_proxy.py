@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from blobcr_agent import exception
 from blobcr_agent.proxy import auth
 from blobcr_agent.proxy import server as proxy_server
 from blobcr_agent.repository import groups
@@ -347,14 +348,18 @@ class StubAgent(object):
     def resolve(self, instance):
         return 'image-of-' + instance
 
-    def checkpoint(self, image, group=None, members=None, quiesce=None):
+    def project_of(self, instance):
+        return None
+
+    def checkpoint(self, image, group=None, members=None, quiesce=None,
+                   project=None, creator=None):
         self.checkpoints += 1
         return {'version': self.checkpoints + 1, 'downtime_ms': 0}
 
     def state(self, image, version):
         return 'stable'
 
-    def group_state(self, group):
+    def group_state(self, group, project=None):
         return {'group': group, 'members': 0, 'versions': {},
                 'complete': False}
 
@@ -566,3 +571,59 @@ def test_authenticator_refuses_what_is_not_ascii():
                           'X-Instance-ID-Signature': '\xff'}) is None
     assert AUTH.instance({'X-Instance-ID': 'vm-a',
                           'X-BlobCR-Token': token}) == 'vm-a'
+
+
+def test_groups_are_scoped_by_the_instances_project(
+        backend_factory, agent_factory):
+    # vm-a and vm-c of project p1, vm-b of p2 (Cinder and Nova bind
+    # instances with their project); vm-d without one.
+    repo = repository.Repository(backend_factory(), chunk_size=CHUNK)
+    agent = agent_factory(repo.backend, SETTINGS)
+    projects = {'vm-a': 'p1', 'vm-b': 'p2', 'vm-c': 'p1', 'vm-d': None}
+    authenticator = auth.Authenticator('host-secret')
+    images, headers = {}, {}
+    for instance, project in projects.items():
+        header = repo.create_image(instance, 16 * CHUNK)
+        repo.commit(header.id, {0: os.urandom(CHUNK)})
+        images[instance] = header.id
+        agent.client.call('attach', image=header.id, instance=instance,
+                          project=project)
+        headers[instance] = {
+            'X-Instance-ID': instance,
+            'X-BlobCR-Token': authenticator.token_for(instance)}
+    port = agent.proxy_port()
+    job = json.dumps({'group': 'job', 'members': 2})
+    assert request(port, 'POST', '/v1/checkpoint', headers['vm-a'],
+                   job)[0] == 200
+    # vm-b (p2) guessing p1's id and count makes a group of p2's own:
+    # it neither joins nor completes p1's.
+    assert request(port, 'POST', '/v1/checkpoint', headers['vm-b'],
+                   job)[0] == 200
+    # Nor does one with another count get refused by p1's count.
+    assert request(port, 'POST', '/v1/checkpoint', headers['vm-d'],
+                   json.dumps({'group': 'job', 'members': 5}))[0] == 200
+    p1 = groups.state(repo, 'job', project='p1')
+    assert set(p1['versions']) == {images['vm-a']}
+    assert p1['creator'] == 'instance vm-a'
+    assert set(groups.state(repo, 'job', project='p2')['versions']) == {
+        images['vm-b']}
+    # vm-b sees only its own group, never p1's members.
+    status, view = request(port, 'GET', '/v1/group/job', headers['vm-b'])
+    assert status == 200 and view['members'] == 2 and view['stable'] <= 1
+    # vm-c (p1) completes p1's group.
+    assert request(port, 'POST', '/v1/checkpoint', headers['vm-c'],
+                   job)[0] == 200
+    deadline = time.monotonic() + 30
+    while not request(port, 'GET', '/v1/group/job',
+                      headers['vm-c'])[1]['complete']:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert set(groups.state(repo, 'job', project='p1')['versions']) == {
+        images['vm-a'], images['vm-c']}
+    assert not groups.state(repo, 'job', project='p2')['complete']
+    # A project needs an instance, and a valid id.
+    for bad in ({'instance': None, 'project': 'p1'},
+                {'instance': 'vm-e', 'project': 'a/b'}):
+        with pytest.raises(exception.BlobCRError, match='project'):
+            agent.client.call('attach', image=images['vm-a'], **bad)
+    repo.close()

@@ -237,7 +237,7 @@ def test_life_cycle(store, rpc_agent, api, export_dir):
     for image, version in ((image_id, 4), (clone['id'], 2)):
         assert api.wait_stable(host, image, version, timeout=60) == 'stable'
         assert repo.image(image).version(version).group == \
-            {'id': group, 'members': 2}
+            {'id': group, 'members': 2, 'project': None}
     done = api.group_state(host, group)
     assert done['complete'] and done['group'] == group
     assert {key: (v['name'], v['version'], v['state'])
@@ -457,21 +457,32 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
             with pytest.raises(oslo_messaging.RPCVersionCapError):
                 capped.client.prepare(server=host, version=version).call(
                     {}, 'status')
-        # The 1.1 arguments are 1.1 calls.
+        # The 1.1 arguments are 1.1 calls, the 1.2 ones (project,
+        # creator) 1.2 calls.
         with pytest.raises(oslo_messaging.RPCVersionCapError):
             capped.detach(host, image_id, force=True)
         with pytest.raises(oslo_messaging.RPCVersionCapError):
             capped.export(host, image_id, 1, '/nowhere.raw', overwrite=True)
+        for call in (lambda: capped.attach(host, image_id, instance='vm',
+                                           project='p1'),
+                     lambda: capped.checkpoint(host, image_id, group='g',
+                                               members=1, project='p1'),
+                     lambda: capped.group_state(host, 'g', project='p1')):
+            with pytest.raises(oslo_messaging.RPCVersionCapError):
+                call()
         assert list(capped.status(host)['attached']) == [image_id]
         assert 'UnsupportedVersion' not in agent_log(agent)
-        # Without a cap, 1.1 is served; the agent's dispatcher refuses
-        # newer versions.
-        assert uncapped.client.prepare(server=host, version='1.1').call(
-            {}, 'status')['host'] == host
+        # Without a cap, 1.1 and 1.2 are served; the agent's dispatcher
+        # refuses newer versions.
+        for version in ('1.1', '1.2'):
+            assert uncapped.client.prepare(server=host, version=version).call(
+                {}, 'status')['host'] == host
+        assert uncapped.group_state(host, 'g', project='p1')['project'] == \
+            'p1'
         # oslo.messaging answers UnsupportedVersion, which the caller
         # gets as a RemoteError naming it (oslo_messaging.rpc.dispatcher
         # is not an allowed remote exception module).
-        for version in ('1.2', '2.0'):
+        for version in ('1.3', '2.0'):
             assert uncapped.client.can_send_version(version)
             with pytest.raises(oslo_messaging.RemoteError) as ei:
                 uncapped.client.prepare(server=host, version=version).call(
@@ -668,10 +679,16 @@ def test_calls_prepare_their_versions_and_timeouts():
         api.detach('h', 'disk', force=True)
         api.export('h', 'disk', 1, '/x.raw')
         api.export('h', 'disk', 1, '/x.raw', timeout=10, overwrite=True)
+        api.checkpoint('h', 'disk', group='g', members=2, project='p',
+                       creator='cinder')
+        api.attach('h', 'disk', instance='vm')
+        api.attach('h', 'disk', instance='vm', project='p')
+        api.group_state('h', 'g')
+        api.group_state('h', 'g', project='p')
         got = [(m, kw, sorted(a)) for m, kw, a in api.client.prepared]
     finally:
         api.cleanup()
-    assert rpc.VERSION == '1.1'
+    assert rpc.VERSION == '1.2'
     checkpoint = ['group', 'image', 'members', 'quiesce']
     assert got == [
         # A checkpoint outlasts the agent's bounded wait (then Busy).
@@ -686,5 +703,15 @@ def test_calls_prepare_their_versions_and_timeouts():
         ('export', {'server': 'h', 'version': '1.0', 'timeout': 630},
          ['image', 'path', 'timeout', 'version']),
         ('export', {'server': 'h', 'version': '1.1', 'timeout': 40},
-         ['image', 'overwrite', 'path', 'timeout', 'version'])]
+         ['image', 'overwrite', 'path', 'timeout', 'version']),
+        ('checkpoint', {'server': 'h', 'version': '1.2', 'timeout':
+                        rpc_api.CHECKPOINT_TIMEOUT},
+         ['creator', 'group', 'image', 'members', 'project', 'quiesce']),
+        ('attach', {'server': 'h', 'version': '1.0'},
+         ['image', 'instance', 'version']),
+        ('attach', {'server': 'h', 'version': '1.2'},
+         ['image', 'instance', 'project', 'version']),
+        ('group_state', {'server': 'h', 'version': '1.0'}, ['group']),
+        ('group_state', {'server': 'h', 'version': '1.2'},
+         ['group', 'project'])]
     assert rpc_api.CHECKPOINT_TIMEOUT >= 300

@@ -359,3 +359,31 @@ def test_explicit_quiesce_needs_a_running_domain(hypervisor, tmp_path):
             'test').state()[0] == PAUSED
     assert hypervisor.connection().lookupByName('test').state()[0] == \
         RUNNING
+
+
+# -- the project Nova recorded ------------------------------------------------
+
+NOVA_DOMAIN = (
+    '<domain type="test"><name>%s</name><uuid>%s</uuid>'
+    '<memory>65536</memory><metadata>'
+    '<nova:instance xmlns:nova="http://openstack.org/xmlns/libvirt/nova/1.1">'
+    '<nova:name>vm</nova:name><nova:owner>'
+    '<nova:user uuid="u-1">alice</nova:user>'
+    '<nova:project uuid="%s">demo</nova:project>'
+    '</nova:owner></nova:instance></metadata>'
+    '<os><type>hvm</type></os><devices/></domain>')
+
+
+def test_instance_project_comes_from_nova_metadata(hypervisor):
+    conn = hypervisor.connection()
+    instance = str(uuid.uuid4())
+    project = uuid.uuid4().hex
+    domain = conn.defineXML(NOVA_DOMAIN % ('nova-' + instance[:8], instance,
+                                           project))
+    try:
+        assert hypervisor.instance_project(instance) == project
+        # Not the user's id, not another domain's.
+        assert hypervisor.instance_project('test') is None
+        assert hypervisor.instance_project(str(uuid.uuid4())) is None
+    finally:
+        domain.undefine()
