@@ -210,11 +210,15 @@ class Repository(object):
 
     # -- versions --------------------------------------------------------
 
-    def begin_commit(self, ref, parent=None):
+    def begin_commit(self, ref, parent=None, after=None):
         """Register a pending version and return its :class:`Commit`.
 
         The new version is ``parent`` (default: the newest stable
-        version) plus the chunks put into the commit.
+        version) plus the chunks put into the commit. With ``after``, a
+        version of the image still pending (pipelined checkpoints), the
+        new version follows it instead: its tree is built on that one's
+        when it finishes, and it fails if that one does not become
+        stable first.
         """
         image_id = self.image(ref).id
         now = time.time()
@@ -223,7 +227,14 @@ class Repository(object):
             if header.deleted:
                 raise exception.ImageNotFound(image_id)
             base_version = None
-            if parent is not None or any(
+            if after is not None:
+                base_version = header.version(after)
+                if base_version.state not in (image_mod.PENDING,
+                                              image_mod.STABLE):
+                    raise exception.CommitAborted(
+                        'version %d of %s is %s: no version can follow it'
+                        % (after, image_id, base_version.state))
+            elif parent is not None or any(
                     v.state == image_mod.STABLE for v in header.versions):
                 base_version = header.stable_version(parent)
             number = max([v.number for v in header.versions], default=0) + 1
@@ -234,6 +245,10 @@ class Repository(object):
             return number, base_version
 
         header, (number, base_version) = self.update_header(image_id, mutate)
+        if base_version is not None and \
+                base_version.state == image_mod.PENDING:
+            return Commit(self, header, number, None,
+                          after=base_version.number)
         return Commit(self, header, number,
                       base_version.root_ref if base_version else None)
 
@@ -254,6 +269,8 @@ class Repository(object):
             return header.version(v.parent) if v.parent else None
 
         header, parent = self.update_header(image_id, adopt)
+        if parent is not None and parent.state == image_mod.PENDING:
+            return Commit(self, header, number, None, after=parent.number)
         return Commit(self, header, number,
                       parent.root_ref if parent else None)
 
@@ -526,15 +543,17 @@ class Commit(object):
     """A pending version being written (COMMIT in progress).
 
     ``put`` may be called from several threads; ``finish`` makes the
-    version stable, ``abort`` makes it failed.
+    version stable, ``abort`` makes it failed. ``after``: the pending
+    version this one follows, whose tree is the base, read at finish.
     """
 
-    def __init__(self, repo, header, number, base_root):
+    def __init__(self, repo, header, number, base_root, after=None):
         self.repo = repo
         self.header = header
         self.version = number
         self.image_id = header.id
         self._base_root = base_root
+        self.after = after
         self._changes = {}
         self._batch = repo.backend.batch()
         self._heartbeat = time.monotonic()
@@ -579,15 +598,29 @@ class Commit(object):
             v.heartbeat = time.time()
         self.repo.update_header(self.image_id, mutate)
 
+    def _resolve_base(self):
+        """The root of the version this one follows, which must be
+        stable by now (versions turn stable in order).
+        """
+        if self.after is None:
+            return self._base_root
+        base = self.repo.image(self.image_id).version(self.after)
+        if base.state != image_mod.STABLE:
+            raise exception.CommitAborted(
+                'version %d of %s follows version %d, which is %s'
+                % (self.version, self.image_id, self.after, base.state))
+        return base.root_ref
+
     def finish(self):
         """Make every chunk and node durable, then the version stable."""
+        base_root = self._resolve_base()
         self._batch.wait()
         self.repo.record_upload(self._batch.rate())
         t = self.header.tree(self.repo.nodes)
         nodes = self.repo.backend.batch()
         writer = tree.PackWriter(self.repo.nodes, self.repo.pack_max_bytes,
                                  nodes)
-        root = t.update(self._base_root, self._changes, writer)
+        root = t.update(base_root, self._changes, writer)
         writer.close()
         nodes.wait()
         stored = self._batch.bytes + nodes.bytes
