@@ -1,178 +1,664 @@
-"""``blobcr-bench checkpoint``: the journal paper's synthetic benchmark.
+"""``blobcr-bench checkpoint``: the journal paper's synthetic benchmark,
+and a workload of periodic checkpoints under continuous writes.
 
-A process fills a buffer with fresh data, writes it over a region of the
-image through the FUSE mount, calls CHECKPOINT, and at once starts the
-next iteration over the same region, so its writes race with the persist
-of the previous snapshot. For each mirror mode (selective-cow, live-cow,
-live-precopy, offline), in the same run:
+Synthetic benchmark (default). An application rewrites a region of its
+image (``--size``) in blocks of ``--block``, calls CHECKPOINT, and at
+once rewrites it again, so that its writes race with the persist of the
+previous snapshot. The data is random and made before any timing (one
+buffer, a new 4 KiB-shifted window per rewrite, see common.Pattern): the
+persister gets no head start from a data generator. For every variant,
+in the same run and taking turns (the order rotates from run to run):
 
-* ``downtime_ms``: CHECKPOINT request to acknowledgment (median);
+* the four mirror modes (selective-cow, live-cow, live-precopy, offline)
+  rewriting in ``--order`` (default sequential);
+* selective-cow with the adaptive flush order (AI-Ckpt Algorithm 4) and
+  with index order, rewriting in each ``--flush-workloads`` order
+  (default ``random``: one fixed permutation of the blocks, the same in
+  every epoch, so the previous epoch's write order predicts the next
+  one's, which is what the adaptive order exploits; in index order the
+  persister meets the writer's chunks at random).
+
+Reported per variant (medians over ``--runs`` with their spread):
+
+* ``ack_ms``: CHECKPOINT request to acknowledgment, measured by the
+  caller (it includes any wait for the previous persist);
+* ``held_ms``: the part of it the mirror held writes still (the
+  snapshot alone), as the mirror reports it;
 * ``slowdown_s``: run time of the iterations minus that of the same
-  iterations without checkpoints, measured right before (``run_s``,
+  iterations without checkpoints, measured just before (``run_s``,
   ``baseline_s``);
-* ``completion_s``: CHECKPOINT to stable (median);
-* ``cow_bytes``: bytes the mirror copied to keep snapshots consistent.
+* ``to_stable_s``: CHECKPOINT to stable;
+* the mirror's counters over the timed iterations: ``cow_copies``,
+  ``redirects``, ``waits``, ``urgent``, ``avoided``.
 
-For selective-cow it also measures the downtime with only 64 MiB dirty.
+Each variant proves its path ran: selective-cow must have copied (and,
+with an unthrottled writer, made writers wait), live-cow redirected,
+every checkpoint held dirty chunks, offline returned only once stable.
+A zero makes the run fail (``--head-start S`` waits S seconds after each
+CHECKPOINT, which lets the persister finish first, as the old benchmark's
+data generator did: it shows the check firing).
+
+``--downtime-sizes`` (default 64M and 1G): ack and held time of a
+selective-cow CHECKPOINT with that much dirty, and their ratio.
+
+Interval workload (``--interval [N]``): one writer thread writes random
+blocks of ``--write-size`` over a ``--image-size`` image without pause
+while a CHECKPOINT is requested every N seconds (default 2), for
+``--checkpoints`` checkpoints. Per checkpoint: ack and held time, whether
+it was refused Busy, how many earlier versions were still persisting when
+it was requested (the persist backlog), and its time to stable.
 """
 
 import os
-import statistics
-import tempfile
+import random
+import threading
 import time
 
+from blobcr_agent.bench import common
 from blobcr_agent.bench import harness
 from blobcr_agent.repository import gc
 
 MODES = ('selective-cow', 'live-cow', 'live-precopy', 'offline')
+ORDERS = ('sequential', 'reverse', 'random')
 CHUNK = 256 * 1024
-BLOCK = 1 << 20
+COUNTERS = ('cow_copies', 'redirects', 'redirects_nocopy', 'waits',
+            'urgent', 'avoided')
 
 
-class Workload(object):
-    """One iteration: fill a buffer with random data, then write it."""
+class Variant(object):
+    def __init__(self, name, mode, adaptive, order):
+        self.name = name
+        self.mode = mode
+        self.adaptive = adaptive
+        self.order = order
 
-    def __init__(self, fd, size):
-        self.fd = fd
+
+def variants(args):
+    out = [Variant(m, m, args.flush_order == 'adaptive', args.order)
+           for m in args.modes]
+    for order in args.flush_workloads:
+        for adaptive in (True, False):
+            out.append(Variant(
+                'flush/%s/%s' % (order, 'adaptive' if adaptive
+                                 else 'in-order'),
+                'selective-cow', adaptive, order))
+    return out
+
+
+def block_order(nblocks, order, seed):
+    blocks = list(range(nblocks))
+    if order == 'reverse':
+        blocks.reverse()
+    elif order == 'random':
+        random.Random(seed).shuffle(blocks)
+    return blocks
+
+
+def is_busy(error):
+    text = str(error)
+    return 'try again' in text or 'Busy' in text
+
+
+class Subject(object):
+    """One image attached in a mirror in one mode; writes go through the
+    FUSE mount, CHECKPOINTs through the mirror's control socket.
+    """
+
+    def __init__(self, repo, mirror, name, size, mode, adaptive,
+                 cow_chunks, pattern):
+        self.repo = repo
+        self.mirror = mirror
+        self.client = mirror.client
         self.size = size
+        self.pattern = pattern
+        self.header = repo.create_image('bench-' + name.replace('/', '-'),
+                                        size, chunk_size=CHUNK)
+        repo.commit(self.header.id, {})
+        self.id = self.header.id
+        path = self.client.call('attach', image=self.id, mode=mode,
+                                adaptive=adaptive, cow_chunks=cow_chunks)
+        self.fd = os.open(path, os.O_RDWR)
+        self.epoch = 0
 
-    def run(self, length=None):
-        buf = os.urandom(length or self.size)
-        view = memoryview(buf)
-        for offset in range(0, len(buf), BLOCK):
-            os.pwrite(self.fd, view[offset:offset + BLOCK], offset)
+    def write(self, offsets, block, think=0.0, rate=None):
+        """Rewrite the blocks at ``offsets`` with data of a new epoch."""
+        epoch = self.epoch
+        self.epoch += 1
+        for offset in offsets:
+            os.pwrite(self.fd, self.pattern.block(offset, block, epoch),
+                      offset)
+            if think:
+                time.sleep(think)
+            if rate is not None:
+                rate.add(block)
 
+    def checkpoint(self, client=None):
+        """One CHECKPOINT: ack and held time, retried while Busy."""
+        client = client or self.client
+        busy = 0
+        first = time.perf_counter()
+        while True:
+            requested = time.time()
+            t0 = time.perf_counter()
+            try:
+                reply = client.call('checkpoint', image=self.id)
+                break
+            except Exception as e:
+                if not is_busy(e):
+                    raise
+                busy += 1
+                time.sleep(0.02)
+        now = time.perf_counter()
+        return {'version': reply['version'], 'chunks': reply.get('chunks'),
+                'ack_ms': (now - t0) * 1000,
+                'ack_with_retries_ms': (now - first) * 1000,
+                'mirror_ack_ms': reply.get('downtime_ms'),
+                'held_ms': reply.get('held_ms'), 'busy': busy,
+                'requested': requested, 'acked': time.time()}
 
-def _one_mode(repo, backend_args, workdir, mode, args, log):
-    header = repo.create_image('bench-%s' % mode, args.size,
-                               chunk_size=CHUNK)
-    repo.commit(header.id, {})
-    mirror = harness.MirrorProcess(
-        tempfile.mkdtemp(prefix=mode + '-', dir=workdir), backend_args,
-        ['--mode', mode, '--cow-chunks', str(args.cow_chunks)] +
-        (['--in-order'] if args.flush_order == 'in-order' else [])).start()
-    try:
-        path = mirror.client.call('attach', image=header.id)
-        fd = os.open(path, os.O_RDWR)
-        work = Workload(fd, args.size)
-        work.run()                               # every chunk present
-        version = mirror.client.call('checkpoint', image=header.id)['version']
-        mirror.client.call('wait_stable', image=header.id, version=version)
-
-        t0 = time.perf_counter()
-        for _ in range(args.iterations):
-            work.run()
-        baseline = time.perf_counter() - t0
-        version = mirror.client.call('checkpoint', image=header.id)['version']
-        mirror.client.call('wait_stable', image=header.id, version=version)
-        cow_before = mirror.client.call('stats', image=header.id)
-
-        downtimes, versions = [], []
-        t0 = time.perf_counter()
-        for _ in range(args.iterations):
-            work.run()
-            c0 = time.perf_counter()
-            versions.append(mirror.client.call(
-                'checkpoint', image=header.id)['version'])
-            downtimes.append((time.perf_counter() - c0) * 1000)
-        run = time.perf_counter() - t0
-        completion = []
-        for v in versions:
-            state = mirror.client.call('wait_stable', image=header.id,
-                                       version=v)
+    def settle(self, checkpoints):
+        """Wait for every version to be stable; add ``to_stable_s``."""
+        for cp in checkpoints:
+            state = self.client.call('wait_stable', image=self.id,
+                                     version=cp['version'])
             if state != 'stable':
-                raise RuntimeError('version %d of %s is %s' % (v, mode,
-                                                               state))
-            t = mirror.client.call('timing', image=header.id, version=v)
-            completion.append(t['done'] - t['committed'])
-        stats = mirror.client.call('stats', image=header.id)
-        result = {
-            'downtime_ms': round(statistics.median(downtimes), 2),
-            'downtime_ms_runs': [round(d, 2) for d in downtimes],
-            'run_s': round(run, 3), 'baseline_s': round(baseline, 3),
-            'slowdown_s': round(run - baseline, 3),
-            'slowdown_ratio': round(run / baseline, 3),
-            'completion_s': round(statistics.median(completion), 3),
-            'cow_bytes': stats['cow_bytes'] - cow_before['cow_bytes'] +
-            (stats['redirects'] - cow_before['redirects']) * CHUNK,
-            'writer_waits': stats['waits'] - cow_before['waits'],
-        }
-        if mode == 'selective-cow':
-            small = []
-            for _ in range(args.iterations):
-                work.run(64 << 20)
-                c0 = time.perf_counter()
-                v = mirror.client.call('checkpoint', image=header.id)
-                small.append((time.perf_counter() - c0) * 1000)
-                mirror.client.call('wait_stable', image=header.id,
-                                   version=v['version'])
-            result['downtime_ms_64mib'] = round(statistics.median(small), 2)
-        os.close(fd)
-        mirror.client.call('detach', image=header.id, discard=True)
-        log('%s: %s' % (mode, result))
-        return result
+                raise RuntimeError('version %d of %s is %s'
+                                   % (cp['version'], self.id, state))
+            t = self.client.call('timing', image=self.id,
+                                 version=cp['version'])
+            cp['to_stable_s'] = (t['done'] - t['committed']
+                                 if 'done' in t and 'committed' in t
+                                 else None)
+            cp['stable_at'] = t.get('done')
+
+    def stats(self):
+        return self.client.call('stats', image=self.id)
+
+    def close(self):
+        os.close(self.fd)
+        try:
+            self.client.call('detach', image=self.id, discard=True)
+        finally:
+            self.repo.delete_image(self.id)
+
+
+def new_mirror(workdir, backend_args, args):
+    path = os.path.join(workdir, 'mirror')
+    os.makedirs(path, exist_ok=True)
+    return harness.MirrorProcess(path, backend_args,
+                                 ['--cow-chunks', str(args.cow_chunks)])
+
+
+def _delta(after, before):
+    return {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
+
+
+# -- the synthetic benchmark ------------------------------------------------
+
+def _one_run(subject, variant, offsets, args, log):
+    block = args.block
+    think = args.think_ms / 1000.0
+    total = args.iterations * len(offsets) * block
+    t0 = time.perf_counter()
+    rate = log.rate('%s baseline' % variant.name, total)
+    for _ in range(args.iterations):
+        subject.write(offsets, block, think, rate)
+    baseline = time.perf_counter() - t0
+    rate.finish()
+    cp = subject.checkpoint()
+    subject.settle([cp])
+    before = subject.stats()
+
+    checkpoints = []
+    rate = log.rate('%s timed' % variant.name, total)
+    t0 = time.perf_counter()
+    for _ in range(args.iterations):
+        subject.write(offsets, block, think, rate)
+        checkpoints.append(subject.checkpoint())
+        if args.head_start:
+            time.sleep(args.head_start)
+    run = time.perf_counter() - t0 - args.head_start * args.iterations
+    rate.finish()
+    subject.settle(checkpoints)
+    counters = _delta(subject.stats(), before)
+    return {
+        'run_s': run, 'baseline_s': baseline, 'slowdown_s': run - baseline,
+        'checkpoints': checkpoints, 'counters': counters,
+        'stable_at_ack': all(c['stable_at'] is not None and
+                             c['stable_at'] <= c['acked'] + 0.01
+                             for c in checkpoints),
+    }
+
+
+def _aggregate(variant, runs):
+    cps = [c for r in runs for c in r['checkpoints']]
+    out = {
+        'mode': variant.mode, 'adaptive': variant.adaptive,
+        'order': variant.order,
+        'ack_ms': common.summary([c['ack_ms'] for c in cps], 2),
+        'held_ms': common.summary([c['held_ms'] for c in cps], 2),
+        'mirror_ack_ms': common.summary([c['mirror_ack_ms'] for c in cps],
+                                        2),
+        'busy': sum(c['busy'] for c in cps),
+        'to_stable_s': common.summary([c['to_stable_s'] for c in cps]),
+        'slowdown_s': common.summary([r['slowdown_s'] for r in runs]),
+        'run_s': common.summary([r['run_s'] for r in runs]),
+        'baseline_s': common.summary([r['baseline_s'] for r in runs]),
+        'chunks_per_checkpoint': common.summary([c['chunks'] for c in cps],
+                                                0),
+        'counters': {k: [r['counters'][k] for r in runs] for k in COUNTERS},
+        'runs': [{'run_s': round(r['run_s'], 3),
+                  'baseline_s': round(r['baseline_s'], 3),
+                  'slowdown_s': round(r['slowdown_s'], 3),
+                  'ack_ms': [round(c['ack_ms'], 2) for c in r['checkpoints']],
+                  'held_ms': [c['held_ms'] for c in r['checkpoints']],
+                  'counters': r['counters']} for r in runs],
+    }
+    out['cow_bytes'] = [(r['counters']['cow_copies'] +
+                         r['counters']['redirects']) * CHUNK for r in runs]
+    return out
+
+
+def _check_variant(checks, variant, runs, args):
+    name = variant.name
+    counters = [r['counters'] for r in runs]
+    chunks = min(c['chunks'] or 0 for r in runs for c in r['checkpoints'])
+    checks.require('%s: dirty chunks per CHECKPOINT (min)' % name, chunks,
+                   'every CHECKPOINT must snapshot the rewritten chunks')
+    if variant.mode == 'selective-cow':
+        checks.require(
+            '%s: cow_copies (min over runs)' % name,
+            min(c['cow_copies'] for c in counters),
+            'the writer must have rewritten chunks the persister had not '
+            'taken yet; none were copied, so the copy-on-write path did not '
+            'run (the persister finished first?)')
+        if args.expect_waits:
+            checks.require(
+                '%s: waits (min over runs)' % name,
+                min(c['waits'] for c in counters),
+                'an unthrottled writer rewriting more than the copy-on-write '
+                'buffer must wait for the persister; it never did')
+    elif variant.mode == 'live-cow':
+        checks.require(
+            '%s: redirects (min over runs)' % name,
+            min(c['redirects'] + c['redirects_nocopy'] for c in counters),
+            'live-cow must redirect writes to chunks not yet persisted; '
+            'none were')
+    elif variant.mode == 'offline':
+        checks.require_true(
+            '%s: stable at acknowledgment' % name,
+            all(r['stable_at_ack'] for r in runs),
+            'offline mode must return only once the version is stable')
+
+
+def _downtime(repo, mirror, args, pattern, log, checks):
+    sizes = sorted(args.downtime_sizes)
+    top = max(sizes)
+    subject = Subject(repo, mirror, 'downtime', top, 'selective-cow', True,
+                      args.cow_chunks, pattern)
+    try:
+        subject.write(range(0, top, args.block), args.block)
+        subject.settle([subject.checkpoint()])
+        samples = {s: [] for s in sizes}
+        for r in range(args.runs):
+            for size in (sizes if r % 2 == 0 else sizes[::-1]):
+                rate = log.rate('downtime %d MiB' % (size >> 20), size)
+                subject.write(range(0, size, args.block), args.block,
+                              rate=rate)
+                rate.finish()
+                cp = subject.checkpoint()
+                subject.settle([cp])
+                samples[size].append(cp)
+                log.event('downtime', dirty_mib=size >> 20,
+                          ack_ms=round(cp['ack_ms'], 2),
+                          held_ms=cp['held_ms'], chunks=cp['chunks'])
     finally:
-        mirror.stop()
-        repo.delete_image(header.id)
-        gc.collect(repo, grace=0)
+        subject.close()
+    out = {}
+    for size in sizes:
+        cps = samples[size]
+        key = '%dmib' % (size >> 20)
+        out[key] = {
+            'ack_ms': common.summary([c['ack_ms'] for c in cps], 2),
+            'held_ms': common.summary([c['held_ms'] for c in cps], 2),
+            'chunks': [c['chunks'] for c in cps],
+            'to_stable_s': common.summary([c['to_stable_s'] for c in cps]),
+        }
+        checks.require_true(
+            'downtime %s: every chunk dirty' % key,
+            all(c['chunks'] == size // CHUNK for c in cps),
+            'a CHECKPOINT after rewriting %d MiB must hold %d chunks'
+            % (size >> 20, size // CHUNK),
+            value=[c['chunks'] for c in cps])
+    if len(sizes) > 1:
+        lo, hi = sizes[0], sizes[-1]
+        per_run = [common.ratio(b['ack_ms'], a['ack_ms'])
+                   for a, b in zip(samples[lo], samples[hi])]
+        out['ack_ratio_%dmib_vs_%dmib' % (hi >> 20, lo >> 20)] = \
+            common.summary(per_run)
+        per_run = [common.ratio(b['held_ms'], a['held_ms'])
+                   for a, b in zip(samples[lo], samples[hi])]
+        out['held_ratio_%dmib_vs_%dmib' % (hi >> 20, lo >> 20)] = \
+            common.summary(per_run)
+    return out
+
+
+def _paired(results, a, b, key):
+    """Per-run ratio of ``key`` of variant a over variant b (same run)."""
+    if a not in results or b not in results:
+        return None
+    values = [common.ratio(x[key], y[key])
+              for x, y in zip(results[a], results[b])]
+    return common.summary(values)
 
 
 def run(repo, backend_args, args, log):
-    workdir = tempfile.mkdtemp(prefix='blobcr-bench-ckpt-',
-                               dir=args.workdir)
-    modes = {m: _one_mode(repo, backend_args, workdir, m, args, log)
-             for m in args.modes}
+    if args.interval is not None:
+        return run_interval(repo, backend_args, args, log)
+    if args.size % args.block:
+        raise SystemExit('--size must be a multiple of --block')
+    workdir = args.workdir
+    checks = common.Checks()
+    log.event('generate', mib=args.size >> 20)
+    pattern = common.Pattern(max(args.size, args.block))
+    chosen = variants(args)
+    nblocks = args.size // args.block
+    mirror = new_mirror(workdir, backend_args, args)
+    subjects = {}
+    results = {v.name: [] for v in chosen}
+    try:
+        mirror.start()
+        for v in chosen:
+            s = subjects[v.name] = Subject(repo, mirror, v.name, args.size,
+                                           v.mode, v.adaptive,
+                                           args.cow_chunks, pattern)
+            s.write(range(0, args.size, args.block), args.block)
+            s.settle([s.checkpoint()])            # every chunk present
+        for r in range(args.runs):
+            k = r % len(chosen)
+            for v in chosen[k:] + chosen[:k]:
+                offsets = [b * args.block for b in
+                           block_order(nblocks, v.order, args.seed)]
+                res = _one_run(subjects[v.name], v, offsets, args, log)
+                results[v.name].append(res)
+                log.event('run', run=r + 1, variant=v.name,
+                          slowdown_s=round(res['slowdown_s'], 3),
+                          ack_ms=round(max(c['ack_ms'] for c in
+                                           res['checkpoints']), 2),
+                          **res['counters'])
+        downtime = None
+        if args.downtime_sizes:
+            downtime = _downtime(repo, mirror, args, pattern, log, checks)
+    finally:
+        for s in subjects.values():
+            try:
+                s.close()
+            except Exception as e:
+                log('cannot clean up %s: %s' % (s.id, e))
+        mirror.stop()
+        gc.collect(repo, grace=0)
+
     result = {
-        'size': args.size, 'iterations': args.iterations,
-        'cow_chunks': args.cow_chunks, 'flush_order': args.flush_order,
-        'modes': modes,
+        'workload': 'synthetic', 'size': args.size, 'block': args.block,
+        'iterations': args.iterations, 'runs': args.runs,
+        'cow_chunks': args.cow_chunks, 'think_ms': args.think_ms,
+        'head_start_s': args.head_start,
+        'variants': {v.name: _aggregate(v, results[v.name])
+                     for v in chosen},
     }
-    sel = modes.get('selective-cow')
-    if sel:
-        result.update(
-            selective_downtime_ms=sel['downtime_ms'],
-            selective_downtime_ms_64mib=sel['downtime_ms_64mib'],
-            downtime_ratio_vs_64mib=round(
-                sel['downtime_ms'] / max(sel['downtime_ms_64mib'], 1e-3), 3))
-        for other in ('live-cow', 'offline'):
-            if other in modes:
-                result['slowdown_vs_' + other.replace('-', '_')] = _ratio(
-                    sel, modes[other])
+    for v in chosen:
+        _check_variant(checks, v, results[v.name], args)
+    ratios = {}
+    for other in ('live-cow', 'offline'):
+        value = _paired(results, 'selective-cow', other, 'slowdown_s')
+        if value:
+            ratios['slowdown_selective_vs_' + other.replace('-', '_')] = value
+    for order in args.flush_workloads:
+        a, b = 'flush/%s/adaptive' % order, 'flush/%s/in-order' % order
+        for key in ('slowdown_s', 'run_s'):
+            ratios['%s_%s_adaptive_vs_in_order' % (order, key)] = \
+                _paired(results, a, b, key)
+    result['ratios'] = ratios
+    if downtime:
+        result['downtime'] = downtime
+    result['checks'] = checks.as_list()
     if args.plot:
         plot(result, args.plot)
     return result
 
 
-def _ratio(a, b):
-    return round(a['slowdown_s'] / b['slowdown_s'], 3) \
-        if b['slowdown_s'] > 0 else None
+# -- periodic checkpoints under continuous writes ---------------------------
+
+class _RandomWriter(threading.Thread):
+    def __init__(self, subject, write_size, seed):
+        super().__init__(name='bench-writer', daemon=True)
+        self.subject = subject
+        self.write_size = write_size
+        self.rng = random.Random(seed)
+        self.stop = threading.Event()
+        self.bytes = 0
+        self.writes = 0
+        self.error = None
+        self.elapsed = 0.0
+
+    def run(self):
+        n = self.subject.size // self.write_size
+        epoch = self.subject.epoch
+        t0 = time.perf_counter()
+        try:
+            while not self.stop.is_set():
+                offset = self.rng.randrange(n) * self.write_size
+                os.pwrite(self.subject.fd, self.subject.pattern.block(
+                    offset, self.write_size, epoch + self.writes), offset)
+                self.bytes += self.write_size
+                self.writes += 1
+        except Exception as e:
+            self.error = e
+        self.elapsed = time.perf_counter() - t0
+
+
+def _interval_run(repo, mirror, control, args, mode, pattern, r, log):
+    subject = Subject(repo, mirror, 'interval-%s' % mode, args.image_size,
+                      mode, args.flush_order == 'adaptive', args.cow_chunks,
+                      pattern)
+    try:
+        subject.write(range(0, args.image_size, args.block), args.block)
+        subject.settle([subject.checkpoint()])
+        before = subject.stats()
+        writer = _RandomWriter(subject, args.write_size, args.seed + r)
+        writer.start()
+        checkpoints = []
+        t0 = time.perf_counter()
+        for k in range(args.checkpoints):
+            due = t0 + (k + 1) * args.interval
+            late = time.perf_counter() - due
+            if late < 0:
+                time.sleep(-late)
+            cp = subject.checkpoint(control)
+            cp['late_s'] = max(late, 0.0)
+            cp['at_s'] = time.perf_counter() - t0
+            checkpoints.append(cp)
+            log.event('checkpoint', run=r + 1, mode=mode, k=k + 1,
+                      ack_ms=round(cp['ack_ms'], 2), held_ms=cp['held_ms'],
+                      busy=cp['busy'], chunks=cp['chunks'],
+                      written_mib=round(writer.bytes / common.MIB, 1))
+        writer.stop.set()
+        writer.join()
+        if writer.error:
+            raise writer.error
+        last = subject.checkpoint(control)       # what the writer left
+        drain_from = time.perf_counter()
+        subject.settle(checkpoints + [last])
+        drain = time.perf_counter() - drain_from
+        counters = _delta(subject.stats(), before)
+    finally:
+        subject.close()
+    for cp in checkpoints:
+        cp['backlog'] = sum(1 for o in checkpoints
+                            if o['version'] < cp['version'] and
+                            o['stable_at'] is not None and
+                            o['stable_at'] > cp['requested'])
+    return {'checkpoints': checkpoints, 'counters': counters,
+            'writer_mib_s': writer.bytes / common.MIB /
+            max(writer.elapsed, 1e-6),
+            'writes': writer.writes, 'drain_s': drain}
+
+
+def run_interval(repo, backend_args, args, log):
+    checks = common.Checks()
+    if args.image_size % args.block or args.image_size % args.write_size:
+        raise SystemExit('--image-size must be a multiple of --block and '
+                         '--write-size')
+    modes = args.modes if args.modes_given else ['selective-cow']
+    pattern = common.Pattern(args.image_size)
+    mirror = new_mirror(args.workdir, backend_args, args)
+    per_mode = {m: [] for m in modes}
+    try:
+        mirror.start()
+        control = harness.MirrorProcess.client_class(mirror.control)
+        try:
+            for r in range(args.runs):
+                for mode in modes:
+                    per_mode[mode].append(_interval_run(
+                        repo, mirror, control, args, mode, pattern, r, log))
+        finally:
+            control.close()
+    finally:
+        mirror.stop()
+        gc.collect(repo, grace=0)
+    out = {}
+    for mode, runs in per_mode.items():
+        cps = [c for r in runs for c in r['checkpoints']]
+        ok = [c for c in cps if c['version'] is not None]
+        out[mode] = {
+            'ack_ms': common.summary([c['ack_ms'] for c in ok], 2),
+            'ack_with_retries_ms': common.summary(
+                [c['ack_with_retries_ms'] for c in ok], 2),
+            'held_ms': common.summary([c['held_ms'] for c in ok], 2),
+            'ack_ms_median_per_run': common.summary(
+                [common.summary([c['ack_ms'] for c in r['checkpoints']])
+                 ['median'] for r in runs], 2),
+            'held_ms_median_per_run': common.summary(
+                [common.summary([c['held_ms'] for c in r['checkpoints']])
+                 ['median'] for r in runs], 2),
+            'ack_ms_p99_per_run': common.summary(
+                [common.summary([c['ack_ms'] for c in r['checkpoints']])
+                 ['p99'] for r in runs], 2),
+            'busy_refusals': sum(c['busy'] for c in cps),
+            'checkpoints': len(ok),
+            'late_checkpoints': sum(1 for c in cps if c['late_s'] > 0.001),
+            'backlog': common.summary([c['backlog'] for c in cps], 0),
+            'backlog_max': max(c['backlog'] for c in cps),
+            'to_stable_s': common.summary([c['to_stable_s'] for c in ok]),
+            'chunks_per_checkpoint': common.summary(
+                [c['chunks'] for c in ok], 0),
+            'writer_mib_s': common.summary([r['writer_mib_s'] for r in runs],
+                                           1),
+            'drain_s': common.summary([r['drain_s'] for r in runs]),
+            'counters': {k: [r['counters'][k] for r in runs]
+                         for k in COUNTERS},
+            'runs': [{'ack_ms': [round(c['ack_ms'], 2)
+                                 for c in r['checkpoints']],
+                      'held_ms': [c['held_ms'] for c in r['checkpoints']],
+                      'backlog': [c['backlog'] for c in r['checkpoints']],
+                      'busy': [c['busy'] for c in r['checkpoints']],
+                      'to_stable_s': [round(c['to_stable_s'] or 0, 3)
+                                      for c in r['checkpoints']]}
+                     for r in runs],
+        }
+        checks.require('%s: checkpoints acknowledged' % mode, len(ok),
+                       'the workload must take checkpoints')
+        checks.require('%s: bytes written by the writer (min over runs)'
+                       % mode, min(r['writes'] for r in runs),
+                       'the writer must write while checkpoints are taken')
+        checks.require('%s: dirty chunks per CHECKPOINT (min)' % mode,
+                       min(c['chunks'] or 0 for c in ok),
+                       'every periodic CHECKPOINT must find written chunks')
+        if mode == 'selective-cow':
+            checks.require(
+                '%s: cow_copies + waits (min over runs)' % mode,
+                min(r['counters']['cow_copies'] + r['counters']['waits']
+                    for r in runs),
+                'writes must race with persists (copies or waits); none did')
+        elif mode == 'live-cow':
+            checks.require(
+                '%s: redirects (min over runs)' % mode,
+                min(r['counters']['redirects'] +
+                    r['counters']['redirects_nocopy'] for r in runs),
+                'writes must race with persists; none was redirected')
+    result = {'workload': 'interval', 'interval_s': args.interval,
+              'image_size': args.image_size, 'write_size': args.write_size,
+              'checkpoints_per_run': args.checkpoints, 'runs': args.runs,
+              'cow_chunks': args.cow_chunks, 'modes': out,
+              'checks': checks.as_list()}
+    if args.plot:
+        plot_interval(result, per_mode, args.plot)
+    return result
+
+
+# -- pictures ---------------------------------------------------------------
+
+def _bars(ax, names, summaries, title, color):
+    med = [s['median'] if s else 0 for s in summaries]
+    lo = [m - (s['p10'] if s else 0) for m, s in zip(med, summaries)]
+    hi = [(s['p90'] if s else 0) - m for m, s in zip(med, summaries)]
+    bars = ax.bar(names, med, yerr=[lo, hi], capsize=3, color=color)
+    ax.set_title(title, fontsize=10)
+    ax.tick_params(axis='x', labelrotation=30, labelsize=8)
+    for bar, value in zip(bars, med):
+        ax.annotate('%.3g' % value, (bar.get_x() + bar.get_width() / 2,
+                                     bar.get_height()),
+                    ha='center', va='bottom', fontsize=7)
 
 
 def plot(result, path):
-    """Bars per mode, like the paper's figures: downtime, slowdown,
-    completion.
-    """
+    """Per variant: ack, held, slowdown, to stable (medians, p10-p90)."""
     import matplotlib
     matplotlib.use('Agg')
     from matplotlib import pyplot
 
-    modes = list(result['modes'])
-    panels = [('downtime_ms', 'CHECKPOINT downtime (ms)'),
-              ('slowdown_s', 'application slowdown (s)'),
-              ('completion_s', 'CHECKPOINT to stable (s)')]
-    fig, axes = pyplot.subplots(1, 3, figsize=(13, 4))
-    for ax, (key, title) in zip(axes, panels):
-        values = [result['modes'][m][key] for m in modes]
-        bars = ax.bar(modes, values, color=['#2a7ab9', '#d9822b', '#8e6bbf',
-                                            '#999999'][:len(modes)])
-        ax.set_title(title)
-        ax.tick_params(axis='x', labelrotation=20)
-        for bar, value in zip(bars, values):
-            ax.annotate('%g' % value, (bar.get_x() + bar.get_width() / 2,
-                                       bar.get_height()),
-                        ha='center', va='bottom', fontsize=8)
+    names = list(result['variants'])
+    v = result['variants']
+    panels = [('ack_ms', 'CHECKPOINT request to ack (ms)', '#2a7ab9'),
+              ('held_ms', 'writes held (ms)', '#8e6bbf'),
+              ('slowdown_s', 'application slowdown (s)', '#d9822b'),
+              ('to_stable_s', 'CHECKPOINT to stable (s)', '#999999')]
+    fig, axes = pyplot.subplots(1, len(panels), figsize=(16, 4.5))
+    for ax, (key, title, color) in zip(axes, panels):
+        _bars(ax, names, [v[n][key] for n in names], title, color)
+        if key in ('ack_ms', 'held_ms'):
+            ax.set_yscale('log')
     fig.suptitle('blobcr-bench checkpoint: %d MiB rewritten per iteration, '
-                 '%d iterations' % (result['size'] >> 20,
-                                    result['iterations']))
+                 '%d iterations, %d runs (bars: median, whiskers: p10-p90)'
+                 % (result['size'] >> 20, result['iterations'],
+                    result['runs']))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def plot_interval(result, per_mode, path):
+    """Ack and held time of every checkpoint, by run, against time."""
+    import matplotlib
+    matplotlib.use('Agg')
+    from matplotlib import pyplot
+
+    fig, axes = pyplot.subplots(1, 2, figsize=(13, 4.5))
+    for mode, runs in per_mode.items():
+        for k, r in enumerate(runs):
+            xs = [c['at_s'] for c in r['checkpoints']]
+            axes[0].plot(xs, [c['ack_ms'] for c in r['checkpoints']], 'o-',
+                         ms=3, label='%s run %d' % (mode, k + 1))
+            axes[1].plot(xs, [c['held_ms'] for c in r['checkpoints']], 'o-',
+                         ms=3, label='%s run %d' % (mode, k + 1))
+    axes[0].set_title('request to ack (ms)')
+    axes[1].set_title('writes held (ms)')
+    for ax in axes:
+        ax.set_xlabel('time since the writer started (s)')
+        ax.set_yscale('log')
+        ax.legend(fontsize=7)
+    fig.suptitle('blobcr-bench checkpoint --interval %g: %d MiB image, '
+                 'random %d KiB writes' % (result['interval_s'],
+                                           result['image_size'] >> 20,
+                                           result['write_size'] >> 10))
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -29,6 +29,7 @@ import tempfile
 import time
 
 from blobcr_agent.bench import checkpoint
+from blobcr_agent.bench import common as bench_common
 from blobcr_agent.bench import harness
 
 TIB = 1 << 40
@@ -84,22 +85,75 @@ def main(argv=None):
     p.add_argument('--seed', type=int, default=42)
 
     p = sub.add_parser('checkpoint', parents=[common],
-                       help='synthetic checkpoint benchmark, four modes')
-    p.add_argument('--size', type=_size, default=1 << 30,
-                   help='bytes rewritten per iteration (default 1G)')
+                       help='synthetic checkpoint benchmark (four modes, '
+                            'flush orders) or --interval workload')
+    p.add_argument('--size', type=_size, default=256 << 20,
+                   help='bytes rewritten per iteration (default 256M)')
+    p.add_argument('--block', type=_size, default=1 << 20,
+                   help='write size of the rewrite (default 1M)')
     p.add_argument('--iterations', type=int, default=3)
+    p.add_argument('--runs', type=int, default=3,
+                   help='runs per variant, taking turns (default 3)')
     p.add_argument('--cow-chunks', type=int, default=64)
     p.add_argument('--plot', help='write a PNG of the results here')
-    p.add_argument('--modes', nargs='+', default=list(checkpoint.MODES),
-                   choices=checkpoint.MODES)
+    p.add_argument('--modes', nargs='+', default=None,
+                   choices=checkpoint.MODES,
+                   help='mirror modes (default: all four; selective-cow '
+                        'alone with --interval)')
+    p.add_argument('--order', choices=checkpoint.ORDERS,
+                   default='sequential',
+                   help='rewrite order of the mode comparison')
     p.add_argument('--flush-order', choices=['adaptive', 'in-order'],
-                   default='adaptive')
+                   default='adaptive',
+                   help='flush order of the mode comparison')
+    p.add_argument('--flush-workloads', nargs='*', default=['random'],
+                   choices=checkpoint.ORDERS,
+                   help='rewrite orders under which selective-cow runs '
+                        'with the adaptive and the index flush order '
+                        '(default: random; none to skip)')
+    p.add_argument('--think-ms', type=float, default=0.0,
+                   help='pause after each block written (default 0)')
+    p.add_argument('--head-start', type=float, default=0.0,
+                   help='seconds to wait after each CHECKPOINT before '
+                        'rewriting (lets the persister finish first: the '
+                        'copy-on-write checks then fail)')
+    p.add_argument('--no-expect-waits', dest='expect_waits',
+                   action='store_false',
+                   help='do not require selective-cow writers to wait')
+    p.add_argument('--downtime-sizes', type=_size, nargs='*',
+                   default=[64 << 20, 1 << 30],
+                   help='dirty sizes whose CHECKPOINT ack and held time '
+                        'are compared (default 64M 1G; none to skip)')
+    p.add_argument('--seed', type=int, default=42)
+    p.add_argument('--interval', type=float, nargs='?', const=2.0,
+                   default=None,
+                   help='periodic checkpoints every N s (default 2) under '
+                        'continuous random writes, instead of the '
+                        'synthetic benchmark')
+    p.add_argument('--checkpoints', type=int, default=10,
+                   help='checkpoints per --interval run (default 10)')
+    p.add_argument('--image-size', type=_size, default=256 << 20,
+                   help='image of the --interval workload (default 256M)')
+    p.add_argument('--write-size', type=_size, default=64 << 10,
+                   help='random write size of --interval (default 64K)')
 
     p = sub.add_parser('restart', parents=[common],
-                       help='lazy, lazy+prefetch and pre-copy restart')
+                       help='N instances restarting: lazy, lazy+prefetch '
+                            'and pre-copy')
     p.add_argument('--size', type=_size, default=256 << 20)
+    p.add_argument('--instances', type=int, default=4,
+                   help='the first records its reads, the others restart '
+                        'at once from its profile (default 4)')
+    p.add_argument('--runs', type=int, default=3)
     p.add_argument('--think-ms', type=float, default=1.0,
                    help='work between two reads of the trace')
+    p.add_argument('--touch', type=float, default=0.25,
+                   help='fraction of the chunks a restart reads')
+    p.add_argument('--divergence', type=float, default=0.1,
+                   help='fraction of each instance\'s read runs that are '
+                        'its own (elsewhere in the image)')
+    p.add_argument('--window', type=int, default=8,
+                   help='runs shuffled within windows of this many')
     p.add_argument('--seed', type=int, default=42)
 
     p = sub.add_parser('mirror', parents=[common],
@@ -123,10 +177,10 @@ def main(argv=None):
 
     args = parser.parse_args(argv)
     args.workdir = args.workdir or '/var/tmp'
-
-    def log(text):
-        if not args.quiet:
-            print(text, file=sys.stderr, flush=True)
+    if args.bench == 'checkpoint':
+        args.modes_given = args.modes is not None
+        args.modes = args.modes or list(checkpoint.MODES)
+    log = bench_common.Log(args.bench, quiet=args.quiet)
 
     scratch = tempfile.mkdtemp(prefix='blobcr-bench-', dir=args.workdir)
     try:
@@ -156,8 +210,14 @@ def main(argv=None):
                 repo.close()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    failed = [c for c in result.get('checks', ()) if not c['ok']]
+    result['valid'] = not failed
     print(json.dumps(result, sort_keys=True) if args.json
           else json.dumps(result, indent=2, sort_keys=True))
+    if failed:
+        print(bench_common.failure_message(args.bench, failed),
+              file=sys.stderr)
+        return 3
     return 0
 
 
