@@ -14,9 +14,9 @@ def pkg_config(flag, package='fuse3'):
 
 native = setuptools.Extension(
     'blobcr_agent._native',
-    sources=['native/blobcr_native.c', 'native/mirror.c',
+    sources=['native/blobcr_native.c', 'native/core.c', 'native/mirror.c',
              'native/fuseloop.c'],
-    depends=['native/mirror.h'],
+    depends=['native/core.h', 'native/mirror.h'],
     include_dirs=pkg_config('--cflags-only-I'),
     libraries=pkg_config('--libs-only-l'),
     extra_link_args=['-pthread'],

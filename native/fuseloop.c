@@ -4,7 +4,7 @@
  *
  * pyfuse3 costs about 36 us of CPU per request; this loop serves reads
  * and writes of attached images with one call into the mirror core
- * (mirror.h) and no Python at all, unless a chunk must be fetched from
+ * (core.h) and no Python at all, unless a chunk must be fetched from
  * the repository: then the thread takes the GIL and calls the image's
  * Python fetch function. The namespace is flat: one regular file per
  * attached image, named by its image id, added and removed from Python.
@@ -85,9 +85,9 @@ fill_attr(FuseLoop *fl, struct stat *st, fuse_ino_t ino, Entry *e)
     } else {
         st->st_mode = S_IFREG | 0600;
         st->st_nlink = 1;
-        st->st_size = e->mirror->size;
+        st->st_size = e->mirror->core.size;
         st->st_blksize = 4096;
-        st->st_blocks = (e->mirror->size + 511) / 512;
+        st->st_blocks = (e->mirror->core.size + 511) / 512;
     }
 }
 
@@ -237,7 +237,7 @@ op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         fuse_reply_err(req, ENOENT);
         return;
     }
-    Mirror *m = e->mirror;
+    MirrorCore *m = &e->mirror->core;
     len = off >= m->size ? 0 : (off + (long long)size > m->size ?
                                 m->size - off : (long long)size);
     if (len == 0) {
@@ -246,11 +246,11 @@ op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         return;
     }
     buf = malloc((size_t)len);
-    missing = mirror_index_buffer(m, off, len);
+    missing = mc_index_buffer(m, off, len);
     if (!buf || !missing)
         err = ENOMEM;
     while (!err) {
-        err = mirror_core_read(m, buf, off, len, missing, &nmissing);
+        err = mc_read(m, buf, off, len, missing, &nmissing);
         if (err || !nmissing)
             break;
         err = fetch(e, missing, nmissing);
@@ -277,7 +277,7 @@ op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size,
         fuse_reply_err(req, ENOENT);
         return;
     }
-    Mirror *m = e->mirror;
+    MirrorCore *m = &e->mirror->core;
     if (off + (long long)size > m->size) {
         release(fl, e);
         fuse_reply_err(req, ENOSPC);
@@ -288,13 +288,13 @@ op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size,
         fuse_reply_write(req, 0);
         return;
     }
-    missing = mirror_index_buffer(m, off, (long long)size);
+    missing = mc_index_buffer(m, off, (long long)size);
     if (m->mode == MODE_LIVE_COW)
         scratch = malloc((size_t)m->chunk_size);
     if (!missing || (m->mode == MODE_LIVE_COW && !scratch))
         err = ENOMEM;
     while (!err) {
-        err = mirror_core_write(m, data, off, (long long)size, 0, scratch,
+        err = mc_write(m, data, off, (long long)size, 0, scratch,
                                 missing, &nmissing, &busy);
         if (err || !nmissing)
             break;

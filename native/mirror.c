@@ -1,120 +1,25 @@
 /*
- * blobcr_agent._native.Mirror: the per-image state of the FUSE mirror.
+ * blobcr_agent._native.Mirror: the CPython binding of the mirror core.
  *
- * One object per attached image. It owns the local sparse mirror file,
- * one state byte per chunk (in a MAP_SHARED file, so that a SIGKILL of
- * the agent loses no state: the page cache keeps it), the bounded
- * copy-on-write buffer, and the queue the background persister takes
- * chunks from. Read and write handlers make one call each; every call
- * releases the GIL, and a call that would wait (for the persister, or
- * for a chunk being copied) can be told to return instead, so that an
- * event loop never blocks.
- *
- * Snapshot protocol (journal paper, Algorithms 1-4):
- *   COMMIT      waits for in-flight writes, turns every DIRTY chunk into
- *               SCHEDULED (+SNAP), and orders the schedule.
- *   persister   takes chunks one at a time: PENDING while it reads one
- *               from the mirror file, or straight from the buffer if a
- *               writer copied it there; then the chunk is Idle again.
- *   writer      on a SCHEDULED chunk: selective-cow copies the old
- *               content into the buffer and writes in place; live-cow
- *               redirects the write to a second file (classic CoW); a
- *               PENDING chunk waits; a full buffer waits and makes the
- *               chunk URGENT so the persister takes it next.
+ * One object per attached image; the state machine itself is in core.c
+ * (no Python there). This file parses arguments, releases the GIL around
+ * every core call that can do I/O or wait, and turns errnos and "would
+ * wait" into exceptions. A call that would wait (for the persister, or
+ * for a chunk being copied) can be told to raise BusyError instead, so
+ * that an event loop never blocks.
  *
  * Copyright BlobCR for OpenStack developers. Apache-2.0.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "mirror.h"
 
-const char *mode_names[] = {
-    "selective-cow", "live-cow", "live-precopy", "offline", NULL
-};
-
 static PyObject *BusyError;   /* a call that would wait, told not to */
-
-/* ---- helpers (lock held unless noted) ------------------------------ */
-
-static int64_t
-chunk_len(Mirror *m, int64_t c)
-{
-    int64_t left = m->size - c * m->chunk_size;
-    return left < m->chunk_size ? left : m->chunk_size;
-}
-
-/* The urgent queue holds each chunk once: writers re-queue the chunk
- * they wait for every time they wake. Lock held. */
-static void
-push_urgent(Mirror *m, int64_t c)
-{
-    if (!m->in_urgent[c]) {
-        m->in_urgent[c] = 1;
-        m->urgent[m->nurgent++] = c;
-    }
-}
-
-static void
-clear_urgent(Mirror *m)
-{
-    while (m->nurgent)
-        m->in_urgent[m->urgent[--m->nurgent]] = 0;
-}
-
-/* Full pread/pwrite loops; no lock needed. Return 0 or an errno. */
-static int
-pread_full(int fd, char *buf, size_t len, off_t off)
-{
-    while (len) {
-        ssize_t n = pread(fd, buf, len, off);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return errno;
-        }
-        if (n == 0) {           /* sparse hole past EOF reads as zeros */
-            memset(buf, 0, len);
-            return 0;
-        }
-        buf += n; len -= (size_t)n; off += n;
-    }
-    return 0;
-}
-
-static int
-pwrite_full(int fd, const char *buf, size_t len, off_t off)
-{
-    while (len) {
-        ssize_t n = pwrite(fd, buf, len, off);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return errno;
-        }
-        buf += n; len -= (size_t)n; off += n;
-    }
-    return 0;
-}
-
-static int
-copy_chunk(Mirror *m, int from_fd, int to_fd, int64_t c, char *scratch)
-{
-    off_t off = (off_t)c * m->chunk_size;
-    int err = pread_full(from_fd, scratch, (size_t)chunk_len(m, c), off);
-    if (!err)
-        err = pwrite_full(to_fd, scratch, (size_t)chunk_len(m, c), off);
-    return err;
-}
 
 static PyObject *
 set_errno(int err)
@@ -123,48 +28,37 @@ set_errno(int err)
     return PyErr_SetFromErrno(PyExc_OSError);
 }
 
-/* ---- construction ------------------------------------------------- */
-
 static int
-open_file(const char *path, int64_t size)
+check_open(Mirror *m)
 {
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd >= 0 && ftruncate(fd, size) != 0) {
-        int e = errno;
-        close(fd);
-        errno = e;
+    if (!m->core.state) {
+        PyErr_SetString(PyExc_ValueError, "Mirror is closed");
         return -1;
     }
-    return fd;
+    return 0;
 }
 
-static void
-mirror_release(Mirror *m)
+static PyObject *
+index_list(int64_t *indices, int64_t n)
 {
-    if (m->state && m->state != MAP_FAILED)
-        munmap(m->state, m->state_len);
-    m->state = NULL;
-    if (m->data_fd >= 0) close(m->data_fd);
-    if (m->redirect_fd >= 0) close(m->redirect_fd);
-    if (m->precopy_fd >= 0) close(m->precopy_fd);
-    m->data_fd = m->redirect_fd = m->precopy_fd = -1;
-    free(m->cow); free(m->slot_of); free(m->free_slots);
-    free(m->order); free(m->urgent); free(m->copied); free(m->in_urgent);
-    free(m->first_write); free(m->first_read);
-    free(m->hist); free(m->hist_prev);
-    m->cow = NULL; m->slot_of = NULL; m->free_slots = NULL;
-    m->order = m->urgent = m->copied = NULL;
-    m->in_urgent = NULL;
-    m->first_write = m->first_read = NULL;
-    m->hist = m->hist_prev = NULL;
+    PyObject *list = PyList_New(n);
+    for (int64_t k = 0; list && k < n; k++) {
+        PyObject *v = PyLong_FromLongLong(indices[k]);
+        if (!v) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, k, v);
+    }
+    return list;
 }
+
+/* ---- construction ------------------------------------------------- */
 
 static void
 Mirror_dealloc(Mirror *m)
 {
-    mirror_release(m);
-    pthread_mutex_destroy(&m->lock);
-    pthread_cond_destroy(&m->cond);
+    mc_destroy(&m->core);
     Py_TYPE(m)->tp_free((PyObject *)m);
 }
 
@@ -172,11 +66,8 @@ static PyObject *
 Mirror_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     Mirror *m = (Mirror *)type->tp_alloc(type, 0);
-    if (m) {
-        m->data_fd = m->redirect_fd = m->precopy_fd = -1;
-        pthread_mutex_init(&m->lock, NULL);
-        pthread_cond_init(&m->cond, NULL);
-    }
+    if (m)
+        mc_init(&m->core);
     return (PyObject *)m;
 }
 
@@ -187,15 +78,14 @@ Mirror_init(Mirror *m, PyObject *args, PyObject *kw)
                              "cow_chunks", "adaptive", NULL};
     const char *dir, *mode = "selective-cow";
     long long size, chunk_size, cow_chunks = 64;
-    int adaptive = 1, i;
+    int adaptive = 1, mode_no, err;
     char path[4096];
-    struct stat st;
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "sLL|sLp:Mirror", kwlist,
                                      &dir, &size, &chunk_size, &mode,
                                      &cow_chunks, &adaptive))
         return -1;
-    if (m->state) {
+    if (m->core.state) {
         PyErr_SetString(PyExc_RuntimeError, "Mirror is already open");
         return -1;
     }
@@ -204,95 +94,40 @@ Mirror_init(Mirror *m, PyObject *args, PyObject *kw)
                         "size, chunk_size and cow_chunks must be positive");
         return -1;
     }
-    for (i = 0; mode_names[i]; i++)
-        if (strcmp(mode, mode_names[i]) == 0)
-            break;
-    if (!mode_names[i]) {
+    if (cow_chunks > INT32_MAX || chunk_size > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "cow_chunks or chunk_size "
+                        "too large");
+        return -1;
+    }
+    if ((mode_no = mc_mode(mode)) < 0) {
         PyErr_Format(PyExc_ValueError, "unknown mirror mode %s", mode);
         return -1;
     }
-    m->mode = i;
-    m->adaptive = adaptive;
-    m->size = size;
-    m->chunk_size = chunk_size;
-    m->nchunks = (size + chunk_size - 1) / chunk_size;
-
-    snprintf(path, sizeof path, "%s/data.raw", dir);
-    if ((m->data_fd = open_file(path, size)) < 0)
-        goto oserror;
-    snprintf(path, sizeof path, "%s/redirect.raw", dir);
-    if ((m->redirect_fd = open_file(path, size)) < 0)
-        goto oserror;
-    snprintf(path, sizeof path, "%s/precopy.raw", dir);
-    if ((m->precopy_fd = open_file(path, size)) < 0)
-        goto oserror;
-
-    /* The state file survives a SIGKILL through the page cache. */
-    snprintf(path, sizeof path, "%s/state.bin", dir);
-    {
-        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-        if (fd < 0)
-            goto oserror;
-        if (fstat(fd, &st) != 0 ||
-            (st.st_size != m->nchunks && ftruncate(fd, m->nchunks) != 0)) {
-            close(fd);
-            goto oserror;
-        }
-        m->state_len = (size_t)m->nchunks;
-        m->state = mmap(NULL, m->state_len, PROT_READ | PROT_WRITE,
-                        MAP_SHARED, fd, 0);
-        close(fd);
-        if (m->state == MAP_FAILED)
-            goto oserror;
-    }
-    m->cow_slots = cow_chunks;
-    m->cow = malloc((size_t)(cow_chunks * chunk_size));
-    m->slot_of = malloc(sizeof(int32_t) * (size_t)m->nchunks);
-    m->free_slots = malloc(sizeof(int64_t) * (size_t)cow_chunks);
-    m->order = malloc(sizeof(int64_t) * (size_t)m->nchunks);
-    m->urgent = malloc(sizeof(int64_t) * (size_t)m->nchunks);
-    m->in_urgent = calloc((size_t)m->nchunks, 1);
-    m->copied = malloc(sizeof(int64_t) * (size_t)m->nchunks);
-    m->first_write = calloc((size_t)m->nchunks, sizeof(uint32_t));
-    m->first_read = calloc((size_t)m->nchunks, sizeof(uint32_t));
-    m->hist = calloc((size_t)m->nchunks, 1);
-    m->hist_prev = calloc((size_t)m->nchunks, 1);
-    if (!m->cow || !m->slot_of || !m->free_slots || !m->order ||
-        !m->urgent || !m->in_urgent || !m->copied || !m->first_write ||
-        !m->first_read ||
-        !m->hist || !m->hist_prev) {
-        mirror_release(m);
+    path[0] = 0;
+    Py_BEGIN_ALLOW_THREADS
+    err = mc_open(&m->core, dir, size, chunk_size, mode_no, cow_chunks,
+                  adaptive, path, sizeof path);
+    Py_END_ALLOW_THREADS
+    if (err == ENOMEM && !path[0]) {
         PyErr_NoMemory();
         return -1;
     }
-    for (int64_t c = 0; c < m->nchunks; c++) {
-        m->slot_of[c] = -1;
-        m->state[c] &= (uint8_t)~ST_PENDING;   /* transient */
-    }
-    for (int64_t s = 0; s < cow_chunks; s++)
-        m->free_slots[s] = s;
-    m->nfree = cow_chunks;
-    return 0;
-oserror:
-    {
-        int e = errno;
-        mirror_release(m);
-        errno = e;
+    if (err) {
+        errno = err;
         PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
         return -1;
     }
+    return 0;
 }
 
-/* ---- reads -------------------------------------------------------- */
+/* ---- reads and writes ---------------------------------------------- */
 
 static int
 check_range(Mirror *m, long long off, long long len)
 {
-    if (!m->state) {
-        PyErr_SetString(PyExc_ValueError, "Mirror is closed");
+    if (check_open(m) < 0)
         return -1;
-    }
-    if (off < 0 || len < 0 || off > m->size) {
+    if (off < 0 || len < 0 || off > m->core.size) {
         PyErr_SetString(PyExc_ValueError, "range outside the image");
         return -1;
     }
@@ -303,57 +138,6 @@ PyDoc_STRVAR(read_doc,
 "read(offset, length) -> bytes or list\n\n"
 "The bytes of the range, or the list of chunk indices that must be\n"
 "fetched (then install()ed) before it can be read.");
-
-/* Read [off, off+len) into buf; no GIL needed. Chunks that must be
- * fetched first are listed in missing (sized for the range) and nothing
- * is read. Returns 0 or an errno. */
-int
-mirror_core_read(Mirror *m, char *buf, long long off, long long len,
-                 int64_t *missing, int64_t *nmissing)
-{
-    int64_t first = off / m->chunk_size;
-    int64_t last = (off + len - 1) / m->chunk_size, c;
-    int redirected = 0, err = 0;
-
-    *nmissing = 0;
-    pthread_mutex_lock(&m->lock);
-    for (c = first; c <= last; c++) {
-        uint8_t s = m->state[c];
-        if (!(s & ST_PRESENT))
-            missing[(*nmissing)++] = c;
-        if (s & ST_REDIRECT)
-            redirected = 1;
-        if (!m->first_read[c])
-            m->first_read[c] = ++m->read_seq;
-    }
-    pthread_mutex_unlock(&m->lock);
-    if (*nmissing)
-        return 0;
-    if (!redirected)
-        return pread_full(m->data_fd, buf, (size_t)len, off);
-    /* Chunk by chunk: some live in the redirect file. */
-    for (c = first; c <= last && !err; c++) {
-        long long cs = c * m->chunk_size;
-        long long s = off > cs ? off : cs;
-        long long e = off + len < cs + chunk_len(m, c) ?
-            off + len : cs + chunk_len(m, c);
-        int fd;
-        pthread_mutex_lock(&m->lock);
-        fd = (m->state[c] & ST_REDIRECT) ? m->redirect_fd : m->data_fd;
-        pthread_mutex_unlock(&m->lock);
-        err = pread_full(fd, buf + (s - off), (size_t)(e - s), s);
-    }
-    return err;
-}
-
-static PyObject *
-index_list(int64_t *indices, int64_t n)
-{
-    PyObject *list = PyList_New(n);
-    for (int64_t k = 0; list && k < n; k++)
-        PyList_SET_ITEM(list, k, PyLong_FromLongLong(indices[k]));
-    return list;
-}
 
 static PyObject *
 Mirror_read(Mirror *m, PyObject *args)
@@ -367,11 +151,11 @@ Mirror_read(Mirror *m, PyObject *args)
         return NULL;
     if (check_range(m, off, len) < 0)
         return NULL;
-    if (off + len > m->size)
-        len = m->size - off;
+    if (off + len > m->core.size)
+        len = m->core.size - off;
     if (len == 0)
         return PyBytes_FromStringAndSize(NULL, 0);
-    missing = mirror_index_buffer(m, off, len);
+    missing = mc_index_buffer(&m->core, off, len);
     if (!missing)
         return PyErr_NoMemory();
     out = PyBytes_FromStringAndSize(NULL, len);
@@ -380,8 +164,8 @@ Mirror_read(Mirror *m, PyObject *args)
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    err = mirror_core_read(m, PyBytes_AS_STRING(out), off, len, missing,
-                           &nmissing);
+    err = mc_read(&m->core, PyBytes_AS_STRING(out), off, len, missing,
+                  &nmissing);
     Py_END_ALLOW_THREADS
     if (nmissing) {
         PyObject *list = index_list(missing, nmissing);
@@ -397,168 +181,11 @@ Mirror_read(Mirror *m, PyObject *args)
     return out;
 }
 
-/* ---- writes ------------------------------------------------------- */
-
-/* Make chunk c safe to overwrite; lock held, may wait. Returns 0, an
- * errno, or -1 when it would wait and nonblock is set. */
-static int
-prepare_chunk(Mirror *m, int64_t c, int nonblock, char *scratch)
-{
-    for (;;) {
-        uint8_t s = m->state[c];
-        if (s & ST_PENDING) {
-            if (nonblock)
-                return -1;
-            m->waits++;
-            m->hist[c] |= H_WAITED;
-            pthread_cond_wait(&m->cond, &m->lock);
-            continue;
-        }
-        if (!(s & ST_SCHED)) {
-            if ((m->hist[c] & H_TAKEN) && !(m->hist[c] & H_AVOIDED)) {
-                /* Persisted before this write came: a copy avoided. */
-                m->hist[c] |= H_AVOIDED;
-                m->avoided++;
-            }
-            return 0;
-        }
-        if (s & (ST_COPIED | ST_REDIRECT))
-            return 0;
-        if (m->mode == MODE_LIVE_COW) {
-            int err;
-            m->state[c] |= ST_PENDING;
-            pthread_mutex_unlock(&m->lock);
-            err = copy_chunk(m, m->data_fd, m->redirect_fd, c, scratch);
-            pthread_mutex_lock(&m->lock);
-            m->state[c] &= (uint8_t)~ST_PENDING;
-            if (!err) {
-                m->state[c] |= ST_REDIRECT;
-                m->redirects++;
-            }
-            pthread_cond_broadcast(&m->cond);
-            return err;
-        }
-        /* selective-cow */
-        if (m->nfree == 0) {
-            if (nonblock)
-                return -1;
-            push_urgent(m, c);
-            m->urgent_count++;
-            m->waits++;
-            m->hist[c] |= H_WAITED;
-            pthread_cond_broadcast(&m->cond);
-            while ((m->state[c] & ST_SCHED) && m->nfree == 0)
-                pthread_cond_wait(&m->cond, &m->lock);
-            continue;
-        }
-        {
-            int64_t slot = m->free_slots[--m->nfree];
-            int err;
-            m->state[c] |= ST_PENDING;
-            pthread_mutex_unlock(&m->lock);
-            err = pread_full(m->data_fd, m->cow + slot * m->chunk_size,
-                             (size_t)chunk_len(m, c),
-                             (off_t)c * m->chunk_size);
-            pthread_mutex_lock(&m->lock);
-            m->state[c] &= (uint8_t)~ST_PENDING;
-            if (err) {
-                m->free_slots[m->nfree++] = slot;
-            } else {
-                m->slot_of[c] = (int32_t)slot;
-                m->state[c] |= ST_COPIED;
-                m->copied[m->ncopied++] = c;
-                m->cow_copies++;
-                m->hist[c] |= H_COPIED;
-            }
-            pthread_cond_broadcast(&m->cond);
-            return err;
-        }
-    }
-}
-
 PyDoc_STRVAR(write_doc,
 "write(offset, data, nonblock=False) -> int or list\n\n"
 "Write data at offset and return its length; or return the list of\n"
 "chunks to fetch first (partial writes to absent chunks). With\n"
 "nonblock, raise BusyError instead of waiting for the persister.");
-
-/* Write [off, off+len) from buf; no GIL needed; may wait unless
- * nonblock (then *busy is set and nothing is written). Chunks to fetch
- * first are listed in missing. scratch is a chunk-sized buffer for
- * live-cow. Returns 0 or an errno. */
-int
-mirror_core_write(Mirror *m, const char *buf, long long off, long long len,
-                  int nonblock, char *scratch, int64_t *missing,
-                  int64_t *nmissing, int *busy)
-{
-    int64_t first = off / m->chunk_size;
-    int64_t last = (off + len - 1) / m->chunk_size, c;
-    int err = 0;
-
-    *nmissing = 0;
-    *busy = 0;
-    pthread_mutex_lock(&m->lock);
-    for (c = first; c <= last; c++) {
-        long long cs = c * m->chunk_size, ce = cs + chunk_len(m, c);
-        if (!(m->state[c] & ST_PRESENT) && !(off <= cs && off + len >= ce))
-            missing[(*nmissing)++] = c;
-    }
-    if (*nmissing) {
-        pthread_mutex_unlock(&m->lock);
-        return 0;
-    }
-    /* COMMIT flips the state between writes, never inside one. */
-    while (m->committing || m->hold) {
-        if (nonblock) {
-            pthread_mutex_unlock(&m->lock);
-            *busy = 1;
-            return 0;
-        }
-        pthread_cond_wait(&m->cond, &m->lock);
-    }
-    m->writers++;
-    for (c = first; c <= last && !err && !*busy; c++) {
-        int r = prepare_chunk(m, c, nonblock, scratch);
-        if (r == -1)
-            *busy = 1;
-        else
-            err = r;
-    }
-    if (!*busy && !err) {
-        int any_redirect = 0;
-        for (c = first; c <= last; c++) {
-            if (!m->first_write[c])
-                m->first_write[c] = ++m->seq;
-            if (m->state[c] & ST_REDIRECT)
-                any_redirect = 1;
-        }
-        pthread_mutex_unlock(&m->lock);
-        if (!any_redirect) {
-            err = pwrite_full(m->data_fd, buf, (size_t)len, off);
-        } else {
-            for (c = first; c <= last && !err; c++) {
-                long long cs = c * m->chunk_size;
-                long long s = off > cs ? off : cs;
-                long long e = off + len < cs + chunk_len(m, c) ?
-                    off + len : cs + chunk_len(m, c);
-                int fd;
-                pthread_mutex_lock(&m->lock);
-                fd = (m->state[c] & ST_REDIRECT) ? m->redirect_fd
-                                                 : m->data_fd;
-                pthread_mutex_unlock(&m->lock);
-                err = pwrite_full(fd, buf + (s - off), (size_t)(e - s), s);
-            }
-        }
-        pthread_mutex_lock(&m->lock);
-        if (!err)
-            for (c = first; c <= last; c++)
-                m->state[c] |= ST_PRESENT | ST_DIRTY;
-    }
-    m->writers--;
-    pthread_cond_broadcast(&m->cond);
-    pthread_mutex_unlock(&m->lock);
-    return err;
-}
 
 static PyObject *
 Mirror_write(Mirror *m, PyObject *args, PyObject *kw)
@@ -573,7 +200,7 @@ Mirror_write(Mirror *m, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "Ly*|p:write", kwlist,
                                      &off, &data, &nonblock))
         return NULL;
-    if (check_range(m, off, data.len) < 0 || off + data.len > m->size) {
+    if (check_range(m, off, data.len) < 0 || off + data.len > m->core.size) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "write past the image end");
         PyBuffer_Release(&data);
@@ -583,17 +210,17 @@ Mirror_write(Mirror *m, PyObject *args, PyObject *kw)
         PyBuffer_Release(&data);
         return PyLong_FromLong(0);
     }
-    missing = mirror_index_buffer(m, off, data.len);
-    scratch = m->mode == MODE_LIVE_COW ? malloc((size_t)m->chunk_size)
-                                       : NULL;
-    if (!missing || (m->mode == MODE_LIVE_COW && !scratch)) {
+    missing = mc_index_buffer(&m->core, off, data.len);
+    if (m->core.mode == MODE_LIVE_COW)
+        scratch = malloc((size_t)m->core.chunk_size);
+    if (!missing || (m->core.mode == MODE_LIVE_COW && !scratch)) {
         free(missing); free(scratch);
         PyBuffer_Release(&data);
         return PyErr_NoMemory();
     }
     Py_BEGIN_ALLOW_THREADS
-    err = mirror_core_write(m, data.buf, off, data.len, nonblock, scratch,
-                            missing, &nmissing, &busy);
+    err = mc_write(&m->core, data.buf, off, data.len, nonblock, scratch,
+                   missing, &nmissing, &busy);
     Py_END_ALLOW_THREADS
     free(scratch);
     PyBuffer_Release(&data);
@@ -612,6 +239,18 @@ Mirror_write(Mirror *m, PyObject *args, PyObject *kw)
     return PyLong_FromSsize_t(data.len);
 }
 
+static int
+check_chunk(Mirror *m, long long c)
+{
+    if (check_open(m) < 0)
+        return -1;
+    if (c < 0 || c >= m->core.nchunks) {
+        PyErr_SetString(PyExc_IndexError, "chunk index out of range");
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(install_doc,
 "install(index, data) -> bool\n\n"
 "Store a fetched chunk in the mirror file unless the chunk became\n"
@@ -626,30 +265,14 @@ Mirror_install(Mirror *m, PyObject *args)
 
     if (!PyArg_ParseTuple(args, "Ly*:install", &c, &data))
         return NULL;
-    if (!m->state || c < 0 || c >= m->nchunks ||
-        data.len != chunk_len(m, c)) {
+    if (!m->core.state || c < 0 || c >= m->core.nchunks ||
+        data.len != mc_chunk_len(&m->core, c)) {
         PyBuffer_Release(&data);
         PyErr_SetString(PyExc_ValueError, "bad chunk index or length");
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&m->lock);
-    while (m->state[c] & ST_PENDING)
-        pthread_cond_wait(&m->cond, &m->lock);
-    if (!(m->state[c] & ST_PRESENT)) {
-        m->state[c] |= ST_PENDING;   /* a racing write waits for us */
-        pthread_mutex_unlock(&m->lock);
-        err = pwrite_full(m->data_fd, data.buf, (size_t)data.len,
-                          (off_t)c * m->chunk_size);
-        pthread_mutex_lock(&m->lock);
-        m->state[c] &= (uint8_t)~ST_PENDING;
-        if (!err) {
-            m->state[c] |= ST_PRESENT;
-            installed = 1;
-        }
-        pthread_cond_broadcast(&m->cond);
-    }
-    pthread_mutex_unlock(&m->lock);
+    err = mc_install(&m->core, c, data.buf, &installed);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&data);
     if (err)
@@ -659,39 +282,14 @@ Mirror_install(Mirror *m, PyObject *args)
 
 /* ---- COMMIT and the persister -------------------------------------- */
 
-static Mirror *sort_mirror;  /* qsort has no context argument */
-
-static int
-flush_class(Mirror *m, int64_t c)
-{
-    uint8_t h = m->hist_prev[c];
-    if (h & H_WAITED) return 0;
-    if (h & H_COPIED) return 1;
-    if (h & H_AVOIDED) return 2;
-    return 3;
-}
-
-static int
-compare_flush(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    int cx = flush_class(sort_mirror, x), cy = flush_class(sort_mirror, y);
-    uint32_t sx = sort_mirror->first_write[x] - 1;  /* 0 sorts last */
-    uint32_t sy = sort_mirror->first_write[y] - 1;
-    if (cx != cy) return cx - cy;
-    if (sx != sy) return sx < sy ? -1 : 1;
-    return x < y ? -1 : (x > y);
-}
-
-static pthread_mutex_t sort_lock = PTHREAD_MUTEX_INITIALIZER;
-
 PyDoc_STRVAR(commit_doc,
 "commit(hold=False) -> int\n\n"
 "Snapshot: wait for in-flight writes, schedule every chunk written\n"
 "since the last commit, order the schedule, and return how many chunks\n"
 "it holds. Raises BusyError if the previous snapshot is still being\n"
-"persisted. live-precopy copies the chunks aside before returning;\n"
-"with hold, writes stay blocked until release() (offline mode).");
+"persisted. live-precopy copies the chunks aside before returning (on\n"
+"an error nothing stays scheduled); with hold, writes stay blocked\n"
+"until release_hold() (offline mode).");
 
 static PyObject *
 Mirror_commit(Mirror *m, PyObject *args, PyObject *kw)
@@ -699,66 +297,14 @@ Mirror_commit(Mirror *m, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"hold", NULL};
     int hold = 0, busy = 0, err = 0;
     int64_t n = 0;
-    char *scratch = NULL;
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:commit", kwlist, &hold))
         return NULL;
-    if (!m->state) {
-        PyErr_SetString(PyExc_ValueError, "Mirror is closed");
+    if (check_open(m) < 0)
         return NULL;
-    }
-    if (m->mode == MODE_PRECOPY &&
-        !(scratch = malloc((size_t)m->chunk_size)))
-        return PyErr_NoMemory();
-
     Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&m->lock);
-    if (m->scheduled || m->committing) {
-        busy = 1;
-    } else {
-        m->committing = 1;
-        while (m->writers)
-            pthread_cond_wait(&m->cond, &m->lock);
-        for (int64_t c = 0; c < m->nchunks; c++) {
-            m->state[c] &= (uint8_t)~ST_SNAP;
-            if (m->state[c] & ST_DIRTY) {
-                m->state[c] = (uint8_t)((m->state[c] & ~ST_DIRTY) |
-                                        ST_SCHED | ST_SNAP);
-                m->order[n++] = c;
-            }
-        }
-        /* The finished epoch becomes the history the order follows. */
-        uint8_t *t = m->hist_prev;
-        m->hist_prev = m->hist;
-        m->hist = t;
-        memset(m->hist, 0, m->state_len);
-        if (m->adaptive && n > 1) {
-            pthread_mutex_lock(&sort_lock);
-            sort_mirror = m;
-            qsort(m->order, (size_t)n, sizeof(int64_t), compare_flush);
-            pthread_mutex_unlock(&sort_lock);
-        }
-        memset(m->first_write, 0, sizeof(uint32_t) * m->state_len);
-        m->seq = 0;
-        m->order_len = n;
-        m->order_pos = 0;
-        m->scheduled = n;
-        clear_urgent(m);
-        m->ncopied = 0;
-        if (m->mode == MODE_PRECOPY) {
-            for (int64_t k = 0; k < n && !err; k++) {
-                int64_t c = m->order[k];
-                err = copy_chunk(m, m->data_fd, m->precopy_fd, c, scratch);
-                m->state[c] |= ST_COPIED;
-            }
-        }
-        m->hold = hold;
-        m->committing = 0;
-        pthread_cond_broadcast(&m->cond);
-    }
-    pthread_mutex_unlock(&m->lock);
+    err = mc_commit(&m->core, hold, &n, &busy);
     Py_END_ALLOW_THREADS
-    free(scratch);
     if (busy) {
         PyErr_SetString(BusyError,
                         "the previous snapshot is still being persisted");
@@ -772,40 +318,14 @@ Mirror_commit(Mirror *m, PyObject *args, PyObject *kw)
 static PyObject *
 Mirror_release_hold(Mirror *m, PyObject *noargs)
 {
-    pthread_mutex_lock(&m->lock);
-    m->hold = 0;
-    pthread_cond_broadcast(&m->cond);
-    pthread_mutex_unlock(&m->lock);
+    Py_BEGIN_ALLOW_THREADS
+    mc_release_hold(&m->core);
+    Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
-/* The next chunk to persist, by flush order; -1 if none. Lock held. */
-static int64_t
-pick(Mirror *m)
-{
-    while (m->nurgent) {
-        int64_t c = m->urgent[--m->nurgent];
-        m->in_urgent[c] = 0;
-        if (m->state[c] & ST_SCHED)
-            return c;
-    }
-    if (m->adaptive) {
-        while (m->ncopied) {
-            int64_t c = m->copied[--m->ncopied];
-            if (m->state[c] & ST_SCHED)
-                return c;
-        }
-    }
-    while (m->order_pos < m->order_len) {
-        int64_t c = m->order[m->order_pos++];
-        if (m->state[c] & ST_SCHED)
-            return c;
-    }
-    return -1;
-}
-
 PyDoc_STRVAR(take_doc,
-"take(timeout=None) -> (index, bytes) or None\n\n"
+"take() -> (index, bytes) or None\n\n"
 "For the persister: the next scheduled chunk in flush order with its\n"
 "snapshot content; the chunk is Idle again when this returns. None\n"
 "when the snapshot is fully taken.");
@@ -814,84 +334,27 @@ static PyObject *
 Mirror_take(Mirror *m, PyObject *noargs)
 {
     int64_t c;
-    int err = 0, from = 0;   /* 0 mirror file, 1 buffer, 2 pre-copy */
-    PyObject *out = NULL;
-    char *buf;
+    int err;
+    PyObject *out;
 
-    if (!m->state) {
-        PyErr_SetString(PyExc_ValueError, "Mirror is closed");
+    if (check_open(m) < 0)
         return NULL;
-    }
-    out = PyBytes_FromStringAndSize(NULL, m->chunk_size);
+    out = PyBytes_FromStringAndSize(NULL, m->core.chunk_size);
     if (!out)
         return NULL;
-    buf = PyBytes_AS_STRING(out);
-
     Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&m->lock);
-    for (;;) {
-        c = pick(m);
-        if (c < 0 || !(m->state[c] & ST_PENDING))
-            break;
-        /* A writer is copying it right now: take it once copied. */
-        push_urgent(m, c);
-        pthread_cond_wait(&m->cond, &m->lock);
-    }
-    if (c >= 0) {
-        uint8_t s = m->state[c];
-        if ((s & ST_COPIED) && m->mode == MODE_PRECOPY) {
-            from = 2;
-        } else if (s & ST_COPIED) {
-            from = 1;
-            memcpy(buf, m->cow + (int64_t)m->slot_of[c] * m->chunk_size,
-                   (size_t)chunk_len(m, c));
-            m->free_slots[m->nfree++] = m->slot_of[c];
-            m->slot_of[c] = -1;
-        } else {
-            /* Folding a redirect back must not race with a write into
-             * the redirect file: let in-flight writes finish first. */
-            while ((s & ST_REDIRECT) && m->writers)
-                pthread_cond_wait(&m->cond, &m->lock);
-            m->state[c] |= ST_PENDING;
-        }
-        if (from != 1) {
-            pthread_mutex_unlock(&m->lock);
-            err = pread_full(from == 2 ? m->precopy_fd : m->data_fd, buf,
-                             (size_t)chunk_len(m, c),
-                             (off_t)c * m->chunk_size);
-            if (!err && (s & ST_REDIRECT)) {
-                /* live-cow: fold the redirected data back in place (the
-                 * extra I/O classic copy-on-write pays). */
-                char *tmp = malloc((size_t)m->chunk_size);
-                err = tmp ? copy_chunk(m, m->redirect_fd, m->data_fd, c,
-                                       tmp) : ENOMEM;
-                free(tmp);
-            }
-            pthread_mutex_lock(&m->lock);
-        }
-        if (err) {
-            m->state[c] &= (uint8_t)~ST_PENDING;
-        } else {
-            m->state[c] &= (uint8_t)~(ST_SCHED | ST_PENDING | ST_COPIED |
-                                      ST_REDIRECT);
-            m->hist[c] |= H_TAKEN;
-            m->scheduled--;
-        }
-        pthread_cond_broadcast(&m->cond);
-    }
-    pthread_mutex_unlock(&m->lock);
+    err = mc_take(&m->core, PyBytes_AS_STRING(out), &c);
     Py_END_ALLOW_THREADS
-
-    if (c < 0) {
-        Py_DECREF(out);
-        Py_RETURN_NONE;
-    }
     if (err) {
         Py_DECREF(out);
         return set_errno(err);
     }
-    if (chunk_len(m, c) != m->chunk_size &&
-        _PyBytes_Resize(&out, chunk_len(m, c)) < 0)
+    if (c < 0) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    if (mc_chunk_len(&m->core, c) != m->core.chunk_size &&
+        _PyBytes_Resize(&out, mc_chunk_len(&m->core, c)) < 0)
         return NULL;
     return Py_BuildValue("(LN)", (long long)c, out);
 }
@@ -907,39 +370,15 @@ Mirror_snapshot_done(Mirror *m, PyObject *args)
     int stable;
     if (!PyArg_ParseTuple(args, "p:snapshot_done", &stable))
         return NULL;
+    if (check_open(m) < 0)
+        return NULL;
     Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&m->lock);
-    for (int64_t c = 0; c < m->nchunks; c++) {
-        if (!(m->state[c] & ST_SNAP))
-            continue;
-        if (!stable)
-            m->state[c] |= ST_DIRTY;
-        if (m->state[c] & ST_COPIED && m->slot_of[c] >= 0) {
-            m->free_slots[m->nfree++] = m->slot_of[c];
-            m->slot_of[c] = -1;
-        }
-        if ((m->state[c] & ST_REDIRECT) && m->redirect_fd >= 0) {
-            /* A failed live-cow snapshot: bring the current data home so
-             * the next snapshot reads it in place. */
-            char *tmp = malloc((size_t)m->chunk_size);
-            if (tmp && copy_chunk(m, m->redirect_fd, m->data_fd, c,
-                                  tmp) == 0)
-                m->state[c] &= (uint8_t)~ST_REDIRECT;
-            free(tmp);
-        }
-        m->state[c] &= (uint8_t)~(ST_SNAP | ST_SCHED | ST_COPIED);
-    }
-    m->scheduled = 0;
-    m->order_len = m->order_pos = 0;
-    clear_urgent(m);
-    m->ncopied = 0;
-    pthread_cond_broadcast(&m->cond);
-    pthread_mutex_unlock(&m->lock);
+    mc_snapshot_done(&m->core, stable);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
-/* ---- inspection --------------------------------------------------- */
+/* ---- recovery and inspection ---------------------------------------- */
 
 static PyObject *
 Mirror_recovery(Mirror *m, PyObject *noargs)
@@ -947,16 +386,10 @@ Mirror_recovery(Mirror *m, PyObject *noargs)
     /* After a restart: how many chunks the interrupted snapshot holds,
      * how many are still to be taken, and how many of those lost their
      * snapshot content (it was in the in-memory buffer). */
-    int64_t snap = 0, sched = 0, lost = 0;
-    for (int64_t c = 0; c < m->nchunks; c++) {
-        uint8_t s = m->state[c];
-        if (s & ST_SNAP) snap++;
-        if (s & ST_SCHED) {
-            sched++;
-            if ((s & ST_COPIED) && m->mode != MODE_PRECOPY)
-                lost++;
-        }
-    }
+    int64_t snap, sched, lost;
+    if (check_open(m) < 0)
+        return NULL;
+    mc_recovery(&m->core, &snap, &sched, &lost);
     return Py_BuildValue("{s:L,s:L,s:L}", "snapshot", (long long)snap,
                          "untaken", (long long)sched, "lost",
                          (long long)lost);
@@ -965,17 +398,9 @@ Mirror_recovery(Mirror *m, PyObject *noargs)
 static PyObject *
 Mirror_resume(Mirror *m, PyObject *noargs)
 {
-    /* Re-queue the untaken chunks of an interrupted snapshot. */
-    int64_t n = 0;
-    pthread_mutex_lock(&m->lock);
-    for (int64_t c = 0; c < m->nchunks; c++)
-        if (m->state[c] & ST_SCHED)
-            m->order[n++] = c;
-    m->order_len = n;
-    m->order_pos = 0;
-    m->scheduled = n;
-    pthread_mutex_unlock(&m->lock);
-    return PyLong_FromLongLong(n);
+    if (check_open(m) < 0)
+        return NULL;
+    return PyLong_FromLongLong(mc_resume(&m->core));
 }
 
 static PyObject *
@@ -988,6 +413,8 @@ Mirror_requeue(Mirror *m, PyObject *args)
     PyObject *seq, *lost;
     if (!PyArg_ParseTuple(args, "O:requeue", &seq))
         return NULL;
+    if (check_open(m) < 0)
+        return NULL;
     seq = PySequence_Fast(seq, "requeue() takes a sequence of indices");
     if (!seq)
         return NULL;
@@ -998,15 +425,9 @@ Mirror_requeue(Mirror *m, PyObject *args)
             Py_CLEAR(lost);
             break;
         }
-        if (c < 0 || c >= m->nchunks)
+        if (c < 0 || c >= m->core.nchunks)
             continue;
-        pthread_mutex_lock(&m->lock);
-        uint8_t s = m->state[c];
-        int ok = (s & ST_SNAP) && ((s & ST_SCHED) || !(s & ST_DIRTY));
-        if (ok)
-            m->state[c] |= ST_SCHED;
-        pthread_mutex_unlock(&m->lock);
-        if (!ok) {
+        if (!mc_requeue(&m->core, c)) {
             PyObject *v = PyLong_FromLongLong(c);
             if (!v || PyList_Append(lost, v) < 0)
                 Py_CLEAR(lost);
@@ -1017,75 +438,58 @@ Mirror_requeue(Mirror *m, PyObject *args)
     return lost;
 }
 
+/* A list of chunk indices filled by a core function. */
 static PyObject *
-Mirror_snapshot_chunks(Mirror *m, PyObject *noargs)
+chunk_list(Mirror *m, int64_t (*fill)(MirrorCore *, int64_t *))
 {
-    PyObject *list = PyList_New(0);
-    for (int64_t c = 0; list && c < m->nchunks; c++) {
-        if (m->state[c] & ST_SNAP) {
-            PyObject *v = PyLong_FromLongLong(c);
-            if (!v || PyList_Append(list, v) < 0) {
-                Py_XDECREF(v);
-                Py_DECREF(list);
-                return NULL;
-            }
-            Py_DECREF(v);
-        }
-    }
-    return list;
-}
-
-static PyObject *
-Mirror_read_order(Mirror *m, PyObject *noargs)
-{
-    /* Chunks in the order they were first read since attach. */
-    int64_t n = 0;
-    int64_t *idx = malloc(sizeof(int64_t) * (size_t)m->nchunks);
+    int64_t n, *idx;
     PyObject *list;
+    if (check_open(m) < 0)
+        return NULL;
+    idx = malloc(sizeof(int64_t) * (size_t)m->core.nchunks);
     if (!idx)
         return PyErr_NoMemory();
-    pthread_mutex_lock(&m->lock);
-    uint32_t total = m->read_seq;
-    int64_t *by_seq = calloc((size_t)total + 1, sizeof(int64_t));
-    if (by_seq) {
-        for (int64_t c = 0; c < m->nchunks; c++)
-            if (m->first_read[c])
-                by_seq[m->first_read[c]] = c + 1;
-        for (uint32_t s = 1; s <= total; s++)
-            if (by_seq[s])
-                idx[n++] = by_seq[s] - 1;
-    }
-    pthread_mutex_unlock(&m->lock);
-    free(by_seq);
-    list = PyList_New(n);
-    for (int64_t k = 0; list && k < n; k++)
-        PyList_SET_ITEM(list, k, PyLong_FromLongLong(idx[k]));
+    n = fill(&m->core, idx);
+    list = n < 0 ? PyErr_NoMemory() : index_list(idx, n);
     free(idx);
     return list;
 }
 
 static PyObject *
+Mirror_snapshot_chunks(Mirror *m, PyObject *noargs)
+{
+    return chunk_list(m, mc_snapshot_chunks);
+}
+
+static PyObject *
+Mirror_read_order(Mirror *m, PyObject *noargs)
+{
+    return chunk_list(m, mc_read_order);
+}
+
+static PyObject *
 Mirror_stats(Mirror *m, PyObject *noargs)
 {
-    int64_t present = 0, dirty = 0;
-    pthread_mutex_lock(&m->lock);
-    for (int64_t c = 0; c < m->nchunks; c++) {
-        present += (m->state[c] & ST_PRESENT) != 0;
-        dirty += (m->state[c] & ST_DIRTY) != 0;
-    }
-    PyObject *d = Py_BuildValue(
-        "{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:s}",
-        "present", (long long)present, "dirty", (long long)dirty,
-        "scheduled", (long long)m->scheduled,
-        "cow_copies", (long long)m->cow_copies,
-        "cow_bytes", (long long)(m->cow_copies * m->chunk_size),
-        "redirects", (long long)m->redirects,
-        "waits", (long long)m->waits,
-        "avoided", (long long)m->avoided,
-        "urgent", (long long)m->urgent_count,
-        "mode", mode_names[m->mode]);
-    pthread_mutex_unlock(&m->lock);
-    return d;
+    MirrorStats s;
+    if (check_open(m) < 0)
+        return NULL;
+    mc_stats(&m->core, &s);
+    return Py_BuildValue(
+        "{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:s}",
+        "present", (long long)s.present, "dirty", (long long)s.dirty,
+        "scheduled", (long long)s.scheduled,
+        "cow_copies", (long long)s.cow_copies,
+        "cow_bytes", (long long)(s.cow_copies * m->core.chunk_size),
+        "redirects", (long long)s.redirects,
+        "redirects_nocopy", (long long)s.redirects_nocopy,
+        "waits", (long long)s.waits,
+        "avoided", (long long)s.avoided,
+        "urgent", (long long)s.urgent,
+        "install_waits", (long long)s.install_waits,
+        "installs_skipped", (long long)s.installs_skipped,
+        "copies_dropped", (long long)s.copies_dropped,
+        "precopy_undone", (long long)s.precopy_undone,
+        "mode", mc_mode_names[m->core.mode]);
 }
 
 static PyObject *
@@ -1094,23 +498,17 @@ Mirror_is_present(Mirror *m, PyObject *args)
     long long c;
     if (!PyArg_ParseTuple(args, "L:is_present", &c))
         return NULL;
-    if (c < 0 || c >= m->nchunks) {
-        PyErr_SetString(PyExc_IndexError, "chunk index out of range");
+    if (check_chunk(m, c) < 0)
         return NULL;
-    }
-    return PyBool_FromLong(m->state[c] & ST_PRESENT);
+    return PyBool_FromLong(mc_is_present(&m->core, c));
 }
 
 static PyObject *
 Mirror_close(Mirror *m, PyObject *noargs)
 {
-    pthread_mutex_lock(&m->lock);
-    if (m->state)
-        msync(m->state, m->state_len, MS_SYNC);
-    if (m->data_fd >= 0)
-        fsync(m->data_fd);
-    mirror_release(m);
-    pthread_mutex_unlock(&m->lock);
+    Py_BEGIN_ALLOW_THREADS
+    mc_close(&m->core, 1);
+    Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
@@ -1148,7 +546,7 @@ static PyMethodDef Mirror_methods[] = {
 static PyObject *
 Mirror_get_nchunks(Mirror *m, void *closure)
 {
-    return PyLong_FromLongLong(m->nchunks);
+    return PyLong_FromLongLong(m->core.nchunks);
 }
 
 static PyGetSetDef Mirror_getset[] = {

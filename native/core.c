@@ -1,0 +1,833 @@
+/*
+ * The mirror core: one struct per attached image, no Python.
+ *
+ * It owns the local sparse mirror file, one state byte per chunk (in a
+ * MAP_SHARED file, so that a SIGKILL of the agent loses no state: the
+ * page cache keeps it), the bounded copy-on-write buffer, and the queue
+ * the background persister takes chunks from. Every function locks the
+ * mirror itself; none holds the lock across file I/O except COMMIT's
+ * live-precopy copies.
+ *
+ * Snapshot protocol (journal paper, Algorithms 1-4):
+ *   COMMIT      waits for in-flight writes, turns every DIRTY chunk into
+ *               SCHEDULED (+SNAP), and orders the schedule.
+ *   persister   takes chunks one at a time: PENDING while it reads one
+ *               from the mirror file, or straight from the buffer if a
+ *               writer copied it there; then the chunk is Idle again.
+ *   writer      on a SCHEDULED chunk: selective-cow copies the old
+ *               content into the buffer and writes in place; live-cow
+ *               redirects the write to a second file (classic CoW); a
+ *               PENDING chunk waits; a full buffer waits and makes the
+ *               chunk URGENT so the persister takes it next.
+ *
+ * Copyright BlobCR for OpenStack developers. Apache-2.0.
+ */
+#define _GNU_SOURCE
+#include "core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef MC_TEST_HOOKS
+#define PAUSE(at) mc_test_pause(at)
+#define FAULT(at) mc_test_fault(at)
+#else
+#define PAUSE(at) ((void)0)
+#define FAULT(at) 0
+#endif
+
+const char *const mc_mode_names[] = {
+    "selective-cow", "live-cow", "live-precopy", "offline", NULL
+};
+
+int
+mc_mode(const char *name)
+{
+    for (int i = 0; mc_mode_names[i]; i++)
+        if (strcmp(name, mc_mode_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* ---- helpers (lock held unless noted) ------------------------------ */
+
+int64_t
+mc_chunk_len(const MirrorCore *m, int64_t c)
+{
+    int64_t left = m->size - c * m->chunk_size;
+    return left < m->chunk_size ? left : m->chunk_size;
+}
+
+int64_t *
+mc_index_buffer(const MirrorCore *m, long long off, long long len)
+{
+    return malloc(sizeof(int64_t) *
+                  (size_t)((off + len - 1) / m->chunk_size -
+                           off / m->chunk_size + 1));
+}
+
+/* The urgent queue holds each chunk once: writers re-queue the chunk
+ * they wait for every time they wake. */
+static void
+push_urgent(MirrorCore *m, int64_t c)
+{
+    if (!m->in_urgent[c]) {
+        m->in_urgent[c] = 1;
+        m->urgent[m->nurgent++] = c;
+    }
+}
+
+static void
+clear_urgent(MirrorCore *m)
+{
+    while (m->nurgent)
+        m->in_urgent[m->urgent[--m->nurgent]] = 0;
+}
+
+/* Full pread/pwrite loops; no lock needed. Return 0 or an errno. */
+static int
+pread_full(int fd, char *buf, size_t len, off_t off)
+{
+    while (len) {
+        ssize_t n = pread(fd, buf, len, off);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        if (n == 0) {           /* sparse hole past EOF reads as zeros */
+            memset(buf, 0, len);
+            return 0;
+        }
+        buf += n; len -= (size_t)n; off += n;
+    }
+    return 0;
+}
+
+static int
+pwrite_full(int fd, const char *buf, size_t len, off_t off)
+{
+    while (len) {
+        ssize_t n = pwrite(fd, buf, len, off);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        buf += n; len -= (size_t)n; off += n;
+    }
+    return 0;
+}
+
+static int
+copy_chunk(MirrorCore *m, int from_fd, int to_fd, int64_t c, char *scratch)
+{
+    off_t off = (off_t)c * m->chunk_size;
+    int err = pread_full(from_fd, scratch, (size_t)mc_chunk_len(m, c), off);
+    if (!err)
+        err = pwrite_full(to_fd, scratch, (size_t)mc_chunk_len(m, c), off);
+    return err;
+}
+
+/* ---- construction ------------------------------------------------- */
+
+void
+mc_init(MirrorCore *m)
+{
+    memset(m, 0, sizeof *m);
+    m->data_fd = m->redirect_fd = m->precopy_fd = -1;
+    pthread_mutex_init(&m->lock, NULL);
+    pthread_cond_init(&m->cond, NULL);
+}
+
+static int
+open_file(const char *path, int64_t size)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0 && ftruncate(fd, size) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+static void
+release_files(MirrorCore *m)
+{
+    if (m->state && m->state != MAP_FAILED)
+        munmap(m->state, m->state_len);
+    m->state = NULL;
+    if (m->data_fd >= 0) close(m->data_fd);
+    if (m->redirect_fd >= 0) close(m->redirect_fd);
+    if (m->precopy_fd >= 0) close(m->precopy_fd);
+    m->data_fd = m->redirect_fd = m->precopy_fd = -1;
+    free(m->cow); free(m->slot_of); free(m->free_slots);
+    free(m->order); free(m->urgent); free(m->copied); free(m->in_urgent);
+    free(m->first_write); free(m->first_read);
+    free(m->hist); free(m->hist_prev); free(m->wflight);
+    m->cow = NULL; m->slot_of = NULL; m->free_slots = NULL;
+    m->order = m->urgent = m->copied = NULL;
+    m->in_urgent = NULL;
+    m->first_write = m->first_read = m->wflight = NULL;
+    m->hist = m->hist_prev = NULL;
+}
+
+int
+mc_open(MirrorCore *m, const char *dir, int64_t size, int64_t chunk_size,
+        int mode, int64_t cow_chunks, int adaptive, char *path,
+        size_t path_len)
+{
+    struct stat st;
+    int err;
+
+    if (m->state)
+        return EBUSY;
+    if (size <= 0 || chunk_size <= 0 || cow_chunks < 1 || mode < 0 ||
+        mode > MODE_OFFLINE)
+        return EINVAL;
+    m->mode = mode;
+    m->adaptive = adaptive;
+    m->size = size;
+    m->chunk_size = chunk_size;
+    m->nchunks = (size + chunk_size - 1) / chunk_size;
+    memset(&m->st, 0, sizeof m->st);
+    m->writers = m->committing = m->hold = m->taking = 0;
+    m->order_len = m->order_pos = m->scheduled = 0;
+    m->nurgent = m->ncopied = 0;
+    m->seq = m->read_seq = 0;
+
+    snprintf(path, path_len, "%s/data.raw", dir);
+    if ((m->data_fd = open_file(path, size)) < 0)
+        goto oserror;
+    snprintf(path, path_len, "%s/redirect.raw", dir);
+    if ((m->redirect_fd = open_file(path, size)) < 0)
+        goto oserror;
+    snprintf(path, path_len, "%s/precopy.raw", dir);
+    if ((m->precopy_fd = open_file(path, size)) < 0)
+        goto oserror;
+
+    /* The state file survives a SIGKILL through the page cache. */
+    snprintf(path, path_len, "%s/state.bin", dir);
+    {
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0)
+            goto oserror;
+        if (fstat(fd, &st) != 0 ||
+            (st.st_size != m->nchunks && ftruncate(fd, m->nchunks) != 0)) {
+            err = errno;
+            close(fd);
+            errno = err;
+            goto oserror;
+        }
+        m->state_len = (size_t)m->nchunks;
+        m->state = mmap(NULL, m->state_len, PROT_READ | PROT_WRITE,
+                        MAP_SHARED, fd, 0);
+        close(fd);
+        if (m->state == MAP_FAILED) {
+            m->state = NULL;
+            goto oserror;
+        }
+    }
+    m->cow_slots = cow_chunks;
+    m->cow = malloc((size_t)(cow_chunks * chunk_size));
+    m->slot_of = malloc(sizeof(int32_t) * (size_t)m->nchunks);
+    m->free_slots = malloc(sizeof(int64_t) * (size_t)cow_chunks);
+    m->order = malloc(sizeof(int64_t) * (size_t)m->nchunks);
+    m->urgent = malloc(sizeof(int64_t) * (size_t)m->nchunks);
+    m->in_urgent = calloc((size_t)m->nchunks, 1);
+    m->copied = malloc(sizeof(int64_t) * (size_t)m->nchunks);
+    m->first_write = calloc((size_t)m->nchunks, sizeof(uint32_t));
+    m->first_read = calloc((size_t)m->nchunks, sizeof(uint32_t));
+    m->wflight = calloc((size_t)m->nchunks, sizeof(uint32_t));
+    m->hist = calloc((size_t)m->nchunks, 1);
+    m->hist_prev = calloc((size_t)m->nchunks, 1);
+    if (!m->cow || !m->slot_of || !m->free_slots || !m->order ||
+        !m->urgent || !m->in_urgent || !m->copied || !m->first_write ||
+        !m->first_read || !m->wflight || !m->hist || !m->hist_prev) {
+        release_files(m);
+        path[0] = 0;
+        return ENOMEM;
+    }
+    for (int64_t c = 0; c < m->nchunks; c++) {
+        m->slot_of[c] = -1;
+        /* transient: whoever set them is gone */
+        m->state[c] &= (uint8_t)~(ST_PENDING | ST_FILLING);
+    }
+    for (int64_t s = 0; s < cow_chunks; s++)
+        m->free_slots[s] = s;
+    m->nfree = cow_chunks;
+    return 0;
+oserror:
+    err = errno ? errno : EIO;
+    release_files(m);
+    return err;
+}
+
+void
+mc_close(MirrorCore *m, int flush)
+{
+    pthread_mutex_lock(&m->lock);
+    if (flush && m->state)
+        msync(m->state, m->state_len, MS_SYNC);
+    if (flush && m->data_fd >= 0)
+        fsync(m->data_fd);
+    release_files(m);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void
+mc_destroy(MirrorCore *m)
+{
+    release_files(m);
+    pthread_mutex_destroy(&m->lock);
+    pthread_cond_destroy(&m->cond);
+}
+
+/* ---- reads -------------------------------------------------------- */
+
+int
+mc_read(MirrorCore *m, char *buf, long long off, long long len,
+        int64_t *missing, int64_t *nmissing)
+{
+    int64_t first = off / m->chunk_size;
+    int64_t last = (off + len - 1) / m->chunk_size, c;
+    int redirected = 0, err = 0;
+
+    *nmissing = 0;
+    pthread_mutex_lock(&m->lock);
+    for (c = first; c <= last; c++) {
+        uint8_t s = m->state[c];
+        if (!(s & ST_PRESENT))
+            missing[(*nmissing)++] = c;
+        if (s & ST_REDIRECT)
+            redirected = 1;
+        if (!m->first_read[c])
+            m->first_read[c] = ++m->read_seq;
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (*nmissing)
+        return 0;
+    PAUSE(MC_AT_READ);
+    if (!redirected)
+        return pread_full(m->data_fd, buf, (size_t)len, off);
+    /* Chunk by chunk: some live in the redirect file. */
+    for (c = first; c <= last && !err; c++) {
+        long long cs = c * m->chunk_size;
+        long long s = off > cs ? off : cs;
+        long long e = off + len < cs + mc_chunk_len(m, c) ?
+            off + len : cs + mc_chunk_len(m, c);
+        int fd;
+        pthread_mutex_lock(&m->lock);
+        fd = (m->state[c] & ST_REDIRECT) ? m->redirect_fd : m->data_fd;
+        pthread_mutex_unlock(&m->lock);
+        err = pread_full(fd, buf + (s - off), (size_t)(e - s), s);
+    }
+    return err;
+}
+
+/* ---- writes ------------------------------------------------------- */
+
+/* Make chunk c safe to overwrite; lock held, may wait. Returns 0, an
+ * errno, or -1 when it would wait and nonblock is set. */
+static int
+prepare_chunk(MirrorCore *m, int64_t c, int nonblock, char *scratch)
+{
+    for (;;) {
+        uint8_t s = m->state[c];
+        if (s & ST_PENDING) {
+            if (nonblock)
+                return -1;
+            m->st.waits++;
+            m->hist[c] |= H_WAITED;
+            pthread_cond_wait(&m->cond, &m->lock);
+            continue;
+        }
+        if (!(s & ST_SCHED)) {
+            if ((m->hist[c] & H_TAKEN) && !(m->hist[c] & H_AVOIDED)) {
+                /* Persisted before this write came: a copy avoided. */
+                m->hist[c] |= H_AVOIDED;
+                m->st.avoided++;
+            }
+            return 0;
+        }
+        if (s & (ST_COPIED | ST_REDIRECT))
+            return 0;
+        if (m->mode == MODE_LIVE_COW) {
+            int err;
+            m->state[c] |= ST_PENDING;
+            pthread_mutex_unlock(&m->lock);
+            err = copy_chunk(m, m->data_fd, m->redirect_fd, c, scratch);
+            PAUSE(MC_AT_COPY);
+            pthread_mutex_lock(&m->lock);
+            m->state[c] &= (uint8_t)~ST_PENDING;
+            if (!err) {
+                m->state[c] |= ST_REDIRECT;
+                m->st.redirects++;
+            }
+            pthread_cond_broadcast(&m->cond);
+            return err;
+        }
+        /* selective-cow */
+        if (m->nfree == 0) {
+            if (nonblock)
+                return -1;
+            push_urgent(m, c);
+            m->st.urgent++;
+            m->st.waits++;
+            m->hist[c] |= H_WAITED;
+            pthread_cond_broadcast(&m->cond);
+            while ((m->state[c] & ST_SCHED) && m->nfree == 0)
+                pthread_cond_wait(&m->cond, &m->lock);
+            continue;
+        }
+        {
+            int64_t slot = m->free_slots[--m->nfree];
+            int err;
+            m->state[c] |= ST_PENDING;
+            pthread_mutex_unlock(&m->lock);
+            err = pread_full(m->data_fd, m->cow + slot * m->chunk_size,
+                             (size_t)mc_chunk_len(m, c),
+                             (off_t)c * m->chunk_size);
+            PAUSE(MC_AT_COPY);
+            pthread_mutex_lock(&m->lock);
+            m->state[c] &= (uint8_t)~ST_PENDING;
+            if (err) {
+                m->free_slots[m->nfree++] = slot;
+            } else {
+                m->slot_of[c] = (int32_t)slot;
+                m->state[c] |= ST_COPIED;
+                m->copied[m->ncopied++] = c;
+                m->st.cow_copies++;
+                m->hist[c] |= H_COPIED;
+            }
+            pthread_cond_broadcast(&m->cond);
+            return err;
+        }
+    }
+}
+
+int
+mc_write(MirrorCore *m, const char *buf, long long off, long long len,
+         int nonblock, char *scratch, int64_t *missing, int64_t *nmissing,
+         int *busy)
+{
+    int64_t first = off / m->chunk_size;
+    int64_t last = (off + len - 1) / m->chunk_size, c;
+    int err = 0;
+
+    *nmissing = 0;
+    *busy = 0;
+    pthread_mutex_lock(&m->lock);
+    for (c = first; c <= last; c++) {
+        long long cs = c * m->chunk_size, ce = cs + mc_chunk_len(m, c);
+        if (!(m->state[c] & ST_PRESENT) && !(off <= cs && off + len >= ce))
+            missing[(*nmissing)++] = c;
+    }
+    if (*nmissing) {
+        pthread_mutex_unlock(&m->lock);
+        return 0;
+    }
+    /* COMMIT flips the state between writes, never inside one. */
+    while (m->committing || m->hold) {
+        if (nonblock) {
+            pthread_mutex_unlock(&m->lock);
+            *busy = 1;
+            return 0;
+        }
+        pthread_cond_wait(&m->cond, &m->lock);
+    }
+    m->writers++;
+    for (c = first; c <= last && !err && !*busy; c++) {
+        int r = prepare_chunk(m, c, nonblock, scratch);
+        if (r == -1)
+            *busy = 1;
+        else
+            err = r;
+    }
+    if (!*busy && !err) {
+        int any_redirect = 0;
+        for (c = first; c <= last; c++) {
+            if (!m->first_write[c])
+                m->first_write[c] = ++m->seq;
+            if (m->state[c] & ST_REDIRECT)
+                any_redirect = 1;
+        }
+        pthread_mutex_unlock(&m->lock);
+        PAUSE(MC_AT_WRITE);
+        if (!any_redirect) {
+            err = pwrite_full(m->data_fd, buf, (size_t)len, off);
+        } else {
+            for (c = first; c <= last && !err; c++) {
+                long long cs = c * m->chunk_size;
+                long long s = off > cs ? off : cs;
+                long long e = off + len < cs + mc_chunk_len(m, c) ?
+                    off + len : cs + mc_chunk_len(m, c);
+                int fd;
+                pthread_mutex_lock(&m->lock);
+                fd = (m->state[c] & ST_REDIRECT) ? m->redirect_fd
+                                                 : m->data_fd;
+                pthread_mutex_unlock(&m->lock);
+                err = pwrite_full(fd, buf + (s - off), (size_t)(e - s), s);
+            }
+        }
+        pthread_mutex_lock(&m->lock);
+        if (!err)
+            for (c = first; c <= last; c++)
+                m->state[c] |= ST_PRESENT | ST_DIRTY;
+    }
+    m->writers--;
+    pthread_cond_broadcast(&m->cond);
+    pthread_mutex_unlock(&m->lock);
+    return err;
+}
+
+int
+mc_install(MirrorCore *m, int64_t c, const char *data, int *installed)
+{
+    int err = 0;
+    *installed = 0;
+    pthread_mutex_lock(&m->lock);
+    while (m->state[c] & ST_PENDING)
+        pthread_cond_wait(&m->cond, &m->lock);
+    if (!(m->state[c] & ST_PRESENT)) {
+        m->state[c] |= ST_PENDING;   /* a racing write waits for us */
+        pthread_mutex_unlock(&m->lock);
+        PAUSE(MC_AT_INSTALL);
+        err = pwrite_full(m->data_fd, data, (size_t)mc_chunk_len(m, c),
+                          (off_t)c * m->chunk_size);
+        pthread_mutex_lock(&m->lock);
+        m->state[c] &= (uint8_t)~ST_PENDING;
+        if (!err) {
+            m->state[c] |= ST_PRESENT;
+            *installed = 1;
+        }
+        pthread_cond_broadcast(&m->cond);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return err;
+}
+
+/* ---- COMMIT and the persister -------------------------------------- */
+
+static MirrorCore *sort_mirror;  /* qsort has no context argument */
+
+static int
+flush_class(MirrorCore *m, int64_t c)
+{
+    uint8_t h = m->hist_prev[c];
+    if (h & H_WAITED) return 0;
+    if (h & H_COPIED) return 1;
+    if (h & H_AVOIDED) return 2;
+    return 3;
+}
+
+static int
+compare_flush(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    int cx = flush_class(sort_mirror, x), cy = flush_class(sort_mirror, y);
+    uint32_t sx = sort_mirror->first_write[x] - 1;  /* 0 sorts last */
+    uint32_t sy = sort_mirror->first_write[y] - 1;
+    if (cx != cy) return cx - cy;
+    if (sx != sy) return sx < sy ? -1 : 1;
+    return x < y ? -1 : (x > y);
+}
+
+static pthread_mutex_t sort_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int
+mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy)
+{
+    int err = 0;
+    int64_t n = 0;
+    char *scratch = NULL;
+
+    *busy = 0;
+    *count = 0;
+    if (m->mode == MODE_PRECOPY &&
+        !(scratch = malloc((size_t)m->chunk_size)))
+        return ENOMEM;
+    pthread_mutex_lock(&m->lock);
+    if (m->scheduled || m->committing) {
+        *busy = 1;
+    } else {
+        m->committing = 1;
+        while (m->writers)
+            pthread_cond_wait(&m->cond, &m->lock);
+        for (int64_t c = 0; c < m->nchunks; c++) {
+            m->state[c] &= (uint8_t)~ST_SNAP;
+            if (m->state[c] & ST_DIRTY) {
+                m->state[c] = (uint8_t)((m->state[c] & ~ST_DIRTY) |
+                                        ST_SCHED | ST_SNAP);
+                m->order[n++] = c;
+            }
+        }
+        /* The finished epoch becomes the history the order follows. */
+        uint8_t *t = m->hist_prev;
+        m->hist_prev = m->hist;
+        m->hist = t;
+        memset(m->hist, 0, m->state_len);
+        if (m->adaptive && n > 1) {
+            pthread_mutex_lock(&sort_lock);
+            sort_mirror = m;
+            qsort(m->order, (size_t)n, sizeof(int64_t), compare_flush);
+            pthread_mutex_unlock(&sort_lock);
+        }
+        memset(m->first_write, 0, sizeof(uint32_t) * m->state_len);
+        m->seq = 0;
+        m->order_len = n;
+        m->order_pos = 0;
+        m->scheduled = n;
+        clear_urgent(m);
+        m->ncopied = 0;
+        if (m->mode == MODE_PRECOPY) {
+            for (int64_t k = 0; k < n && !err; k++) {
+                int64_t c = m->order[k];
+                err = FAULT(MC_AT_PRECOPY);
+                if (!err)
+                    err = copy_chunk(m, m->data_fd, m->precopy_fd, c,
+                                     scratch);
+                m->state[c] |= ST_COPIED;
+            }
+        }
+        m->hold = hold;
+        m->committing = 0;
+        pthread_cond_broadcast(&m->cond);
+    }
+    pthread_mutex_unlock(&m->lock);
+    free(scratch);
+    *count = n;
+    return err;
+}
+
+void
+mc_release_hold(MirrorCore *m)
+{
+    pthread_mutex_lock(&m->lock);
+    m->hold = 0;
+    pthread_cond_broadcast(&m->cond);
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* The next chunk to persist, by flush order; -1 if none. Lock held. */
+static int64_t
+pick(MirrorCore *m)
+{
+    while (m->nurgent) {
+        int64_t c = m->urgent[--m->nurgent];
+        m->in_urgent[c] = 0;
+        if (m->state[c] & ST_SCHED)
+            return c;
+    }
+    if (m->adaptive) {
+        while (m->ncopied) {
+            int64_t c = m->copied[--m->ncopied];
+            if (m->state[c] & ST_SCHED)
+                return c;
+        }
+    }
+    while (m->order_pos < m->order_len) {
+        int64_t c = m->order[m->order_pos++];
+        if (m->state[c] & ST_SCHED)
+            return c;
+    }
+    return -1;
+}
+
+int
+mc_take(MirrorCore *m, char *buf, int64_t *out)
+{
+    int64_t c;
+    int err = 0, from = 0;   /* 0 mirror file, 1 buffer, 2 pre-copy */
+
+    pthread_mutex_lock(&m->lock);
+    for (;;) {
+        c = pick(m);
+        if (c < 0 || !(m->state[c] & ST_PENDING))
+            break;
+        /* A writer is copying it right now: take it once copied. */
+        push_urgent(m, c);
+        pthread_cond_wait(&m->cond, &m->lock);
+    }
+    if (c >= 0) {
+        uint8_t s = m->state[c];
+        if ((s & ST_COPIED) && m->mode == MODE_PRECOPY) {
+            from = 2;
+        } else if (s & ST_COPIED) {
+            from = 1;
+            memcpy(buf, m->cow + (int64_t)m->slot_of[c] * m->chunk_size,
+                   (size_t)mc_chunk_len(m, c));
+            m->free_slots[m->nfree++] = m->slot_of[c];
+            m->slot_of[c] = -1;
+        } else {
+            /* Folding a redirect back must not race with a write into
+             * the redirect file: let in-flight writes finish first. */
+            while ((s & ST_REDIRECT) && m->writers)
+                pthread_cond_wait(&m->cond, &m->lock);
+            m->state[c] |= ST_PENDING;
+        }
+        if (from != 1) {
+            pthread_mutex_unlock(&m->lock);
+            err = pread_full(from == 2 ? m->precopy_fd : m->data_fd, buf,
+                             (size_t)mc_chunk_len(m, c),
+                             (off_t)c * m->chunk_size);
+            if (!err && (s & ST_REDIRECT)) {
+                /* live-cow: fold the redirected data back in place (the
+                 * extra I/O classic copy-on-write pays). */
+                char *tmp = malloc((size_t)m->chunk_size);
+                err = tmp ? copy_chunk(m, m->redirect_fd, m->data_fd, c,
+                                       tmp) : ENOMEM;
+                free(tmp);
+            }
+            PAUSE(MC_AT_TAKE);
+            pthread_mutex_lock(&m->lock);
+        }
+        if (err) {
+            m->state[c] &= (uint8_t)~ST_PENDING;
+        } else {
+            m->state[c] &= (uint8_t)~(ST_SCHED | ST_PENDING | ST_COPIED |
+                                      ST_REDIRECT);
+            m->hist[c] |= H_TAKEN;
+            m->scheduled--;
+        }
+        pthread_cond_broadcast(&m->cond);
+    }
+    pthread_mutex_unlock(&m->lock);
+    *out = err ? -1 : c;
+    return err;
+}
+
+void
+mc_snapshot_done(MirrorCore *m, int stable)
+{
+    pthread_mutex_lock(&m->lock);
+    for (int64_t c = 0; c < m->nchunks; c++) {
+        if (!(m->state[c] & ST_SNAP))
+            continue;
+        if (!stable)
+            m->state[c] |= ST_DIRTY;
+        if (m->state[c] & ST_COPIED && m->slot_of[c] >= 0) {
+            m->free_slots[m->nfree++] = m->slot_of[c];
+            m->slot_of[c] = -1;
+        }
+        if ((m->state[c] & ST_REDIRECT) && m->redirect_fd >= 0) {
+            /* A failed live-cow snapshot: bring the current data home so
+             * the next snapshot reads it in place. */
+            char *tmp = malloc((size_t)m->chunk_size);
+            if (tmp && copy_chunk(m, m->redirect_fd, m->data_fd, c,
+                                  tmp) == 0)
+                m->state[c] &= (uint8_t)~ST_REDIRECT;
+            free(tmp);
+        }
+        m->state[c] &= (uint8_t)~(ST_SNAP | ST_SCHED | ST_COPIED);
+    }
+    m->scheduled = 0;
+    m->order_len = m->order_pos = 0;
+    clear_urgent(m);
+    m->ncopied = 0;
+    pthread_cond_broadcast(&m->cond);
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* ---- recovery and inspection ---------------------------------------- */
+
+void
+mc_recovery(MirrorCore *m, int64_t *snap, int64_t *untaken, int64_t *lost)
+{
+    *snap = *untaken = *lost = 0;
+    for (int64_t c = 0; c < m->nchunks; c++) {
+        uint8_t s = m->state[c];
+        if (s & ST_SNAP) (*snap)++;
+        if (s & ST_SCHED) {
+            (*untaken)++;
+            if ((s & ST_COPIED) && m->mode != MODE_PRECOPY)
+                (*lost)++;
+        }
+    }
+}
+
+int64_t
+mc_resume(MirrorCore *m)
+{
+    int64_t n = 0;
+    pthread_mutex_lock(&m->lock);
+    for (int64_t c = 0; c < m->nchunks; c++)
+        if (m->state[c] & ST_SCHED)
+            m->order[n++] = c;
+    m->order_len = n;
+    m->order_pos = 0;
+    m->scheduled = n;
+    pthread_mutex_unlock(&m->lock);
+    return n;
+}
+
+int
+mc_requeue(MirrorCore *m, int64_t c)
+{
+    pthread_mutex_lock(&m->lock);
+    uint8_t s = m->state[c];
+    int ok = (s & ST_SNAP) && ((s & ST_SCHED) || !(s & ST_DIRTY));
+    if (ok)
+        m->state[c] |= ST_SCHED;
+    pthread_mutex_unlock(&m->lock);
+    return ok;
+}
+
+int64_t
+mc_snapshot_chunks(MirrorCore *m, int64_t *out)
+{
+    int64_t n = 0;
+    for (int64_t c = 0; c < m->nchunks; c++)
+        if (m->state[c] & ST_SNAP)
+            out[n++] = c;
+    return n;
+}
+
+int64_t
+mc_read_order(MirrorCore *m, int64_t *out)
+{
+    /* Chunks in the order they were first read since attach. */
+    int64_t n = 0;
+    pthread_mutex_lock(&m->lock);
+    uint32_t total = m->read_seq;
+    int64_t *by_seq = calloc((size_t)total + 1, sizeof(int64_t));
+    if (by_seq) {
+        for (int64_t c = 0; c < m->nchunks; c++)
+            if (m->first_read[c])
+                by_seq[m->first_read[c]] = c + 1;
+        for (uint32_t s = 1; s <= total; s++)
+            if (by_seq[s])
+                out[n++] = by_seq[s] - 1;
+    }
+    pthread_mutex_unlock(&m->lock);
+    free(by_seq);
+    return by_seq ? n : -1;
+}
+
+void
+mc_stats(MirrorCore *m, MirrorStats *out)
+{
+    pthread_mutex_lock(&m->lock);
+    *out = m->st;
+    out->present = out->dirty = 0;
+    for (int64_t c = 0; c < m->nchunks; c++) {
+        out->present += (m->state[c] & ST_PRESENT) != 0;
+        out->dirty += (m->state[c] & ST_DIRTY) != 0;
+    }
+    out->scheduled = m->scheduled;
+    pthread_mutex_unlock(&m->lock);
+}
+
+int
+mc_is_present(MirrorCore *m, int64_t c)
+{
+    return (m->state[c] & ST_PRESENT) != 0;
+}

@@ -1,0 +1,151 @@
+/*
+ * The mirror core: per-image chunk states, selective copy-on-write and
+ * the persist schedule, in plain C (no Python.h, no GIL). The CPython
+ * binding (mirror.c), the libfuse3 loop (fuseloop.c) and the stress
+ * tests (tests/native/) all drive this one implementation.
+ *
+ * Copyright BlobCR for OpenStack developers. Apache-2.0.
+ */
+#ifndef BLOBCR_CORE_H
+#define BLOBCR_CORE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Persistent state bits (the mmap'd state file). */
+#define ST_PRESENT  0x01   /* the mirror file holds this chunk */
+#define ST_DIRTY    0x02   /* written since the last COMMIT */
+#define ST_SCHED    0x04   /* in the snapshot, not yet taken */
+#define ST_PENDING  0x08   /* being read or copied: writers wait */
+#define ST_COPIED   0x10   /* snapshot content is in the CoW buffer or
+                              the pre-copy file, not in the mirror file */
+#define ST_REDIRECT 0x20   /* live-cow: current data is in the redirect
+                              file */
+#define ST_SNAP     0x40   /* belongs to the snapshot being persisted */
+#define ST_FILLING  0x80   /* live-cow: a whole-chunk write is filling the
+                              redirect file (with PENDING); readers still
+                              read the mirror file */
+
+/* History bits for adaptive flushing (ai-ckpt Algorithm 4). */
+#define H_WAITED  0x01
+#define H_COPIED  0x02
+#define H_AVOIDED 0x04
+#define H_TAKEN   0x08     /* taken by the persister this epoch */
+
+enum { MODE_SELECTIVE, MODE_LIVE_COW, MODE_PRECOPY, MODE_OFFLINE };
+extern const char *const mc_mode_names[];
+
+typedef struct {
+    int64_t present, dirty, scheduled;
+    int64_t cow_copies;      /* chunks copied into the CoW buffer */
+    int64_t redirects;       /* live-cow chunks redirected */
+    int64_t redirects_nocopy;/* ... by a whole-chunk write: no copy */
+    int64_t waits;           /* writes that waited for the persister */
+    int64_t avoided;         /* copies avoided (persisted first) */
+    int64_t urgent;          /* chunks made urgent by a full buffer */
+    int64_t install_waits;   /* installs that waited for a write */
+    int64_t installs_skipped;/* installs a write made needless */
+    int64_t copies_dropped;  /* copy-asides whose snapshot ended */
+    int64_t precopy_undone;  /* live-precopy commits undone by an error */
+} MirrorStats;
+
+typedef struct MirrorCore {
+    int data_fd, redirect_fd, precopy_fd;
+    uint8_t *state;
+    size_t state_len;
+    int64_t size, chunk_size, nchunks;
+    int mode, adaptive;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int writers, committing, hold, taking;
+    uint32_t *wflight;      /* writes between prepare and pwrite's end */
+    /* copy-on-write buffer */
+    char *cow;
+    int64_t cow_slots;
+    int32_t *slot_of;       /* chunk -> buffer slot, -1 */
+    int64_t *free_slots;
+    int64_t nfree;
+    /* persist schedule */
+    int64_t *order, order_len, order_pos, scheduled;
+    int64_t *urgent, nurgent;
+    uint8_t *in_urgent;     /* no chunk is queued twice */
+    int64_t *copied, ncopied;
+    /* access history */
+    uint32_t seq;
+    uint32_t *first_write;  /* first write of the current epoch */
+    uint32_t *first_read;   /* first read since attach (restart profile) */
+    uint32_t read_seq;
+    uint8_t *hist, *hist_prev;
+    MirrorStats st;         /* counters (present/dirty/scheduled unused) */
+} MirrorCore;
+
+/* Life cycle. mc_init once (mutex, no files), mc_open to attach the
+ * files of a directory (0 or an errno; the failing path in errpath),
+ * mc_close to flush and detach, mc_destroy at the end. */
+void mc_init(MirrorCore *m);
+int mc_open(MirrorCore *m, const char *dir, int64_t size,
+            int64_t chunk_size, int mode, int64_t cow_chunks, int adaptive,
+            char *errpath, size_t errpath_len);
+void mc_close(MirrorCore *m, int flush);
+void mc_destroy(MirrorCore *m);
+int mc_mode(const char *name);        /* -1 if unknown */
+
+int64_t mc_chunk_len(const MirrorCore *m, int64_t c);
+
+/* An array big enough for the chunk indices of [off, off+len). */
+int64_t *mc_index_buffer(const MirrorCore *m, long long off, long long len);
+
+/* Read [off, off+len): 0 or an errno; chunks that must be installed
+ * first are listed in missing and nothing is read. */
+int mc_read(MirrorCore *m, char *buf, long long off, long long len,
+            int64_t *missing, int64_t *nmissing);
+/* Write [off, off+len): 0 or an errno; may wait unless nonblock (then
+ * *busy and nothing written). Partial writes to absent chunks list them
+ * in missing. scratch: a chunk-sized buffer (live-cow copies). */
+int mc_write(MirrorCore *m, const char *buf, long long off, long long len,
+             int nonblock, char *scratch, int64_t *missing,
+             int64_t *nmissing, int *busy);
+/* Store fetched content of chunk c unless it became present (a
+ * whole-chunk write won): 0 or an errno, *installed. */
+int mc_install(MirrorCore *m, int64_t c, const char *data, int *installed);
+
+/* COMMIT: 0 or an errno; *busy if a snapshot is still being persisted
+ * (nothing committed). *count = chunks in the snapshot. */
+int mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy);
+void mc_release_hold(MirrorCore *m);
+/* The next chunk to persist into buf (chunk_size bytes): 0 or an errno;
+ * *c = -1 when the snapshot is fully taken. */
+int mc_take(MirrorCore *m, char *buf, int64_t *c);
+/* The snapshot's version is stable, or failed (chunks dirty again). */
+void mc_snapshot_done(MirrorCore *m, int stable);
+
+/* Crash recovery. */
+void mc_recovery(MirrorCore *m, int64_t *snap, int64_t *untaken,
+                 int64_t *lost);
+int64_t mc_resume(MirrorCore *m);
+int mc_requeue(MirrorCore *m, int64_t c);    /* 1 requeued, 0 lost */
+
+/* Inspection; out arrays hold nchunks entries. */
+int64_t mc_snapshot_chunks(MirrorCore *m, int64_t *out);
+int64_t mc_read_order(MirrorCore *m, int64_t *out);
+void mc_stats(MirrorCore *m, MirrorStats *out);
+int mc_is_present(MirrorCore *m, int64_t c);
+
+/* Test hooks: the stress tests build the core with MC_TEST_HOOKS and
+ * define mc_test_pause (widen race windows) and mc_test_fault (inject an
+ * I/O error: return an errno or 0). Compiled out otherwise. */
+enum {
+    MC_AT_WRITE,        /* before a write's unlocked pwrite */
+    MC_AT_COPY,         /* a copy-aside, between its pread and relock */
+    MC_AT_INSTALL,      /* before an install's pwrite */
+    MC_AT_TAKE,         /* the persister, between its pread and relock */
+    MC_AT_PRECOPY,      /* live-precopy's copy at COMMIT (fault only) */
+    MC_AT_READ,         /* a read, between its state check and pread */
+};
+#ifdef MC_TEST_HOOKS
+void mc_test_pause(int where);
+int mc_test_fault(int where);
+#endif
+
+#endif

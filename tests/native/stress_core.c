@@ -1,0 +1,901 @@
+/*
+ * Stress test of the mirror core (native/core.c), without Python.
+ *
+ * Each round opens a fresh mirror (every chunk absent) in one of the four
+ * modes and races, on a handful of chunks:
+ *   writers     partial and whole-chunk writes to the SAME chunks (a few
+ *               of them non-blocking), fetching absent chunks first;
+ *   a reader    and a prefetcher that install "repository" content (the
+ *               attached version) for absent chunks, racing the writes;
+ *   a committer COMMITs at random times (live-precopy: some with an
+ *               injected copy error);
+ *   a persister takes the chunks of each snapshot into a model
+ *               repository and fails some snapshots at a random point
+ *               (snapshot_done(failed)), often while writers copy aside.
+ * The core is built with MC_TEST_HOOKS: random pauses widen its race
+ * windows.
+ *
+ * Every write fills whole 256-byte sub-blocks with its own stamp, and the
+ * logical clock ticks before and after every write and COMMIT, so the
+ * checker knows which writes were definitely before a COMMIT (returned
+ * before it was called), definitely after (called after it returned) or
+ * concurrent. After each round it checks that:
+ *   - every stable version is a consistent cut: each sub-block holds one
+ *     stamp (never torn, never garbage), the attached content only if no
+ *     write to it ended before the COMMIT, else a write that started
+ *     before the COMMIT returned and that no write ended before the
+ *     COMMIT and started after it had overwritten; a write seen anywhere
+ *     in the version is seen (or something not older) everywhere it
+ *     wrote, and so is every write that ended before it started;
+ *   - every read returned, per sub-block, a stamp no older than the
+ *     writes that ended before the read started (a torn sub-block only
+ *     with a write to it in flight);
+ *   - the quiesced image, and the last version (committed after the
+ *     writers stopped), hold in each sub-block one of its last writes.
+ * It prints the counts of the racing paths it hit and fails if one of
+ * them was never hit.
+ *
+ *   stress_core [-s seed] [-t seconds] [-m mode] [-v]
+ *   STRESS_SECONDS and STRESS_SEED do the same as -t and -s.
+ *
+ * Copyright BlobCR for OpenStack developers. Apache-2.0.
+ */
+#define _GNU_SOURCE
+#include "core.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CS      4096                     /* chunk size */
+#define NCH     8
+#define SB      256                      /* sub-block: one stamp */
+#define SBPC    (CS / SB)
+#define SIZE    (NCH * CS - 2 * SB)      /* a short last chunk */
+#define NSB     (SIZE / SB)
+#define WORDS   (SB / 8)
+#define NWRITERS 4
+#define MAXW    60000                    /* writes per writer per round */
+#define MAXV    256                      /* versions per round */
+#define MAXR    60000                    /* read observations per round */
+#define BASE_TAG  0xBA5E000000000000ULL
+#define WRITE_TAG 0x5700000000000000ULL
+#define TAG_MASK  0xFF00000000000000ULL
+#define TORN      1ULL
+
+/* ---- plumbing ------------------------------------------------------ */
+
+static uint64_t
+xs(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    return *s = x;
+}
+
+static __thread uint64_t trng = 88172645463325252ULL;
+static uint64_t seed;
+static int verbose;
+static volatile int hooks_on;
+static uint64_t clock_ticks;
+static int64_t fault_countdown = -1;     /* live-precopy copy error */
+static int64_t faults_fired;
+
+static uint64_t
+tick(void)
+{
+    return __atomic_add_fetch(&clock_ticks, 1, __ATOMIC_SEQ_CST);
+}
+
+static void
+die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "stress_core: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (seed %llu)\n", (unsigned long long)seed);
+    va_end(ap);
+    exit(2);
+}
+
+void
+mc_test_pause(int where)
+{
+    uint64_t r;
+    if (!__atomic_load_n(&hooks_on, __ATOMIC_RELAXED))
+        return;
+    r = xs(&trng);
+    if (r % 3 == 0)
+        usleep((useconds_t)(r >> 8) % (where == MC_AT_COPY ? 300 : 120));
+    else if (r % 3 == 1)
+        sched_yield();
+}
+
+int
+mc_test_fault(int where)
+{
+    if (where != MC_AT_PRECOPY)
+        return 0;
+    if (__atomic_load_n(&fault_countdown, __ATOMIC_SEQ_CST) < 0)
+        return 0;
+    if (__atomic_sub_fetch(&fault_countdown, 1, __ATOMIC_SEQ_CST) == -1) {
+        __atomic_add_fetch(&faults_fired, 1, __ATOMIC_SEQ_CST);
+        return EIO;
+    }
+    return 0;
+}
+
+/* ---- the model ----------------------------------------------------- */
+
+typedef struct {
+    uint64_t start, end;
+    int32_t sb, nsb;                     /* sub-blocks [sb, sb+nsb) */
+} WriteRec;
+
+typedef struct {
+    uint64_t cs, ce;                     /* COMMIT called, returned */
+    int state;                           /* 0 pending, 1 stable, 2 failed */
+    int nofail;                          /* the last one: no injection */
+    int64_t count, taken;
+    uint8_t in_snap[NCH], was_taken[NCH];
+    uint8_t content[SIZE];
+} Version;
+
+typedef struct {
+    int32_t sb;
+    uint64_t stamp, rs, re;
+} ReadObs;
+
+static WriteRec wlog[NWRITERS][MAXW];
+static int64_t nw[NWRITERS];
+static ReadObs rlog[MAXR];
+static int64_t nr;
+static Version versions[MAXV];
+static int nversions;
+static uint8_t base[SIZE];
+
+/* The one round's mirror and its threads' shared flags. */
+static MirrorCore core;
+static int mode;
+static volatile int stop_writers, stop_all;
+static pthread_mutex_t tlock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t tcond = PTHREAD_COND_INITIALIZER;
+static Version *pending;                 /* handed to the persister */
+static const uint8_t *last_stable;
+
+/* Totals over the run. */
+static struct {
+    int64_t rounds, writes, whole, nonblock_busy, reads, torn_reads;
+    int64_t installs, commits, busy_commits, stable, failed;
+    int64_t injected, injected_copying, precopy_faults;
+    MirrorStats core;
+} tot;
+
+static int64_t errors;
+
+static void
+report(const char *fmt, ...)
+{
+    va_list ap;
+    if (errors++ < 25) {
+        va_start(ap, fmt);
+        fprintf(stderr, "VIOLATION (%s): ", mc_mode_names[mode]);
+        vfprintf(stderr, fmt, ap);
+        fprintf(stderr, "\n");
+        va_end(ap);
+    }
+}
+
+static void
+fill(uint8_t *p, uint64_t stamp)
+{
+    for (int k = 0; k < WORDS; k++)
+        memcpy(p + 8 * k, &stamp, 8);
+}
+
+static uint64_t
+stamp_of(const uint8_t *p)
+{
+    uint64_t first, w;
+    memcpy(&first, p, 8);
+    for (int k = 1; k < WORDS; k++) {
+        memcpy(&w, p + 8 * k, 8);
+        if (w != first)
+            return TORN;
+    }
+    return first;
+}
+
+static WriteRec *
+lookup(uint64_t stamp)
+{
+    if ((stamp & TAG_MASK) != WRITE_TAG)
+        return NULL;
+    int t = (int)((stamp >> 32) & 0xff) - 1;
+    int64_t k = (int64_t)(stamp & 0xffffffffULL);
+    if (t < 0 || t >= NWRITERS || k >= nw[t])
+        return NULL;
+    return &wlog[t][k];
+}
+
+static uint64_t
+wstamp(int t, int64_t k)
+{
+    return WRITE_TAG | ((uint64_t)(t + 1) << 32) | (uint64_t)k;
+}
+
+static int
+covers(const WriteRec *w, int b)
+{
+    return b >= w->sb && b < w->sb + w->nsb;
+}
+
+/* Writes per sub-block, built after a round. */
+static WriteRec **by_sb[NSB];
+static int64_t nby_sb[NSB];
+
+static void
+index_writes(void)
+{
+    for (int b = 0; b < NSB; b++) {
+        free(by_sb[b]);
+        by_sb[b] = NULL;
+        nby_sb[b] = 0;
+    }
+    for (int t = 0; t < NWRITERS; t++)
+        for (int64_t k = 0; k < nw[t]; k++)
+            for (int b = wlog[t][k].sb; b < wlog[t][k].sb + wlog[t][k].nsb;
+                 b++)
+                nby_sb[b]++;
+    for (int b = 0; b < NSB; b++) {
+        by_sb[b] = malloc(sizeof(WriteRec *) * (size_t)(nby_sb[b] + 1));
+        nby_sb[b] = 0;
+    }
+    for (int t = 0; t < NWRITERS; t++)
+        for (int64_t k = 0; k < nw[t]; k++)
+            for (int b = wlog[t][k].sb; b < wlog[t][k].sb + wlog[t][k].nsb;
+                 b++)
+                by_sb[b][nby_sb[b]++] = &wlog[t][k];
+}
+
+/* The value of sub-block b seen by an observer of the interval
+ * [from, to] (a COMMIT, a read, or the quiesced end): a write of b that
+ * started before `to`, not overwritten by a write of b that started
+ * after it ended and ended before `from`; the attached content only if
+ * no write of b ended before `from`. Returns a description or NULL. */
+static const char *
+check_value(int b, uint64_t stamp, uint64_t from, uint64_t to)
+{
+    static __thread char why[160];
+    if (stamp == TORN)
+        return "torn (two stamps in one sub-block)";
+    if (stamp == (BASE_TAG | (uint64_t)b)) {
+        for (int64_t k = 0; k < nby_sb[b]; k++)
+            if (by_sb[b][k]->end < from) {
+                snprintf(why, sizeof why, "attached content, but a write "
+                         "[%llu,%llu] ended before %llu",
+                         (unsigned long long)by_sb[b][k]->start,
+                         (unsigned long long)by_sb[b][k]->end,
+                         (unsigned long long)from);
+                return why;
+            }
+        return NULL;
+    }
+    WriteRec *w = lookup(stamp);
+    if (!w) {
+        snprintf(why, sizeof why, "garbage %016llx",
+                 (unsigned long long)stamp);
+        return why;
+    }
+    if (!covers(w, b))
+        return "a stamp of a write to another place";
+    if (w->start > to)
+        return "a write that started after";
+    for (int64_t k = 0; k < nby_sb[b]; k++) {
+        WriteRec *x = by_sb[b][k];
+        if (x->start > w->end && x->end < from) {
+            snprintf(why, sizeof why, "stale: write [%llu,%llu] was "
+                     "overwritten by [%llu,%llu] before %llu",
+                     (unsigned long long)w->start,
+                     (unsigned long long)w->end,
+                     (unsigned long long)x->start,
+                     (unsigned long long)x->end,
+                     (unsigned long long)from);
+            return why;
+        }
+    }
+    return NULL;
+}
+
+/* Write x is in the cut `img`: every sub-block it wrote holds x or a
+ * write that may have come after it (not one that ended before x
+ * started, nor the attached content). */
+static int
+in_cut(const uint8_t *img, const WriteRec *x)
+{
+    for (int b = x->sb; b < x->sb + x->nsb; b++) {
+        uint64_t s = stamp_of(img + (size_t)b * SB);
+        WriteRec *y = lookup(s);
+        if (y == x)
+            continue;
+        if (!y || y->end < x->start)
+            return 0;
+    }
+    return 1;
+}
+
+static void
+check_image(const char *what, int v, const uint8_t *img, uint64_t from,
+            uint64_t to)
+{
+    static uint8_t seen[NWRITERS][MAXW];
+    memset(seen, 0, sizeof seen);
+    for (int b = 0; b < NSB; b++) {
+        uint64_t s = stamp_of(img + (size_t)b * SB);
+        const char *why = check_value(b, s, from, to);
+        if (why)
+            report("%s %d, chunk %d sub-block %d: %s", what, v, b / SBPC,
+                   b % SBPC, why);
+        WriteRec *w = lookup(s);
+        if (w && !why)
+            seen[(w - &wlog[0][0]) / MAXW][(w - &wlog[0][0]) % MAXW] = 1;
+    }
+    /* Atomicity, and closure under "ended before it started" for the
+     * writes concurrent with the COMMIT (the others check_value did). */
+    for (int t = 0; t < NWRITERS; t++) {
+        for (int64_t k = 0; k < nw[t]; k++) {
+            WriteRec *w = &wlog[t][k];
+            if (!seen[t][k])
+                continue;
+            if (!in_cut(img, w))
+                report("%s %d: write [%llu,%llu] is only partly in it",
+                       what, v, (unsigned long long)w->start,
+                       (unsigned long long)w->end);
+            for (int u = 0; u < NWRITERS; u++)
+                for (int64_t j = 0; j < nw[u]; j++) {
+                    WriteRec *x = &wlog[u][j];
+                    if (x->end >= from && x->end < w->start &&
+                        !in_cut(img, x))
+                        report("%s %d holds write [%llu,%llu] but not "
+                               "[%llu,%llu] that ended before it",
+                               what, v, (unsigned long long)w->start,
+                               (unsigned long long)w->end,
+                               (unsigned long long)x->start,
+                               (unsigned long long)x->end);
+                }
+        }
+    }
+}
+
+/* ---- the threads ------------------------------------------------------ */
+
+static int
+install_base(int64_t c)
+{
+    int installed, err;
+    err = mc_install(&core, c, (const char *)base + c * CS, &installed);
+    if (err)
+        die("install of chunk %lld: %s", (long long)c, strerror(err));
+    if (installed)
+        __atomic_add_fetch(&tot.installs, 1, __ATOMIC_RELAXED);
+    return installed;
+}
+
+/* A read, fetching ("installing") absent chunks first as image.py does. */
+static void
+read_fetching(uint8_t *buf, long long off, long long len)
+{
+    int64_t missing[NCH], nmissing;
+    for (;;) {
+        int err = mc_read(&core, (char *)buf, off, len, missing, &nmissing);
+        if (err)
+            die("read: %s", strerror(err));
+        if (!nmissing)
+            return;
+        for (int64_t j = 0; j < nmissing; j++)
+            install_base(missing[j]);
+    }
+}
+
+static void *
+writer(void *arg)
+{
+    int t = (int)(intptr_t)arg;
+    static __thread uint8_t buf[3 * CS];
+    static __thread char scratch[CS];
+    int64_t missing[8], nmissing;
+    trng = seed * 7919 + (uint64_t)t * 104729 + 1;
+    while (!__atomic_load_n(&stop_writers, __ATOMIC_SEQ_CST) &&
+           nw[t] < MAXW) {
+        uint64_t r = xs(&trng);
+        int c = (r & 1) ? (int)((r >> 1) % 3) : (int)((r >> 1) % NCH);
+        int sb, nsb;
+        /* Whole-chunk writes to absent chunks race the installs. */
+        int whole = (r >> 8) % 10 < (mc_is_present(&core, c) ? 3 : 7);
+        if (whole) {
+            sb = c * SBPC;
+            nsb = ((r >> 12) % 10 == 0) ? 2 * SBPC : SBPC;
+        } else {
+            sb = c * SBPC + (int)((r >> 12) % SBPC);
+            nsb = 1 + (int)((r >> 20) % (SBPC / 2));
+        }
+        if (sb >= NSB)
+            sb = NSB - 1;
+        if (sb + nsb > NSB)
+            nsb = NSB - sb;
+        int nonblock = (r >> 28) % 10 == 0;
+        int64_t k = nw[t];
+        uint64_t stamp = wstamp(t, k);
+        for (int j = 0; j < nsb; j++)
+            fill(buf + (size_t)j * SB, stamp);
+        WriteRec *w = &wlog[t][k];
+        w->sb = sb;
+        w->nsb = nsb;
+        w->start = tick();
+        for (;;) {
+            int busy, err;
+            err = mc_write(&core, (char *)buf, (long long)sb * SB,
+                           (long long)nsb * SB, nonblock, scratch, missing,
+                           &nmissing, &busy);
+            if (err)
+                die("write: %s", strerror(err));
+            if (busy) {
+                __atomic_add_fetch(&tot.nonblock_busy, 1, __ATOMIC_RELAXED);
+                sched_yield();
+                continue;
+            }
+            if (!nmissing)
+                break;
+            for (int64_t j = 0; j < nmissing; j++)
+                install_base(missing[j]);
+        }
+        w->end = tick();
+        /* Published for the checker only after the round's join. */
+        nw[t] = k + 1;
+        __atomic_add_fetch(&tot.writes, 1, __ATOMIC_RELAXED);
+        if (whole)
+            __atomic_add_fetch(&tot.whole, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+static void *
+reader(void *arg)
+{
+    static uint8_t buf[2 * CS];
+    trng = seed * 31 + 17;
+    while (!__atomic_load_n(&stop_writers, __ATOMIC_SEQ_CST)) {
+        uint64_t r = xs(&trng);
+        int sb = (int)(r % NSB), nsb = 1 + (int)((r >> 16) % (2 * SBPC));
+        if (sb + nsb > NSB)
+            nsb = NSB - sb;
+        uint64_t rs = tick();
+        read_fetching(buf, (long long)sb * SB, (long long)nsb * SB);
+        uint64_t re = tick();
+        tot.reads++;
+        for (int j = 0; j < nsb && nr < MAXR; j++) {
+            ReadObs *o = &rlog[nr++];
+            o->sb = sb + j;
+            o->stamp = stamp_of(buf + (size_t)j * SB);
+            o->rs = rs;
+            o->re = re;
+        }
+    }
+    return NULL;
+}
+
+static void *
+prefetcher(void *arg)
+{
+    trng = seed * 131 + 5;
+    for (int pass = 0; pass < 3 &&
+         !__atomic_load_n(&stop_writers, __ATOMIC_SEQ_CST); pass++) {
+        for (int k = 0; k < NCH; k++) {
+            int64_t c = (int64_t)(xs(&trng) % NCH);
+            if (!mc_is_present(&core, c))
+                install_base(c);
+            mc_test_pause(MC_AT_INSTALL);
+        }
+    }
+    return NULL;
+}
+
+static void *
+persister(void *arg)
+{
+    static char buf[CS];
+    trng = seed * 977 + 3;
+    for (;;) {
+        Version *v;
+        pthread_mutex_lock(&tlock);
+        while (!pending && !stop_all)
+            pthread_cond_wait(&tcond, &tlock);
+        v = pending;
+        pthread_mutex_unlock(&tlock);
+        if (!v)
+            return NULL;
+        int64_t fail_at = -1;
+        if (!v->nofail && xs(&trng) % 3 == 0)
+            fail_at = (int64_t)(xs(&trng) % (uint64_t)(v->count + 1));
+        for (int64_t k = 0;; k++) {
+            int64_t c;
+            if (k == fail_at) {
+                MirrorStats before, after;
+                mc_stats(&core, &before);
+                /* Let writers start copying aside, then fail. */
+                usleep((useconds_t)(xs(&trng) % 400));
+                mc_snapshot_done(&core, 0);
+                mc_stats(&core, &after);
+                tot.injected++;
+                if (after.copies_dropped > before.copies_dropped)
+                    tot.injected_copying++;
+                v->state = 2;
+                break;
+            }
+            int err = mc_take(&core, buf, &c);
+            if (err)
+                die("take: %s", strerror(err));
+            if (c < 0) {
+                if (v->taken != v->count)
+                    report("version %d: %lld of %lld chunks taken",
+                           (int)(v - versions), (long long)v->taken,
+                           (long long)v->count);
+                mc_snapshot_done(&core, 1);
+                v->state = 1;
+                break;
+            }
+            if (c >= NCH || !v->in_snap[c] || v->was_taken[c])
+                report("version %d: chunk %lld taken but not scheduled "
+                       "(or twice)", (int)(v - versions), (long long)c);
+            else {
+                v->was_taken[c] = 1;
+                v->taken++;
+                memcpy(v->content + c * CS, buf, (size_t)mc_chunk_len(&core,
+                                                                      c));
+            }
+            if (xs(&trng) % 4 == 0)
+                usleep((useconds_t)(xs(&trng) % 200));
+        }
+        if (mode == MODE_OFFLINE)
+            mc_release_hold(&core);
+        pthread_mutex_lock(&tlock);
+        pending = NULL;
+        pthread_cond_broadcast(&tcond);
+        pthread_mutex_unlock(&tlock);
+    }
+}
+
+/* A COMMIT, handed to the persister; waits for the previous one first,
+ * as image.py does. final: no failure injection. Returns the version or
+ * NULL (busy, or a copy error). */
+static Version *
+commit(int final)
+{
+    int64_t n, busy, idx[NCH];
+    int b, err;
+    Version *v;
+
+    pthread_mutex_lock(&tlock);
+    while (pending)
+        pthread_cond_wait(&tcond, &tlock);
+    pthread_mutex_unlock(&tlock);
+    if (nversions == MAXV)
+        return NULL;
+    if (mode == MODE_PRECOPY && !final && xs(&trng) % 4 == 0)
+        __atomic_store_n(&fault_countdown, (int64_t)(xs(&trng) % 3),
+                         __ATOMIC_SEQ_CST);
+    v = &versions[nversions];
+    memset(v, 0, offsetof(Version, content));
+    memcpy(v->content, last_stable, SIZE);
+    v->cs = tick();
+    err = mc_commit(&core, mode == MODE_OFFLINE, &n, &b);
+    v->ce = tick();
+    int64_t fired = __atomic_exchange_n(&fault_countdown, -1,
+                                        __ATOMIC_SEQ_CST);
+    (void)fired;
+    busy = b;
+    if (busy) {
+        tot.busy_commits++;
+        return NULL;
+    }
+    if (err) {
+        MirrorStats s;
+        if (err != EIO)
+            die("commit: %s", strerror(err));
+        tot.precopy_faults++;
+        mc_stats(&core, &s);
+        if (s.scheduled)
+            report("a COMMIT that failed (copy error) left %lld chunks "
+                   "scheduled with no persister", (long long)s.scheduled);
+        if (mode == MODE_OFFLINE)
+            mc_release_hold(&core);
+        return NULL;
+    }
+    tot.commits++;
+    v->count = n;
+    v->nofail = final;
+    int64_t m = mc_snapshot_chunks(&core, idx);
+    if (m != n)
+        report("COMMIT said %lld chunks, the snapshot holds %lld",
+               (long long)n, (long long)m);
+    for (int64_t k = 0; k < m; k++)
+        v->in_snap[idx[k]] = 1;
+    nversions++;
+    pthread_mutex_lock(&tlock);
+    pending = v;
+    pthread_cond_broadcast(&tcond);
+    pthread_mutex_unlock(&tlock);
+    return v;
+}
+
+static void
+wait_persisted(void)
+{
+    pthread_mutex_lock(&tlock);
+    while (pending)
+        pthread_cond_wait(&tcond, &tlock);
+    pthread_mutex_unlock(&tlock);
+}
+
+/* ---- a round ------------------------------------------------------------ */
+
+static void
+round_once(const char *tmp, int round, int round_ms)
+{
+    char dir[4096], path[4096];
+    pthread_t w[NWRITERS], rd, pf, ps;
+    int err;
+
+    snprintf(dir, sizeof dir, "%s/r%d", tmp, round);
+    if (mkdir(dir, 0700) != 0)
+        die("mkdir %s: %s", dir, strerror(errno));
+    mc_init(&core);
+    trng = seed * 65537 + (uint64_t)round;
+    err = mc_open(&core, dir, SIZE, CS, mode, 1 + (int)(xs(&trng) % 2),
+                  (int)(xs(&trng) % 2), path, sizeof path);
+    if (err)
+        die("open %s: %s", path, strerror(err));
+    memset(nw, 0, sizeof nw);
+    nr = 0;
+    nversions = 0;
+    last_stable = base;
+    stop_writers = stop_all = 0;
+    pending = NULL;
+    __atomic_store_n(&hooks_on, 1, __ATOMIC_SEQ_CST);
+
+    pthread_create(&ps, NULL, persister, NULL);
+    pthread_create(&pf, NULL, prefetcher, NULL);
+    pthread_create(&rd, NULL, reader, NULL);
+    for (int t = 0; t < NWRITERS; t++)
+        pthread_create(&w[t], NULL, writer, (void *)(intptr_t)t);
+
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        usleep((useconds_t)(xs(&trng) % 3000));
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((now.tv_sec - t0.tv_sec) * 1000 +
+            (now.tv_nsec - t0.tv_nsec) / 1000000 >= round_ms)
+            break;
+        Version *v = commit(0);
+        if (v) {
+            /* The next COMMIT's parent is the last stable version. */
+            wait_persisted();
+            if (v->state == 1)
+                last_stable = v->content;
+        }
+    }
+    __atomic_store_n(&stop_writers, 1, __ATOMIC_SEQ_CST);
+    for (int t = 0; t < NWRITERS; t++)
+        pthread_join(w[t], NULL);
+    pthread_join(rd, NULL);
+    pthread_join(pf, NULL);
+    wait_persisted();
+
+    /* Quiesced: a last version of everything, never failed. */
+    Version *last = NULL;
+    for (int k = 0; k < 4 && !last; k++) {
+        last = commit(1);
+        if (last) {
+            wait_persisted();
+            if (last->state != 1)
+                last = NULL;
+        }
+    }
+    pthread_mutex_lock(&tlock);
+    stop_all = 1;
+    pthread_cond_broadcast(&tcond);
+    pthread_mutex_unlock(&tlock);
+    pthread_join(ps, NULL);
+    __atomic_store_n(&hooks_on, 0, __ATOMIC_SEQ_CST);
+
+    /* The checks. */
+    index_writes();
+    uint64_t end = tick();
+    static uint8_t live[SIZE];
+    read_fetching(live, 0, SIZE);
+    check_image("image", round, live, end, end);
+    if (!last)
+        report("round %d: no final version", round);
+    else if (memcmp(last->content, live, SIZE) != 0)
+        report("round %d: the last version is not the quiesced image",
+               round);
+    for (int k = 0; k < nversions; k++) {
+        Version *v = &versions[k];
+        if (v->state == 1) {
+            tot.stable++;
+            check_image("version", k, v->content, v->cs, v->ce);
+        } else if (v->state == 2) {
+            tot.failed++;
+        }
+    }
+    for (int64_t k = 0; k < nr; k++) {
+        ReadObs *o = &rlog[k];
+        if (o->stamp == TORN) {
+            int racing = 0;
+            tot.torn_reads++;
+            for (int64_t j = 0; j < nby_sb[o->sb] && !racing; j++)
+                racing = by_sb[o->sb][j]->start < o->re &&
+                    by_sb[o->sb][j]->end > o->rs;
+            if (!racing)
+                report("a read saw sub-block %d torn with no write to it "
+                       "in flight", o->sb);
+            continue;
+        }
+        const char *why = check_value(o->sb, o->stamp, o->rs, o->re);
+        if (why)
+            report("a read of chunk %d sub-block %d: %s", o->sb / SBPC,
+                   o->sb % SBPC, why);
+    }
+    MirrorStats s;
+    mc_stats(&core, &s);
+    tot.core.cow_copies += s.cow_copies;
+    tot.core.redirects += s.redirects;
+    tot.core.redirects_nocopy += s.redirects_nocopy;
+    tot.core.waits += s.waits;
+    tot.core.avoided += s.avoided;
+    tot.core.urgent += s.urgent;
+    tot.core.install_waits += s.install_waits;
+    tot.core.installs_skipped += s.installs_skipped;
+    tot.core.copies_dropped += s.copies_dropped;
+    tot.core.precopy_undone += s.precopy_undone;
+    if (verbose)
+        fprintf(stderr, "round %d %s: %lld versions, copies %lld\n", round,
+                mc_mode_names[mode], (long long)nversions,
+                (long long)s.cow_copies);
+    mc_close(&core, 0);
+    mc_destroy(&core);
+    tot.rounds++;
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        die("cannot remove %s", dir);
+}
+
+static void
+on_alarm(int sig)
+{
+    static const char msg[] = "stress_core: a round did not finish in "
+                              "time (deadlock?)\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(3);
+}
+
+int
+main(int argc, char **argv)
+{
+    double seconds = 3;
+    int only = -1, opt;
+    char tmp[] = "/tmp/stress_core.XXXXXX";
+    const char *env;
+
+    seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
+    if ((env = getenv("STRESS_SECONDS")))
+        seconds = atof(env);
+    if ((env = getenv("STRESS_SEED")))
+        seed = strtoull(env, NULL, 0);
+    while ((opt = getopt(argc, argv, "s:t:m:v")) != -1) {
+        switch (opt) {
+        case 's': seed = strtoull(optarg, NULL, 0); break;
+        case 't': seconds = atof(optarg); break;
+        case 'm':
+            if ((only = mc_mode(optarg)) < 0)
+                die("unknown mode %s", optarg);
+            break;
+        case 'v': verbose = 1; break;
+        default:
+            fprintf(stderr, "usage: %s [-s seed] [-t seconds] [-m mode] "
+                    "[-v]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (!seed)
+        seed = 1;
+    if (!mkdtemp(tmp))
+        die("mkdtemp: %s", strerror(errno));
+    for (int b = 0; b < NSB; b++)
+        fill(base + (size_t)b * SB, BASE_TAG | (uint64_t)b);
+    signal(SIGALRM, on_alarm);
+    printf("stress_core: seed %llu, %.1f s\n", (unsigned long long)seed,
+           seconds);
+    fflush(stdout);
+
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int round = 0; errors == 0; round++) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double el = (double)(now.tv_sec - t0.tv_sec) +
+            (double)(now.tv_nsec - t0.tv_nsec) / 1e9;
+        if (el >= seconds && round >= 8)
+            break;
+        mode = only >= 0 ? only : round % 4;
+        alarm(60);
+        round_once(tmp, round, 30 + (int)((seed + (uint64_t)round * 7) % 60));
+        alarm(0);
+    }
+    rmdir(tmp);
+
+    printf("rounds %lld, writes %lld (whole-chunk %lld, non-blocking busy "
+           "%lld), reads %lld (torn by a racing write %lld), installs "
+           "%lld\n", (long long)tot.rounds, (long long)tot.writes,
+           (long long)tot.whole, (long long)tot.nonblock_busy,
+           (long long)tot.reads, (long long)tot.torn_reads,
+           (long long)tot.installs);
+    printf("commits %lld (busy %lld, pre-copy errors injected %lld), "
+           "versions stable %lld, failed %lld\n", (long long)tot.commits,
+           (long long)tot.busy_commits, (long long)tot.precopy_faults,
+           (long long)tot.stable, (long long)tot.failed);
+    printf("injected persist failures %lld (while a copy-aside ran %lld)\n",
+           (long long)tot.injected, (long long)tot.injected_copying);
+    printf("core: cow copies %lld, copies dropped by a failure %lld, "
+           "waits %lld, urgent %lld, avoided %lld, redirects %lld (whole "
+           "chunk, no copy %lld), installs waiting for a write %lld, "
+           "installs skipped %lld, pre-copy commits undone %lld\n",
+           (long long)tot.core.cow_copies,
+           (long long)tot.core.copies_dropped, (long long)tot.core.waits,
+           (long long)tot.core.urgent, (long long)tot.core.avoided,
+           (long long)tot.core.redirects,
+           (long long)tot.core.redirects_nocopy,
+           (long long)tot.core.install_waits,
+           (long long)tot.core.installs_skipped,
+           (long long)tot.core.precopy_undone);
+    if (errors) {
+        printf("FAIL: %lld violations (seed %llu)\n", (long long)errors,
+               (unsigned long long)seed);
+        return 1;
+    }
+    /* The test is worth something only if it hit the racing paths. */
+    struct { const char *what; int64_t n; } need[] = {
+        {"copy-asides", tot.core.cow_copies},
+        {"writes waiting for the persister", tot.core.waits},
+        {"installs racing a write", tot.core.install_waits},
+        {"injected persist failures", tot.injected},
+        {"failures during a copy-aside", tot.core.copies_dropped},
+        {"failed versions", tot.failed},
+        {"stable versions", tot.stable},
+        {"pre-copy copy errors", tot.precopy_faults},
+        {"whole-chunk redirects without a copy", tot.core.redirects_nocopy},
+        {"reads", tot.reads},
+    };
+    int missing_paths = 0;
+    for (size_t k = 0; k < sizeof need / sizeof need[0]; k++)
+        if (only < 0 && need[k].n == 0) {
+            printf("FAIL: never hit: %s\n", need[k].what);
+            missing_paths = 1;
+        }
+    if (missing_paths)
+        return 1;
+    printf("OK\n");
+    return 0;
+}
