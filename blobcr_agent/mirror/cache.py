@@ -25,6 +25,7 @@ import os
 import shutil
 
 from blobcr_agent import exception
+from blobcr_agent.mirror import persister
 from blobcr_agent.repository import image as image_mod
 
 LOG = logging.getLogger(__name__)
@@ -95,9 +96,10 @@ def _refusal(meta, cache_dir, why):
     else:
         back = 'the image goes back to its checkpoint %d' % meta['last']
     pending = ''
-    if meta.get('persisting') is not None:
-        pending = ('; version %d, being persisted at the reboot, is marked '
-                   'failed' % meta['persisting'])
+    in_flight = persister.in_flight(meta)
+    if in_flight:
+        pending = ('; %s, being persisted at the reboot, marked failed'
+                   % ', '.join('version %d' % v for v in in_flight))
     return ('mirror cache %s of image %s %s: its state and data were never '
             'synced to disk, so they cannot be trusted after a reboot and '
             'the image is not re-attached. Drop the cache with '
@@ -153,9 +155,9 @@ def drop_stale(repo, cache_dir, image_id, discard):
                 'cache (it is not trustworthy, but the only trace of that '
                 'version); copy it aside if needed and remove it by hand'
                 % (last, image_id, cache_dir, state))
-    persisting = meta.get('persisting')
-    if persisting is not None:
-        repo.mark_failed(image_id, persisting, 'the host rebooted while it '
+    in_flight = persister.in_flight(meta)
+    for version in in_flight:
+        repo.mark_failed(image_id, version, 'the host rebooted while it '
                          'was being persisted')
     shutil.rmtree(cache_dir)
     LOG.warning('dropped the stale mirror cache %s of image %s (it goes '
@@ -163,4 +165,5 @@ def drop_stale(repo, cache_dir, image_id, discard):
                 last if last is not None else meta.get('attached'))
     return {'image': image_id, 'stale_cache_dropped': cache_dir,
             'discarded_chunks': None, 'last_version': last,
-            'failed_version': persisting}
+            'failed_version': in_flight[0] if in_flight else None,
+            'failed_versions': in_flight}

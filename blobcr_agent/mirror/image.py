@@ -4,17 +4,20 @@ The hypervisor reads and writes the image through the FUSE file system;
 every request is one call into the native core (``_native.Mirror``),
 which keeps the chunk states. This module adds what needs the
 repository: lazy fetch of absent chunks from the version the image was
-attached from, CHECKPOINT (COMMIT) with its background persister, the
-restart profile and prefetcher, and recovery after a crash of the agent.
+attached from, and CHECKPOINT (COMMIT); persister.py persists the
+versions in flight, recovery.py resumes them after a crash of the agent,
+prefetch.py keeps restart profiles and prefetches.
 
 Files in the image's cache directory::
 
     data.raw, redirect.raw, precopy.raw, state.bin   the native core's
     meta.json      image id, attached version, last committed version,
-                   the version being persisted, the boot id (cache.py:
-                   a cache from another boot is refused)
-    journal        "index digest" of every chunk the persister handed to
-                   the repository, for resuming after a crash
+                   the versions in flight (``persisting``, the oldest,
+                   and ``following``), the boot id (cache.py: a cache
+                   from another boot is refused)
+    journal        "index digest" of every chunk of the oldest version
+                   in flight the persister handed to the repository, for
+                   resuming after a crash
 """
 
 import contextlib
@@ -27,8 +30,9 @@ import time
 from blobcr_agent import _native
 from blobcr_agent import exception
 from blobcr_agent.mirror import cache
-from blobcr_agent.repository.backends import base
-from blobcr_agent.repository import chunks
+from blobcr_agent.mirror import persister as persister_mod
+from blobcr_agent.mirror import prefetch as prefetch_mod
+from blobcr_agent.mirror import recovery
 from blobcr_agent.repository import image as image_mod
 
 LOG = logging.getLogger(__name__)
@@ -69,6 +73,10 @@ class AttachedImage(object):
             meta = cache.stamp({'image': self.id, 'attached': attached,
                                 'last': attached, 'persisting': None,
                                 'mode': mode})
+        if meta['attached'] is not None:
+            # GC keeps what untouched chunks are fetched from while the
+            # image is attached here (service.detach releases it).
+            repo.pin(self.id, meta['attached'], os.path.abspath(cache_dir))
         self.meta = meta
         self.header = header
         self.size = header.size
@@ -79,7 +87,13 @@ class AttachedImage(object):
         self._fetch_lock = threading.Lock()
         self._fetching = {}
         self._commit_lock = threading.Lock()
-        self._persister = None
+        # Held from registering a version to queueing its persist (see
+        # Persister): a failure is handled under it.
+        self._gate = threading.Lock()
+        self.persister = persister_mod.Persister(self, self._gate)
+        # Snapshots the core keeps in flight at once (1: a checkpoint
+        # waits for the previous persist).
+        self.max_in_flight = getattr(self.core, 'max_snapshots', 1)
         self._closing = False
         self.fetched_chunks = 0
         self.fetched_bytes = 0
@@ -87,10 +101,8 @@ class AttachedImage(object):
         self.timing = {}            # version -> {committed, done} (time)
         self.last_error = None
         self._save_meta()
-        self._recover()
-        self._prefetcher = None
-        if prefetch:
-            self.start_prefetch()
+        recovery.recover(self)
+        self._prefetcher = prefetch_mod.start(self) if prefetch else None
 
     # -- metadata --------------------------------------------------------
 
@@ -186,14 +198,16 @@ class AttachedImage(object):
         """COMMIT: snapshot the image now, persist it in the background.
 
         Returns ``(version, chunks, held_ms)`` as soon as the snapshot is
-        taken. If the previous snapshot is still being persisted, waits
-        for it first (at most ``wait`` s, then raises Busy with nothing
-        committed), and registers the new version, before entering
+        taken. Versions still being persisted do not delay it while the
+        core has room for another snapshot in flight (``max_in_flight``);
+        otherwise it waits for room (at most ``wait`` s, then Busy with
+        nothing committed). The version is registered before entering
         ``hold`` (a context manager that keeps the guest still: suspend
         or fsfreeze), so that the guest is held for the snapshot alone.
         In offline mode, returns (and releases the hold) once the version
         is stable.
         """
+        deadline = None if wait is None else time.monotonic() + wait
         if not self._commit_lock.acquire(
                 timeout=-1 if wait is None else wait):
             raise exception.Busy('image %s is being checkpointed or '
@@ -202,41 +216,92 @@ class AttachedImage(object):
             if self._closing:
                 raise exception.InvalidInput('image %s is being detached'
                                              % self.id)
-            if not self.wait_persisted(wait):
+            left = None if deadline is None else \
+                max(0, deadline - time.monotonic())
+            if not self.persister.wait(left, room=self.max_in_flight - 1):
                 raise exception.Busy(
-                    'version %s of %s is still being persisted; try again'
-                    % (self.meta['persisting'], self.id))
-            pending = self.repo.begin_commit(self.id,
-                                             parent=self.meta['last'])
-            committed = persisting = False
-            held_from = time.perf_counter()
-            try:
-                with hold or contextlib.nullcontext():
-                    count = self.core.commit(self.mode == 'offline')
-                    committed = True
-                    self._persist_in_background(pending)
-                    persisting = True
-                    if self.mode == 'offline':
-                        self.wait_persisted()
-                        self.core.release_hold()
-            except BaseException as e:
-                if not committed:
-                    pending.abort('snapshot not taken: %s' % e)
-                elif not persisting:
-                    # Snapshot taken but its persist never started (its
-                    # journal could not be written): give its chunks back
-                    # to the next checkpoint.
-                    try:
-                        self._give_up(pending.version, pending,
-                                      'persist not started: %s' % e)
-                    except exception.BlobCRError as again:
-                        LOG.error('version %d of %s left pending: %s',
-                                  pending.version, self.id, again)
-                raise
-            held_ms = (time.perf_counter() - held_from) * 1000
-            return pending.version, count, held_ms
+                    'versions %s of %s are still being persisted; try again'
+                    % (', '.join(map(str, self.persister.versions())),
+                       self.id))
+            with self._gate:
+                version, count, held_ms = self._snapshot(hold)
+            if self.mode == 'offline':
+                self.persister.wait()
+            return version, count, held_ms
         finally:
+            if self.mode == 'offline':
+                self.core.release_hold()    # on every path
             self._commit_lock.release()
+
+    def _snapshot(self, hold):
+        """Register the version, COMMIT under ``hold``, queue the
+        persist; the gate is held.
+        """
+        after = self.persister.newest()
+        pending = self.repo.begin_commit(
+            self.id, parent=self.meta['last'] if after is None else None,
+            after=after)
+        committed = queued = False
+        held_from = time.perf_counter()
+        try:
+            with hold or contextlib.nullcontext():
+                try:
+                    count = self.core.commit(self.mode == 'offline')
+                except BusyError as e:
+                    raise exception.Busy('image %s: %s; try again'
+                                         % (self.id, e))
+                committed = True
+                self._queue(pending)
+                queued = True
+        except BaseException as e:
+            if not committed:
+                pending.abort('snapshot not taken: %s' % e)
+            elif not queued:
+                # Snapshot taken but its persist never queued (its
+                # metadata could not be written): give its chunks back to
+                # the next checkpoint, with the versions it follows.
+                try:
+                    recovery.give_up(self, [pending.version], pending,
+                                     'persist not started: %s' % e)
+                except exception.BlobCRError as again:
+                    LOG.error('version %d of %s left pending: %s',
+                              pending.version, self.id, again)
+            raise
+        return pending.version, count, (time.perf_counter() - held_from) \
+            * 1000
+
+    def _queue(self, pending):
+        self.meta.update(self._in_flight_meta(
+            self.persister.versions() + [pending.version]))
+        self._save_meta()
+        self.versions[pending.version] = image_mod.PENDING
+        self.timing[pending.version] = {'committed': time.time()}
+        self.persister.submit(pending)
+
+    @staticmethod
+    def _in_flight_meta(versions):
+        return {'persisting': versions[0] if versions else None,
+                'following': versions[1:]}
+
+    def _persisted(self, version):
+        """From the persister: ``version`` is stable."""
+        self.timing.setdefault(version, {})['done'] = time.time()
+        self.versions[version] = image_mod.STABLE
+        rest = [v for v in self.persister.versions() if v != version]
+        self.meta.update(self._in_flight_meta(rest), last=version)
+        self._save_meta()
+
+    def _failed(self, versions, why):
+        """From the persister or recovery: ``versions`` (all in flight)
+        failed, and the core has made their chunks dirty again.
+        """
+        for version in versions:
+            self.versions[version] = image_mod.FAILED
+        self.last_error = why
+        self.meta.update(self._in_flight_meta([]))
+        self._save_meta()
+        LOG.warning('versions %s of %s failed: %s',
+                    ', '.join(map(str, versions)), self.id, why)
 
     def exclusive(self, closing=False):
         """Hold off checkpoints (a context manager); with ``closing``,
@@ -254,60 +319,9 @@ class AttachedImage(object):
                 image._commit_lock.release()
         return _Exclusive()
 
-    def _persist_in_background(self, pending):
-        self.meta['persisting'] = pending.version
-        self._save_meta()
-        self.versions[pending.version] = image_mod.PENDING
-        self.timing[pending.version] = {'committed': time.time()}
-        self._start_persister(pending, journal_mode='w')
-
-    def _start_persister(self, pending, journal_mode):
-        journal = open(os.path.join(self.cache_dir, 'journal'), journal_mode)
-        self._persister = threading.Thread(
-            target=self._persist, args=(pending, journal),
-            name='blobcr-persist-%s' % self.id[:8], daemon=True)
-        self._persister.start()
-
-    def _persist(self, pending, journal):
-        started = time.monotonic()
-        try:
-            with journal:
-                while True:
-                    item = self.core.take()
-                    if item is None:
-                        break
-                    index, data = item
-                    d = pending.put(index, data)
-                    # No fsync: the journal only has to survive the
-                    # agent, and the page cache does that.
-                    journal.write('%d %s\n' % (index, d.hex() if d else '-'))
-                    journal.flush()
-            version = pending.finish()
-        except Exception as e:
-            LOG.error('persisting version %d of %s failed: %s',
-                      pending.version, self.id, e)
-            pending.abort('persist failed: %s' % e)
-            self.core.snapshot_done(False)
-            self.versions[pending.version] = image_mod.FAILED
-            self.last_error = str(e)
-            self.meta['persisting'] = None
-            self._save_meta()
-            return
-        self.core.snapshot_done(True)
-        self.timing.setdefault(version, {})['done'] = time.time()
-        self.versions[version] = image_mod.STABLE
-        self.meta.update(last=version, persisting=None)
-        self._save_meta()
-        LOG.info('version %d of %s persisted in %.2f s', version, self.id,
-                 time.monotonic() - started)
-
     def wait_persisted(self, timeout=None):
-        """Wait for the background persist; True if none is running."""
-        thread = self._persister
-        if thread is not None:
-            thread.join(timeout)
-            return not thread.is_alive()
-        return True
+        """Wait for the background persists; True if none is running."""
+        return self.persister.wait(timeout)
 
     def version_state(self, number):
         state = self.versions.get(number)
@@ -315,122 +329,11 @@ class AttachedImage(object):
             return state
         return self.repo.image(self.id).version(number).state
 
-    # -- recovery after a crash -------------------------------------------
-
-    def _recover(self):
-        number = self.meta.get('persisting')
-        if number is None:
-            return
-        state = self.core.recovery()
-        journal_path = os.path.join(self.cache_dir, 'journal')
-        try:
-            pending = self.repo.resume_commit(self.id, number)
-        except exception.CommitAborted as e:
-            LOG.warning('interrupted version %d of %s: %s', number, self.id,
-                        e)
-            self._give_up(number, None, str(e))
-            return
-        if state['lost']:
-            self._give_up(number, pending, '%d snapshot chunks were only in '
-                          'the copy-on-write buffer' % state['lost'])
-            return
-        # Chunks the journal shows in the repository are done; every other
-        # chunk of the snapshot is persisted again from the mirror file,
-        # which still holds it unless it was written since the COMMIT.
-        done = {i: d for i, d in self._read_journal(journal_path).items()
-                if self._durable(d)}
-        snapshot = self.core.snapshot_chunks()
-        lost = self.core.requeue([i for i in snapshot if i not in done])
-        if lost:
-            self._give_up(number, pending, '%d snapshot chunks were '
-                          'overwritten before they were persisted'
-                          % len(lost))
-            return
-        for index in snapshot:
-            if index in done:
-                pending.put_digest(index, done[index])
-        count = self.core.resume()
-        self.versions[number] = image_mod.PENDING
-        LOG.warning('resuming the persist of version %d of %s (%d chunks '
-                    'done, %d to go)', number, self.id, len(done), count)
-        self._start_persister(pending, journal_mode='a')
-
-    def _give_up(self, number, pending, why):
-        if pending is not None:
-            pending.abort(why)
-        self.core.snapshot_done(False)
-        self.versions[number] = image_mod.FAILED
-        self.last_error = why
-        self.meta['persisting'] = None
-        self._save_meta()
-        LOG.warning('version %d of %s is failed: %s', number, self.id, why)
-
-    @staticmethod
-    def _read_journal(path):
-        taken = {}
-        try:
-            with open(path) as f:
-                for line in f:
-                    parts = line.split()
-                    if len(parts) != 2 or not line.endswith('\n'):
-                        continue        # torn last line
-                    taken[int(parts[0])] = (None if parts[1] == '-'
-                                            else bytes.fromhex(parts[1]))
-        except FileNotFoundError:
-            pass
-        return taken
-
-    def _durable(self, chunk_digest):
-        """True if a chunk handed to the repository before a crash is
-        there (content addressing: existing means complete and right).
-        """
-        if chunk_digest is None:
-            return True
-        try:
-            self.repo.backend.stat(base.CHUNK,
-                                   chunks.object_name(chunk_digest))
-            return True
-        except exception.ObjectNotFound:
-            return False
-
     # -- restart profile and prefetch -------------------------------------
 
     def save_profile(self):
         """Store the first-read order since attach with the version."""
-        order = self.core.read_order()
-        if order and self.attached_version is not None:
-            return self.repo.save_profile(self.id, self.attached_version,
-                                          order)
-        return None
-
-    def start_prefetch(self):
-        order = []
-        if self.attached_version is None:
-            return
-        try:
-            order = self.repo.load_profile(self.header, self.attached_version)
-        except exception.BlobCRError as e:
-            LOG.warning('no prefetch for %s: %s', self.id, e)
-        if not order:
-            return
-        self._prefetcher = threading.Thread(
-            target=self._prefetch, args=(order,), daemon=True,
-            name='blobcr-prefetch-%s' % self.id[:8])
-        self._prefetcher.start()
-
-    def _prefetch(self, order, batch=32):
-        # Ahead of the guest, a few chunks at a time, in recorded order.
-        for k in range(0, len(order), batch):
-            if self._closing:
-                return
-            todo = [i for i in order[k:k + batch]
-                    if not self.core.is_present(i)]
-            if todo:
-                try:
-                    self.fetch(todo)
-                except exception.BlobCRError as e:
-                    LOG.warning('prefetch of %s stopped: %s', self.id, e)
-                    return
+        return prefetch_mod.save_profile(self)
 
     def stats(self):
         s = self.core.stats()
@@ -438,7 +341,8 @@ class AttachedImage(object):
                  fetched_bytes=self.fetched_bytes,
                  attached_version=self.attached_version,
                  last_version=self.meta['last'],
-                 persisting=self.meta['persisting'])
+                 persisting=self.meta['persisting'],
+                 in_flight=self.persister.versions())
         return s
 
     def close(self, timeout=None):

@@ -72,9 +72,9 @@ def test_a_persist_that_cannot_start_gives_its_chunks_back(
     repo, image_id, a = attached
     data = _fill(a, 3)
 
-    def full(self, pending, journal_mode):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), 'journal')
-    monkeypatch.setattr(image_mod.AttachedImage, '_start_persister', full)
+    def full(self, pending):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), 'meta.json')
+    monkeypatch.setattr(image_mod.AttachedImage, '_queue', full)
     with pytest.raises(OSError):
         a.checkpoint()
     failed = repo.image(image_id).versions[-1]

@@ -1,0 +1,151 @@
+"""The background persister of one attached image: versions in flight,
+oldest first.
+
+Each CHECKPOINT freezes a snapshot in the native core and queues its
+pending version (a repository Commit) here; the checkpoint is
+acknowledged at once. One thread per image persists them in order: the
+oldest snapshot's chunks (``core.take()`` until None) go to the
+repository, the version turns stable (its tree built on its
+predecessor's) and the core ends that snapshot; then the next one.
+Versions therefore turn stable in the order they were taken.
+
+A version that fails fails every later one in flight with it: each is
+built on its predecessor. The core then makes all their chunks dirty
+again (``snapshot_done(False)``), so the next checkpoint carries them.
+
+``journal`` (in the image's cache directory) lists "index digest" of
+every chunk of the version being taken that reached the repository, so
+that a restart after a crash can resume it (recovery.py).
+"""
+
+import collections
+import logging
+import os
+import threading
+import time
+
+LOG = logging.getLogger(__name__)
+
+JOURNAL = 'journal'
+
+
+def in_flight(meta):
+    """The versions a cache's metadata says are in flight, oldest
+    first: ``persisting`` (being taken) and ``following`` (queued).
+    """
+    first = meta.get('persisting')
+    if first is None:
+        return []
+    return [first] + list(meta.get('following') or ())
+
+
+class Persister(object):
+    """The queue of ``image``'s versions in flight and the thread that
+    persists them. ``image`` gets ``_persisted(version)`` and
+    ``_failed(versions, why)`` back, from the persister's thread.
+
+    ``gate``: the lock a checkpoint holds from registering its version
+    to queueing it; a failure is handled under it, so that no version
+    is registered behind one being failed, nor its snapshot ended by
+    that failure.
+    """
+
+    def __init__(self, image, gate):
+        self.image = image
+        self.gate = gate
+        self.core = image.core
+        self._journal_path = os.path.join(image.cache_dir, JOURNAL)
+        self._cond = threading.Condition()
+        self._queue = collections.deque()   # (Commit, journal mode)
+        self._thread = None
+
+    def versions(self):
+        """Version numbers in flight, oldest first."""
+        with self._cond:
+            return [pending.version for pending, _ in self._queue]
+
+    def newest(self):
+        """The newest version in flight, or None."""
+        with self._cond:
+            return self._queue[-1][0].version if self._queue else None
+
+    def submit(self, pending, journal_mode='w'):
+        """Queue ``pending`` behind the versions in flight; ``'a'``
+        resumes the journal of a version taken before a crash.
+        """
+        with self._cond:
+            self._queue.append((pending, journal_mode))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, daemon=True,
+                    name='blobcr-persist-%s' % self.image.id[:8])
+                self._thread.start()
+
+    def wait(self, timeout=None, room=0):
+        """Wait until at most ``room`` versions are in flight (0: all
+        persisted); True if so within ``timeout`` seconds.
+        """
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self._queue) <= room,
+                                       timeout)
+
+    def _run(self):
+        while True:
+            with self._cond:
+                if not self._queue:
+                    self._thread = None
+                    self._cond.notify_all()
+                    return
+                pending, journal_mode = self._queue[0]
+            error = self._persist(pending, journal_mode)
+            if error is None:
+                with self._cond:
+                    self._queue.popleft()
+                    self._cond.notify_all()
+                continue
+            with self.gate:
+                with self._cond:
+                    followers = [p for p, _ in self._queue][1:]
+                self._fail(pending, followers, error)
+                with self._cond:
+                    self._queue.clear()
+                    self._cond.notify_all()
+
+    def _persist(self, pending, journal_mode):
+        """Take the oldest snapshot into ``pending`` and make it stable;
+        the error, or None.
+        """
+        started = time.monotonic()
+        try:
+            with open(self._journal_path, journal_mode) as journal:
+                while True:
+                    item = self.core.take()
+                    if item is None:
+                        break
+                    index, data = item
+                    d = pending.put(index, data)
+                    # No fsync: the journal only has to survive the
+                    # agent, and the page cache does that.
+                    journal.write('%d %s\n' % (index, d.hex() if d else '-'))
+                    journal.flush()
+            version = pending.finish()
+        except Exception as e:
+            return e
+        self.core.snapshot_done(True)
+        self.image._persisted(version)
+        LOG.info('version %d of %s persisted in %.2f s', version,
+                 self.image.id, time.monotonic() - started)
+        return None
+
+    def _fail(self, pending, followers, error):
+        why = 'persist failed: %s' % error
+        LOG.error('persisting version %d of %s failed: %s', pending.version,
+                  self.image.id, error)
+        pending.abort(why)
+        for follower in followers:
+            follower.abort('version %d, which it follows, failed: %s'
+                           % (pending.version, error))
+        # Ends every snapshot in flight: their chunks are dirty again.
+        self.core.snapshot_done(False)
+        self.image._failed([pending.version] +
+                           [f.version for f in followers], str(error))

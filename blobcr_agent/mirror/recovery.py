@@ -1,0 +1,105 @@
+"""Resuming an attached image's persists after the agent stopped or
+crashed.
+
+The cache's metadata names the versions that were in flight
+(persister.in_flight). The oldest one was being taken: the chunks its
+journal shows in the repository are done; every other chunk of its
+snapshot is persisted again from the mirror file, which still holds it
+unless it was written since the COMMIT (then, or if it was only in the
+in-memory copy-on-write buffer, the version is failed). The versions
+queued behind it are failed: their snapshots' copy-on-write content was
+in memory. A failed version's chunks are dirty again, so the next
+checkpoint carries them.
+"""
+
+import logging
+import os
+
+from blobcr_agent import exception
+from blobcr_agent.mirror import persister as persister_mod
+from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import chunks
+from blobcr_agent.repository import image as image_mod
+
+LOG = logging.getLogger(__name__)
+
+
+def recover(image):
+    """Resume or fail what ``image`` (an AttachedImage) had in flight."""
+    versions = persister_mod.in_flight(image.meta)
+    if not versions:
+        return
+    number, followers = versions[0], versions[1:]
+    for follower in followers:
+        image.repo.mark_failed(
+            image.id, follower, 'the agent stopped while it was queued '
+            'behind version %d' % number)
+    state = image.core.recovery()
+    try:
+        pending = image.repo.resume_commit(image.id, number)
+    except exception.CommitAborted as e:
+        LOG.warning('interrupted version %d of %s: %s', number, image.id, e)
+        give_up(image, versions, None, str(e))
+        return
+    if followers or state['lost']:
+        why = ('%d snapshot chunks were only in the copy-on-write buffer'
+               % state['lost'] if state['lost'] else
+               'versions %s were queued behind it' % followers)
+        give_up(image, versions, pending, why)
+        return
+    done = {i: d for i, d in read_journal(
+        os.path.join(image.cache_dir, persister_mod.JOURNAL)).items()
+        if _durable(image.repo, d)}
+    snapshot = image.core.snapshot_chunks()
+    lost = image.core.requeue([i for i in snapshot if i not in done])
+    if lost:
+        give_up(image, versions, pending, '%d snapshot chunks were '
+                'overwritten before they were persisted' % len(lost))
+        return
+    for index in snapshot:
+        if index in done:
+            pending.put_digest(index, done[index])
+    count = image.core.resume()
+    image.versions[number] = image_mod.PENDING
+    LOG.warning('resuming the persist of version %d of %s (%d chunks '
+                'done, %d to go)', number, image.id, len(done), count)
+    image.persister.submit(pending, journal_mode='a')
+
+
+def give_up(image, versions, pending, why):
+    """Fail ``versions`` (in flight at a crash; ``pending``, the oldest's
+    Commit, if it was resumed) and make their chunks dirty again.
+    """
+    if pending is not None:
+        pending.abort(why)
+    image.core.snapshot_done(False)
+    image._failed(versions, why)
+
+
+def read_journal(path):
+    """``{index: digest or None}`` of the chunks a journal lists."""
+    taken = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) != 2 or not line.endswith('\n'):
+                    continue        # torn last line
+                taken[int(parts[0])] = (None if parts[1] == '-'
+                                        else bytes.fromhex(parts[1]))
+    except FileNotFoundError:
+        pass
+    return taken
+
+
+def _durable(repo, chunk_digest):
+    """True if a chunk handed to the repository before a crash is there
+    (content addressing: existing means complete and right).
+    """
+    if chunk_digest is None:
+        return True
+    try:
+        repo.backend.stat(base.CHUNK, chunks.object_name(chunk_digest))
+        return True
+    except exception.ObjectNotFound:
+        return False
