@@ -6,7 +6,8 @@
  * page cache keeps it), the bounded copy-on-write buffer, and the queue
  * the background persister takes chunks from. Every function locks the
  * mirror itself; none holds the lock across file I/O except COMMIT's
- * live-precopy copies.
+ * live-precopy copies and the fold of redirected chunks when a live-cow
+ * snapshot fails (both with every write held off).
  *
  * Snapshot protocol (journal paper, Algorithms 1-4):
  *   COMMIT      waits for in-flight writes, turns every DIRTY chunk into
@@ -19,6 +20,20 @@
  *               redirects the write to a second file (classic CoW); a
  *               PENDING chunk waits; a full buffer waits and makes the
  *               chunk URGENT so the persister takes it next.
+ *   snapshot_done  ends the snapshot like a COMMIT: writes held off,
+ *               in-flight ones drained (a copy aside that outlives its
+ *               snapshot is dropped, never kept for the next one).
+ *
+ * Races the design closes (tests/native/stress_core.c hits each):
+ *   - a write is "in flight" on its chunks (wflight) from the end of its
+ *     prepare to the end of its pwrite: an install waits for it and then
+ *     finds a whole-chunk write's chunk present, instead of writing the
+ *     repository's older content over it; a live-cow fold waits too;
+ *   - a write proceeds only when all its chunks are safe at the same
+ *     instant (a prepare that waited let the persister fold an earlier
+ *     chunk back);
+ *   - a live-cow write that covers a chunk redirects it without copying;
+ *     readers keep reading the mirror file until it is done (FILLING).
  *
  * Copyright BlobCR for OpenStack developers. Apache-2.0.
  */
@@ -199,7 +214,7 @@ mc_open(MirrorCore *m, const char *dir, int64_t size, int64_t chunk_size,
     m->chunk_size = chunk_size;
     m->nchunks = (size + chunk_size - 1) / chunk_size;
     memset(&m->st, 0, sizeof m->st);
-    m->writers = m->committing = m->hold = m->taking = 0;
+    m->writers = m->committing = m->hold = m->taking = m->snap_open = 0;
     m->order_len = m->order_pos = m->scheduled = 0;
     m->nurgent = m->ncopied = 0;
     m->seq = m->read_seq = 0;
@@ -335,10 +350,14 @@ mc_read(MirrorCore *m, char *buf, long long off, long long len,
 
 /* ---- writes ------------------------------------------------------- */
 
-/* Make chunk c safe to overwrite; lock held, may wait. Returns 0, an
- * errno, or -1 when it would wait and nonblock is set. */
+/* Make chunk c safe to overwrite; lock held, may wait. whole: the write
+ * covers the chunk. Returns 0, an errno, or -1 when it would wait and
+ * nonblock is set. A copy aside runs unlocked: a failed snapshot
+ * (snapshot_done) may take the chunk out of the schedule meanwhile, so
+ * the copy is kept only if the chunk is still scheduled after it. */
 static int
-prepare_chunk(MirrorCore *m, int64_t c, int nonblock, char *scratch)
+prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
+              char *scratch)
 {
     for (;;) {
         uint8_t s = m->state[c];
@@ -360,6 +379,17 @@ prepare_chunk(MirrorCore *m, int64_t c, int nonblock, char *scratch)
         }
         if (s & (ST_COPIED | ST_REDIRECT))
             return 0;
+        if (m->mode == MODE_LIVE_COW && whole) {
+            /* Nothing of the old content survives the write: redirect
+             * without copying. Until the write is done the redirect file
+             * holds no valid data for the chunk, so readers keep reading
+             * the mirror file (FILLING, not REDIRECT) and other writers
+             * and the persister wait (PENDING); mc_write ends both. */
+            m->state[c] |= ST_PENDING | ST_FILLING;
+            m->st.redirects++;
+            m->st.redirects_nocopy++;
+            return 0;
+        }
         if (m->mode == MODE_LIVE_COW) {
             int err;
             m->state[c] |= ST_PENDING;
@@ -368,7 +398,9 @@ prepare_chunk(MirrorCore *m, int64_t c, int nonblock, char *scratch)
             PAUSE(MC_AT_COPY);
             pthread_mutex_lock(&m->lock);
             m->state[c] &= (uint8_t)~ST_PENDING;
-            if (!err) {
+            if (!err && !(m->state[c] & ST_SCHED)) {
+                m->st.copies_dropped++;   /* the mirror file is current */
+            } else if (!err) {
                 m->state[c] |= ST_REDIRECT;
                 m->st.redirects++;
             }
@@ -399,8 +431,12 @@ prepare_chunk(MirrorCore *m, int64_t c, int nonblock, char *scratch)
             PAUSE(MC_AT_COPY);
             pthread_mutex_lock(&m->lock);
             m->state[c] &= (uint8_t)~ST_PENDING;
-            if (err) {
+            if (err || !(m->state[c] & ST_SCHED)) {
+                /* An error, or the snapshot failed while we copied: the
+                 * next COMMIT must not find this stale copy. */
                 m->free_slots[m->nfree++] = slot;
+                if (!err)
+                    m->st.copies_dropped++;
             } else {
                 m->slot_of[c] = (int32_t)slot;
                 m->state[c] |= ST_COPIED;
@@ -414,14 +450,21 @@ prepare_chunk(MirrorCore *m, int64_t c, int nonblock, char *scratch)
     }
 }
 
+/* Per chunk of the range, where its bytes go: 1 the redirect file. */
+static int
+ends_redirected(MirrorCore *m, int64_t c)
+{
+    return (m->state[c] & (ST_REDIRECT | ST_FILLING)) != 0;
+}
+
 int
 mc_write(MirrorCore *m, const char *buf, long long off, long long len,
          int nonblock, char *scratch, int64_t *missing, int64_t *nmissing,
          int *busy)
 {
     int64_t first = off / m->chunk_size;
-    int64_t last = (off + len - 1) / m->chunk_size, c;
-    int err = 0;
+    int64_t last = (off + len - 1) / m->chunk_size, c, done;
+    int err = 0, any_redirect = 0;
 
     *nmissing = 0;
     *busy = 0;
@@ -445,44 +488,87 @@ mc_write(MirrorCore *m, const char *buf, long long off, long long len,
         pthread_cond_wait(&m->cond, &m->lock);
     }
     m->writers++;
-    for (c = first; c <= last && !err && !*busy; c++) {
-        int r = prepare_chunk(m, c, nonblock, scratch);
+    /* missing[] now marks the chunks whose redirect this write fills
+     * (FILLING: PENDING for everyone else). */
+    for (c = first; c <= last; c++)
+        missing[c - first] = 0;
+again:
+    for (done = first; done <= last; done++) {
+        long long cs = done * m->chunk_size;
+        long long ce = cs + mc_chunk_len(m, done);
+        int r;
+        if (missing[done - first])
+            continue;
+        r = prepare_chunk(m, done, off <= cs && off + len >= ce, nonblock,
+                          scratch);
         if (r == -1)
             *busy = 1;
         else
             err = r;
+        if (r)
+            break;
+        if (m->state[done] & ST_FILLING)
+            missing[done - first] = 1;
     }
     if (!*busy && !err) {
-        int any_redirect = 0;
-        for (c = first; c <= last; c++) {
-            if (!m->first_write[c])
-                m->first_write[c] = ++m->seq;
-            if (m->state[c] & ST_REDIRECT)
-                any_redirect = 1;
-        }
-        pthread_mutex_unlock(&m->lock);
-        PAUSE(MC_AT_WRITE);
-        if (!any_redirect) {
-            err = pwrite_full(m->data_fd, buf, (size_t)len, off);
-        } else {
-            for (c = first; c <= last && !err; c++) {
-                long long cs = c * m->chunk_size;
-                long long s = off > cs ? off : cs;
-                long long e = off + len < cs + mc_chunk_len(m, c) ?
-                    off + len : cs + mc_chunk_len(m, c);
-                int fd;
-                pthread_mutex_lock(&m->lock);
-                fd = (m->state[c] & ST_REDIRECT) ? m->redirect_fd
-                                                 : m->data_fd;
-                pthread_mutex_unlock(&m->lock);
-                err = pwrite_full(fd, buf + (s - off), (size_t)(e - s), s);
-            }
-        }
-        pthread_mutex_lock(&m->lock);
-        if (!err)
-            for (c = first; c <= last; c++)
-                m->state[c] |= ST_PRESENT | ST_DIRTY;
+        /* A prepare that waited or copied let the persister in: it may
+         * be folding back a chunk prepared before (live-cow, PENDING).
+         * Write only once every chunk is safe at the same time. */
+        for (c = first; c <= last; c++)
+            if ((m->state[c] & ST_PENDING) && !missing[c - first])
+                goto again;
     }
+    if (*busy || err) {
+        /* Give back the whole-chunk redirects this write started. */
+        for (c = first; c <= last; c++)
+            if (missing[c - first]) {
+                m->state[c] &= (uint8_t)~(ST_FILLING | ST_PENDING);
+                m->st.redirects--;
+                m->st.redirects_nocopy--;
+            }
+        goto out;
+    }
+    /* In flight until the data is written: an install waits rather than
+     * overwrite it with older repository content (a whole-chunk write
+     * makes an absent chunk present only once its pwrite is done), and
+     * a redirect is not folded back under it. Where each chunk's bytes
+     * go is decided now, under the lock. */
+    for (c = first; c <= last; c++) {
+        if (!m->first_write[c])
+            m->first_write[c] = ++m->seq;
+        m->wflight[c]++;
+        missing[c - first] = ends_redirected(m, c);
+        any_redirect |= (int)missing[c - first];
+    }
+    pthread_mutex_unlock(&m->lock);
+    PAUSE(MC_AT_WRITE);
+    if (!any_redirect) {
+        err = pwrite_full(m->data_fd, buf, (size_t)len, off);
+    } else {
+        for (c = first; c <= last && !err; c++) {
+            long long cs = c * m->chunk_size;
+            long long s = off > cs ? off : cs;
+            long long e = off + len < cs + mc_chunk_len(m, c) ?
+                off + len : cs + mc_chunk_len(m, c);
+            err = pwrite_full(missing[c - first] ? m->redirect_fd
+                                                 : m->data_fd,
+                              buf + (s - off), (size_t)(e - s), s);
+        }
+    }
+    pthread_mutex_lock(&m->lock);
+    for (c = first; c <= last; c++) {
+        m->wflight[c]--;
+        if (m->state[c] & ST_FILLING) {
+            /* On an error the mirror file still holds the chunk's
+             * current (snapshot) content: it stays unredirected. */
+            m->state[c] &= (uint8_t)~(ST_FILLING | ST_PENDING);
+            if (!err)
+                m->state[c] |= ST_REDIRECT;
+        }
+        if (!err)
+            m->state[c] |= ST_PRESENT | ST_DIRTY;
+    }
+out:
     m->writers--;
     pthread_cond_broadcast(&m->cond);
     pthread_mutex_unlock(&m->lock);
@@ -492,11 +578,18 @@ mc_write(MirrorCore *m, const char *buf, long long off, long long len,
 int
 mc_install(MirrorCore *m, int64_t c, const char *data, int *installed)
 {
-    int err = 0;
+    int err = 0, waited = 0;
     *installed = 0;
     pthread_mutex_lock(&m->lock);
-    while (m->state[c] & ST_PENDING)
+    /* A write in flight on an absent chunk covers it whole and makes it
+     * present when done: wait for it, then find the chunk present. */
+    while ((m->state[c] & ST_PENDING) || m->wflight[c]) {
+        if (m->wflight[c] && !waited) {
+            waited = 1;
+            m->st.install_waits++;
+        }
         pthread_cond_wait(&m->cond, &m->lock);
+    }
     if (!(m->state[c] & ST_PRESENT)) {
         m->state[c] |= ST_PENDING;   /* a racing write waits for us */
         pthread_mutex_unlock(&m->lock);
@@ -510,6 +603,8 @@ mc_install(MirrorCore *m, int64_t c, const char *data, int *installed)
             *installed = 1;
         }
         pthread_cond_broadcast(&m->cond);
+    } else if (waited) {
+        m->st.installs_skipped++;
     }
     pthread_mutex_unlock(&m->lock);
     return err;
@@ -517,7 +612,19 @@ mc_install(MirrorCore *m, int64_t c, const char *data, int *installed)
 
 /* ---- COMMIT and the persister -------------------------------------- */
 
-static MirrorCore *sort_mirror;  /* qsort has no context argument */
+/* Flush order (ai-ckpt Algorithm 4), as one sort key per chunk: the
+ * class from last epoch's history, then the first write of this epoch
+ * (never written sorts last), then the index. */
+typedef struct { uint64_t key; int64_t c; } SortKey;
+
+static int
+compare_keys(const void *a, const void *b)
+{
+    const SortKey *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return x->c < y->c ? -1 : (x->c > y->c);
+}
 
 static int
 flush_class(MirrorCore *m, int64_t c)
@@ -529,79 +636,121 @@ flush_class(MirrorCore *m, int64_t c)
     return 3;
 }
 
-static int
-compare_flush(const void *a, const void *b)
+static void
+order_schedule(MirrorCore *m, int64_t n)
 {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    int cx = flush_class(sort_mirror, x), cy = flush_class(sort_mirror, y);
-    uint32_t sx = sort_mirror->first_write[x] - 1;  /* 0 sorts last */
-    uint32_t sy = sort_mirror->first_write[y] - 1;
-    if (cx != cy) return cx - cy;
-    if (sx != sy) return sx < sy ? -1 : 1;
-    return x < y ? -1 : (x > y);
+    SortKey *keys = malloc(sizeof(SortKey) * (size_t)n);
+    if (!keys)
+        return;                  /* index order: still a valid schedule */
+    for (int64_t k = 0; k < n; k++) {
+        int64_t c = m->order[k];
+        keys[k].key = ((uint64_t)flush_class(m, c) << 32) |
+                      (uint32_t)(m->first_write[c] - 1);
+        keys[k].c = c;
+    }
+    qsort(keys, (size_t)n, sizeof(SortKey), compare_keys);
+    for (int64_t k = 0; k < n; k++)
+        m->order[k] = keys[k].c;
+    free(keys);
 }
 
-static pthread_mutex_t sort_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Left over from a snapshot that is no longer in flight (a crash whose
+ * snapshot was given up without resume, or a failed fold): a redirected
+ * chunk is folded home and a scheduled one is written again, so that
+ * this COMMIT reads every chunk's current content in place. Lock held,
+ * no writer in flight. */
+static int
+fold_leftovers(MirrorCore *m, char *scratch)
+{
+    for (int64_t c = 0; c < m->nchunks; c++) {
+        uint8_t s = m->state[c];
+        if (s & ST_REDIRECT) {
+            int err = copy_chunk(m, m->redirect_fd, m->data_fd, c, scratch);
+            if (err)
+                return err;
+            m->state[c] = (uint8_t)(s & ~ST_REDIRECT) | ST_DIRTY;
+        }
+        if (m->state[c] & ST_SCHED)
+            m->state[c] = (uint8_t)((m->state[c] &
+                                     ~(ST_SCHED | ST_COPIED)) | ST_DIRTY);
+    }
+    return 0;
+}
 
 int
 mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy)
 {
     int err = 0;
     int64_t n = 0;
-    char *scratch = NULL;
+    char *scratch = malloc((size_t)m->chunk_size);
 
     *busy = 0;
     *count = 0;
-    if (m->mode == MODE_PRECOPY &&
-        !(scratch = malloc((size_t)m->chunk_size)))
+    if (!scratch)
         return ENOMEM;
     pthread_mutex_lock(&m->lock);
-    if (m->scheduled || m->committing) {
+    if (m->scheduled || m->snap_open || m->committing) {
         *busy = 1;
-    } else {
-        m->committing = 1;
-        while (m->writers)
-            pthread_cond_wait(&m->cond, &m->lock);
-        for (int64_t c = 0; c < m->nchunks; c++) {
-            m->state[c] &= (uint8_t)~ST_SNAP;
-            if (m->state[c] & ST_DIRTY) {
-                m->state[c] = (uint8_t)((m->state[c] & ~ST_DIRTY) |
-                                        ST_SCHED | ST_SNAP);
-                m->order[n++] = c;
-            }
-        }
-        /* The finished epoch becomes the history the order follows. */
-        uint8_t *t = m->hist_prev;
-        m->hist_prev = m->hist;
-        m->hist = t;
-        memset(m->hist, 0, m->state_len);
-        if (m->adaptive && n > 1) {
-            pthread_mutex_lock(&sort_lock);
-            sort_mirror = m;
-            qsort(m->order, (size_t)n, sizeof(int64_t), compare_flush);
-            pthread_mutex_unlock(&sort_lock);
-        }
-        memset(m->first_write, 0, sizeof(uint32_t) * m->state_len);
-        m->seq = 0;
-        m->order_len = n;
-        m->order_pos = 0;
-        m->scheduled = n;
-        clear_urgent(m);
-        m->ncopied = 0;
-        if (m->mode == MODE_PRECOPY) {
-            for (int64_t k = 0; k < n && !err; k++) {
-                int64_t c = m->order[k];
-                err = FAULT(MC_AT_PRECOPY);
-                if (!err)
-                    err = copy_chunk(m, m->data_fd, m->precopy_fd, c,
-                                     scratch);
-                m->state[c] |= ST_COPIED;
-            }
-        }
-        m->hold = hold;
-        m->committing = 0;
-        pthread_cond_broadcast(&m->cond);
+        goto out;
     }
+    m->committing = 1;
+    while (m->writers)
+        pthread_cond_wait(&m->cond, &m->lock);
+    if ((err = fold_leftovers(m, scratch)))
+        goto done;
+    for (int64_t c = 0; c < m->nchunks; c++) {
+        m->state[c] &= (uint8_t)~ST_SNAP;
+        if (m->state[c] & ST_DIRTY) {
+            m->state[c] = (uint8_t)((m->state[c] & ~ST_DIRTY) |
+                                    ST_SCHED | ST_SNAP);
+            m->order[n++] = c;
+        }
+    }
+    /* The finished epoch becomes the history the order follows. */
+    uint8_t *t = m->hist_prev;
+    m->hist_prev = m->hist;
+    m->hist = t;
+    memset(m->hist, 0, m->state_len);
+    if (m->adaptive && n > 1)
+        order_schedule(m, n);
+    memset(m->first_write, 0, sizeof(uint32_t) * m->state_len);
+    m->seq = 0;
+    m->order_len = n;
+    m->order_pos = 0;
+    clear_urgent(m);
+    m->ncopied = 0;
+    if (m->mode == MODE_PRECOPY) {
+        /* Copies under the lock: no writer can enter (committing). */
+        for (int64_t k = 0; k < n && !err; k++) {
+            int64_t c = m->order[k];
+            err = FAULT(MC_AT_PRECOPY);
+            if (!err)
+                err = copy_chunk(m, m->data_fd, m->precopy_fd, c, scratch);
+            if (!err)
+                m->state[c] |= ST_COPIED;
+        }
+        if (err) {
+            /* Nothing stays scheduled without a persister: the chunks
+             * are dirty again for the next COMMIT. */
+            for (int64_t k = 0; k < n; k++) {
+                int64_t c = m->order[k];
+                m->state[c] = (uint8_t)((m->state[c] &
+                                         ~(ST_SCHED | ST_SNAP | ST_COPIED))
+                                        | ST_DIRTY);
+            }
+            m->order_len = 0;
+            m->st.precopy_undone++;
+            n = 0;
+            goto done;
+        }
+    }
+    m->scheduled = n;
+    m->snap_open = 1;
+    m->hold = hold;
+done:
+    m->committing = 0;
+    pthread_cond_broadcast(&m->cond);
+out:
     pthread_mutex_unlock(&m->lock);
     free(scratch);
     *count = n;
@@ -647,18 +796,24 @@ mc_take(MirrorCore *m, char *buf, int64_t *out)
 {
     int64_t c;
     int err = 0, from = 0;   /* 0 mirror file, 1 buffer, 2 pre-copy */
+    uint8_t s = 0;
 
     pthread_mutex_lock(&m->lock);
+    m->taking++;
     for (;;) {
         c = pick(m);
-        if (c < 0 || !(m->state[c] & ST_PENDING))
+        if (c < 0)
             break;
-        /* A writer is copying it right now: take it once copied. */
+        s = m->state[c];
+        /* A writer is copying it (or filling its redirect) right now, or
+         * writing into its redirect file that the fold below would read:
+         * take it once that is done. */
+        if (!(s & ST_PENDING) && !((s & ST_REDIRECT) && m->wflight[c]))
+            break;
         push_urgent(m, c);
         pthread_cond_wait(&m->cond, &m->lock);
     }
     if (c >= 0) {
-        uint8_t s = m->state[c];
         if ((s & ST_COPIED) && m->mode == MODE_PRECOPY) {
             from = 2;
         } else if (s & ST_COPIED) {
@@ -668,10 +823,8 @@ mc_take(MirrorCore *m, char *buf, int64_t *out)
             m->free_slots[m->nfree++] = m->slot_of[c];
             m->slot_of[c] = -1;
         } else {
-            /* Folding a redirect back must not race with a write into
-             * the redirect file: let in-flight writes finish first. */
-            while ((s & ST_REDIRECT) && m->writers)
-                pthread_cond_wait(&m->cond, &m->lock);
+            /* In the mirror file, which no write can reach while it is
+             * scheduled and uncopied, nor while PENDING. */
             m->state[c] |= ST_PENDING;
         }
         if (from != 1) {
@@ -700,6 +853,8 @@ mc_take(MirrorCore *m, char *buf, int64_t *out)
         }
         pthread_cond_broadcast(&m->cond);
     }
+    m->taking--;
+    pthread_cond_broadcast(&m->cond);
     pthread_mutex_unlock(&m->lock);
     *out = err ? -1 : c;
     return err;
@@ -708,33 +863,53 @@ mc_take(MirrorCore *m, char *buf, int64_t *out)
 void
 mc_snapshot_done(MirrorCore *m, int stable)
 {
+    char *tmp = malloc((size_t)m->chunk_size);
     pthread_mutex_lock(&m->lock);
+    /* As COMMIT: no write enters while the states change. */
+    while (m->committing)
+        pthread_cond_wait(&m->cond, &m->lock);
+    m->committing = 1;
+    while (m->taking)
+        pthread_cond_wait(&m->cond, &m->lock);
+    /* Writers in flight may wait for buffer space or be copying a chunk
+     * aside for this snapshot: out of the schedule, the waiting ones go
+     * on and the copying ones drop their copy (prepare_chunk). Then wait
+     * for them all, so that none marks a chunk copied or writes into the
+     * redirect file after this returns. */
+    for (int64_t c = 0; c < m->nchunks; c++)
+        if (m->state[c] & ST_SNAP)
+            m->state[c] &= (uint8_t)~ST_SCHED;
+    pthread_cond_broadcast(&m->cond);
+    while (m->writers)
+        pthread_cond_wait(&m->cond, &m->lock);
     for (int64_t c = 0; c < m->nchunks; c++) {
         if (!(m->state[c] & ST_SNAP))
             continue;
         if (!stable)
             m->state[c] |= ST_DIRTY;
-        if (m->state[c] & ST_COPIED && m->slot_of[c] >= 0) {
+        if (m->slot_of[c] >= 0) {
             m->free_slots[m->nfree++] = m->slot_of[c];
             m->slot_of[c] = -1;
         }
-        if ((m->state[c] & ST_REDIRECT) && m->redirect_fd >= 0) {
+        if (m->state[c] & ST_REDIRECT) {
             /* A failed live-cow snapshot: bring the current data home so
-             * the next snapshot reads it in place. */
-            char *tmp = malloc((size_t)m->chunk_size);
+             * the next snapshot reads it in place (else the next COMMIT
+             * does: fold_leftovers). */
             if (tmp && copy_chunk(m, m->redirect_fd, m->data_fd, c,
                                   tmp) == 0)
                 m->state[c] &= (uint8_t)~ST_REDIRECT;
-            free(tmp);
         }
         m->state[c] &= (uint8_t)~(ST_SNAP | ST_SCHED | ST_COPIED);
     }
     m->scheduled = 0;
+    m->snap_open = 0;
     m->order_len = m->order_pos = 0;
     clear_urgent(m);
     m->ncopied = 0;
+    m->committing = 0;
     pthread_cond_broadcast(&m->cond);
     pthread_mutex_unlock(&m->lock);
+    free(tmp);
 }
 
 /* ---- recovery and inspection ---------------------------------------- */
@@ -743,6 +918,7 @@ void
 mc_recovery(MirrorCore *m, int64_t *snap, int64_t *untaken, int64_t *lost)
 {
     *snap = *untaken = *lost = 0;
+    pthread_mutex_lock(&m->lock);
     for (int64_t c = 0; c < m->nchunks; c++) {
         uint8_t s = m->state[c];
         if (s & ST_SNAP) (*snap)++;
@@ -752,6 +928,7 @@ mc_recovery(MirrorCore *m, int64_t *snap, int64_t *untaken, int64_t *lost)
                 (*lost)++;
         }
     }
+    pthread_mutex_unlock(&m->lock);
 }
 
 int64_t
@@ -765,6 +942,7 @@ mc_resume(MirrorCore *m)
     m->order_len = n;
     m->order_pos = 0;
     m->scheduled = n;
+    m->snap_open = 1;            /* the persister ends it: snapshot_done */
     pthread_mutex_unlock(&m->lock);
     return n;
 }
@@ -785,9 +963,11 @@ int64_t
 mc_snapshot_chunks(MirrorCore *m, int64_t *out)
 {
     int64_t n = 0;
+    pthread_mutex_lock(&m->lock);
     for (int64_t c = 0; c < m->nchunks; c++)
         if (m->state[c] & ST_SNAP)
             out[n++] = c;
+    pthread_mutex_unlock(&m->lock);
     return n;
 }
 
@@ -829,5 +1009,9 @@ mc_stats(MirrorCore *m, MirrorStats *out)
 int
 mc_is_present(MirrorCore *m, int64_t c)
 {
-    return (m->state[c] & ST_PRESENT) != 0;
+    int present;
+    pthread_mutex_lock(&m->lock);
+    present = (m->state[c] & ST_PRESENT) != 0;
+    pthread_mutex_unlock(&m->lock);
+    return present;
 }

@@ -58,8 +58,14 @@ typedef struct MirrorCore {
     int mode, adaptive;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    int writers, committing, hold, taking;
-    uint32_t *wflight;      /* writes between prepare and pwrite's end */
+    int writers;            /* writes past the COMMIT gate */
+    int committing;         /* COMMIT or snapshot_done at work: writes
+                               wait at the gate */
+    int hold;               /* offline: writes wait until released */
+    int taking;             /* mc_take calls at work */
+    int snap_open;          /* a snapshot not yet ended by snapshot_done */
+    uint32_t *wflight;      /* per chunk: writes between their prepare and
+                               the end of their pwrite */
     /* copy-on-write buffer */
     char *cow;
     int64_t cow_slots;
@@ -102,7 +108,8 @@ int mc_read(MirrorCore *m, char *buf, long long off, long long len,
             int64_t *missing, int64_t *nmissing);
 /* Write [off, off+len): 0 or an errno; may wait unless nonblock (then
  * *busy and nothing written). Partial writes to absent chunks list them
- * in missing. scratch: a chunk-sized buffer (live-cow copies). */
+ * in missing (sized by mc_index_buffer; its content is scratch
+ * otherwise). scratch: a chunk-sized buffer (live-cow copies). */
 int mc_write(MirrorCore *m, const char *buf, long long off, long long len,
              int nonblock, char *scratch, int64_t *missing,
              int64_t *nmissing, int *busy);
@@ -111,7 +118,9 @@ int mc_write(MirrorCore *m, const char *buf, long long off, long long len,
 int mc_install(MirrorCore *m, int64_t c, const char *data, int *installed);
 
 /* COMMIT: 0 or an errno; *busy if a snapshot is still being persisted
- * (nothing committed). *count = chunks in the snapshot. */
+ * or not yet ended by snapshot_done (nothing committed). *count = chunks
+ * in the snapshot. On an error nothing is scheduled (live-precopy's copy
+ * errors: the chunks are dirty again) and no hold is taken. */
 int mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy);
 void mc_release_hold(MirrorCore *m);
 /* The next chunk to persist into buf (chunk_size bytes): 0 or an errno;

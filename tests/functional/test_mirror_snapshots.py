@@ -1,14 +1,19 @@
 """Live snapshots under concurrent writers, in every mirror mode.
 
-Writer threads (each in its own third of the image) keep writing random
-patterns (some spanning chunks, some partial) through the FUSE mount
-while CHECKPOINTs are taken and persisted in the background, so writes
-land on chunks that are scheduled, pending and copied. A checkpoint is
-taken with the writers quiesced for an instant (as a guest's fsfreeze
-would), which fixes the model's image at the COMMIT; writing resumes as
-soon as the version id is back, while the persist runs. Every version
-must equal the model at its COMMIT, byte for byte. A 4-chunk
-copy-on-write buffer makes writers fill it and wait.
+Writer threads keep writing random patterns through the FUSE mount, all
+of them on the same chunks, while CHECKPOINTs are taken and persisted in
+the background and the prefetcher fetches the attached version (a saved
+read profile) in a shuffled order, so that writes race fetches and land
+on chunks that are absent, scheduled, pending and copied. Small writes
+go to each writer's own 4 KiB stripes of every chunk (concurrent writes
+to disjoint bytes of one chunk); whole-chunk and chunk-spanning writes
+hold their chunks alone (two racing writes to the same bytes are the
+application's problem, and the model could not know their order). A
+checkpoint is taken with the writers quiesced for an instant (as a
+guest's fsfreeze would), which fixes the model's image at the COMMIT;
+writing resumes as soon as the version id is back, while the persist
+runs. Every version must equal the model at its COMMIT, byte for byte.
+A 4-chunk copy-on-write buffer makes writers fill it and wait.
 """
 
 import os
@@ -23,7 +28,34 @@ from blobcr_agent.repository import scrub
 CHUNK = 64 * 1024
 NCHUNKS = 48
 WRITERS = 3
+STRIPE = 4096                  # stripe k of a chunk: writer k % WRITERS
 MODES = ['selective-cow', 'live-cow', 'live-precopy', 'offline']
+
+
+class SharedLock(object):
+    """Many holders for disjoint stripes, or one for a whole range."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._alone = False
+
+    def acquire(self, alone):
+        with self._cond:
+            while self._alone or (alone and self._shared):
+                self._cond.wait()
+            if alone:
+                self._alone = True
+            else:
+                self._shared += 1
+
+    def release(self, alone):
+        with self._cond:
+            if alone:
+                self._alone = False
+            else:
+                self._shared -= 1
+            self._cond.notify_all()
 
 
 class Quiesce(object):
@@ -64,36 +96,59 @@ def test_versions_equal_the_image_at_their_commit(backend_factory,
     rng = random.Random(hash(mode) & 0xffff)
     content = bytearray(rng.randbytes(NCHUNKS * CHUNK))
     header = repo.create_image('live', len(content))
-    repo.commit(header.id, {i: bytes(content[i * CHUNK:(i + 1) * CHUNK])
+    attached = repo.commit(header.id,
+                           {i: bytes(content[i * CHUNK:(i + 1) * CHUNK])
                             for i in range(NCHUNKS)})
+    # A read profile makes the attach prefetch every chunk, racing the
+    # writers from the first instant.
+    order = list(range(NCHUNKS))
+    rng.shuffle(order)
+    repo.save_profile(header.id, attached, order)
     mirror = mirror_factory(repo.backend, '--mode', mode, '--cow-chunks', '4')
     path = mirror.client.call('attach', image=header.id)
 
     model_lock = threading.Lock()
+    chunk_locks = [SharedLock() for _ in range(NCHUNKS)]
     quiesce = Quiesce()
     stop = threading.Event()
     errors = []
 
+    def pick(r, seed):
+        """(offset, length, alone): a piece of one of this writer's
+        stripes, or a whole or spanning range of chunks.
+        """
+        if r.random() < 0.7:
+            chunk = r.randrange(NCHUNKS)
+            stripe = r.randrange(seed, CHUNK // STRIPE, WRITERS)
+            offset = chunk * CHUNK + stripe * STRIPE
+            length = r.choice([512, STRIPE])
+            return offset + r.randrange(0, STRIPE - length + 1, 512), \
+                length, False
+        offset = r.randrange(NCHUNKS) * CHUNK
+        if r.random() < 0.5:
+            offset += r.randrange(0, CHUNK, 512)
+        length = min(r.choice([CHUNK, 3 * CHUNK // 2]), len(content) - offset)
+        return offset, length, True
+
     def writer(seed):
-        # Each writer owns a range of chunks: the order of two racing
-        # writes to the same bytes is the application's problem, and the
-        # model could not know it.
         r = random.Random(seed)
-        lo, hi = seed * len(content) // WRITERS, \
-            (seed + 1) * len(content) // WRITERS
         fd = os.open(path, os.O_RDWR)
         try:
             while not stop.is_set():
-                offset = r.randrange(lo, hi - 1)
-                length = min(r.choice([512, 4096, CHUNK, 3 * CHUNK // 2]),
-                             hi - offset)
+                offset, length, alone = pick(r, seed)
                 data = bytes([r.randrange(256)]) * length
+                held = range(offset // CHUNK,
+                             (offset + length - 1) // CHUNK + 1)
                 quiesce.enter()
+                for c in held:
+                    chunk_locks[c].acquire(alone)
                 try:
                     assert os.pwrite(fd, data, offset) == length
                     with model_lock:
                         content[offset:offset + length] = data
                 finally:
+                    for c in held:
+                        chunk_locks[c].release(alone)
                     quiesce.leave()
         except Exception as e:       # reported by the main thread
             errors.append(e)
