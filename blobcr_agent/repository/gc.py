@@ -1,12 +1,16 @@
 """Garbage collection: delete every object no live version references.
 
-Mark and sweep, safe while other processes COMMIT and CLONE:
+Mark and sweep, safe while other processes COMMIT, CLONE and PIN:
 
-1. Pending versions whose writer is gone (a dead process of this host, or
-   no heartbeat for ``pending_timeout``) are marked failed.
-2. Mark: walk the trees of every live root (stable versions, the parents
-   of pending versions, sources of clones being created). Shared subtrees
-   are walked once.
+1. One listing of the headers. Pending versions whose writer is gone (a
+   dead process of this host, or no heartbeat for ``pending_timeout``)
+   are marked failed, and pins of this host whose holder is gone (see
+   :func:`stale_pin`) are released, in the headers and in the listing.
+2. Mark: walk the trees of every live root, as the listing shows them:
+   stable versions, pinned versions (obsolete or not), the parents of
+   pending versions, and sources of clones the listing does not show
+   (being created, or created after the listing). Shared subtrees are
+   walked once.
 3. Sweep: delete chunk objects and node packs that were not marked *and*
    were last written before the cut-off. The cut-off is the GC start, or
    the start of the oldest pending version if earlier, minus a grace for
@@ -14,11 +18,25 @@ Mark and sweep, safe while other processes COMMIT and CLONE:
    objects (including chunks it shares with garbage: rewriting an object
    refreshes its mtime) are never older than the cut-off; the backend's
    delete is conditional, so a rewrite racing with the delete wins.
+4. Headers: a deleted image whose versions are all obsolete and unneeded
+   loses its header; other headers lose the entries of the obsolete
+   versions nothing needs any more (and of failed versions older than
+   ``pending_timeout``), so that they stay small.
+
+Why the listing is enough: a version only becomes live by a header write
+that needs it stable (COMMIT's parent, CLONE's source, PIN), and an
+obsolete version never turns stable again, so a version the listing
+shows obsolete and unpinned can be needed later only through a clone or
+pin recorded on it, which the listing shows too. A clone whose image is
+not in the listing keeps its source root alive even if its header exists
+by now: that header's own root was not walked.
 """
 
 import dataclasses
 import logging
+import os
 import re
+import socket
 import time
 
 from blobcr_agent import exception
@@ -43,6 +61,8 @@ class Report(object):
     bytes_freed: int = 0
     headers_deleted: int = 0
     kept_recent: int = 0
+    pins_released: int = 0
+    versions_pruned: int = 0
 
     def as_dict(self):
         return dataclasses.asdict(self)
@@ -56,22 +76,103 @@ def _abandoned(version, now, pending_timeout):
     return None
 
 
-def fail_abandoned(repo, pending_timeout, report):
-    """Mark failed every pending version whose writer is gone."""
+def fail_abandoned(repo, pending_timeout, report, headers=None):
+    """Mark failed every pending version whose writer is gone (in
+    ``headers``, a listing, too).
+    """
+    repo.retry_failed_marks()
     now = time.time()
-    for header in repo.images(include_deleted=True):
+    if headers is None:
+        headers = repo.images(include_deleted=True)
+    for header in headers:
         for v in header.versions:
             if v.state != image_mod.PENDING:
                 continue
             why = _abandoned(v, now, pending_timeout)
-            if why and repo.mark_failed(header.id, v.number,
-                                        'abandoned: ' + why):
+            if not why:
+                continue
+            try:
+                marked = repo.mark_failed(header.id, v.number,
+                                          'abandoned: ' + why)
+            except exception.ImageNotFound:
+                continue
+            if marked:
+                # Not marked: it turned stable or failed meanwhile; the
+                # listing keeps it pending, which only keeps more.
+                v.state = image_mod.FAILED
                 LOG.warning('version %d of %s abandoned (%s): marked failed',
                             v.number, header.id, why)
                 report.versions_failed += 1
 
 
-def _live_roots(header, pending_timeout, clone_exists, now):
+def stale_pin(pin, host=None, boot=None, view=None):
+    """Why a pin can be released without asking its holder, or None.
+
+    Only pins of this host are judged: one taken during an earlier boot
+    (its holder, a mirror, never re-attaches a cache from before a
+    reboot), or one whose holder path is gone, as seen by a process that
+    sees the same files (same mount namespace and root) as the pinner.
+    """
+    host = host or socket.gethostname()
+    if pin.get('host') != host:
+        return None
+    boot = boot or repo_mod.boot_id()
+    if pin.get('boot') and boot and pin['boot'] != boot:
+        return 'pinned before this host rebooted'
+    view = view or repo_mod.fs_view()
+    holder = pin.get('holder') or ''
+    if view and pin.get('fs') == view and holder.startswith('/') and \
+            not os.path.lexists(holder):
+        return 'its holder %s is gone' % holder
+    return None
+
+
+def release_stale_pins(repo, headers, report):
+    """Release the stale pins (:func:`stale_pin`) of ``headers``, in the
+    repository and in the listing.
+    """
+    host, boot, view = (socket.gethostname(), repo_mod.boot_id(),
+                        repo_mod.fs_view())
+    for header in headers:
+        for v in header.versions:
+            stale = [p for p in v.pins if stale_pin(p, host, boot, view)]
+            if not stale:
+                continue
+
+            def mutate(fresh, number=v.number, stale=stale):
+                try:
+                    target = fresh.version(number)
+                except exception.VersionNotFound:
+                    return 0
+                # Only the very pins judged: a pin refreshed meanwhile
+                # (its holder came back) is another dict and stays.
+                kept = [p for p in target.pins if p not in stale]
+                released = len(target.pins) - len(kept)
+                target.pins = kept
+                return released
+            try:
+                released = repo.update_header(header.id, mutate)[1]
+            except exception.ImageNotFound:
+                continue
+            for p in stale:
+                LOG.warning('released the pin of %s on version %d of %s: '
+                            '%s', p.get('holder'), v.number, header.id,
+                            stale_pin(p, host, boot, view))
+            v.pins = [p for p in v.pins if p not in stale]
+            report.pins_released += released
+
+
+def _source_needed(clone, listed, now, pending_timeout, exists):
+    """True if an obsolete source version must stay for ``clone``: its
+    image was not in the listing (so its own root was not walked) and
+    is being created, or exists by now.
+    """
+    if clone['image'] in listed:
+        return False
+    return now - clone['at'] < pending_timeout or exists(clone['image'])
+
+
+def _live_roots(header, needed):
     """Roots that must survive, and the earliest pending start."""
     roots = []
     earliest = None
@@ -85,13 +186,9 @@ def _live_roots(header, pending_timeout, clone_exists, now):
             parent = by_number.get(v.parent)
             if parent is not None:
                 roots.append(parent.root_ref)
-        elif v.root:
-            # An obsolete version whose clone is still being created.
-            for pin in v.clones:
-                if now - pin['at'] < pending_timeout and \
-                        not clone_exists(pin['image']):
-                    roots.append(v.root_ref)
-                    break
+        elif v.root and (v.pins or any(needed(c) for c in v.clones)):
+            # Obsolete but pinned, or the source of a clone not listed.
+            roots.append(v.root_ref)
     return [r for r in roots if r], earliest
 
 
@@ -102,25 +199,34 @@ def collect(repo, grace=None, pending_timeout=None):
                        else pending_timeout)
     report = Report()
     started = time.time()
-    fail_abandoned(repo, pending_timeout, report)
+    repo.backend.recover()
 
     headers = repo.images(include_deleted=True)
-    ids = {h.id for h in headers}
+    fail_abandoned(repo, pending_timeout, report, headers)
+    release_stale_pins(repo, headers, report)
+    listed = {h.id for h in headers}
+    existing = {}
+
+    def exists(image_id):
+        if image_id not in existing:
+            existing[image_id] = repo.backend.read_header(image_id) is not None
+        return existing[image_id]
+
+    def needed(clone):
+        return _source_needed(clone, listed, started, pending_timeout, exists)
+
     cutoff = started
     seen_nodes = set()
     live_digests = set()
     for header in headers:
-        roots, earliest = _live_roots(
-            header, pending_timeout,
-            lambda i: i in ids or repo.backend.read_header(i) is not None,
-            started)
+        roots, earliest = _live_roots(header, needed)
         if earliest is not None:
             cutoff = min(cutoff, earliest)
         t = header.tree(repo.nodes)
         for root in roots:
             t.walk(root, seen_nodes, live_digests.add)
         for v in header.versions:
-            if v.profile and v.state != image_mod.OBSOLETE:
+            if v.profile and (v.state != image_mod.OBSOLETE or v.pins):
                 live_digests.add(bytes.fromhex(v.profile))
     cutoff -= grace
     live_packs = {tree.pack_name(ref) for ref in seen_nodes}
@@ -146,15 +252,78 @@ def collect(repo, grace=None, pending_timeout=None):
         report.bytes_freed += repo.backend.remove_stale_tmp(cutoff)
 
     for header in headers:
-        if header.deleted and all(v.state == image_mod.OBSOLETE
-                                  for v in header.versions):
-            found = repo.backend.read_header(header.id)
-            if found is None:
-                continue
-            try:
-                repo.backend.delete_header(header.id, found[1])
-                report.headers_deleted += 1
-            except exception.Conflict:
-                pass  # changed meanwhile: the next run sees it
+        if header.deleted:
+            _delete_header(repo, header, needed, report)
+        else:
+            prune(repo, header, needed, started - pending_timeout, report)
     LOG.info('gc: %s', report.as_dict())
     return report
+
+
+def _unneeded(v, needed, failed_before, pending_parents):
+    """True if the entry of version ``v`` can go: obsolete (or failed
+    before ``failed_before``), unpinned, no pending version's parent, no
+    clone depending on it.
+    """
+    if v.state == image_mod.FAILED:
+        if v.created >= failed_before:
+            return False
+    elif v.state != image_mod.OBSOLETE:
+        return False
+    return not v.pins and v.number not in pending_parents and \
+        not any(needed(c) for c in v.clones)
+
+
+def _pending_parents(header):
+    return {v.parent for v in header.versions
+            if v.state == image_mod.PENDING}
+
+
+def prune(repo, header, needed, failed_before, report):
+    """Remove from the header of an image the entries of the versions
+    that nothing needs any more (as ``header``, the listing, shows them
+    and as they still are). Numbering goes on from the highest number
+    ever given; ``pruned`` counts the entries removed.
+    """
+    parents = _pending_parents(header)
+    candidates = {v.number for v in header.versions
+                  if _unneeded(v, needed, failed_before, parents)}
+    if not candidates:
+        return
+
+    def mutate(fresh):
+        parents = _pending_parents(fresh)
+        kept = [v for v in fresh.versions
+                if v.number not in candidates or
+                not _unneeded(v, needed, failed_before, parents)]
+        removed = len(fresh.versions) - len(kept)
+        fresh.last_version = fresh.newest_number()
+        fresh.versions = kept
+        fresh.pruned += removed
+        return removed
+    try:
+        report.versions_pruned += repo.update_header(header.id, mutate)[1]
+    except exception.ImageNotFound:
+        pass
+
+
+def _deletable(header, needed):
+    return header.deleted and all(
+        v.state == image_mod.OBSOLETE and not v.pins and
+        not any(needed(c) for c in v.clones) for v in header.versions)
+
+
+def _delete_header(repo, header, needed, report):
+    if not _deletable(header, needed):
+        return
+    found = repo.backend.read_header(header.id)
+    if found is None:
+        return
+    fresh = image_mod.ImageHeader.from_bytes(found[0], header.id)
+    if not _deletable(fresh, needed):
+        return
+    try:
+        repo.backend.delete_header(header.id, found[1])
+        report.headers_deleted += 1
+    except exception.Conflict:
+        pass  # changed meanwhile: the next run sees it

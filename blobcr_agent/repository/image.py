@@ -3,6 +3,14 @@
 One header object per image, replaced as a whole by compare-and-set. A
 version turns stable by the one header write that sets its root and its
 state together, after every chunk and node it references is durable.
+
+A version may carry *pins*: a mirror pins the version it reads untouched
+chunks from, for as long as the image is attached, and GC keeps a pinned
+version's objects even after it was marked obsolete. GC prunes the
+entries of obsolete versions it no longer needs (and of failed ones after
+a while) so that the header of an image checkpointed every few seconds
+stays small; ``last_version`` keeps the numbering monotonic and
+``pruned`` counts the entries removed.
 """
 
 import dataclasses
@@ -37,10 +45,15 @@ class Version(object):
     clones: typing.List[dict] = dataclasses.field(default_factory=list)
     profile: typing.Optional[str] = None    # chunk object: read order
     group: typing.Optional[dict] = None     # {"id": ..., "members": n}
+    # {"host", "holder", "boot", "ns", "at"}: readers that need it whole
+    pins: typing.List[dict] = dataclasses.field(default_factory=list)
 
     @property
     def root_ref(self):
         return bytes.fromhex(self.root) if self.root else None
+
+
+_OPTIONAL_HEADER = ('last_version', 'pruned')
 
 
 @dataclasses.dataclass
@@ -55,6 +68,8 @@ class ImageHeader(object):
     deleted: bool = False
     versions: typing.List[Version] = dataclasses.field(default_factory=list)
     format: int = FORMAT
+    last_version: int = 0       # highest number given, set when pruning
+    pruned: int = 0             # entries GC removed (obsolete or failed)
 
     @property
     def nchunks(self):
@@ -71,7 +86,22 @@ class ImageHeader(object):
         for v in self.versions:
             if v.number == number:
                 return v
+        if isinstance(number, int) and 0 < number <= self.newest_number():
+            raise exception.VersionNotFound(
+                self.id, '%d any more (it was obsolete or failed, and gc '
+                'removed its entry)' % number)
         raise exception.VersionNotFound(self.id, number)
+
+    def newest_number(self):
+        """The highest version number given so far (0: none)."""
+        return max([v.number for v in self.versions] + [self.last_version])
+
+    def next_number(self):
+        """The number of a new version: never one given before, even once
+        the entries of the newest versions were pruned (pruning records
+        the highest number in ``last_version``).
+        """
+        return self.newest_number() + 1
 
     def stable_version(self, number=None):
         """The given version, or the newest stable one, which must be
@@ -87,12 +117,30 @@ class ImageHeader(object):
             raise exception.VersionNotStable(self.id, number, v.state)
         return v
 
+    def readable_version(self, number):
+        """Version ``number`` if its objects are guaranteed: stable, or
+        obsolete but still pinned (its pin holders read it until they
+        release it).
+        """
+        v = self.version(number)
+        if v.state == STABLE or (v.state == OBSOLETE and v.pins):
+            return v
+        raise exception.VersionNotStable(self.id, number, v.state)
+
     def tree(self, store):
         return tree.Tree(store, self.nchunks, self.fanout)
 
     def to_bytes(self):
-        return json.dumps(dataclasses.asdict(self), sort_keys=True,
-                          separators=(',', ':')).encode()
+        raw = dataclasses.asdict(self)
+        # Fields added later are left out at their defaults: a header
+        # that does not use them stays readable by older releases.
+        for key in _OPTIONAL_HEADER:
+            if not raw[key]:
+                del raw[key]
+        for v in raw['versions']:
+            if not v['pins']:
+                del v['pins']
+        return json.dumps(raw, sort_keys=True, separators=(',', ':')).encode()
 
     @classmethod
     def from_bytes(cls, data, name='?'):

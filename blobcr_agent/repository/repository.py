@@ -6,6 +6,13 @@ then turns the new version stable with one compare-and-set of the image
 header: a crash at any earlier point leaves a pending version (later
 declared failed) and unreachable objects that garbage collection reclaims.
 CLONE writes one header whose first version shares the source's root.
+
+PIN keeps a version's objects for a reader on this host (a mirror reads
+the chunks its guest has not written from the version it was attached
+at): GC treats pinned versions as live even once they are obsolete.
+Obsoleting a pinned version is deferred: it is obsolete at once for
+everyone else (no clone, export or new COMMIT from it), and its objects
+are freed by the first GC after the last pin is released.
 """
 
 import array
@@ -16,6 +23,7 @@ import os
 import random
 import socket
 import tempfile
+import threading
 import time
 import uuid
 import zlib
@@ -51,6 +59,42 @@ def _start_time(pid):
         return '?'
 
 
+def boot_id():
+    """The kernel's id of the current boot, or None if unknown."""
+    try:
+        with open('/proc/sys/kernel/random/boot_id') as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def fs_view():
+    """Which file system tree this process sees (its mount namespace and
+    root), so that a path recorded by one process is only checked by
+    another that sees the same files; None if unknown.
+    """
+    try:
+        ns = os.stat('/proc/self/ns/mnt')
+        root = os.stat('/')
+    except OSError:
+        return None
+    return '%d:%d/%d:%d' % (ns.st_dev, ns.st_ino, root.st_dev, root.st_ino)
+
+
+def pin_record(holder):
+    """A pin held by ``holder`` (a path, e.g. a mirror's cache directory)
+    on this host, in this boot.
+    """
+    if not isinstance(holder, str) or not holder:
+        raise exception.InvalidInput('a pin needs a holder')
+    return {'host': socket.gethostname(), 'holder': holder,
+            'boot': boot_id(), 'fs': fs_view(), 'at': time.time()}
+
+
+def _same_pin(pin, host, holder):
+    return pin.get('host') == host and pin.get('holder') == holder
+
+
 def owner_is_gone(owner):
     """True if ``owner`` was a process of this host that no longer runs."""
     try:
@@ -80,6 +124,10 @@ class Repository(object):
                                                compression_level)
         self.owner = process_identity()
         self.upload_bps = None
+        # Versions this process gave up but could not mark failed (the
+        # backend refused the header write): retried later.
+        self._unmarked = {}
+        self._unmarked_lock = threading.Lock()
 
     @classmethod
     def from_conf(cls, conf, backend=None):
@@ -203,6 +251,14 @@ class Repository(object):
             if any(v.state == image_mod.PENDING for v in header.versions):
                 raise exception.InvalidInput(
                     'image %s has a version being written' % image_id)
+            pinned = ['v%d by %s' % (v.number, _describe_pins(v))
+                      for v in header.versions if v.pins]
+            if pinned:
+                raise exception.InvalidInput(
+                    'image %s is in use (pinned: %s): detach it first (an '
+                    'operator releases the pins of a host gone for good: '
+                    'see "Pins" in the repository documentation)'
+                    % (image_id, '; '.join(pinned)))
             for v in header.versions:
                 v.state = image_mod.OBSOLETE
             header.deleted = True
@@ -221,6 +277,7 @@ class Repository(object):
         stable first.
         """
         image_id = self.image(ref).id
+        self.retry_failed_marks()
         now = time.time()
 
         def mutate(header):
@@ -237,7 +294,7 @@ class Repository(object):
             elif parent is not None or any(
                     v.state == image_mod.STABLE for v in header.versions):
                 base_version = header.stable_version(parent)
-            number = max([v.number for v in header.versions], default=0) + 1
+            number = header.next_number()
             header.versions.append(image_mod.Version(
                 number=number, state=image_mod.PENDING,
                 parent=base_version.number if base_version else None,
@@ -350,10 +407,16 @@ class Repository(object):
         return header
 
     def obsolete(self, ref, numbers):
-        """Mark versions obsolete; GC then frees what nothing else uses."""
+        """Mark versions obsolete; GC then frees what nothing else uses.
+
+        A pinned version is obsolete at once too, but GC keeps its
+        objects until its last pin is released (its reader, a mirror,
+        detaches). Returns the numbers of those pinned versions.
+        """
         image_id = self.image(ref).id
 
         def mutate(header):
+            pinned = []
             for number in numbers:
                 v = header.version(number)
                 if v.state == image_mod.PENDING:
@@ -361,7 +424,124 @@ class Repository(object):
                         'version %d of %s is still being written'
                         % (number, image_id))
                 v.state = image_mod.OBSOLETE
-        self.update_header(image_id, mutate)
+                if v.pins:
+                    pinned.append(v.number)
+            return pinned
+        _, pinned = self.update_header(image_id, mutate)
+        if pinned:
+            LOG.info('versions %s of %s are obsolete; pinned, they are '
+                     'freed once released', pinned, image_id)
+        return pinned
+
+    # -- pins --------------------------------------------------------------
+
+    def pin(self, ref, number, holder):
+        """Keep version ``number`` (None: the newest stable one) of an
+        image whole for ``holder`` on this host, until :meth:`unpin`;
+        return its number. Pinning again is harmless (it refreshes the
+        pin), and works on a version obsoleted meanwhile: its objects
+        were kept. A version that is not stable and not pinned by this
+        holder is refused (VersionNotStable).
+        """
+        image_id = self.image(ref).id
+        mine = pin_record(holder)
+
+        def mutate(header):
+            if header.deleted:
+                raise exception.ImageNotFound(image_id)
+            v = (header.version(number) if number is not None
+                 else header.stable_version())
+            for p in v.pins:
+                if _same_pin(p, mine['host'], holder):
+                    p.update(mine)
+                    return v.number
+            if v.state != image_mod.STABLE:
+                raise exception.VersionNotStable(image_id, v.number, v.state)
+            v.pins.append(mine)
+            return v.number
+        return self.update_header(image_id, mutate)[1]
+
+    def unpin(self, image_id, number, holder, host=None):
+        """Release the pins of ``holder`` (on ``host``, default this one)
+        on version ``number``; return how many were released. Nothing
+        to release (no such pin, version or image) is not an error.
+        """
+        host = host or socket.gethostname()
+
+        def mutate(header):
+            try:
+                v = header.version(number)
+            except exception.VersionNotFound:
+                return 0
+            kept = [p for p in v.pins if not _same_pin(p, host, holder)]
+            released = len(v.pins) - len(kept)
+            v.pins = kept
+            return released
+        try:
+            if not any(_same_pin(p, host, holder)
+                       for p in self._pins_of(image_id, number)):
+                return 0
+            released = self.update_header(image_id, mutate)[1]
+        except exception.ImageNotFound:
+            return 0
+        if released:
+            LOG.info('released the pin of %s on version %d of %s',
+                     holder, number, image_id)
+        return released
+
+    def unpin_quietly(self, image_id, number, holder):
+        """:meth:`unpin` for clean-up paths (a mirror's detach, after its
+        cache is gone): never raises; GC releases the pins of this host
+        whose holder path is gone, should this fail.
+        """
+        if number is None:
+            return 0
+        try:
+            return self.unpin(image_id, number, holder)
+        except exception.BlobCRError as e:
+            LOG.warning('could not release the pin of %s on version %d of '
+                        '%s (gc will, as %s is gone): %s', holder, number,
+                        image_id, holder, e)
+            return 0
+
+    def _pins_of(self, image_id, number):
+        header, _ = self._read(image_id)
+        try:
+            return header.version(number).pins
+        except exception.VersionNotFound:
+            return []
+
+    def pins(self, host=None):
+        """Every pin (of ``host`` only, if given), as dicts with the
+        image, the version and its state.
+        """
+        found = []
+        for header in self.images(include_deleted=True):
+            for v in header.versions:
+                for p in v.pins:
+                    if host is None or p.get('host') == host:
+                        found.append(dict(p, image=header.id,
+                                          version=v.number, state=v.state))
+        return found
+
+    def release_pins(self, host, image=None, holder=None):
+        """Release every pin of ``host`` (of one image, one holder): for
+        an operator, when a host is gone for good. Its mirrors must not
+        be serving any more: what they have not fetched yet may be freed
+        by the next GC. Returns the pins released.
+        """
+        if not host:
+            raise exception.InvalidInput('release_pins needs a host')
+        released = []
+        for found in self.pins(host):
+            if image is not None and found['image'] != image:
+                continue
+            if holder is not None and found['holder'] != holder:
+                continue
+            if self.unpin(found['image'], found['version'],
+                          found['holder'], host):
+                released.append(found)
+        return released
 
     def mark_failed(self, image_id, number, reason):
         """Turn a pending version failed (idempotent; stable stays)."""
@@ -374,11 +554,44 @@ class Repository(object):
             return False
         return self.update_header(image_id, mutate)[1]
 
+    def remember_unmarked(self, image_id, number, reason):
+        """A version this process gave up but could not mark failed:
+        :meth:`retry_failed_marks` tries again (GC also marks it failed
+        once its writer is gone or silent for ``pending_timeout``).
+        """
+        with self._unmarked_lock:
+            self._unmarked[(image_id, number)] = reason
+
+    def retry_failed_marks(self):
+        """Mark failed the versions :meth:`remember_unmarked` holds;
+        never raises. Returns how many were marked.
+        """
+        with self._unmarked_lock:
+            todo = list(self._unmarked.items())
+        marked = 0
+        for (image_id, number), reason in todo:
+            try:
+                marked += bool(self.mark_failed(image_id, number, reason))
+            except (exception.ImageNotFound, exception.VersionNotFound):
+                pass
+            except Exception as e:
+                LOG.debug('version %d of %s still not marked failed: %s',
+                          number, image_id, e)
+                continue
+            with self._unmarked_lock:
+                self._unmarked.pop((image_id, number), None)
+        return marked
+
     # -- reading ---------------------------------------------------------
 
-    def version_tree(self, header, number=None):
-        """``(tree, root)`` of a stable version."""
-        v = header.stable_version(number)
+    def version_tree(self, header, number=None, pinned=False):
+        """``(tree, root)`` of a stable version (with ``pinned``, also of
+        an obsolete version that is still pinned).
+        """
+        if pinned and number is not None:
+            v = header.readable_version(number)
+        else:
+            v = header.stable_version(number)
         return header.tree(self.nodes), v.root_ref
 
     def read_chunk(self, header, number, index):
@@ -410,9 +623,11 @@ class Repository(object):
     def fetch(self, header, number, indices=None):
         """Yield ``(index, data)`` of the stored chunks of a version (all,
         or those in ``indices``), many reads in flight; all-zero chunks
-        are not yielded. Raises on a missing or corrupt chunk.
+        are not yielded. Raises on a missing or corrupt chunk. A pinned
+        version is read even once obsolete: its pin holder (a mirror
+        attached from it) still reads it.
         """
-        t, root = self.version_tree(header, number)
+        t, root = self.version_tree(header, number, pinned=True)
         if indices is None:
             found = t.items(root)
         else:
@@ -650,8 +865,15 @@ class Commit(object):
             self._batch.drain()
             self.repo.mark_failed(self.image_id, self.version, reason)
         except Exception:
-            LOG.exception('could not mark version %d of %s failed',
+            LOG.exception('could not mark version %d of %s failed (it is '
+                          'retried; it stays pending meanwhile)',
                           self.version, self.image_id)
+            self.repo.remember_unmarked(self.image_id, self.version, reason)
+
+
+def _describe_pins(v):
+    return ', '.join('%s:%s' % (p.get('host'), p.get('holder'))
+                     for p in v.pins)
 
 
 def _umask():

@@ -1,12 +1,19 @@
-"""Local store: header compare-and-set and race-safe conditional delete."""
+"""Local store: header compare-and-set and race-safe conditional delete,
+also when GC is killed in the middle of one.
+"""
 
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
 from blobcr_agent import exception
 from blobcr_agent.repository.backends import local
+from blobcr_agent.repository import chunks
+from blobcr_agent.repository import repository
 
 
 @pytest.fixture
@@ -57,3 +64,103 @@ def test_unusable_path_is_a_clear_error(tmp_path):
     blocker.write_bytes(b'')
     with pytest.raises(exception.BackendUnavailable, match='local store'):
         local.LocalBackend(str(blocker / 'store'))
+
+
+# GC in a child process, SIGKILLed as soon as it has moved the object
+# named by argv[2] aside.
+_KILLED_GC = '''
+import os, signal, sys
+from blobcr_agent.repository.backends import local
+from blobcr_agent.repository import gc, repository
+
+rename = os.rename
+
+def rename_then_die(src, dst):
+    rename(src, dst)
+    if os.path.basename(src) == sys.argv[2]:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+os.rename = rename_then_die
+repo = repository.Repository(local.LocalBackend(sys.argv[1]),
+                             chunk_size=4096, gc_grace=0)
+gc.collect(repo)
+'''
+
+
+def test_gc_killed_with_an_object_aside_loses_nothing(tmp_path):
+    """SIGKILL of GC after it moved a chunk aside that a concurrent
+    COMMIT had just written again: whoever opens the store next puts it
+    back.
+    """
+    store = str(tmp_path / 'store')
+    repo = repository.Repository(local.LocalBackend(store), chunk_size=4096,
+                                 gc_grace=0)
+    image = repo.create_image('img', 2 * 4096).id
+    data = os.urandom(4096)
+    repo.obsolete(image, [repo.commit(image, {0: data})])
+    name = chunks.object_name(chunks.digest(data))
+    os.utime(repo.backend._path('chunk', name), (1, 1))    # long ago
+    pending = repo.begin_commit(image)
+    pending.put(0, data)            # the same chunk: refreshed, not written
+    pending._batch.wait()
+    child = subprocess.run([sys.executable, '-c', _KILLED_GC, store, name])
+    assert child.returncode == -signal.SIGKILL
+    number = pending.finish()
+    repo.close()
+
+    repo = repository.Repository(local.LocalBackend(store), chunk_size=4096)
+    assert repo.read(image, number, 0, 4096) == data
+    assert not os.listdir(os.path.join(store, 'grave'))
+    repo.close()
+
+
+def test_garbage_put_back_by_recovery_goes_at_the_next_gc(backend,
+                                                          monkeypatch):
+    class Killed(Exception):
+        pass
+    rename = os.rename
+
+    def rename_then_die(src, dst):
+        rename(src, dst)
+        raise Killed()
+    b = backend.batch()
+    b.put('chunk', 'cd' * 32, b'x')
+    b.wait()
+    os.utime(backend._path('chunk', 'cd' * 32), (1, 1))
+    monkeypatch.setattr(os, 'rename', rename_then_die)
+    with pytest.raises(Killed):
+        backend.delete_if_older('chunk', 'cd' * 32, time.time())
+    monkeypatch.setattr(os, 'rename', rename)
+    assert list(backend.list('chunk')) == []
+    assert backend.recover() == 1
+    assert list(backend.list('chunk')) == ['cd' * 32]
+    assert backend.delete_if_older('chunk', 'cd' * 32, time.time()) == 1
+    assert list(backend.list('chunk')) == []
+
+
+def test_refresh_racing_with_delete_is_never_lost(backend, monkeypatch):
+    """utime() finds the file, GC moves it aside, sees the old time and
+    deletes it, and only then does utime() set the new time (on the
+    deleted file): the put must notice and write the object again.
+    """
+    b = backend.batch()
+    b.put('chunk', 'ef' * 32, b'y')
+    b.wait()
+    path = backend._path('chunk', 'ef' * 32)
+    os.utime(path, (1, 1))
+    real_utime = os.utime
+
+    def racing_utime(target, *args, **kwargs):
+        fd = os.open(target, os.O_RDONLY)       # the path is resolved
+        try:
+            monkeypatch.setattr(os, 'utime', real_utime)
+            assert backend.delete_if_older('chunk', 'ef' * 32,
+                                           time.time()) == 1
+            real_utime(fd, *args, **kwargs)     # the time is set, too late
+        finally:
+            os.close(fd)
+    monkeypatch.setattr(os, 'utime', racing_utime)
+    b = backend.batch()
+    b.put('chunk', 'ef' * 32, b'y')
+    b.wait()
+    assert backend.get('chunk', 'ef' * 32) == b'y'

@@ -195,6 +195,13 @@ class ObjectBackend(metaclass=abc.ABCMeta):
     def list_headers(self):
         """Yield every header name."""
 
+    def recover(self):
+        """Finish what a process killed inside a backend call left half
+        done (the local store: objects GC moved aside). Garbage
+        collection calls it before it starts.
+        """
+        return 0
+
     def close(self):
         """Release connections and threads."""
 

@@ -7,6 +7,7 @@ Layout under the root directory::
     header/<name>       image headers: "<generation>\\n" + payload
     lock/<name>         flock files serialising header compare-and-set
     tmp/                files being written, renamed into place when whole
+    grave/<kind>.<uuid>.<name>   objects GC moved aside to delete them
 
 Objects are written to tmp/ and renamed into place, so a reader never sees
 a partial object and a SIGKILL leaves at most a stray tmp file. A batch is
@@ -14,6 +15,13 @@ made durable by one syncfs() of the file system rather than one fsync per
 chunk; node packs, few and on the COMMIT's critical path, are fsynced one
 by one as they are written. Headers are fsynced on every write, together
 with their directory.
+
+GC's conditional delete moves an object aside into grave/, checks its
+modification time there and either deletes it or links it back. A GC
+killed in between leaves the object in grave/; whoever opens the store
+next (and every GC, before it starts) links every such object back to
+its place (a live object is never lost; garbage comes back, and the next
+GC deletes it again).
 
 A write the file system refuses with ENOSPC or EDQUOT raises
 :class:`~blobcr_agent.exception.BackendFull`, and its tmp file is
@@ -60,7 +68,7 @@ class LocalBackend(base.ObjectBackend):
         super().__init__(max_in_flight)
         self.root = os.path.abspath(path)
         try:
-            for sub in ('chunk', 'node', 'header', 'lock', 'tmp'):
+            for sub in ('chunk', 'node', 'header', 'lock', 'tmp', 'grave'):
                 os.makedirs(os.path.join(self.root, sub), exist_ok=True)
         except OSError as e:
             raise exception.BackendUnavailable(
@@ -69,6 +77,7 @@ class LocalBackend(base.ObjectBackend):
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=min(8, max_in_flight),
             thread_name_prefix='blobcr-local')
+        self.recover()
 
     @classmethod
     def from_conf(cls, conf):
@@ -121,6 +130,11 @@ class LocalBackend(base.ObjectBackend):
             # Same name, same bytes: refreshing the mtime is enough, and
             # tells garbage collection the object is wanted again.
             os.utime(path)
+            # Still in place after the refresh: a GC that moves it aside
+            # from now on sees the new time and puts it back. (utime
+            # resolves the path before it sets the time: a GC may have
+            # moved the file aside in between and seen the old time.)
+            os.stat(path)
             return
         except FileNotFoundError:
             pass
@@ -197,9 +211,13 @@ class LocalBackend(base.ObjectBackend):
             for name in os.listdir(os.path.join(top, sub)):
                 yield name
 
+    def _grave_path(self, kind, name):
+        return os.path.join(self.root, 'grave', '%s.%s.%s'
+                            % (kind, uuid.uuid4().hex, name))
+
     def delete_if_older(self, kind, name, cutoff):
         path = self._path(kind, name)
-        grave = self._tmp_path()
+        grave = self._grave_path(kind, name)
         # Move it aside first: a put racing with us either lands before
         # the rename (and its fresh mtime makes us put it back) or after
         # it (and finds no file, so writes a whole new one).
@@ -207,16 +225,51 @@ class LocalBackend(base.ObjectBackend):
             os.rename(path, grave)
         except FileNotFoundError:
             return 0
-        st = os.stat(grave)
+        try:
+            st = os.stat(grave)
+        except FileNotFoundError:
+            return 0        # another process's recover() put it back
         if st.st_mtime >= cutoff:
+            self._put_back(grave, path)
+            return 0
+        _unlink_quietly(grave)
+        return st.st_size
+
+    def _put_back(self, grave, path):
+        try:
+            os.link(grave, path)
+        except FileExistsError:
+            pass            # written again meanwhile: same bytes
+        except FileNotFoundError:
+            if not os.path.exists(grave):
+                return      # put back by another process
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             try:
                 os.link(grave, path)
             except FileExistsError:
                 pass
-            os.unlink(grave)
-            return 0
-        os.unlink(grave)
-        return st.st_size
+        _unlink_quietly(grave)
+
+    def recover(self):
+        """Put back every object a killed GC left aside (the rule: always
+        put back; the next GC deletes what is garbage). Returns how many.
+        """
+        top = os.path.join(self.root, 'grave')
+        restored = 0
+        for entry in os.listdir(top):
+            kind, _, name = entry.partition('.')
+            name = name.partition('.')[2]
+            if kind not in base.KINDS:
+                continue        # not one of ours: left alone
+            try:
+                path = self._path(kind, name)
+            except exception.InvalidInput:
+                continue
+            self._put_back(os.path.join(top, entry), path)
+            restored += 1
+        if restored:
+            _syncfs(self._root_fd)
+        return restored
 
     def remove_stale_tmp(self, cutoff):
         """Delete tmp files older than cutoff (left by killed writers)."""

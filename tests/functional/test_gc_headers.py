@@ -1,0 +1,161 @@
+"""GC and image headers: clones that race with its listing, and headers
+that stay small however many versions an image goes through.
+"""
+
+import json
+import os
+import sys
+
+import pytest
+
+from blobcr_agent import exception
+from blobcr_agent.repository import gc
+from blobcr_agent.repository import image as image_mod
+
+CHUNK = 4096
+
+
+class Stalled(Exception):
+    pass
+
+
+def _stalled_clone(repo, monkeypatch, image, number):
+    """A CLONE that registered on its source version, then stalled before
+    writing its header. Returns a function that writes the header.
+    """
+    create = repo.create_image
+    captured = {}
+
+    def stall(*args, **kwargs):
+        captured.update(args=args, kwargs=kwargs)
+        raise Stalled()
+    monkeypatch.setattr(repo, 'create_image', stall)
+    with pytest.raises(Stalled):
+        repo.clone(image, number)
+    monkeypatch.setattr(repo, 'create_image', create)
+    return lambda: create(*captured['args'], **captured['kwargs']).id
+
+
+def test_clone_created_after_the_gc_listing_keeps_its_data(repo,
+                                                           monkeypatch):
+    header = repo.create_image('source', 8 * CHUNK)
+    data = {i: os.urandom(CHUNK) for i in range(8)}
+    one = repo.commit(header.id, data)
+    finish_clone = _stalled_clone(repo, monkeypatch, header.id, one)
+    repo.obsolete(header.id, [one])
+
+    # The clone's header is written right after GC listed the headers
+    # it marks from, before it decides what the source version needs.
+    images = repo.images
+    clone = []
+
+    def listing(include_deleted=False):
+        found = images(include_deleted)
+        if sys._getframe(1).f_code.co_name == 'collect' and not clone:
+            clone.append(finish_clone())
+        return found
+    monkeypatch.setattr(repo, 'images', listing)
+    gc.collect(repo, grace=-2)
+    monkeypatch.setattr(repo, 'images', images)
+
+    expected = b''.join(data[i] for i in range(8))
+    assert repo.read(clone[0], 1, 0, len(expected)) == expected
+    gc.collect(repo, grace=-2)      # lists the clone: its header keeps it
+    assert repo.read(clone[0], 1, 0, len(expected)) == expected
+    # The source version is not needed any more: its entry goes.
+    assert [v.number for v in repo.image(header.id).versions] == []
+
+
+def test_clone_that_never_came_frees_its_source_after_the_timeout(
+        repo, monkeypatch):
+    header = repo.create_image('source', 2 * CHUNK)
+    one = repo.commit(header.id, {0: os.urandom(CHUNK)})
+    _stalled_clone(repo, monkeypatch, header.id, one)
+    repo.obsolete(header.id, [one])
+    gc.collect(repo, grace=-2)
+    assert len(list(repo.backend.list('chunk'))) == 1   # clone may come
+    gc.collect(repo, grace=-2, pending_timeout=0)
+    assert list(repo.backend.list('chunk')) == []
+
+
+def _header_bytes(repo, image):
+    return len(repo.backend.read_header(image)[0])
+
+
+def test_headers_stay_small_under_frequent_checkpoints(repo):
+    """A checkpoint every few seconds, the newest three kept, GC now and
+    then: the header holds a bounded number of entries, numbering goes
+    on, and the history says how many entries were pruned.
+    """
+    image = repo.create_image('busy', 4 * CHUNK).id
+    contents = {}
+    sizes = []
+    number = None
+    for round_ in range(15):
+        for k in range(10):
+            data = os.urandom(CHUNK)
+            number = repo.commit(image, {k % 4: data})
+            contents[number] = (k % 4, data)
+        stable = [v.number for v in repo.image(image).versions
+                  if v.state == image_mod.STABLE]
+        repo.obsolete(image, stable[:-3])
+        gc.collect(repo, grace=-2)
+        sizes.append(_header_bytes(repo, image))
+    header = repo.image(image)
+    assert [v.number for v in header.versions] == [148, 149, 150]
+    assert header.pruned == 147 and header.newest_number() == 150
+    assert max(sizes) < 2048, sizes
+    for v in header.versions:
+        index, data = contents[v.number]
+        assert repo.read(image, v.number, index * CHUNK, CHUNK) == data
+    with pytest.raises(exception.VersionNotFound, match='gc removed'):
+        header.version(5)
+    with pytest.raises(exception.VersionNotFound, match='no version 151$'):
+        header.version(151)
+
+    # Every version obsolete and pruned: numbering still goes on.
+    repo.obsolete(image, [148, 149, 150])
+    gc.collect(repo, grace=-2)
+    header = repo.image(image)
+    assert header.versions == [] and header.pruned == 150
+    assert list(repo.backend.list('chunk')) == []
+    assert repo.commit(image, {0: os.urandom(CHUNK)}) == 151
+
+
+def test_failed_entries_go_after_the_pending_timeout(repo):
+    image = repo.create_image('img', 2 * CHUNK).id
+    one = repo.commit(image, {0: os.urandom(CHUNK)})
+    pending = repo.begin_commit(image)
+    pending.abort('test')
+    gc.collect(repo, grace=-2)
+    assert [v.state for v in repo.image(image).versions] == \
+        ['stable', 'failed']
+    gc.collect(repo, grace=-2, pending_timeout=0)
+    assert [v.number for v in repo.image(image).versions] == [one]
+
+
+def test_pending_version_keeps_the_parent_entry(repo):
+    image = repo.create_image('img', 2 * CHUNK).id
+    data = os.urandom(CHUNK)
+    one = repo.commit(image, {0: data})
+    pending = repo.begin_commit(image)
+    repo.obsolete(image, [one])
+    gc.collect(repo, grace=-2)
+    # Its tree is built on version 1's, which must stay whole.
+    assert [v.number for v in repo.image(image).versions] == [one, 2]
+    pending.put(1, os.urandom(CHUNK))
+    two = pending.finish()
+    assert repo.read(image, two, 0, CHUNK) == data
+
+
+def test_old_headers_stay_readable(repo):
+    """A header without the fields pins and pruning added (an earlier
+    release wrote it) reads, and one that does not use them is written
+    without them.
+    """
+    image = repo.create_image('img', 2 * CHUNK).id
+    repo.commit(image, {0: os.urandom(CHUNK)})
+    raw = json.loads(repo.backend.read_header(image)[0])
+    assert 'pruned' not in raw and 'last_version' not in raw
+    assert 'pins' not in raw['versions'][0]
+    assert repo.commit(image, {1: os.urandom(CHUNK)}) == 2
