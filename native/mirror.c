@@ -549,8 +549,18 @@ Mirror_get_nchunks(Mirror *m, void *closure)
     return PyLong_FromLongLong(m->core.nchunks);
 }
 
+static PyObject *
+Mirror_get_max_snapshots(Mirror *m, void *closure)
+{
+    /* Snapshots in flight at once: the core does not pipeline yet. */
+    return PyLong_FromLong(1);
+}
+
 static PyGetSetDef Mirror_getset[] = {
     {"nchunks", (getter)Mirror_get_nchunks, NULL, "number of chunks", NULL},
+    {"max_snapshots", (getter)Mirror_get_max_snapshots, NULL,
+     "snapshots that can be in flight at once (commit() is Busy beyond)",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL}
 };
 

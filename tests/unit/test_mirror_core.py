@@ -198,3 +198,23 @@ def test_a_failed_persist_drops_copies_in_flight(tmp_path):
             assert taken[c] == bytes(image[c * big:(c + 1) * big]), \
                 'round %d: chunk %d is a stale copy' % (r, c)
         m.close()
+
+
+def test_no_commit_until_the_snapshot_is_ended(tmp_path):
+    """Every chunk taken is not the end of a snapshot: snapshot_done is.
+    A COMMIT in between would have its chunks cleared by it.
+    """
+    m = _native.Mirror(str(tmp_path), 4 * CHUNK, CHUNK)
+    assert m.max_snapshots == 1
+    m.write(0, b'a' * CHUNK)
+    assert m.commit() == 1
+    assert m.take()[0] == 0
+    assert m.take() is None
+    m.write(CHUNK, b'b' * CHUNK)
+    with pytest.raises(_native.BusyError):
+        m.commit()
+    m.snapshot_done(True)
+    assert m.commit() == 1
+    assert m.take() == (1, b'b' * CHUNK)
+    m.snapshot_done(True)
+    m.close()
