@@ -23,7 +23,9 @@ Reported per variant (medians over ``--runs`` with their spread):
 * ``ack_ms``: CHECKPOINT request to acknowledgment, measured by the
   caller (it includes any wait for the previous persist);
 * ``held_ms``: the part of it the mirror held writes still (the
-  snapshot alone), as the mirror reports it;
+  snapshot alone), as the mirror reports it (offline mode holds writes
+  until the version is stable, which the mirror does not count as held:
+  ``writes_held_ms`` is the ack time there);
 * ``slowdown_s``: run time of the iterations minus that of the same
   iterations without checkpoints, measured just before (``run_s``,
   ``baseline_s``);
@@ -46,7 +48,8 @@ blocks of ``--write-size`` over a ``--image-size`` image without pause
 while a CHECKPOINT is requested every N seconds (default 2), for
 ``--checkpoints`` checkpoints. Per checkpoint: ack and held time, whether
 it was refused Busy, how many earlier versions were still persisting when
-it was requested (the persist backlog), and its time to stable.
+it was requested (the persist backlog: versions, and the mirror's
+``scheduled`` chunks not yet taken), and its time to stable.
 """
 
 import os
@@ -254,6 +257,11 @@ def _aggregate(variant, runs):
                   'held_ms': [c['held_ms'] for c in r['checkpoints']],
                   'counters': r['counters']} for r in runs],
     }
+    if variant.mode == 'offline':
+        # The core holds writes from the COMMIT until the version is
+        # stable (checked: stable at acknowledgment), whatever part of
+        # that the mirror counts as held.
+        out['writes_held_ms'] = out['ack_ms']
     out['cow_bytes'] = [(r['counters']['cow_copies'] +
                          r['counters']['redirects']) * CHUNK for r in runs]
     return out
@@ -355,12 +363,14 @@ def _paired(results, a, b, key):
 def run(repo, backend_args, args, log):
     if args.interval is not None:
         return run_interval(repo, backend_args, args, log)
-    if args.size % args.block:
-        raise SystemExit('--size must be a multiple of --block')
+    if any(s % args.block for s in [args.size] + args.downtime_sizes):
+        raise SystemExit('--size and --downtime-sizes must be multiples '
+                         'of --block')
     workdir = args.workdir
     checks = common.Checks()
     log.event('generate', mib=args.size >> 20)
-    pattern = common.Pattern(max(args.size, args.block))
+    top = max([args.size] + list(args.downtime_sizes))
+    pattern = common.Pattern(args.size, laps=-(-top // args.size))
     chosen = variants(args)
     nblocks = args.size // args.block
     mirror = new_mirror(workdir, backend_args, args)
@@ -474,7 +484,9 @@ def _interval_run(repo, mirror, control, args, mode, pattern, r, log):
             late = time.perf_counter() - due
             if late < 0:
                 time.sleep(-late)
+            scheduled = control.call('stats', image=subject.id)['scheduled']
             cp = subject.checkpoint(control)
+            cp['scheduled_at_request'] = scheduled
             cp['late_s'] = max(late, 0.0)
             cp['at_s'] = time.perf_counter() - t0
             checkpoints.append(cp)
@@ -549,6 +561,8 @@ def run_interval(repo, backend_args, args, log):
             'late_checkpoints': sum(1 for c in cps if c['late_s'] > 0.001),
             'backlog': common.summary([c['backlog'] for c in cps], 0),
             'backlog_max': max(c['backlog'] for c in cps),
+            'backlog_chunks': common.summary(
+                [c['scheduled_at_request'] for c in cps], 0),
             'to_stable_s': common.summary([c['to_stable_s'] for c in ok]),
             'chunks_per_checkpoint': common.summary(
                 [c['chunks'] for c in ok], 0),
@@ -561,6 +575,8 @@ def run_interval(repo, backend_args, args, log):
                                  for c in r['checkpoints']],
                       'held_ms': [c['held_ms'] for c in r['checkpoints']],
                       'backlog': [c['backlog'] for c in r['checkpoints']],
+                      'backlog_chunks': [c['scheduled_at_request']
+                                         for c in r['checkpoints']],
                       'busy': [c['busy'] for c in r['checkpoints']],
                       'to_stable_s': [round(c['to_stable_s'] or 0, 3)
                                       for c in r['checkpoints']]}

@@ -181,30 +181,34 @@ class Rate(object):
 
 
 class Pattern(object):
-    """``size`` bytes of random data plus room for ``windows`` shifts of
-    4 KiB, generated once, before any timing.
+    """``size`` bytes of random data plus room for ``windows`` (at most
+    64) shifts of 4 KiB, generated once, before any timing.
 
     ``block(offset, length, epoch)`` is the data to write at image
-    ``offset`` in rewrite ``epoch``. Two epochs less than ``windows``
-    apart read the random data 4 KiB apart, and chunk boundaries are
-    256 KiB (64 shifts) apart, so no chunk of one epoch is a chunk of
-    another, nor of the same epoch elsewhere in the image: every rewrite
-    writes new chunk objects, as fresh random data would, without
-    generating any while the clock runs. An image larger than the
-    pattern wraps around it with another shift per lap.
+    ``offset`` in rewrite ``epoch``. An image larger than the pattern
+    (up to ``laps`` times) wraps around it. Each (epoch, lap) reads the
+    random data at its own 4 KiB shift, and chunk boundaries are 256 KiB
+    (64 shifts) apart, so no chunk is written twice, in one epoch or in
+    any ``windows // laps`` successive ones: every rewrite writes new
+    chunk objects, as fresh random data would, without generating any
+    while the clock runs.
     """
 
     SHIFT = 4096
 
-    def __init__(self, size, windows=60):
+    def __init__(self, size, laps=1, windows=60):
+        if not 0 < laps <= windows <= 64:
+            raise ValueError('need 0 < laps <= windows <= 64')
         self.size = size
+        self.laps = laps
         self.windows = windows
         self.data = os.urandom(size + windows * self.SHIFT)
         self.view = memoryview(self.data)
 
     def block(self, offset, length, epoch):
         lap, inner = divmod(offset, self.size)
-        if inner + length > self.size:
-            raise ValueError('a block may not straddle the pattern size')
-        start = ((epoch + lap * 59) % self.windows) * self.SHIFT + inner
-        return self.view[start:start + length]
+        if inner + length > self.size or lap >= self.laps:
+            raise ValueError('block at %d: past the pattern\'s %d laps or '
+                             'across a lap' % (offset, self.laps))
+        start = ((epoch * self.laps + lap) % self.windows) * self.SHIFT
+        return self.view[start + inner:start + inner + length]

@@ -42,7 +42,8 @@ def fio_command(path, job, size, runtime=DEFAULT_RUNTIME, fio='fio'):
         '--rw=%s' % job.rw, '--bs=%s' % job.bs,
         '--ioengine=libaio', '--direct=1', '--iodepth=%d' % IODEPTH,
         '--numjobs=1', '--size=%d' % size,
-        '--time_based=1', '--runtime=%s' % runtime,
+        # Seconds, fractions allowed: fio takes milliseconds.
+        '--time_based=1', '--runtime=%dms' % int(runtime * 1000),
         # Identical random offsets on every target of a comparison.
         '--randrepeat=1',
         '--output-format=json',
@@ -72,6 +73,7 @@ def parse_report(job, text):
         'lat_ms_mean': side['lat_ns']['mean'] / 1e6,
         'lat_ms_p99': clat.get('99.000000', 0) / 1e6,
         'runtime_s': side['runtime'] / 1000.0,
+        'total_ios': side['total_ios'],
     }
 
 
@@ -93,18 +95,91 @@ def run_job(path, job, size, runtime=DEFAULT_RUNTIME, fio='fio'):
 
 
 def compare(paths_by_name, size, runtime=DEFAULT_RUNTIME, jobs=JOBS,
-            fio='fio'):
+            fio='fio', rotate=0, servers=None, settle=None):
     """Run every job on every target; ``{target: {job name: figures}}``.
 
     Targets take turns job by job, so that a change of host conditions
     during the run (page cache, other tenants) falls on all of them
-    rather than on whichever ran last.
+    rather than on whichever ran last; which target goes first changes
+    from job to job, and with ``rotate`` (pass the run number) from run
+    to run. With ``servers`` (``{target: pid}``), each job's figures also
+    hold the CPU time that process spent serving it (``server_cpu_ms``,
+    and ``server_cpu_us_per_io``). ``settle()``, if given, runs before
+    every job (say, to write back what the previous job left dirty, so
+    that its writeback does not land on the next job); each job records
+    the host's dirty page cache when it started (``dirty_kib_at_start``).
     """
-    results = {name: {} for name in paths_by_name}
-    for job in jobs:
-        for name, path in paths_by_name.items():
-            results[name][job.name] = run_job(path, job, size, runtime, fio)
+    names = list(paths_by_name)
+    results = {name: {} for name in names}
+    for k, job in enumerate(jobs):
+        shift = (k + rotate) % len(names)
+        for name in names[shift:] + names[:shift]:
+            pid = (servers or {}).get(name)
+            if settle:
+                settle()
+            dirty = dirty_kib()
+            before = process_cpu_ms(pid) if pid else None
+            figures = run_job(paths_by_name[name], job, size, runtime, fio)
+            figures['dirty_kib_at_start'] = dirty
+            if pid:
+                figures['server_cpu_ms'] = process_cpu_ms(pid) - before
+                figures['server_cpu_us_per_io'] = (
+                    figures['server_cpu_ms'] * 1000.0 /
+                    max(figures['total_ios'], 1))
+            figures['order'] = names.index(name) == shift
+            results[name][job.name] = figures
     return results
+
+
+def dirty_kib():
+    """Dirty plus under-writeback page cache of the host, in KiB."""
+    total = 0
+    with open('/proc/meminfo') as f:
+        for line in f:
+            if line.startswith(('Dirty:', 'Writeback:')):
+                total += int(line.split()[1])
+    return total
+
+
+def process_cpu_ms(pid):
+    """User plus system CPU time of a process, all its threads, in ms."""
+    with open('/proc/%d/stat' % pid) as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    ticks = os.sysconf('SC_CLK_TCK')
+    return (int(fields[11]) + int(fields[12])) * 1000.0 / ticks
+
+
+def connection_info(path):
+    """What the kernel negotiated for the FUSE mount holding ``path``:
+    mount options, max_background, congestion_threshold, readahead.
+    """
+    path = os.path.realpath(path)
+    best = None
+    with open('/proc/self/mountinfo') as f:
+        for line in f:
+            fields = line.split()
+            point = fields[4].encode().decode('unicode_escape')
+            if (path == point or path.startswith(point.rstrip('/') + '/')) \
+                    and (best is None or len(point) > len(best[1])):
+                sep = fields.index('-')
+                best = (fields[2], point, fields[sep + 1],
+                        fields[sep + 3] if len(fields) > sep + 3 else '')
+    if best is None or not best[2].startswith('fuse'):
+        return None
+    minor = best[0].split(':')[1]
+    info = {'mountpoint': best[1], 'options': best[3]}
+    for name in ('max_background', 'congestion_threshold'):
+        try:
+            with open('/sys/fs/fuse/connections/%s/%s' % (minor, name)) as f:
+                info[name] = int(f.read())
+        except OSError:
+            info[name] = None
+    try:
+        with open('/sys/class/bdi/%s/read_ahead_kb' % best[0]) as f:
+            info['read_ahead_kb'] = int(f.read())
+    except OSError:
+        info['read_ahead_kb'] = None
+    return info
 
 
 class PassthroughMount(object):

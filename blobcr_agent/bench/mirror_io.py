@@ -4,16 +4,33 @@ The image is attached and written once in full (every chunk present, so
 no fetch is measured), then fio runs on ``mnt/images/<id>`` and on the
 same backing file (the mirror's ``data.raw``) exposed by the plain
 multi-threaded libfuse3 passthrough of native/bench, both mounted at once
-and taking turns job by job. ``ratio`` is mirror / passthrough (MiB/s for
-the 1 MiB sequential jobs, IOPS for the 4 KiB random ones), median of
-``--runs``.
+and taking turns job by job; which one goes first alternates from job to
+job and from run to run. ``ratio`` is mirror / passthrough (MiB/s for
+the 1 MiB sequential jobs, IOPS for the 4 KiB random ones), run by run
+(median and spread over ``--runs``).
+
+Both mounts get the same options: the passthrough is mounted with the
+mirror's ``allow_other,default_permissions`` (``--passthrough-options``
+to change that), and the result shows what the kernel negotiated for
+each (``connections``: mount options, max_background,
+congestion_threshold, readahead). Each job also reports the CPU time the
+serving process spent per I/O (``server_cpu_us_per_io``), from
+/proc/PID/stat, which tells a cheaper server from a luckier schedule.
+
+Before every job the backing file is written back (fdatasync), so that
+the writeback of what a write job left dirty does not land on whichever
+job comes next (``--no-sync-between-jobs`` to see that effect; each job
+records the host's dirty page cache when it started).
+
+The run fails if a job did no I/O or its server spent no CPU on it (the
+requests did not reach that file system).
 """
 
 import os
-import statistics
 import subprocess
 import tempfile
 
+from blobcr_agent.bench import common
 from blobcr_agent.bench import fio
 from blobcr_agent.bench import harness
 
@@ -38,11 +55,14 @@ def _figure(job_result):
 
 def run(repo, backend_args, args, log):
     workdir = args.workdir
+    checks = common.Checks()
     binary = build_passthrough(workdir)
     header = repo.create_image('bench-mirror', args.size, chunk_size=256 << 10)
     repo.commit(header.id, {})
     mirror = harness.MirrorProcess(tempfile.mkdtemp(dir=workdir),
                                    backend_args).start()
+    options = ['-o', args.passthrough_options] \
+        if args.passthrough_options else []
     try:
         path = mirror.client.call('attach', image=header.id)
         block = os.urandom(1 << 20)
@@ -52,27 +72,66 @@ def run(repo, backend_args, args, log):
         os.close(fd)
         backing = os.path.join(mirror.cache, header.id, 'data.raw')
         runs = []
-        with fio.PassthroughMount(binary, backing) as passthrough:
+        sync_fd = os.open(backing, os.O_RDONLY)
+
+        def settle():
+            if args.sync_between_jobs:
+                os.fdatasync(sync_fd)
+
+        with fio.PassthroughMount(binary, backing, options) as passthrough:
+            connections = {'mirror': fio.connection_info(path),
+                           'passthrough': fio.connection_info(
+                               passthrough.path)}
             for k in range(args.runs):
-                result = fio.compare({'mirror': path,
-                                      'passthrough': passthrough.path},
-                                     args.size, runtime=args.runtime)
+                result = fio.compare(
+                    {'mirror': path, 'passthrough': passthrough.path},
+                    args.size, runtime=args.runtime, rotate=k,
+                    servers={'mirror': mirror.proc.pid,
+                             'passthrough': passthrough.proc.pid},
+                    settle=settle)
                 runs.append(result)
-                log('run %d: %s' % (k + 1, {
-                    job: round(_figure(result['mirror'][job]) /
-                               _figure(result['passthrough'][job]), 3)
-                    for job in result['mirror']}))
+                log.event('run', run=k + 1, **{
+                    job.replace('-', '_'): round(
+                        _figure(result['mirror'][job]) /
+                        _figure(result['passthrough'][job]), 3)
+                    for job in result['mirror']})
+        os.close(sync_fd)
         mirror.client.call('detach', image=header.id, discard=True)
     finally:
         mirror.stop()
         repo.delete_image(header.id)
     jobs = {}
     for job in runs[0]['mirror']:
-        m = statistics.median(_figure(r['mirror'][job]) for r in runs)
-        p = statistics.median(_figure(r['passthrough'][job]) for r in runs)
         unit = 'mib_s' if job.startswith('seq') else 'iops'
-        jobs[job] = {'mirror_' + unit: round(m, 1),
-                     'passthrough_' + unit: round(p, 1),
-                     'ratio': round(m / p, 3)}
+        entry = {}
+        for side in ('mirror', 'passthrough'):
+            entry['%s_%s' % (side, unit)] = common.summary(
+                [_figure(r[side][job]) for r in runs], 1)
+            entry['%s_cpu_us_per_io' % side] = common.summary(
+                [r[side][job]['server_cpu_us_per_io'] for r in runs], 1)
+            entry['%s_lat_ms_p99' % side] = common.summary(
+                [r[side][job]['lat_ms_p99'] for r in runs])
+            entry['%s_dirty_kib_at_start' % side] = [
+                r[side][job]['dirty_kib_at_start'] for r in runs]
+            checks.require('%s on %s: I/Os (min over runs)' % (job, side),
+                           min(r[side][job]['total_ios'] for r in runs),
+                           'fio must complete I/O on the %s' % side)
+            checks.require('%s on %s: server CPU ms (min over runs)'
+                           % (job, side),
+                           min(r[side][job]['server_cpu_ms'] for r in runs),
+                           'the %s process must serve the requests' % side)
+        entry['ratio'] = common.summary(
+            [_figure(r['mirror'][job]) / _figure(r['passthrough'][job])
+             for r in runs])
+        entry['ratio_when_mirror_first'] = common.summary(
+            [_figure(r['mirror'][job]) / _figure(r['passthrough'][job])
+             for r in runs if r['mirror'][job]['order']])
+        entry['ratio_when_passthrough_first'] = common.summary(
+            [_figure(r['mirror'][job]) / _figure(r['passthrough'][job])
+             for r in runs if r['passthrough'][job]['order']])
+        jobs[job] = entry
     return {'size': args.size, 'runtime_s': args.runtime, 'runs': args.runs,
-            'jobs': jobs}
+            'passthrough_options': args.passthrough_options,
+            'sync_between_jobs': args.sync_between_jobs,
+            'connections': connections, 'jobs': jobs,
+            'checks': checks.as_list()}

@@ -11,18 +11,13 @@ Measured:
   starts with an empty cache, so every touched node is read back.
 * ``tree_overhead``: tree bytes written by that COMMIT per byte of chunk
   data it describes.
-* with ``--backend rados``: ``persist_mb_s``, chunks written through the
-  repository (hash, compression decision, asynchronous EC writes), and
-  ``rados_bench_mb_s``, ``rados bench`` with the same object size and
-  concurrency on the same pool, alternated in the same run; ``ratio`` is
-  of their medians. Both are MiB/s, as rados bench prints them.
+* with ``--backend rados``: ``persist``, the persist throughput through
+  a real mirror's persister against ``rados bench`` in the same run
+  (see persist.py, also ``blobcr-bench persist``).
 """
 
-import os
 import random
-import re
 import statistics
-import subprocess
 import time
 
 from blobcr_agent.repository import gc
@@ -80,50 +75,3 @@ def bench_commit(repo, args, log):
         'dirty_chunks': args.dirty,
         'fanout': args.fanout,
     }
-
-
-def _rados_bench(args, seconds):
-    cmd = ['rados', '-c', args.ceph_conf, '-p', args.data_pool, 'bench',
-           str(seconds), 'write', '-b', str(CHUNK), '-t',
-           str(args.in_flight), '--no-cleanup', '--run-name',
-           'blobcr-bench-%d' % os.getpid()]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True,
-                         timeout=seconds + 120).stdout
-    subprocess.run(['rados', '-c', args.ceph_conf, '-p', args.data_pool,
-                    'cleanup', '--run-name', 'blobcr-bench-%d' % os.getpid()],
-                   check=True, capture_output=True, timeout=300)
-    match = re.search(r'Bandwidth \(MB/sec\):\s+([\d.]+)', out)
-    if not match:
-        raise RuntimeError('cannot read rados bench output:\n' + out)
-    return float(match.group(1))
-
-
-def _persist(repo, args, payload):
-    header = repo.create_image('bench-persist', len(payload) * CHUNK,
-                               chunk_size=CHUNK)
-    t0 = time.perf_counter()
-    repo.commit(header.id, dict(enumerate(payload)))
-    elapsed = time.perf_counter() - t0
-    repo.delete_image(header.id)
-    return len(payload) * CHUNK / elapsed / (1 << 20)
-
-
-def bench_persist(repo, args, log):
-    nchunks = args.persist_mib * (1 << 20) // CHUNK
-    persist, baseline = [], []
-    for run in range(args.runs):
-        # Fresh random chunks each run: nothing deduplicates, nothing
-        # compresses, exactly like rados bench's payload.
-        payload = [os.urandom(CHUNK) for _ in range(nchunks)]
-        persist.append(_persist(repo, args, payload))
-        seconds = max(3, int(nchunks * CHUNK / (1 << 20) / persist[-1] + 1))
-        baseline.append(_rados_bench(args, seconds))
-        log('run %d: persist %.1f MiB/s, rados bench %.1f MiB/s'
-            % (run + 1, persist[-1], baseline[-1]))
-        gc.collect(repo, grace=0)
-    p, b = statistics.median(persist), statistics.median(baseline)
-    return {'persist_mb_s': round(p, 1), 'rados_bench_mb_s': round(b, 1),
-            'ratio': round(p / b, 3),
-            'persist_runs': [round(x, 1) for x in persist],
-            'rados_bench_runs': [round(x, 1) for x in baseline],
-            'object_size': CHUNK, 'in_flight': args.in_flight}

@@ -296,7 +296,7 @@ def run(repo, backend_args, args, log):
     workdir = args.workdir
     checks = common.Checks()
     nchunks = args.size // CHUNK
-    pattern = common.Pattern(min(args.size, 64 << 20))
+    pattern = common.Pattern(nchunks * CHUNK)
     header = repo.create_image('bench-restart', nchunks * CHUNK,
                                chunk_size=CHUNK)
     pending = repo.begin_commit(header.id)

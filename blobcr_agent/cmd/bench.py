@@ -3,14 +3,21 @@
 Each sub-command prints one JSON object (indented unless ``--json``):
 
 * ``repo``: COMMIT metadata time and tree overhead on a 1 TiB image; with
-  ``--backend rados`` also persist throughput against ``rados bench``.
+  ``--backend rados`` also ``persist``.
+* ``persist``: persist throughput through a real mirror's persister
+  against direct backend puts and (Ceph) ``rados bench``.
 * ``checkpoint``: the journal's synthetic benchmark in the four mirror
-  modes (downtime, slowdown, completion, copy-on-write bytes);
-  ``--plot FILE.png`` draws it.
-* ``restart``: lazy, lazy+prefetch and full pre-copy restart of a
-  checkpointed version, replaying a recorded read trace.
+  modes and two flush orders (ack and held time, slowdown, time to
+  stable, copies and waits); ``--interval`` periodic checkpoints under
+  continuous writes; ``--plot FILE.png`` draws either.
+* ``restart``: N instances restarting from one checkpoint, lazily, with
+  prefetch from another instance's profile, and after a full pre-copy.
 * ``mirror``: fio through the mirror against a plain C libfuse3
   passthrough on the same backing file.
+
+Every benchmark counts what proves its own path ran (copies, waits,
+fetches, bytes) and exits with status 3, after printing its result with
+``"valid": false``, when one of those counts is zero.
 * ``proxy``: CHECKPOINT round trip through the guest endpoint and RPC
   per quiesce mode, against the admin socket; forged-request refusals
   per second.
@@ -83,6 +90,12 @@ def main(argv=None):
     p.add_argument('--fanout', type=int, default=64)
     p.add_argument('--persist-mib', type=int, default=256)
     p.add_argument('--seed', type=int, default=42)
+
+    p = sub.add_parser('persist', parents=[common],
+                       help='persist throughput through the mirror against '
+                            'rados bench and direct backend puts')
+    p.add_argument('--runs', type=int, default=3)
+    p.add_argument('--persist-mib', type=int, default=256)
 
     p = sub.add_parser('checkpoint', parents=[common],
                        help='synthetic checkpoint benchmark (four modes, '
@@ -160,8 +173,16 @@ def main(argv=None):
                        help='fio: mirror against a C passthrough')
     p.add_argument('--size', type=_size, default=1 << 30)
     p.add_argument('--runs', type=int, default=3)
-    p.add_argument('--runtime', type=int, default=5,
+    p.add_argument('--runtime', type=float, default=5,
                    help='seconds per fio job')
+    p.add_argument('--passthrough-options',
+                   default='allow_other,default_permissions',
+                   help='-o options of the passthrough mount (default: '
+                        'the mirror\'s; empty for none)')
+    p.add_argument('--no-sync-between-jobs', dest='sync_between_jobs',
+                   action='store_false',
+                   help='do not write the backing file back before each '
+                        'fio job')
 
     p = sub.add_parser('proxy', parents=[common],
                        help='checkpoint round trip: HTTP, RPC, admin')
@@ -193,13 +214,18 @@ def main(argv=None):
                 result = {'backend': args.backend}
                 result.update(bench.bench_commit(repo, args, log))
                 if args.backend == 'rados':
-                    result.update(bench.bench_persist(repo, args, log))
+                    from blobcr_agent.bench import persist
+                    args.workdir = scratch
+                    result['persist'] = persist.run(
+                        repo, harness.store_args(repo.backend), args, log)
+                    result['checks'] = result['persist'].pop('checks')
             finally:
                 repo.close()
         else:
             bench = importlib.import_module('blobcr_agent.bench.' + {
                 'checkpoint': 'checkpoint', 'restart': 'restart',
-                'mirror': 'mirror_io', 'proxy': 'proxy'}[args.bench])
+                'mirror': 'mirror_io', 'proxy': 'proxy',
+                'persist': 'persist'}[args.bench])
             args.workdir = scratch
             repo = open_repository(args, scratch)
             try:
