@@ -636,12 +636,17 @@ def plot(result, path):
     names = list(result['variants'])
     v = result['variants']
     panels = [('ack_ms', 'CHECKPOINT request to ack (ms)', '#2a7ab9'),
-              ('held_ms', 'writes held (ms)', '#8e6bbf'),
+              ('held_ms', 'writes held (ms; offline: until stable)',
+               '#8e6bbf'),
               ('slowdown_s', 'application slowdown (s)', '#d9822b'),
               ('to_stable_s', 'CHECKPOINT to stable (s)', '#999999')]
     fig, axes = pyplot.subplots(1, len(panels), figsize=(16, 4.5))
     for ax, (key, title, color) in zip(axes, panels):
-        _bars(ax, names, [v[n][key] for n in names], title, color)
+        if key == 'held_ms':        # offline holds writes until stable
+            values = [v[n].get('writes_held_ms') or v[n][key] for n in names]
+        else:
+            values = [v[n][key] for n in names]
+        _bars(ax, names, values, title, color)
         if key in ('ack_ms', 'held_ms'):
             ax.set_yscale('log')
     fig.suptitle('blobcr-bench checkpoint: %d MiB rewritten per iteration, '

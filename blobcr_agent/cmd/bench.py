@@ -43,7 +43,7 @@ TIB = 1 << 40
 
 
 def _size(text):
-    units = {'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}
+    units = {'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30, 'T': 1 << 40}
     text = text.upper().rstrip('IB')
     if text and text[-1] in units:
         return int(float(text[:-1]) * units[text[-1]])
@@ -87,6 +87,8 @@ def main(argv=None):
                        help='repository metadata and persist')
     p.add_argument('--runs', type=int, default=5)
     p.add_argument('--dirty', type=int, default=4096)
+    p.add_argument('--image-size', type=_size, default=TIB,
+                   help='image whose tree is built (default 1T)')
     p.add_argument('--fanout', type=int, default=64)
     p.add_argument('--persist-mib', type=int, default=256)
     p.add_argument('--seed', type=int, default=42)
@@ -218,7 +220,7 @@ def main(argv=None):
                     args.workdir = scratch
                     result['persist'] = persist.run(
                         repo, harness.store_args(repo.backend), args, log)
-                    result['checks'] = result['persist'].pop('checks')
+                    result['checks'] += result['persist'].pop('checks')
             finally:
                 repo.close()
         else:

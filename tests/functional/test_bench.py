@@ -165,3 +165,32 @@ def test_mirror_io(capsys, tmp_path):
         assert entry['mirror_cpu_us_per_io']['min'] > 0
         assert entry['passthrough_cpu_us_per_io']['min'] > 0
     assert all(c['ok'] for c in result['checks'])
+
+
+def test_repo_commit(capsys, tmp_path):
+    rc, result, err = run_bench(capsys, tmp_path, 'repo', '--image-size',
+                                '1G', '--dirty', '64', '--runs', '2')
+    assert rc == 0, err
+    assert result['commit_ms']['n'] == 2
+    assert result['commit_ms_cold']['median'] > 0
+    assert 0 < result['tree_overhead'] < 1
+    assert 'commit_ms_4096_of_1tib' not in result     # not that figure
+    assert all(c['ok'] for c in result['checks'])
+
+
+def test_proxy(capsys, tmp_path, rabbitmq_url):
+    rc, result, err = run_bench(
+        capsys, tmp_path, 'proxy', '--size', '8M', '--dirty', '2',
+        '--rounds', '3', '--flooders', '1', '--flood-seconds', '1',
+        '--transport-url', rabbitmq_url)
+    assert rc == 0, err
+    for mode in ('none', 'fsfreeze', 'suspend'):
+        for path in ('admin', 'http', 'rpc'):
+            assert result[mode][path]['n'] == 3
+        # The agent's own replies carry the time the guest was held.
+        for path in ('admin', 'rpc'):
+            held = result[mode][path]['held']
+            assert held['median_ms'] <= result[mode][path]['median_ms']
+    assert result['forged']['requests'] > 0
+    assert result['forged']['not_refused'] == 0
+    assert all(c['ok'] for c in result['checks'])
