@@ -80,7 +80,7 @@ def fail_abandoned(repo, pending_timeout, report, headers=None):
     """Mark failed every pending version whose writer is gone (in
     ``headers``, a listing, too).
     """
-    repo.retry_failed_marks()
+    report.versions_failed += repo.retry_failed_marks()
     now = time.time()
     if headers is None:
         headers = repo.images(include_deleted=True)
@@ -200,7 +200,9 @@ def collect(repo, grace=None, pending_timeout=None):
     report = Report()
     started = time.time()
     repo.backend.recover()
-
+    # Versions this process gave up on first: the listing then shows
+    # them failed.
+    report.versions_failed += repo.retry_failed_marks()
     headers = repo.images(include_deleted=True)
     fail_abandoned(repo, pending_timeout, report, headers)
     release_stale_pins(repo, headers, report)

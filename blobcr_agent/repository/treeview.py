@@ -2,7 +2,8 @@
 
 Images are drawn with their versions in order; a version that is not the
 child of the one before it names its parent, and every clone is drawn
-under the version it was cloned from.
+under the version it was cloned from. Pinned versions name their pin
+holders; entries GC pruned are counted.
 """
 
 import dataclasses
@@ -24,7 +25,8 @@ def summary(header):
     return {'id': header.id, 'name': header.name, 'size': header.size,
             'chunk_size': header.chunk_size, 'origin': header.origin,
             'versions': len(header.versions),
-            'newest_stable': stable[-1] if stable else None}
+            'newest_stable': stable[-1] if stable else None,
+            'pruned': header.pruned}
 
 
 def descends(header, ancestor, headers):
@@ -64,8 +66,12 @@ def _render_image(h, clones, head, indent, lines):
     if h.origin:
         origin = ', clone of %s@%d' % (h.origin['image'][:8],
                                        h.origin['version'])
-    lines.append('%simage %s "%s" (%s, chunk %s%s)' % (
-        head, h.id, h.name, human(h.size), human(h.chunk_size), origin))
+    pruned = ''
+    if h.pruned:
+        pruned = ', %d obsolete or failed versions pruned' % h.pruned
+    lines.append('%simage %s "%s" (%s, chunk %s%s%s)' % (
+        head, h.id, h.name, human(h.size), human(h.chunk_size), origin,
+        pruned))
     previous = None
     for i, v in enumerate(h.versions):
         last = i == len(h.versions) - 1
@@ -77,6 +83,9 @@ def _render_image(h, clones, head, indent, lines):
         detail = '%d chunks, %s written' % (v.chunks, human(v.stored_bytes))
         if v.state == image_mod.FAILED and v.error:
             detail = v.error
+        if v.pins:
+            detail += ', pinned by %s' % ', '.join(
+                '%s:%s' % (p.get('host'), p.get('holder')) for p in v.pins)
         lines.append('%s%sv%d %-8s %s  %s%s' % (
             indent, branch, v.number, v.state, when, detail, parent))
         for child in clones.get((h.id, v.number), []):

@@ -159,3 +159,28 @@ def test_old_headers_stay_readable(repo):
     assert 'pruned' not in raw and 'last_version' not in raw
     assert 'pins' not in raw['versions'][0]
     assert repo.commit(image, {1: os.urandom(CHUNK)}) == 2
+
+
+@pytest.mark.parametrize('then', ['gc', 'commit'])
+def test_version_whose_mark_failed_was_refused_is_marked_later(
+        repo, monkeypatch, then):
+    """A COMMIT that failed on a full store, whose mark_failed was refused
+    too (the header write): the version is marked failed by the next GC
+    or COMMIT of the same process, not an hour later.
+    """
+    image = repo.create_image('img', 2 * CHUNK).id
+    pending = repo.begin_commit(image)
+    mark_failed = repo.mark_failed
+
+    def refused(*args):
+        raise exception.BackendFull('the meta pool is full')
+    monkeypatch.setattr(repo, 'mark_failed', refused)
+    pending.abort('a tree node write was refused')
+    monkeypatch.setattr(repo, 'mark_failed', mark_failed)
+    assert repo.image(image).version(pending.version).state == 'pending'
+    if then == 'gc':
+        assert gc.collect(repo, grace=-2).versions_failed == 1
+    else:
+        repo.commit(image, {0: os.urandom(CHUNK)})
+    v = repo.image(image).version(pending.version)
+    assert (v.state, v.error) == ('failed', 'a tree node write was refused')

@@ -1,12 +1,14 @@
 """Property test: the repository against an in-memory reference model.
 
 Random sequences of create, COMMIT (from the newest or any stable
-version), CLONE, reads of any version, obsolete, abandoned commits and GC
-run on the real backend (local store, and the micro Ceph cluster). The
-model is a dict of whole-image byte strings per stable version. After
-every step each stable version must read back byte for byte; after every
-GC the chunk objects left in the backend must be exactly the chunks the
-live versions hold (nothing lost, no orphan kept).
+version), CLONE, PIN and unpin, reads of any version, obsolete, abandoned
+commits and GC run on the real backend (local store, and the micro Ceph
+cluster). The model is a dict of whole-image byte strings per stable
+version, and one per pinned version. After every step each stable
+version must read back byte for byte, and each pinned one (obsolete or
+not) through the fetch path its pin holder uses; after every GC the
+chunk objects left in the backend must be exactly the chunks the live
+and pinned versions hold (nothing lost, no orphan kept).
 
 BLOBCR_HYPOTHESIS_EXAMPLES sets the number of examples (default 200).
 """
@@ -62,6 +64,7 @@ def model_machine(backend_factory):
                 backend_factory(), chunk_size=CHUNK, gc_grace=0)
             self.model = {}     # image id -> {version: bytes}
             self.sizes = {}
+            self.pinned = {}    # (image id, version) -> bytes
 
         def teardown(self):
             self.repo.close()
@@ -126,6 +129,24 @@ def model_machine(backend_factory):
             del versions[number]
 
         @stateful.rule(image=images, data=st.data())
+        def pin(self, image, data):
+            versions = self.model[image]
+            if not versions:
+                return
+            number = data.draw(st.sampled_from(sorted(versions)))
+            # A holder that is no path: GC never judges it stale.
+            assert self.repo.pin(image, number, 'model') == number
+            self.pinned[(image, number)] = versions[number]
+
+        @stateful.rule(data=st.data())
+        def unpin(self, data):
+            if not self.pinned:
+                return
+            image, number = data.draw(st.sampled_from(sorted(self.pinned)))
+            assert self.repo.unpin(image, number, 'model') == 1
+            del self.pinned[(image, number)]
+
+        @stateful.rule(image=images, data=st.data())
         def read_range(self, image, data):
             versions = self.model[image]
             if not versions:
@@ -156,17 +177,23 @@ def model_machine(backend_factory):
             # keeps anything that may be newer than its cut-off.
             gc.collect(self.repo, grace=-2, pending_timeout=0)
             expected = set()
-            for image, versions in self.model.items():
-                size = self.sizes[image]
-                for content in versions.values():
-                    for offset in range(0, size, CHUNK):
-                        chunk = content[offset:offset + CHUNK]
-                        if any(chunk):
-                            expected.add(hashlib.sha256(chunk).hexdigest())
+            contents = [c for versions in self.model.values()
+                        for c in versions.values()]
+            for content in contents + list(self.pinned.values()):
+                for offset in range(0, len(content), CHUNK):
+                    chunk = content[offset:offset + CHUNK]
+                    if any(chunk):
+                        expected.add(hashlib.sha256(chunk).hexdigest())
             stored = set(self.repo.backend.list(base.CHUNK))
             assert stored == expected, (
                 'lost: %d, orphans: %d' % (len(expected - stored),
                                            len(stored - expected)))
+
+        @stateful.invariant()
+        def pinned_versions_match_model(self):
+            for (image, number), content in self.pinned.items():
+                assert read_version(self.repo, image, number,
+                                    len(content)) == content
 
         @stateful.invariant()
         def stable_versions_match_model(self):
