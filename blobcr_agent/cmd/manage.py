@@ -266,6 +266,25 @@ def do_gc(repo, args):
                  report.versions_failed))
 
 
+def do_pins(repo, args):
+    found = repo.pins(args.host)
+    if args.json:
+        _print(found)
+        return
+    for p in found:
+        print('%s  v%d (%s)  host %s  holder %s' % (
+            p['image'], p['version'], p['state'], p.get('host'),
+            p.get('holder')))
+
+
+def do_release_pins(repo, args):
+    released = repo.release_pins(args.host, image=args.image)
+    if args.json:
+        _print(released)
+    else:
+        print('released %d pins of host %s' % (len(released), args.host))
+
+
 def do_verify(repo, args):
     image, version = parse_ref(args.ref)
     report = scrub.verify(repo, image, version,
@@ -377,6 +396,13 @@ def add_parsers(subparsers):
                    help='override [repository] gc_grace (seconds)')
     p.add_argument('--pending-timeout', type=int,
                    help='override [repository] pending_timeout (seconds)')
+    p = command('pins', do_pins, 'versions that mirrors keep (attached '
+                'versions and last checkpoints), by host')
+    p.add_argument('--host', help='only the pins of this host')
+    p = command('release-pins', do_release_pins, 'release the pins of a '
+                'host gone for good (its mirrors must not be serving)')
+    p.add_argument('--host', required=True)
+    p.add_argument('--image', help='only the pins on this image')
     p = command('verify', do_verify,
                 're-read and check every chunk of a version')
     p.add_argument('ref', metavar='IMAGE[@VERSION]')

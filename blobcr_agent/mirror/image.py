@@ -73,10 +73,12 @@ class AttachedImage(object):
             meta = cache.stamp({'image': self.id, 'attached': attached,
                                 'last': attached, 'persisting': None,
                                 'mode': mode})
-        if meta['attached'] is not None:
-            # GC keeps what untouched chunks are fetched from while the
-            # image is attached here (service.detach releases it).
-            repo.pin(self.id, meta['attached'], os.path.abspath(cache_dir))
+        self.holder = os.path.abspath(cache_dir)
+        # GC keeps what untouched chunks are fetched from, and the last
+        # checkpoint the next one is built on, while the image is
+        # attached here (service.detach releases them).
+        for number in {meta['attached'], meta['last']} - {None}:
+            repo.pin(self.id, number, self.holder)
         self.meta = meta
         self.header = header
         self.size = header.size
@@ -284,12 +286,22 @@ class AttachedImage(object):
                 'following': versions[1:]}
 
     def _persisted(self, version):
-        """From the persister: ``version`` is stable."""
+        """From the persister: ``version`` is stable, the next one's base
+        (pinned instead of the previous one).
+        """
         self.timing.setdefault(version, {})['done'] = time.time()
         self.versions[version] = image_mod.STABLE
+        try:
+            self.repo.pin(self.id, version, self.holder)
+        except exception.BlobCRError as e:
+            LOG.warning('version %d of %s is not pinned: %s', version,
+                        self.id, e)
+        previous = self.meta['last']
         rest = [v for v in self.persister.versions() if v != version]
         self.meta.update(self._in_flight_meta(rest), last=version)
         self._save_meta()
+        if previous not in (None, version, self.attached_version):
+            self.repo.unpin_quietly(self.id, previous, self.holder)
 
     def _failed(self, versions, why):
         """From the persister or recovery: ``versions`` (all in flight)

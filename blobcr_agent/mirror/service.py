@@ -150,8 +150,8 @@ class MirrorService(object):
                 del self.attached[attached.id]
                 attached.close()
                 shutil.rmtree(attached.cache_dir, ignore_errors=True)
-        self.repo.unpin_quietly(attached.id, attached.attached_version,
-                                os.path.abspath(attached.cache_dir))
+        for number in {attached.attached_version, attached.meta['last']}:
+            self.repo.unpin_quietly(attached.id, number, attached.holder)
         return {'image': attached.id, 'discarded_chunks': dirty}
 
     @staticmethod

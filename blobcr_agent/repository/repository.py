@@ -291,9 +291,17 @@ class Repository(object):
                     raise exception.CommitAborted(
                         'version %d of %s is %s: no version can follow it'
                         % (after, image_id, base_version.state))
-            elif parent is not None or any(
-                    v.state == image_mod.STABLE for v in header.versions):
-                base_version = header.stable_version(parent)
+            elif parent is not None:
+                base_version = header.version(parent)
+                # Obsolete but pinned (a mirror's last checkpoint): its
+                # tree is kept whole, so it can still be built on.
+                if base_version.state != image_mod.STABLE and not (
+                        base_version.state == image_mod.OBSOLETE and
+                        base_version.pins):
+                    raise exception.VersionNotStable(image_id, parent,
+                                                     base_version.state)
+            elif any(v.state == image_mod.STABLE for v in header.versions):
+                base_version = header.stable_version()
             number = header.next_number()
             header.versions.append(image_mod.Version(
                 number=number, state=image_mod.PENDING,

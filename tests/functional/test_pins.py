@@ -6,11 +6,15 @@ too). Marking v obsolete must not let GC take those chunks: the mirror
 pins v at attach and releases the pin at detach.
 """
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 
 from blobcr_agent import exception
+from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import gc
 from blobcr_agent.repository import repository
 
@@ -139,3 +143,66 @@ def test_stale_pins_are_released(repo, tmp_path, monkeypatch):
     repo.unpin(image, one, here)
     gc.collect(repo, grace=-2)
     assert list(repo.backend.list('chunk')) == []
+
+
+def test_the_last_checkpoint_stays_a_base_when_obsoleted(
+        backend_factory, mirror_factory):
+    # An operator's retention policy obsoletes the newest checkpoint of
+    # an attached image: the next checkpoint is still built on it (the
+    # mirror pins its last checkpoint), and GC takes nothing it needs.
+    repo = repository.Repository(backend_factory(), chunk_size=CHUNK,
+                                 gc_grace=0)
+    header = repo.create_image('retained', NCHUNKS * CHUNK)
+    v1 = {i: _chunk(1, i) for i in range(NCHUNKS)}
+    one = repo.commit(header.id, v1)
+    mirror = mirror_factory(repo.backend)
+    path = mirror.client.call('attach', image=header.id, version=one,
+                              prefetch=False)
+    with open(path, 'r+b') as f:
+        f.seek(3 * CHUNK)
+        f.write(b'a' * CHUNK)
+    two = mirror.client.call('checkpoint', image=header.id)['version']
+    assert mirror.client.call('wait_stable', image=header.id,
+                              version=two) == 'stable'
+    repo.obsolete(header.id, [one, two])
+    gc.collect(repo, grace=-2)
+    with open(path, 'r+b') as f:
+        f.seek(5 * CHUNK)
+        f.write(b'b' * CHUNK)
+    three = mirror.client.call('checkpoint', image=header.id)['version']
+    assert mirror.client.call('wait_stable', image=header.id,
+                              version=three) == 'stable'
+    expected = [v1[i] for i in range(NCHUNKS)]
+    expected[3], expected[5] = b'a' * CHUNK, b'b' * CHUNK
+    assert repo.read(header.id, three, 0, NCHUNKS * CHUNK) == \
+        b''.join(expected)
+    # Version 2's pin moved to version 3; detach releases the rest.
+    held = {p['version'] for p in repo.pins() if p['image'] == header.id}
+    assert held == {one, three}
+    mirror.client.call('detach', image=header.id)
+    assert not [p for p in repo.pins() if p['image'] == header.id]
+    repo.close()
+
+
+def test_manage_lists_and_releases_a_hosts_pins(tmp_path):
+    store = str(tmp_path / 'store')
+    repo = repository.Repository(local.LocalBackend(store), chunk_size=4096)
+    image, one, _ = _image(repo)
+    holder = str(tmp_path / 'holder')
+    os.mkdir(holder)
+    repo.pin(image, one, holder)
+    host = repo.pins()[0]['host']
+
+    def manage(*args):
+        done = subprocess.run(
+            [sys.executable, '-m', 'blobcr_agent.cmd.manage'] + list(args) +
+            ['--backend', 'local', '--store', store, '--json'],
+            capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+    assert [(p['image'], p['version'], p['holder'])
+            for p in manage('pins')] == [(image, one, holder)]
+    assert manage('pins', '--host', 'elsewhere') == []
+    assert len(manage('release-pins', '--host', host)) == 1
+    assert repo.pins() == []
+    repo.close()
