@@ -20,9 +20,25 @@
  *               redirects the write to a second file (classic CoW); a
  *               PENDING chunk waits; a full buffer waits and makes the
  *               chunk URGENT so the persister takes it next.
- *   snapshot_done  ends the snapshot like a COMMIT: writes held off,
- *               in-flight ones drained (a copy aside that outlives its
- *               snapshot is dropped, never kept for the next one).
+ *   snapshot_done  stable: the oldest generation ends. Failed: every
+ *               generation ends like a COMMIT: writes held off, in-flight
+ *               ones drained (a copy aside that outlives its snapshot is
+ *               dropped, never kept for the next one).
+ *
+ * Generations (selective-cow pipelines up to MC_MAX_GENS snapshots; the
+ * other modes keep one): each COMMIT freezes its own set behind those in
+ * flight; the persister takes the oldest one, which then ends, so that
+ * versions turn stable in order. Per chunk, at most ONE generation can
+ * still have its content in the mirror file: the newest one holding the
+ * chunk, unless it was copied aside (ST_COPIED) since. Every older one's
+ * content is in a buffer slot keyed by (generation, chunk): a write
+ * copies the chunk aside for the newest generation that holds it before
+ * it overwrites it, so that when a later COMMIT adds the chunk to a new
+ * generation, the older ones already have their copies. With the buffer
+ * full, a write waits: it makes its chunk urgent if its generation is
+ * the oldest; a newer generation's waits for the slots the oldest frees
+ * (the oldest's chunks in the mirror file need no slot, so the oldest
+ * always finishes). A COMMIT with the buffer full is refused Busy.
  *
  * Races the design closes (tests/native/stress_core.c hits each):
  *   - a write is "in flight" on its chunks (wflight) from the end of its
@@ -105,6 +121,56 @@ clear_urgent(MirrorCore *m)
         m->in_urgent[m->urgent[--m->nurgent]] = 0;
 }
 
+/* Ring slot of the k-th generation from the oldest. */
+static int
+gen_at(const MirrorCore *m, int k)
+{
+    return (m->head + k) % MC_MAX_GENS;
+}
+
+/* The newest of the first n generations from the oldest that holds c,
+ * or -1. */
+static int
+newest_of(const MirrorCore *m, int64_t c, int n)
+{
+    for (int k = n - 1; k >= 0; k--)
+        if (m->gens[c] & G_MEMBER(gen_at(m, k)))
+            return gen_at(m, k);
+    return -1;
+}
+
+/* ST_SNAP and ST_SCHED follow the generation bits. */
+static void
+sync_bits(MirrorCore *m, int64_t c)
+{
+    uint8_t g = m->gens[c], s = m->state[c] & (uint8_t)~(ST_SNAP | ST_SCHED);
+    if (g & G_MEMBERS)
+        s |= ST_SNAP;
+    if (g & (uint8_t)~G_MEMBERS)
+        s |= ST_SCHED;
+    m->state[c] = s;
+}
+
+static void
+free_slot(MirrorCore *m, int64_t c, int g)
+{
+    int32_t *p = &m->slot_of[c * MC_MAX_GENS + g];
+    if (*p >= 0) {
+        m->free_slots[m->nfree++] = *p;
+        *p = -1;
+    }
+}
+
+/* The ring as the persisted header says, written at every change (the
+ * page cache keeps it through a SIGKILL, as the state files). */
+static void
+set_ring(MirrorCore *m, int head, int n)
+{
+    m->head = head;
+    m->gmap[4] = (uint8_t)head;
+    m->gmap[5] = (uint8_t)n;
+}
+
 /* Full pread/pwrite loops; no lock needed. Return 0 or an errno. */
 static int
 pread_full(int fd, char *buf, size_t len, off_t off)
@@ -180,16 +246,23 @@ release_files(MirrorCore *m)
     if (m->state && m->state != MAP_FAILED)
         munmap(m->state, m->state_len);
     m->state = NULL;
+    if (m->gmap && m->gmap != MAP_FAILED)
+        munmap(m->gmap, m->gmap_len);
+    m->gmap = m->gens = NULL;
     if (m->data_fd >= 0) close(m->data_fd);
     if (m->redirect_fd >= 0) close(m->redirect_fd);
     if (m->precopy_fd >= 0) close(m->precopy_fd);
     m->data_fd = m->redirect_fd = m->precopy_fd = -1;
     free(m->cow); free(m->slot_of); free(m->free_slots);
-    free(m->order); free(m->urgent); free(m->copied); free(m->in_urgent);
+    free(m->urgent); free(m->in_urgent);
+    for (int g = 0; g < MC_MAX_GENS; g++) {
+        free(m->order[g]); free(m->copied[g]);
+        m->order[g] = m->copied[g] = NULL;
+    }
     free(m->first_write); free(m->first_read);
     free(m->hist); free(m->hist_prev); free(m->wflight);
     m->cow = NULL; m->slot_of = NULL; m->free_slots = NULL;
-    m->order = m->urgent = m->copied = NULL;
+    m->urgent = NULL;
     m->in_urgent = NULL;
     m->first_write = m->first_read = m->wflight = NULL;
     m->hist = m->hist_prev = NULL;
@@ -214,9 +287,14 @@ mc_open(MirrorCore *m, const char *dir, int64_t size, int64_t chunk_size,
     m->chunk_size = chunk_size;
     m->nchunks = (size + chunk_size - 1) / chunk_size;
     memset(&m->st, 0, sizeof m->st);
-    m->writers = m->committing = m->hold = m->taking = m->snap_open = 0;
-    m->order_len = m->order_pos = m->scheduled = 0;
-    m->nurgent = m->ncopied = 0;
+    m->writers = m->committing = m->hold = m->taking = 0;
+    m->slot_waiters = 0;
+    m->max_gens = mode == MODE_SELECTIVE ? MC_MAX_GENS : 1;
+    m->head = m->ngens = m->parked = 0;
+    for (int g = 0; g < MC_MAX_GENS; g++)
+        m->order_len[g] = m->order_pos[g] = m->left[g] = m->ncopied[g] = 0;
+    m->scheduled = 0;
+    m->nurgent = 0;
     m->seq = m->read_seq = 0;
 
     snprintf(path, path_len, "%s/data.raw", dir);
@@ -251,30 +329,96 @@ mc_open(MirrorCore *m, const char *dir, int64_t size, int64_t chunk_size,
             goto oserror;
         }
     }
+    /* The generations in flight survive the same way. */
+    snprintf(path, path_len, "%s/gens.bin", dir);
+    {
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        off_t want = (off_t)(G_HEADER + m->nchunks);
+        int fresh;
+        if (fd < 0)
+            goto oserror;
+        if (fstat(fd, &st) != 0) {
+            err = errno;
+            close(fd);
+            errno = err;
+            goto oserror;
+        }
+        fresh = st.st_size != want;
+        if (fresh && (ftruncate(fd, 0) != 0 || ftruncate(fd, want) != 0)) {
+            err = errno;
+            close(fd);
+            errno = err;
+            goto oserror;
+        }
+        m->gmap_len = (size_t)want;
+        m->gmap = mmap(NULL, m->gmap_len, PROT_READ | PROT_WRITE,
+                       MAP_SHARED, fd, 0);
+        close(fd);
+        if (m->gmap == MAP_FAILED) {
+            m->gmap = NULL;
+            goto oserror;
+        }
+        m->gens = m->gmap + G_HEADER;
+        if (fresh || memcmp(m->gmap, "BCG1", 4) != 0 ||
+            m->gmap[4] >= MC_MAX_GENS || m->gmap[5] > MC_MAX_GENS) {
+            /* New, or a cache from before generations: its one snapshot
+             * in flight (if any) becomes generation 0. */
+            int any = 0;
+            memset(m->gmap, 0, m->gmap_len);
+            for (int64_t c = 0; c < m->nchunks; c++) {
+                if (m->state[c] & ST_SNAP)
+                    m->gens[c] |= G_MEMBER(0);
+                if (m->state[c] & ST_SCHED)
+                    m->gens[c] |= G_MEMBER(0) | G_UNTAKEN(0);
+                any |= m->gens[c] != 0;
+            }
+            memcpy(m->gmap, "BCG1", 4);
+            set_ring(m, 0, any);
+        }
+        m->head = m->gmap[4];
+        m->parked = m->gmap[5];
+    }
     m->cow_slots = cow_chunks;
     m->cow = malloc((size_t)(cow_chunks * chunk_size));
-    m->slot_of = malloc(sizeof(int32_t) * (size_t)m->nchunks);
+    m->slot_of = malloc(sizeof(int32_t) * (size_t)m->nchunks * MC_MAX_GENS);
     m->free_slots = malloc(sizeof(int64_t) * (size_t)cow_chunks);
-    m->order = malloc(sizeof(int64_t) * (size_t)m->nchunks);
     m->urgent = malloc(sizeof(int64_t) * (size_t)m->nchunks);
     m->in_urgent = calloc((size_t)m->nchunks, 1);
-    m->copied = malloc(sizeof(int64_t) * (size_t)m->nchunks);
+    for (int g = 0; g < MC_MAX_GENS; g++) {
+        m->order[g] = malloc(sizeof(int64_t) * (size_t)m->nchunks);
+        m->copied[g] = malloc(sizeof(int64_t) * (size_t)m->nchunks);
+        if (!m->order[g] || !m->copied[g]) {
+            release_files(m);
+            path[0] = 0;
+            return ENOMEM;
+        }
+    }
     m->first_write = calloc((size_t)m->nchunks, sizeof(uint32_t));
     m->first_read = calloc((size_t)m->nchunks, sizeof(uint32_t));
     m->wflight = calloc((size_t)m->nchunks, sizeof(uint32_t));
     m->hist = calloc((size_t)m->nchunks, 1);
     m->hist_prev = calloc((size_t)m->nchunks, 1);
-    if (!m->cow || !m->slot_of || !m->free_slots || !m->order ||
-        !m->urgent || !m->in_urgent || !m->copied || !m->first_write ||
+    if (!m->cow || !m->slot_of || !m->free_slots ||
+        !m->urgent || !m->in_urgent || !m->first_write ||
         !m->first_read || !m->wflight || !m->hist || !m->hist_prev) {
         release_files(m);
         path[0] = 0;
         return ENOMEM;
     }
     for (int64_t c = 0; c < m->nchunks; c++) {
-        m->slot_of[c] = -1;
+        uint8_t ring = 0;
+        for (int g = 0; g < MC_MAX_GENS; g++)
+            m->slot_of[c * MC_MAX_GENS + g] = -1;
         /* transient: whoever set them is gone */
         m->state[c] &= (uint8_t)~(ST_PENDING | ST_FILLING);
+        /* Bits of a generation outside the persisted ring: a COMMIT cut
+         * short before it counted it. Its chunks are dirty again. */
+        for (int k = 0; k < m->parked; k++)
+            ring |= G_MEMBER(gen_at(m, k)) | G_UNTAKEN(gen_at(m, k));
+        if (m->gens[c] & (uint8_t)~ring & G_MEMBERS)
+            m->state[c] |= ST_DIRTY;
+        m->gens[c] &= ring;
+        sync_bits(m, c);
     }
     for (int64_t s = 0; s < cow_chunks; s++)
         m->free_slots[s] = s;
@@ -292,6 +436,8 @@ mc_close(MirrorCore *m, int flush)
     pthread_mutex_lock(&m->lock);
     if (flush && m->state)
         msync(m->state, m->state_len, MS_SYNC);
+    if (flush && m->gmap)
+        msync(m->gmap, m->gmap_len, MS_SYNC);
     if (flush && m->data_fd >= 0)
         fsync(m->data_fd);
     release_files(m);
@@ -359,8 +505,10 @@ static int
 prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
               char *scratch)
 {
+    int waited = 0;
     for (;;) {
         uint8_t s = m->state[c];
+        int g;
         if (s & ST_PENDING) {
             if (nonblock)
                 return -1;
@@ -369,8 +517,12 @@ prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
             pthread_cond_wait(&m->cond, &m->lock);
             continue;
         }
-        if (!(s & ST_SCHED)) {
-            if ((m->hist[c] & H_TAKEN) && !(m->hist[c] & H_AVOIDED)) {
+        /* The generation still reading the chunk from the mirror file:
+         * the newest holding it, if not yet taken by it nor copied. */
+        g = newest_of(m, c, m->ngens);
+        if (g < 0 || !(m->gens[c] & G_UNTAKEN(g))) {
+            if (!(s & ST_SCHED) && (m->hist[c] & H_TAKEN) &&
+                !(m->hist[c] & H_AVOIDED)) {
                 /* Persisted before this write came: a copy avoided. */
                 m->hist[c] |= H_AVOIDED;
                 m->st.avoided++;
@@ -398,7 +550,7 @@ prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
             PAUSE(MC_AT_COPY);
             pthread_mutex_lock(&m->lock);
             m->state[c] &= (uint8_t)~ST_PENDING;
-            if (!err && !(m->state[c] & ST_SCHED)) {
+            if (!err && !(m->gens[c] & G_UNTAKEN(g))) {
                 m->st.copies_dropped++;   /* the mirror file is current */
             } else if (!err) {
                 m->state[c] |= ST_REDIRECT;
@@ -411,13 +563,23 @@ prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
         if (m->nfree == 0) {
             if (nonblock)
                 return -1;
-            push_urgent(m, c);
-            m->st.urgent++;
-            m->st.waits++;
-            m->hist[c] |= H_WAITED;
+            if (!waited) {
+                waited = 1;
+                m->st.waits++;
+                m->hist[c] |= H_WAITED;
+            }
+            if (g == m->head) {
+                /* The oldest generation: its persister takes c next. A
+                 * newer one waits for the slots the oldest frees. */
+                if (!m->in_urgent[c])
+                    m->st.urgent++;
+                push_urgent(m, c);
+            }
+            /* Also wakes a COMMIT waiting for writers: it gives up. */
             pthread_cond_broadcast(&m->cond);
-            while ((m->state[c] & ST_SCHED) && m->nfree == 0)
-                pthread_cond_wait(&m->cond, &m->lock);
+            m->slot_waiters++;
+            pthread_cond_wait(&m->cond, &m->lock);
+            m->slot_waiters--;
             continue;
         }
         {
@@ -431,17 +593,21 @@ prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
             PAUSE(MC_AT_COPY);
             pthread_mutex_lock(&m->lock);
             m->state[c] &= (uint8_t)~ST_PENDING;
-            if (err || !(m->state[c] & ST_SCHED)) {
+            /* No COMMIT while we copied (we are a writer): g is still
+             * the newest holding c; only a failure can have ended it. */
+            if (err || !(m->gens[c] & G_UNTAKEN(g))) {
                 /* An error, or the snapshot failed while we copied: the
                  * next COMMIT must not find this stale copy. */
                 m->free_slots[m->nfree++] = slot;
                 if (!err)
                     m->st.copies_dropped++;
             } else {
-                m->slot_of[c] = (int32_t)slot;
+                m->slot_of[c * MC_MAX_GENS + g] = (int32_t)slot;
                 m->state[c] |= ST_COPIED;
-                m->copied[m->ncopied++] = c;
+                m->copied[g][m->ncopied[g]++] = c;
                 m->st.cow_copies++;
+                if (g != gen_at(m, m->ngens - 1))
+                    m->st.copies_older++;
                 m->hist[c] |= H_COPIED;
             }
             pthread_cond_broadcast(&m->cond);
@@ -637,28 +803,29 @@ flush_class(MirrorCore *m, int64_t c)
 }
 
 static void
-order_schedule(MirrorCore *m, int64_t n)
+order_schedule(MirrorCore *m, int64_t *order, int64_t n)
 {
     SortKey *keys = malloc(sizeof(SortKey) * (size_t)n);
     if (!keys)
         return;                  /* index order: still a valid schedule */
     for (int64_t k = 0; k < n; k++) {
-        int64_t c = m->order[k];
+        int64_t c = order[k];
         keys[k].key = ((uint64_t)flush_class(m, c) << 32) |
                       (uint32_t)(m->first_write[c] - 1);
         keys[k].c = c;
     }
     qsort(keys, (size_t)n, sizeof(SortKey), compare_keys);
     for (int64_t k = 0; k < n; k++)
-        m->order[k] = keys[k].c;
+        order[k] = keys[k].c;
     free(keys);
 }
 
-/* Left over from a snapshot that is no longer in flight (a crash whose
- * snapshot was given up without resume, or a failed fold): a redirected
- * chunk is folded home and a scheduled one is written again, so that
- * this COMMIT reads every chunk's current content in place. Lock held,
- * no writer in flight. */
+/* Left over from snapshots that are no longer in flight (a crash whose
+ * generations were given up without resume, a COMMIT cut short, or a
+ * failed fold): a redirected chunk is folded home and every chunk of a
+ * parked generation is written again, so that this COMMIT reads every
+ * chunk's current content in place. Lock held, no writer in flight, no
+ * generation live. */
 static int
 fold_leftovers(MirrorCore *m, char *scratch)
 {
@@ -670,17 +837,21 @@ fold_leftovers(MirrorCore *m, char *scratch)
                 return err;
             m->state[c] = (uint8_t)(s & ~ST_REDIRECT) | ST_DIRTY;
         }
-        if (m->state[c] & ST_SCHED)
-            m->state[c] = (uint8_t)((m->state[c] &
-                                     ~(ST_SCHED | ST_COPIED)) | ST_DIRTY);
+        if (m->gens[c] || (m->state[c] & (ST_SNAP | ST_SCHED))) {
+            m->gens[c] = 0;
+            m->state[c] = (uint8_t)((m->state[c] & ~(ST_SCHED | ST_SNAP |
+                                                     ST_COPIED)) | ST_DIRTY);
+        }
     }
+    m->parked = 0;
+    set_ring(m, m->head, 0);
     return 0;
 }
 
 int
 mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy)
 {
-    int err = 0;
+    int err = 0, g;
     int64_t n = 0;
     char *scratch = malloc((size_t)m->chunk_size);
 
@@ -689,21 +860,48 @@ mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy)
     if (!scratch)
         return ENOMEM;
     pthread_mutex_lock(&m->lock);
-    if (m->scheduled || m->snap_open || m->committing) {
-        *busy = 1;
+    if (m->committing) {
+        *busy = MC_BUSY_COMMIT;
+        goto out;
+    }
+    if (m->ngens >= m->max_gens) {
+        *busy = MC_BUSY_GENS;
+        m->st.busy_gens++;
+        goto out;
+    }
+    if (m->ngens && m->mode == MODE_SELECTIVE && m->nfree == 0) {
+        *busy = MC_BUSY_FULL;
+        m->st.busy_full++;
         goto out;
     }
     m->committing = 1;
-    while (m->writers)
+    while (m->writers) {
+        /* A writer waiting for buffer space waits for the persister:
+         * this COMMIT would only add to its wait. */
+        if (m->slot_waiters) {
+            *busy = MC_BUSY_FULL;
+            m->st.busy_full++;
+            goto done;
+        }
         pthread_cond_wait(&m->cond, &m->lock);
-    if ((err = fold_leftovers(m, scratch)))
+    }
+    /* No writer in flight: ngens cannot have grown (only a COMMIT adds)
+     * and a failure waits for us; the oldest may have ended (stable). */
+    if (!m->ngens && (err = fold_leftovers(m, scratch)))
         goto done;
+    g = gen_at(m, m->ngens);
+    m->order_len[g] = m->order_pos[g] = m->ncopied[g] = 0;
     for (int64_t c = 0; c < m->nchunks; c++) {
-        m->state[c] &= (uint8_t)~ST_SNAP;
+        m->gens[c] &= (uint8_t)~(G_MEMBER(g) | G_UNTAKEN(g));
         if (m->state[c] & ST_DIRTY) {
-            m->state[c] = (uint8_t)((m->state[c] & ~ST_DIRTY) |
-                                    ST_SCHED | ST_SNAP);
-            m->order[n++] = c;
+            if (m->gens[c] & G_MEMBERS)
+                m->st.multi_gen++;
+            m->gens[c] |= G_MEMBER(g) | G_UNTAKEN(g);
+            /* The new generation reads it in place; older ones hold
+             * their copies in the buffer (a write copied it first). */
+            m->state[c] = (uint8_t)((m->state[c] & ~(ST_DIRTY | ST_COPIED))
+                                    | ST_SCHED | ST_SNAP);
+            m->order[g][n++] = c;
         }
     }
     /* The finished epoch becomes the history the order follows. */
@@ -712,17 +910,17 @@ mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy)
     m->hist = t;
     memset(m->hist, 0, m->state_len);
     if (m->adaptive && n > 1)
-        order_schedule(m, n);
+        order_schedule(m, m->order[g], n);
     memset(m->first_write, 0, sizeof(uint32_t) * m->state_len);
     m->seq = 0;
-    m->order_len = n;
-    m->order_pos = 0;
-    clear_urgent(m);
-    m->ncopied = 0;
+    m->order_len[g] = n;
+    m->left[g] = n;
+    if (!m->ngens)
+        clear_urgent(m);
     if (m->mode == MODE_PRECOPY) {
         /* Copies under the lock: no writer can enter (committing). */
         for (int64_t k = 0; k < n && !err; k++) {
-            int64_t c = m->order[k];
+            int64_t c = m->order[g][k];
             err = FAULT(MC_AT_PRECOPY);
             if (!err)
                 err = copy_chunk(m, m->data_fd, m->precopy_fd, c, scratch);
@@ -733,19 +931,21 @@ mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy)
             /* Nothing stays scheduled without a persister: the chunks
              * are dirty again for the next COMMIT. */
             for (int64_t k = 0; k < n; k++) {
-                int64_t c = m->order[k];
+                int64_t c = m->order[g][k];
+                m->gens[c] = 0;
                 m->state[c] = (uint8_t)((m->state[c] &
                                          ~(ST_SCHED | ST_SNAP | ST_COPIED))
                                         | ST_DIRTY);
             }
-            m->order_len = 0;
+            m->order_len[g] = m->left[g] = 0;
             m->st.precopy_undone++;
             n = 0;
             goto done;
         }
     }
-    m->scheduled = n;
-    m->snap_open = 1;
+    m->scheduled += n;
+    m->ngens++;
+    set_ring(m, m->head, m->ngens);
     m->hold = hold;
 done:
     m->committing = 0;
@@ -766,26 +966,27 @@ mc_release_hold(MirrorCore *m)
     pthread_mutex_unlock(&m->lock);
 }
 
-/* The next chunk to persist, by flush order; -1 if none. Lock held. */
+/* The next chunk of generation g to persist, by flush order; -1 if
+ * none. Lock held. */
 static int64_t
-pick(MirrorCore *m)
+pick(MirrorCore *m, int g)
 {
     while (m->nurgent) {
         int64_t c = m->urgent[--m->nurgent];
         m->in_urgent[c] = 0;
-        if (m->state[c] & ST_SCHED)
+        if (m->gens[c] & G_UNTAKEN(g))
             return c;
     }
     if (m->adaptive) {
-        while (m->ncopied) {
-            int64_t c = m->copied[--m->ncopied];
-            if (m->state[c] & ST_SCHED)
+        while (m->ncopied[g]) {
+            int64_t c = m->copied[g][--m->ncopied[g]];
+            if (m->gens[c] & G_UNTAKEN(g))
                 return c;
         }
     }
-    while (m->order_pos < m->order_len) {
-        int64_t c = m->order[m->order_pos++];
-        if (m->state[c] & ST_SCHED)
+    while (m->order_pos[g] < m->order_len[g]) {
+        int64_t c = m->order[g][m->order_pos[g]++];
+        if (m->gens[c] & G_UNTAKEN(g))
             return c;
     }
     return -1;
@@ -794,14 +995,20 @@ pick(MirrorCore *m)
 int
 mc_take(MirrorCore *m, char *buf, int64_t *out)
 {
-    int64_t c;
+    int64_t c = -1;
     int err = 0, from = 0;   /* 0 mirror file, 1 buffer, 2 pre-copy */
+    int g;
     uint8_t s = 0;
 
     pthread_mutex_lock(&m->lock);
     m->taking++;
+    g = m->head;
     for (;;) {
-        c = pick(m);
+        if (!m->ngens) {
+            c = -1;
+            break;
+        }
+        c = pick(m, g);
         if (c < 0)
             break;
         s = m->state[c];
@@ -814,14 +1021,19 @@ mc_take(MirrorCore *m, char *buf, int64_t *out)
         pthread_cond_wait(&m->cond, &m->lock);
     }
     if (c >= 0) {
+        int in_file = newest_of(m, c, m->ngens) == g && !(s & ST_COPIED);
         if ((s & ST_COPIED) && m->mode == MODE_PRECOPY) {
             from = 2;
-        } else if (s & ST_COPIED) {
+        } else if (!in_file) {
+            int32_t slot = m->slot_of[c * MC_MAX_GENS + g];
             from = 1;
-            memcpy(buf, m->cow + (int64_t)m->slot_of[c] * m->chunk_size,
-                   (size_t)mc_chunk_len(m, c));
-            m->free_slots[m->nfree++] = m->slot_of[c];
-            m->slot_of[c] = -1;
+            if (slot < 0) {
+                err = EIO;        /* cannot happen: a copy precedes it */
+            } else {
+                memcpy(buf, m->cow + (int64_t)slot * m->chunk_size,
+                       (size_t)mc_chunk_len(m, c));
+                free_slot(m, c, g);
+            }
         } else {
             /* In the mirror file, which no write can reach while it is
              * scheduled and uncopied, nor while PENDING. */
@@ -846,9 +1058,13 @@ mc_take(MirrorCore *m, char *buf, int64_t *out)
         if (err) {
             m->state[c] &= (uint8_t)~ST_PENDING;
         } else {
-            m->state[c] &= (uint8_t)~(ST_SCHED | ST_PENDING | ST_COPIED |
-                                      ST_REDIRECT);
+            m->gens[c] &= (uint8_t)~G_UNTAKEN(g);
+            m->state[c] &= (uint8_t)~(ST_PENDING | ST_REDIRECT);
+            if (newest_of(m, c, m->ngens) == g)
+                m->state[c] &= (uint8_t)~ST_COPIED;
+            sync_bits(m, c);
             m->hist[c] |= H_TAKEN;
+            m->left[g]--;
             m->scheduled--;
         }
         pthread_cond_broadcast(&m->cond);
@@ -860,10 +1076,48 @@ mc_take(MirrorCore *m, char *buf, int64_t *out)
     return err;
 }
 
+/* The oldest generation's version is stable: it ends (its chunks are
+ * all taken; any left are dropped). Writes go on: nothing they do
+ * depends on a fully taken generation, and a writer may be waiting for
+ * buffer slots that only the next generation's takes free. */
+static void
+end_oldest(MirrorCore *m)
+{
+    int g = m->head;
+    uint8_t bits = G_MEMBER(g) | G_UNTAKEN(g);
+    for (int64_t c = 0; c < m->nchunks; c++) {
+        if (!(m->gens[c] & bits))
+            continue;
+        if (m->gens[c] & G_UNTAKEN(g))
+            m->scheduled--;
+        free_slot(m, c, g);
+        if (newest_of(m, c, m->ngens) == g)
+            m->state[c] &= (uint8_t)~ST_COPIED;
+        m->gens[c] &= (uint8_t)~bits;
+        sync_bits(m, c);
+    }
+    m->order_len[g] = m->order_pos[g] = m->left[g] = m->ncopied[g] = 0;
+    clear_urgent(m);
+    m->ngens--;
+    set_ring(m, (m->head + 1) % MC_MAX_GENS, m->ngens);
+}
+
 void
 mc_snapshot_done(MirrorCore *m, int stable)
 {
-    char *tmp = malloc((size_t)m->chunk_size);
+    char *tmp = NULL;
+    pthread_mutex_lock(&m->lock);
+    while (m->taking)
+        pthread_cond_wait(&m->cond, &m->lock);
+    if (stable) {
+        if (m->ngens)
+            end_oldest(m);
+        pthread_cond_broadcast(&m->cond);
+        pthread_mutex_unlock(&m->lock);
+        return;
+    }
+    pthread_mutex_unlock(&m->lock);
+    tmp = malloc((size_t)m->chunk_size);
     pthread_mutex_lock(&m->lock);
     /* As COMMIT: no write enters while the states change. */
     while (m->committing)
@@ -872,25 +1126,25 @@ mc_snapshot_done(MirrorCore *m, int stable)
     while (m->taking)
         pthread_cond_wait(&m->cond, &m->lock);
     /* Writers in flight may wait for buffer space or be copying a chunk
-     * aside for this snapshot: out of the schedule, the waiting ones go
+     * aside for a generation: out of the schedule, the waiting ones go
      * on and the copying ones drop their copy (prepare_chunk). Then wait
      * for them all, so that none marks a chunk copied or writes into the
      * redirect file after this returns. */
-    for (int64_t c = 0; c < m->nchunks; c++)
-        if (m->state[c] & ST_SNAP)
-            m->state[c] &= (uint8_t)~ST_SCHED;
+    for (int64_t c = 0; c < m->nchunks; c++) {
+        m->gens[c] &= G_MEMBERS;
+        sync_bits(m, c);
+    }
     pthread_cond_broadcast(&m->cond);
     while (m->writers)
         pthread_cond_wait(&m->cond, &m->lock);
+    /* Every generation, live or parked (after a restart), and any bit
+     * left from a COMMIT cut short. */
     for (int64_t c = 0; c < m->nchunks; c++) {
-        if (!(m->state[c] & ST_SNAP))
+        if (!(m->state[c] & ST_SNAP) && !m->gens[c])
             continue;
-        if (!stable)
-            m->state[c] |= ST_DIRTY;
-        if (m->slot_of[c] >= 0) {
-            m->free_slots[m->nfree++] = m->slot_of[c];
-            m->slot_of[c] = -1;
-        }
+        m->state[c] |= ST_DIRTY;
+        for (int g = 0; g < MC_MAX_GENS; g++)
+            free_slot(m, c, g);
         if (m->state[c] & ST_REDIRECT) {
             /* A failed live-cow snapshot: bring the current data home so
              * the next snapshot reads it in place (else the next COMMIT
@@ -899,13 +1153,15 @@ mc_snapshot_done(MirrorCore *m, int stable)
                                   tmp) == 0)
                 m->state[c] &= (uint8_t)~ST_REDIRECT;
         }
+        m->gens[c] = 0;
         m->state[c] &= (uint8_t)~(ST_SNAP | ST_SCHED | ST_COPIED);
     }
     m->scheduled = 0;
-    m->snap_open = 0;
-    m->order_len = m->order_pos = 0;
+    for (int g = 0; g < MC_MAX_GENS; g++)
+        m->order_len[g] = m->order_pos[g] = m->left[g] = m->ncopied[g] = 0;
+    m->ngens = m->parked = 0;
+    set_ring(m, m->head, 0);
     clear_urgent(m);
-    m->ncopied = 0;
     m->committing = 0;
     pthread_cond_broadcast(&m->cond);
     pthread_mutex_unlock(&m->lock);
@@ -914,19 +1170,38 @@ mc_snapshot_done(MirrorCore *m, int stable)
 
 /* ---- recovery and inspection ---------------------------------------- */
 
+/* Generations to look at: the live ones, else the parked ones. */
+static int
+ring_len(const MirrorCore *m)
+{
+    return m->ngens ? m->ngens : m->parked;
+}
+
 void
 mc_recovery(MirrorCore *m, int64_t *snap, int64_t *untaken, int64_t *lost)
 {
     *snap = *untaken = *lost = 0;
     pthread_mutex_lock(&m->lock);
+    int n = ring_len(m);
     for (int64_t c = 0; c < m->nchunks; c++) {
         uint8_t s = m->state[c];
+        int newest = newest_of(m, c, n), gone = 0;
         if (s & ST_SNAP) (*snap)++;
-        if (s & ST_SCHED) {
-            (*untaken)++;
-            if ((s & ST_COPIED) && m->mode != MODE_PRECOPY)
-                (*lost)++;
+        if (!(s & ST_SCHED))
+            continue;
+        (*untaken)++;
+        /* A generation's content not in the mirror file was in the
+         * in-memory buffer: an older generation's, or a copied one's
+         * (the pre-copy file survives). */
+        for (int k = 0; k < n; k++) {
+            int g = gen_at(m, k);
+            if (!(m->gens[c] & G_UNTAKEN(g)))
+                continue;
+            if (g != newest ||
+                ((s & ST_COPIED) && m->mode != MODE_PRECOPY))
+                gone = 1;
         }
+        *lost += gone;
     }
     pthread_mutex_unlock(&m->lock);
 }
@@ -935,14 +1210,27 @@ int64_t
 mc_resume(MirrorCore *m)
 {
     int64_t n = 0;
+    int g;
     pthread_mutex_lock(&m->lock);
-    for (int64_t c = 0; c < m->nchunks; c++)
-        if (m->state[c] & ST_SCHED)
-            m->order[n++] = c;
-    m->order_len = n;
-    m->order_pos = 0;
+    g = m->head;
+    /* Only the oldest parked generation is resumed: the chunks of later
+     * ones are dirty again (recovery fails their versions). */
+    for (int64_t c = 0; c < m->nchunks; c++) {
+        if (m->gens[c] & (uint8_t)~(G_MEMBER(g) | G_UNTAKEN(g))) {
+            m->gens[c] &= G_MEMBER(g) | G_UNTAKEN(g);
+            m->state[c] |= ST_DIRTY;
+        }
+        if (m->gens[c] & G_UNTAKEN(g))
+            m->order[g][n++] = c;
+        sync_bits(m, c);
+    }
+    m->order_len[g] = n;
+    m->order_pos[g] = m->ncopied[g] = 0;
+    m->left[g] = n;
     m->scheduled = n;
-    m->snap_open = 1;            /* the persister ends it: snapshot_done */
+    m->parked = 0;
+    m->ngens = 1;                /* the persister ends it: snapshot_done */
+    set_ring(m, g, 1);
     pthread_mutex_unlock(&m->lock);
     return n;
 }
@@ -951,24 +1239,47 @@ int
 mc_requeue(MirrorCore *m, int64_t c)
 {
     pthread_mutex_lock(&m->lock);
+    int g = m->head, n = ring_len(m);
     uint8_t s = m->state[c];
-    int ok = (s & ST_SNAP) && ((s & ST_SCHED) || !(s & ST_DIRTY));
-    if (ok)
-        m->state[c] |= ST_SCHED;
+    /* The oldest generation's content is still in the mirror file: not
+     * taken yet, or taken and neither written since nor in a newer
+     * generation (which it could only be after a write). */
+    int ok = n > 0 && (m->gens[c] & G_MEMBER(g)) &&
+        ((m->gens[c] & G_UNTAKEN(g)) ||
+         (!(s & ST_DIRTY) && newest_of(m, c, n) == g));
+    if (ok) {
+        m->gens[c] |= G_UNTAKEN(g);
+        sync_bits(m, c);
+    }
     pthread_mutex_unlock(&m->lock);
     return ok;
 }
 
 int64_t
-mc_snapshot_chunks(MirrorCore *m, int64_t *out)
+mc_gen_chunks(MirrorCore *m, int k, int64_t *out)
 {
     int64_t n = 0;
     pthread_mutex_lock(&m->lock);
+    int len = ring_len(m);
+    if (k < 0)
+        k += len;
+    if (k < 0 || k >= len) {
+        pthread_mutex_unlock(&m->lock);
+        return -1;
+    }
+    uint8_t bit = G_MEMBER(gen_at(m, k));
     for (int64_t c = 0; c < m->nchunks; c++)
-        if (m->state[c] & ST_SNAP)
+        if (m->gens[c] & bit)
             out[n++] = c;
     pthread_mutex_unlock(&m->lock);
     return n;
+}
+
+int64_t
+mc_snapshot_chunks(MirrorCore *m, int64_t *out)
+{
+    int64_t n = mc_gen_chunks(m, 0, out);
+    return n < 0 ? 0 : n;
 }
 
 int64_t
@@ -1003,6 +1314,7 @@ mc_stats(MirrorCore *m, MirrorStats *out)
         out->dirty += (m->state[c] & ST_DIRTY) != 0;
     }
     out->scheduled = m->scheduled;
+    out->in_flight = m->ngens;
     pthread_mutex_unlock(&m->lock);
 }
 

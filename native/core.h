@@ -16,16 +16,31 @@
 /* Persistent state bits (the mmap'd state file). */
 #define ST_PRESENT  0x01   /* the mirror file holds this chunk */
 #define ST_DIRTY    0x02   /* written since the last COMMIT */
-#define ST_SCHED    0x04   /* in the snapshot, not yet taken */
+#define ST_SCHED    0x04   /* in a snapshot in flight, not yet taken by
+                              it (any generation: see gens below) */
 #define ST_PENDING  0x08   /* being read or copied: writers wait */
-#define ST_COPIED   0x10   /* snapshot content is in the CoW buffer or
-                              the pre-copy file, not in the mirror file */
+#define ST_COPIED   0x10   /* the content of the NEWEST generation holding
+                              the chunk is in the CoW buffer or the
+                              pre-copy file, not in the mirror file */
 #define ST_REDIRECT 0x20   /* live-cow: current data is in the redirect
                               file */
-#define ST_SNAP     0x40   /* belongs to the snapshot being persisted */
+#define ST_SNAP     0x40   /* belongs to a snapshot in flight */
 #define ST_FILLING  0x80   /* live-cow: a whole-chunk write is filling the
                               redirect file (with PENDING); readers still
                               read the mirror file */
+
+/* Generations: snapshots in flight at once (selective-cow; the other
+ * modes keep one). Each is a slot g of a ring; per chunk one byte of
+ * the second state file (gens.bin, also MAP_SHARED) holds G_MEMBER(g)
+ * (the chunk is in generation g) and G_UNTAKEN(g) (not yet taken by
+ * it). ST_SNAP and ST_SCHED are the unions of those bits. The file
+ * starts with a header (magic, ring head, count) so that a restart
+ * knows which generations were in flight. */
+#define MC_MAX_GENS   4
+#define G_MEMBER(g)   ((uint8_t)(0x01u << (g)))
+#define G_UNTAKEN(g)  ((uint8_t)(0x10u << (g)))
+#define G_MEMBERS     0x0f
+#define G_HEADER      16
 
 /* History bits for adaptive flushing (ai-ckpt Algorithm 4). */
 #define H_WAITED  0x01
@@ -48,6 +63,13 @@ typedef struct {
     int64_t installs_skipped;/* installs a write made needless */
     int64_t copies_dropped;  /* copy-asides whose snapshot ended */
     int64_t precopy_undone;  /* live-precopy commits undone by an error */
+    int64_t copies_older;    /* copy-asides for a generation older than
+                                the newest in flight */
+    int64_t multi_gen;       /* chunks committed while an older
+                                generation in flight still held them */
+    int64_t busy_gens;       /* COMMITs refused: MAX generations in flight */
+    int64_t busy_full;       /* COMMITs refused: the CoW buffer is full */
+    int64_t in_flight;       /* generations in flight now */
 } MirrorStats;
 
 typedef struct MirrorCore {
@@ -63,20 +85,30 @@ typedef struct MirrorCore {
                                wait at the gate */
     int hold;               /* offline: writes wait until released */
     int taking;             /* mc_take calls at work */
-    int snap_open;          /* a snapshot not yet ended by snapshot_done */
+    int slot_waiters;       /* writers waiting for a free buffer slot */
+    /* generations: live ones are ring slots head .. head+ngens-1 (oldest
+     * first); after a restart the persisted ones are "parked" (counted
+     * in parked, not served) until mc_resume or mc_snapshot_done. */
+    int max_gens, head, ngens, parked;
+    uint8_t *gmap;          /* gens.bin: G_HEADER bytes, then gens */
+    size_t gmap_len;
+    uint8_t *gens;          /* per chunk: G_MEMBER / G_UNTAKEN bits */
     uint32_t *wflight;      /* per chunk: writes between their prepare and
                                the end of their pwrite */
     /* copy-on-write buffer */
     char *cow;
     int64_t cow_slots;
-    int32_t *slot_of;       /* chunk -> buffer slot, -1 */
+    int32_t *slot_of;       /* (chunk, generation) -> buffer slot, -1:
+                               slot_of[c * MC_MAX_GENS + g] */
     int64_t *free_slots;
     int64_t nfree;
-    /* persist schedule */
-    int64_t *order, order_len, order_pos, scheduled;
+    /* persist schedule, per generation; urgent: for the oldest only */
+    int64_t *order[MC_MAX_GENS], order_len[MC_MAX_GENS];
+    int64_t order_pos[MC_MAX_GENS], left[MC_MAX_GENS];
+    int64_t *copied[MC_MAX_GENS], ncopied[MC_MAX_GENS];
+    int64_t scheduled;      /* untaken (generation, chunk) pairs */
     int64_t *urgent, nurgent;
     uint8_t *in_urgent;     /* no chunk is queued twice */
-    int64_t *copied, ncopied;
     /* access history */
     uint32_t seq;
     uint32_t *first_write;  /* first write of the current epoch */
@@ -117,26 +149,41 @@ int mc_write(MirrorCore *m, const char *buf, long long off, long long len,
  * whole-chunk write won): 0 or an errno, *installed. */
 int mc_install(MirrorCore *m, int64_t c, const char *data, int *installed);
 
-/* COMMIT: 0 or an errno; *busy if a snapshot is still being persisted
- * or not yet ended by snapshot_done (nothing committed). *count = chunks
- * in the snapshot. On an error nothing is scheduled (live-precopy's copy
- * errors: the chunks are dirty again) and no hold is taken. */
+/* COMMIT: a new generation, behind those in flight. 0 or an errno;
+ * *busy (nothing committed) is MC_BUSY_GENS with max_gens generations
+ * in flight (not yet ended by snapshot_done), MC_BUSY_FULL when the
+ * copy-on-write buffer is full while generations are in flight (writers
+ * wait for it), MC_BUSY_COMMIT when another COMMIT or a failure is at
+ * work. *count = chunks in the snapshot. On an error nothing is
+ * scheduled (live-precopy's copy errors: the chunks are dirty again)
+ * and no hold is taken. */
+enum { MC_BUSY_GENS = 1, MC_BUSY_FULL, MC_BUSY_COMMIT };
 int mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy);
 void mc_release_hold(MirrorCore *m);
-/* The next chunk to persist into buf (chunk_size bytes): 0 or an errno;
- * *c = -1 when the snapshot is fully taken. */
+/* The next chunk of the OLDEST generation in flight into buf
+ * (chunk_size bytes): 0 or an errno; *c = -1 when that generation is
+ * fully taken (or none is in flight). */
 int mc_take(MirrorCore *m, char *buf, int64_t *c);
-/* The snapshot's version is stable, or failed (chunks dirty again). */
+/* stable: the oldest generation's version is stable; that generation
+ * ends. Failed: every generation in flight ends (each follows the
+ * failed one) and all their chunks are dirty again; after a restart,
+ * also those of the parked ones. */
 void mc_snapshot_done(MirrorCore *m, int stable);
 
-/* Crash recovery. */
+/* Crash recovery: the parked generations (one normally). mc_recovery
+ * counts the chunks of all of them, mc_requeue and mc_resume work on
+ * the oldest (mc_resume makes it live; chunks of later parked ones are
+ * dirty again). */
 void mc_recovery(MirrorCore *m, int64_t *snap, int64_t *untaken,
                  int64_t *lost);
 int64_t mc_resume(MirrorCore *m);
 int mc_requeue(MirrorCore *m, int64_t c);    /* 1 requeued, 0 lost */
 
-/* Inspection; out arrays hold nchunks entries. */
+/* Inspection; out arrays hold nchunks entries. mc_snapshot_chunks: the
+ * oldest generation (live or parked); mc_gen_chunks: the k-th live or
+ * parked one from the oldest (k < 0: from the newest), -1 if none. */
 int64_t mc_snapshot_chunks(MirrorCore *m, int64_t *out);
+int64_t mc_gen_chunks(MirrorCore *m, int k, int64_t *out);
 int64_t mc_read_order(MirrorCore *m, int64_t *out);
 void mc_stats(MirrorCore *m, MirrorStats *out);
 int mc_is_present(MirrorCore *m, int64_t c);

@@ -284,10 +284,12 @@ Mirror_install(Mirror *m, PyObject *args)
 
 PyDoc_STRVAR(commit_doc,
 "commit(hold=False) -> int\n\n"
-"Snapshot: wait for in-flight writes, schedule every chunk written\n"
-"since the last commit, order the schedule, and return how many chunks\n"
-"it holds. Raises BusyError if the previous snapshot is still being\n"
-"persisted. live-precopy copies the chunks aside before returning (on\n"
+"Snapshot: wait for in-flight writes, freeze every chunk written since\n"
+"the last commit as a new generation behind those in flight, order it,\n"
+"and return how many chunks it holds. Raises BusyError (nothing\n"
+"committed) with max_snapshots generations in flight (not yet ended by\n"
+"snapshot_done), or when the copy-on-write buffer is full while\n"
+"generations are in flight. live-precopy copies the chunks aside before returning (on\n"
 "an error nothing stays scheduled); with hold, writes stay blocked\n"
 "until release_hold() (offline mode).");
 
@@ -307,7 +309,13 @@ Mirror_commit(Mirror *m, PyObject *args, PyObject *kw)
     Py_END_ALLOW_THREADS
     if (busy) {
         PyErr_SetString(BusyError,
-                        "the previous snapshot is still being persisted");
+                        busy == MC_BUSY_GENS ?
+                        "the previous snapshots are still being persisted "
+                        "(the most the mirror keeps in flight)" :
+                        busy == MC_BUSY_FULL ?
+                        "the copy-on-write buffer is full (writes wait for "
+                        "the persister)" :
+                        "another snapshot is being taken or ended");
         return NULL;
     }
     if (err)
@@ -326,9 +334,9 @@ Mirror_release_hold(Mirror *m, PyObject *noargs)
 
 PyDoc_STRVAR(take_doc,
 "take() -> (index, bytes) or None\n\n"
-"For the persister: the next scheduled chunk in flush order with its\n"
-"snapshot content; the chunk is Idle again when this returns. None\n"
-"when the snapshot is fully taken.");
+"For the persister: the next chunk of the OLDEST snapshot in flight in\n"
+"flush order, with that snapshot's content. None when that snapshot is\n"
+"fully taken (end it with snapshot_done, then take the next one).");
 
 static PyObject *
 Mirror_take(Mirror *m, PyObject *noargs)
@@ -361,8 +369,11 @@ Mirror_take(Mirror *m, PyObject *noargs)
 
 PyDoc_STRVAR(snapshot_done_doc,
 "snapshot_done(stable) -> None\n\n"
-"The snapshot's version is stable (its chunks leave the snapshot set) or\n"
-"failed (its chunks are dirty again, so the next commit carries them).");
+"True: the oldest snapshot's version is stable; that snapshot ends.\n"
+"False: it failed, and so does every later one in flight (each is\n"
+"built on it): all of them end and their chunks are dirty again, so\n"
+"the next commit carries them (after a restart, also the snapshots\n"
+"that were in flight at the crash).");
 
 static PyObject *
 Mirror_snapshot_done(Mirror *m, PyObject *args)
@@ -456,9 +467,24 @@ chunk_list(Mirror *m, int64_t (*fill)(MirrorCore *, int64_t *))
 }
 
 static PyObject *
-Mirror_snapshot_chunks(Mirror *m, PyObject *noargs)
+Mirror_snapshot_chunks(Mirror *m, PyObject *args)
 {
-    return chunk_list(m, mc_snapshot_chunks);
+    int k = 0;
+    int64_t n, *idx;
+    PyObject *list;
+    if (!PyArg_ParseTuple(args, "|i:snapshot_chunks", &k))
+        return NULL;
+    if (check_open(m) < 0)
+        return NULL;
+    idx = malloc(sizeof(int64_t) * (size_t)m->core.nchunks);
+    if (!idx)
+        return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS
+    n = mc_gen_chunks(&m->core, k, idx);
+    Py_END_ALLOW_THREADS
+    list = index_list(idx, n < 0 ? 0 : n);
+    free(idx);
+    return list;
 }
 
 static PyObject *
@@ -475,7 +501,8 @@ Mirror_stats(Mirror *m, PyObject *noargs)
         return NULL;
     mc_stats(&m->core, &s);
     return Py_BuildValue(
-        "{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:s}",
+        "{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,"
+        "s:L,s:L,s:L,s:L,s:L,s:s}",
         "present", (long long)s.present, "dirty", (long long)s.dirty,
         "scheduled", (long long)s.scheduled,
         "cow_copies", (long long)s.cow_copies,
@@ -489,6 +516,11 @@ Mirror_stats(Mirror *m, PyObject *noargs)
         "installs_skipped", (long long)s.installs_skipped,
         "copies_dropped", (long long)s.copies_dropped,
         "precopy_undone", (long long)s.precopy_undone,
+        "copies_older", (long long)s.copies_older,
+        "multi_gen", (long long)s.multi_gen,
+        "busy_gens", (long long)s.busy_gens,
+        "busy_full", (long long)s.busy_full,
+        "generations", (long long)s.in_flight,
         "mode", mc_mode_names[m->core.mode]);
 }
 
@@ -530,8 +562,9 @@ static PyMethodDef Mirror_methods[] = {
      "Re-queue the untaken chunks of an interrupted snapshot."},
     {"requeue", (PyCFunction)Mirror_requeue, METH_VARARGS,
      "Schedule snapshot chunks again; return those whose content is lost."},
-    {"snapshot_chunks", (PyCFunction)Mirror_snapshot_chunks, METH_NOARGS,
-     "Indices of the chunks of the current snapshot."},
+    {"snapshot_chunks", (PyCFunction)Mirror_snapshot_chunks, METH_VARARGS,
+     "snapshot_chunks(k=0): indices of the chunks of the k-th snapshot in\n"
+     "flight, oldest first (k < 0: from the newest); [] if none."},
     {"read_order", (PyCFunction)Mirror_read_order, METH_NOARGS,
      "Chunks in the order they were first read since attach."},
     {"stats", (PyCFunction)Mirror_stats, METH_NOARGS,
@@ -552,8 +585,9 @@ Mirror_get_nchunks(Mirror *m, void *closure)
 static PyObject *
 Mirror_get_max_snapshots(Mirror *m, void *closure)
 {
-    /* Snapshots in flight at once: the core does not pipeline yet. */
-    return PyLong_FromLong(1);
+    /* Snapshots in flight at once: selective-cow pipelines them, the
+     * other modes keep one. */
+    return PyLong_FromLong(m->core.state ? m->core.max_gens : 1);
 }
 
 static PyGetSetDef Mirror_getset[] = {

@@ -32,6 +32,17 @@ op = st.one_of(
 )
 
 
+def _write_nonblock(m, offset, payload, persist_one):
+    """A write that would wait lets the "persister" (persist_one) run."""
+    while True:
+        try:
+            assert m.write(offset, payload, True) == len(payload)
+            return
+        except _native.BusyError:
+            assert persist_one() is not False, \
+                'a write waits with nothing in flight'
+
+
 @pytest.mark.parametrize('mode', MODES)
 @settings(max_examples=150, deadline=None)
 @given(ops=st.lists(op, max_size=60), data=st.data())
@@ -60,13 +71,11 @@ def test_taken_chunks_hold_their_commit_content(tmp_path_factory, mode, ops,
             _, offset, length, fill = step
             length = min(length, SIZE - offset)
             payload = bytes([fill]) * length
-            while True:
-                try:
-                    assert m.write(offset, payload, True) == length
-                    break
-                except _native.BusyError:
-                    if not take():       # a held (offline) snapshot
-                        m.release_hold()
+
+            def persist_one():
+                if not take():           # a held (offline) snapshot
+                    m.release_hold()
+            _write_nonblock(m, offset, payload, persist_one)
             image[offset:offset + length] = payload
         elif step[0] == 'commit':
             while untaken:               # the previous one, persisted
@@ -200,21 +209,193 @@ def test_a_failed_persist_drops_copies_in_flight(tmp_path):
         m.close()
 
 
-def test_no_commit_until_the_snapshot_is_ended(tmp_path):
+@pytest.mark.parametrize('mode', MODES)
+def test_no_commit_clears_an_earlier_snapshot(tmp_path, mode):
     """Every chunk taken is not the end of a snapshot: snapshot_done is.
-    A COMMIT in between would have its chunks cleared by it.
+    A COMMIT in between (selective-cow: a second generation) must keep
+    its chunks when the earlier one ends; the modes that keep one
+    snapshot in flight refuse it.
     """
-    m = _native.Mirror(str(tmp_path), 4 * CHUNK, CHUNK)
-    assert m.max_snapshots == 1
+    m = _native.Mirror(str(tmp_path), 4 * CHUNK, CHUNK, mode)
+    assert m.max_snapshots == (4 if mode == 'selective-cow' else 1)
     m.write(0, b'a' * CHUNK)
     assert m.commit() == 1
+    m.release_hold()
     assert m.take()[0] == 0
     assert m.take() is None
     m.write(CHUNK, b'b' * CHUNK)
-    with pytest.raises(_native.BusyError):
-        m.commit()
-    m.snapshot_done(True)
-    assert m.commit() == 1
+    if mode == 'selective-cow':
+        assert m.commit() == 1
+        assert m.take() is None          # the oldest is fully taken
+        m.snapshot_done(True)
+    else:
+        with pytest.raises(_native.BusyError):
+            m.commit()
+        m.snapshot_done(True)
+        assert m.commit() == 1
     assert m.take() == (1, b'b' * CHUNK)
+    assert m.take() is None
     m.snapshot_done(True)
+    assert m.stats()['generations'] == 0
     m.close()
+
+
+pipe_op = st.one_of(
+    st.tuples(st.just('write'), st.integers(0, SIZE - 1),
+              st.integers(1, 2 * CHUNK), st.integers(1, 255)),
+    st.tuples(st.just('commit')),
+    st.tuples(st.just('take')),
+    st.tuples(st.just('fail')),
+    st.tuples(st.just('read'), st.integers(0, SIZE - 1),
+              st.integers(0, 3 * CHUNK)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(pipe_op, max_size=80),
+       slots=st.integers(1, 4))
+def test_pipelined_generations(tmp_path_factory, ops, slots):
+    """selective-cow: COMMITs without waiting for the persister. take()
+    serves the oldest generation with exactly its COMMIT content, returns
+    None when it is fully taken; snapshot_done(True) ends only the
+    oldest; snapshot_done(False) ends every one and makes all their
+    chunks dirty again (the next COMMIT carries them); COMMIT is Busy
+    with four in flight, or with the buffer full.
+    """
+    directory = str(tmp_path_factory.mktemp('m'))
+    m = _native.Mirror(directory, SIZE, CHUNK, 'selective-cow', slots)
+    for c in range(NCHUNKS):
+        m.install(c, bytes(min(CHUNK, SIZE - c * CHUNK)))
+    image = bytearray(SIZE)
+    gens = []         # [snapshot, untaken, chunks] per generation, oldest
+    #                   first: version k = version k-1 + generation k's
+    #                   chunks, each with its content at its COMMIT
+    dirty = set()
+    stable = []           # (content of each stable version)
+    version = bytes(SIZE)     # the last stable version's content
+
+    def chunk(data, c):
+        return data[c * CHUNK:(c + 1) * CHUNK]
+
+    def take():
+        """One step of the persister; False if nothing is in flight."""
+        nonlocal version
+        if not gens:
+            assert m.take() is None
+            return False
+        snap, untaken, _ = gens[0]
+        item = m.take()
+        if item is None:
+            assert not untaken, 'take() ended early: %s left' % untaken
+            m.snapshot_done(True)
+            version = gens.pop(0)[0]
+            stable.append(version)
+            return True
+        index, content = item
+        assert index in untaken, 'chunk %d not in the oldest' % index
+        untaken.discard(index)
+        assert content == chunk(snap, index)
+        return True
+
+    for step in ops:
+        if step[0] == 'write':
+            _, offset, length, fill = step
+            length = min(length, SIZE - offset)
+            payload = bytes([fill]) * length
+            _write_nonblock(m, offset, payload, take)
+            image[offset:offset + length] = payload
+            dirty.update(range(offset // CHUNK,
+                               (offset + length - 1) // CHUNK + 1))
+        elif step[0] == 'commit':
+            before = m.stats()
+            try:
+                count = m.commit()
+            except _native.BusyError:
+                after = m.stats()
+                assert len(gens) == 4 or after['busy_full'] > \
+                    before['busy_full']
+                continue
+            assert len(gens) < 4
+            assert count == len(dirty)
+            assert sorted(m.snapshot_chunks(-1)) == sorted(dirty)
+            gens.append([bytes(image), set(dirty), set(dirty)])
+            dirty = set()
+        elif step[0] == 'take':
+            take()
+        elif step[0] == 'fail' and gens:
+            m.snapshot_done(False)
+            # The chunks of every generation in flight are dirty again:
+            # the next COMMIT carries them all (checked there, exactly).
+            for _, _, members in gens:
+                dirty |= members
+            gens = []
+            assert m.stats()['dirty'] == len(dirty)
+            assert m.stats()['generations'] == 0
+            assert m.stats()['scheduled'] == 0
+        elif step[0] == 'read':
+            _, offset, length = step
+            assert m.read(offset, length) == bytes(image[offset:offset +
+                                                         length])
+        assert m.stats()['generations'] == len(gens)
+    while take():
+        pass
+    assert m.stats()['dirty'] == len(dirty)
+    for c in range(NCHUNKS):
+        # what the mirror holds = the last stable version + the dirty
+        assert c in dirty or chunk(image, c) == chunk(version, c)
+    m.close()
+
+
+def test_failure_after_restart_dirties_every_generation(tmp_path):
+    """After a SIGKILL with several generations in flight, the parked
+    ones are counted by recovery() and snapshot_done(False) makes the
+    chunks of all of them dirty again, from the state files alone.
+    """
+    directory = str(tmp_path)
+    m = _native.Mirror(directory, 4 * CHUNK, CHUNK)
+    m.write(0, b'a' * CHUNK)
+    assert m.commit() == 1
+    m.write(0, b'b' * CHUNK)           # copied aside for generation 1
+    m.write(CHUNK, b'c' * CHUNK)
+    assert m.commit() == 2
+    m.write(2 * CHUNK, b'd' * CHUNK)
+    assert m.commit() == 1
+    assert m.stats()['multi_gen'] == 1
+    assert m.stats()['dirty'] == 0
+    del m                                # no close(): like a crash
+    again = _native.Mirror(directory, 4 * CHUNK, CHUNK)
+    assert again.stats()['generations'] == 0     # parked, not served
+    assert again.take() is None
+    assert again.snapshot_chunks(0) == [0]
+    assert again.snapshot_chunks(1) == [0, 1]
+    assert again.snapshot_chunks(-1) == [2]
+    # chunk 0: generation 0's copy was in memory
+    assert again.recovery() == {'snapshot': 3, 'untaken': 3, 'lost': 1}
+    again.snapshot_done(False)
+    assert again.stats()['dirty'] == 3
+    assert again.snapshot_chunks() == []
+    assert again.commit() == 3
+    assert again.take() is not None
+    again.close()
+
+
+def test_resume_keeps_the_oldest_and_dirties_the_rest(tmp_path):
+    directory = str(tmp_path)
+    m = _native.Mirror(directory, 4 * CHUNK, CHUNK)
+    m.write(0, b'a' * CHUNK)
+    m.write(CHUNK, b'a' * CHUNK)
+    assert m.commit() == 2
+    m.write(2 * CHUNK, b'c' * CHUNK)
+    assert m.commit() == 1
+    del m
+    again = _native.Mirror(directory, 4 * CHUNK, CHUNK)
+    assert again.recovery() == {'snapshot': 3, 'untaken': 3, 'lost': 0}
+    assert again.requeue([0, 1]) == []
+    assert again.resume() == 2
+    assert again.stats()['dirty'] == 1          # generation 2's chunk
+    assert sorted([again.take()[0], again.take()[0]]) == [0, 1]
+    assert again.take() is None
+    again.snapshot_done(True)
+    assert again.commit() == 1
+    assert again.take() == (2, b'c' * CHUNK)
+    again.close()
