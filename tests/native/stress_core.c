@@ -8,10 +8,16 @@
  *   a reader    and a prefetcher that install "repository" content (the
  *               attached version) for absent chunks, racing the writes;
  *   a committer COMMITs at random times (live-precopy: some with an
- *               injected copy error);
- *   a persister takes the chunks of each snapshot into a model
- *               repository and fails some snapshots at a random point
- *               (snapshot_done(failed)), often while writers copy aside.
+ *               injected copy error) without waiting for the persister
+ *               while the core has room (selective-cow pipelines up to
+ *               four generations; now and then it COMMITs with no room,
+ *               to see Busy);
+ *   a persister takes the chunks of the oldest version in flight into a
+ *               model repository, on top of the last stable version,
+ *               and fails some at a random point (snapshot_done(failed)),
+ *               often while writers copy aside: that version and every
+ *               later one in flight fail, and all their chunks must be
+ *               dirty again.
  * The core is built with MC_TEST_HOOKS: random pauses widen its race
  * windows.
  *
@@ -20,6 +26,8 @@
  * checker knows which writes were definitely before a COMMIT (returned
  * before it was called), definitely after (called after it returned) or
  * concurrent. After each round it checks that:
+ *   - versions turn stable in COMMIT order, each built on the previous
+ *     stable one (version k = version k-1 + the chunks of generation k);
  *   - every stable version is a consistent cut: each sub-block holds one
  *     stamp (never torn, never garbage), the attached content only if no
  *     write to it ended before the COMMIT, else a write that started
@@ -147,6 +155,8 @@ typedef struct {
     uint64_t cs, ce;                     /* COMMIT called, returned */
     int state;                           /* 0 pending, 1 stable, 2 failed */
     int nofail;                          /* the last one: no injection */
+    int parent;                          /* the stable version it is
+                                            built on, -1 the base */
     int64_t count, taken;
     uint8_t in_snap[NCH], was_taken[NCH];
     uint8_t content[SIZE];
@@ -171,14 +181,21 @@ static int mode;
 static volatile int stop_writers, stop_all;
 static pthread_mutex_t tlock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t tcond = PTHREAD_COND_INITIALIZER;
-static Version *pending;                 /* handed to the persister */
-static const uint8_t *last_stable;
+/* Versions in flight, oldest first, handed to the persister. gate: held
+ * from a COMMIT to queueing its version, and by a failure (as image.py's
+ * checkpoint gate), so that no version is queued behind a failure that
+ * already ended its snapshot. */
+static Version *queue[MAXV];
+static int qhead, qtail;
+static pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
+static int last_stable;                  /* index, -1: the base */
 
 /* Totals over the run. */
 static struct {
     int64_t rounds, writes, whole, nonblock_busy, reads, torn_reads;
     int64_t installs, commits, busy_commits, stable, failed;
     int64_t injected, injected_copying, precopy_faults;
+    int64_t max_in_flight, failed_followers;
     MirrorStats core;
 } tot;
 
@@ -511,6 +528,50 @@ prefetcher(void *arg)
     return NULL;
 }
 
+static int
+in_flight(void)
+{
+    pthread_mutex_lock(&tlock);
+    int n = qtail - qhead;
+    pthread_mutex_unlock(&tlock);
+    return n;
+}
+
+/* The persister failed the oldest version: every version in flight
+ * fails, and the chunks of all of them must be dirty again. Gate held. */
+static void
+fail_all(Version *v)
+{
+    MirrorStats before, after;
+    mc_stats(&core, &before);
+    /* Let writers start copying aside, then fail. */
+    usleep((useconds_t)(xs(&trng) % 400));
+    mc_snapshot_done(&core, 0);
+    mc_stats(&core, &after);
+    tot.injected++;
+    if (after.copies_dropped > before.copies_dropped)
+        tot.injected_copying++;
+    if (after.scheduled || after.in_flight)
+        report("a failure left %lld chunks scheduled in %lld generations",
+               (long long)after.scheduled, (long long)after.in_flight);
+    pthread_mutex_lock(&tlock);
+    for (int k = qhead; k < qtail; k++) {
+        Version *f = queue[k];
+        f->state = 2;
+        if (f != v)
+            tot.failed_followers++;
+        pthread_mutex_lock(&core.lock);
+        for (int c = 0; c < NCH; c++)
+            if (f->in_snap[c] && !(core.state[c] & ST_DIRTY))
+                report("version %d failed, but its chunk %d is not dirty "
+                       "again", (int)(f - versions), c);
+        pthread_mutex_unlock(&core.lock);
+    }
+    qhead = qtail;
+    pthread_cond_broadcast(&tcond);
+    pthread_mutex_unlock(&tlock);
+}
+
 static void *
 persister(void *arg)
 {
@@ -519,28 +580,29 @@ persister(void *arg)
     for (;;) {
         Version *v;
         pthread_mutex_lock(&tlock);
-        while (!pending && !stop_all)
+        while (qhead == qtail && !stop_all)
             pthread_cond_wait(&tcond, &tlock);
-        v = pending;
+        v = qhead < qtail ? queue[qhead] : NULL;
         pthread_mutex_unlock(&tlock);
         if (!v)
             return NULL;
+        /* A slow store now and then: COMMITs pile up behind it. */
+        if (mode == MODE_SELECTIVE && xs(&trng) % 4 == 0)
+            usleep((useconds_t)(xs(&trng) % 4000));
+        /* Built on the last stable version: every earlier one is stable
+         * (a failure fails all later ones in flight). */
+        v->parent = last_stable;
+        memcpy(v->content, last_stable < 0 ? base :
+               versions[last_stable].content, SIZE);
         int64_t fail_at = -1;
-        if (!v->nofail && xs(&trng) % 3 == 0)
+        if (!v->nofail && xs(&trng) % (mode == MODE_SELECTIVE ? 5 : 3) == 0)
             fail_at = (int64_t)(xs(&trng) % (uint64_t)(v->count + 1));
         for (int64_t k = 0;; k++) {
             int64_t c;
             if (k == fail_at) {
-                MirrorStats before, after;
-                mc_stats(&core, &before);
-                /* Let writers start copying aside, then fail. */
-                usleep((useconds_t)(xs(&trng) % 400));
-                mc_snapshot_done(&core, 0);
-                mc_stats(&core, &after);
-                tot.injected++;
-                if (after.copies_dropped > before.copies_dropped)
-                    tot.injected_copying++;
-                v->state = 2;
+                pthread_mutex_lock(&gate);
+                fail_all(v);
+                pthread_mutex_unlock(&gate);
                 break;
             }
             int err = mc_take(&core, buf, &c);
@@ -552,7 +614,15 @@ persister(void *arg)
                            (int)(v - versions), (long long)v->taken,
                            (long long)v->count);
                 mc_snapshot_done(&core, 1);
+                if (last_stable >= (int)(v - versions))
+                    report("version %d stable after version %d",
+                           (int)(v - versions), last_stable);
+                last_stable = (int)(v - versions);
+                pthread_mutex_lock(&tlock);
                 v->state = 1;
+                qhead++;
+                pthread_cond_broadcast(&tcond);
+                pthread_mutex_unlock(&tlock);
                 break;
             }
             if (c >= NCH || !v->in_snap[c] || v->was_taken[c])
@@ -569,35 +639,43 @@ persister(void *arg)
         }
         if (mode == MODE_OFFLINE)
             mc_release_hold(&core);
-        pthread_mutex_lock(&tlock);
-        pending = NULL;
-        pthread_cond_broadcast(&tcond);
-        pthread_mutex_unlock(&tlock);
     }
 }
 
-/* A COMMIT, handed to the persister; waits for the previous one first,
- * as image.py does. final: no failure injection. Returns the version or
- * NULL (busy, or a copy error). */
+/* Wait until at most `room` versions are in flight. */
+static void
+wait_room(int room)
+{
+    pthread_mutex_lock(&tlock);
+    while (qtail - qhead > room)
+        pthread_cond_wait(&tcond, &tlock);
+    pthread_mutex_unlock(&tlock);
+}
+
+/* A COMMIT, queued for the persister; waits for room in the core first,
+ * as image.py does, unless `push` (then Busy is expected with no room).
+ * final: no failure injection. Returns the version or NULL (busy, or a
+ * copy error). */
 static Version *
-commit(int final)
+commit(int final, int push)
 {
     int64_t n, busy, idx[NCH];
     int b, err;
     Version *v;
 
-    pthread_mutex_lock(&tlock);
-    while (pending)
-        pthread_cond_wait(&tcond, &tlock);
-    pthread_mutex_unlock(&tlock);
-    if (nversions == MAXV)
+    if (!push)
+        wait_room(core.max_gens - 1);
+    pthread_mutex_lock(&gate);
+    if (nversions == MAXV) {
+        pthread_mutex_unlock(&gate);
         return NULL;
+    }
     if (mode == MODE_PRECOPY && !final && xs(&trng) % 4 == 0)
         __atomic_store_n(&fault_countdown, (int64_t)(xs(&trng) % 3),
                          __ATOMIC_SEQ_CST);
+    int before = in_flight();
     v = &versions[nversions];
     memset(v, 0, offsetof(Version, content));
-    memcpy(v->content, last_stable, SIZE);
     v->cs = tick();
     err = mc_commit(&core, mode == MODE_OFFLINE, &n, &b);
     v->ce = tick();
@@ -606,11 +684,20 @@ commit(int final)
     (void)fired;
     busy = b;
     if (busy) {
+        pthread_mutex_unlock(&gate);
         tot.busy_commits++;
+        if (b == MC_BUSY_GENS && before < core.max_gens)
+            report("COMMIT Busy (too many generations) with %d of %d in "
+                   "flight", before, core.max_gens);
         return NULL;
     }
+    /* The queue counts a version until the persister pops it, just after
+     * its snapshot_done: at most one more than the core. */
+    if (before > core.max_gens)
+        report("COMMIT accepted with %d generations in flight", before);
     if (err) {
         MirrorStats s;
+        pthread_mutex_unlock(&gate);
         if (err != EIO)
             die("commit: %s", strerror(err));
         tot.precopy_faults++;
@@ -623,9 +710,15 @@ commit(int final)
         return NULL;
     }
     tot.commits++;
+    {
+        MirrorStats s;
+        mc_stats(&core, &s);
+        if (s.in_flight > tot.max_in_flight)
+            tot.max_in_flight = s.in_flight;
+    }
     v->count = n;
     v->nofail = final;
-    int64_t m = mc_snapshot_chunks(&core, idx);
+    int64_t m = mc_gen_chunks(&core, -1, idx);
     if (m != n)
         report("COMMIT said %lld chunks, the snapshot holds %lld",
                (long long)n, (long long)m);
@@ -633,19 +726,17 @@ commit(int final)
         v->in_snap[idx[k]] = 1;
     nversions++;
     pthread_mutex_lock(&tlock);
-    pending = v;
+    queue[qtail++] = v;
     pthread_cond_broadcast(&tcond);
     pthread_mutex_unlock(&tlock);
+    pthread_mutex_unlock(&gate);
     return v;
 }
 
 static void
 wait_persisted(void)
 {
-    pthread_mutex_lock(&tlock);
-    while (pending)
-        pthread_cond_wait(&tcond, &tlock);
-    pthread_mutex_unlock(&tlock);
+    wait_room(0);
 }
 
 /* ---- a round ------------------------------------------------------------ */
@@ -662,16 +753,22 @@ round_once(const char *tmp, int round, int round_ms)
         die("mkdir %s: %s", dir, strerror(errno));
     mc_init(&core);
     trng = seed * 65537 + (uint64_t)round;
-    err = mc_open(&core, dir, SIZE, CS, mode, 1 + (int)(xs(&trng) % 2),
+    /* A small buffer: full often (selective-cow: room for a few
+     * generations' copies, sometimes). */
+    uint64_t r = xs(&trng);
+    int slots = 1 + (int)(r % 2);
+    if (mode == MODE_SELECTIVE)
+        slots = r % 3 ? 1 + (int)(r % 5) : 4 * NCH;  /* or room for all */
+    err = mc_open(&core, dir, SIZE, CS, mode, slots,
                   (int)(xs(&trng) % 2), path, sizeof path);
     if (err)
         die("open %s: %s", path, strerror(err));
     memset(nw, 0, sizeof nw);
     nr = 0;
     nversions = 0;
-    last_stable = base;
+    last_stable = -1;
     stop_writers = stop_all = 0;
-    pending = NULL;
+    qhead = qtail = 0;
     __atomic_store_n(&hooks_on, 1, __ATOMIC_SEQ_CST);
 
     pthread_create(&ps, NULL, persister, NULL);
@@ -688,13 +785,7 @@ round_once(const char *tmp, int round, int round_ms)
         if ((now.tv_sec - t0.tv_sec) * 1000 +
             (now.tv_nsec - t0.tv_nsec) / 1000000 >= round_ms)
             break;
-        Version *v = commit(0);
-        if (v) {
-            /* The next COMMIT's parent is the last stable version. */
-            wait_persisted();
-            if (v->state == 1)
-                last_stable = v->content;
-        }
+        commit(0, xs(&trng) % 8 == 0);
     }
     __atomic_store_n(&stop_writers, 1, __ATOMIC_SEQ_CST);
     for (int t = 0; t < NWRITERS; t++)
@@ -706,7 +797,7 @@ round_once(const char *tmp, int round, int round_ms)
     /* Quiesced: a last version of everything, never failed. */
     Version *last = NULL;
     for (int k = 0; k < 4 && !last; k++) {
-        last = commit(1);
+        last = commit(1, 0);
         if (last) {
             wait_persisted();
             if (last->state != 1)
@@ -731,8 +822,13 @@ round_once(const char *tmp, int round, int round_ms)
     else if (memcmp(last->content, live, SIZE) != 0)
         report("round %d: the last version is not the quiesced image",
                round);
-    for (int k = 0; k < nversions; k++) {
+    for (int k = 0, stable = -1; k < nversions; k++) {
         Version *v = &versions[k];
+        if (v->state == 1 && v->parent != stable)
+            report("version %d is built on %d, not on the last stable "
+                   "version before it (%d)", k, v->parent, stable);
+        if (v->state == 1)
+            stable = k;
         if (v->state == 1) {
             tot.stable++;
             check_image("version", k, v->content, v->cs, v->ce);
@@ -770,6 +866,10 @@ round_once(const char *tmp, int round, int round_ms)
     tot.core.installs_skipped += s.installs_skipped;
     tot.core.copies_dropped += s.copies_dropped;
     tot.core.precopy_undone += s.precopy_undone;
+    tot.core.copies_older += s.copies_older;
+    tot.core.multi_gen += s.multi_gen;
+    tot.core.busy_gens += s.busy_gens;
+    tot.core.busy_full += s.busy_full;
     if (verbose)
         fprintf(stderr, "round %d %s: %lld versions, copies %lld\n", round,
                 mc_mode_names[mode], (long long)nversions,
@@ -856,8 +956,16 @@ main(int argc, char **argv)
            "versions stable %lld, failed %lld\n", (long long)tot.commits,
            (long long)tot.busy_commits, (long long)tot.precopy_faults,
            (long long)tot.stable, (long long)tot.failed);
-    printf("injected persist failures %lld (while a copy-aside ran %lld)\n",
-           (long long)tot.injected, (long long)tot.injected_copying);
+    printf("injected persist failures %lld (while a copy-aside ran %lld, "
+           "later versions failed with them %lld)\n",
+           (long long)tot.injected, (long long)tot.injected_copying,
+           (long long)tot.failed_followers);
+    printf("generations: most in flight %lld, copies for an older "
+           "generation %lld, chunks in several %lld, COMMITs busy: too "
+           "many in flight %lld, buffer full %lld\n",
+           (long long)tot.max_in_flight, (long long)tot.core.copies_older,
+           (long long)tot.core.multi_gen, (long long)tot.core.busy_gens,
+           (long long)tot.core.busy_full);
     printf("core: cow copies %lld, copies dropped by a failure %lld, "
            "waits %lld, urgent %lld, avoided %lld, redirects %lld (whole "
            "chunk, no copy %lld), installs waiting for a write %lld, "
@@ -887,6 +995,12 @@ main(int argc, char **argv)
         {"pre-copy copy errors", tot.precopy_faults},
         {"whole-chunk redirects without a copy", tot.core.redirects_nocopy},
         {"reads", tot.reads},
+        {"generations in flight at once", tot.max_in_flight > 1},
+        {"copies for an older generation", tot.core.copies_older},
+        {"chunks in several generations", tot.core.multi_gen},
+        {"later versions failed with an earlier one", tot.failed_followers},
+        {"COMMITs busy: too many in flight", tot.core.busy_gens},
+        {"COMMITs busy: buffer full", tot.core.busy_full},
     };
     int missing_paths = 0;
     for (size_t k = 0; k < sizeof need / sizeof need[0]; k++)
