@@ -10,13 +10,20 @@ persister gets no head start from a data generator. For every variant,
 in the same run and taking turns (the order rotates from run to run):
 
 * the four mirror modes (selective-cow, live-cow, live-precopy, offline)
-  rewriting in ``--order`` (default sequential);
+  rewriting in ``--order`` (default sequential) as fast as they can
+  (``--think-ms`` to pause after each block);
 * selective-cow with the adaptive flush order (AI-Ckpt Algorithm 4) and
   with index order, rewriting in each ``--flush-workloads`` order
-  (default ``random``: one fixed permutation of the blocks, the same in
-  every epoch, so the previous epoch's write order predicts the next
-  one's, which is what the adaptive order exploits; in index order the
-  persister meets the writer's chunks at random).
+  (``random``: one fixed permutation of the blocks, the same in every
+  epoch; ``reverse``), so the previous epoch's write order predicts the
+  next one's, which the adaptive order exploits while index order meets
+  the writer's chunks at random. These writers pause after each block
+  so as to write at ``--flush-writer-share`` (0.6) of the persist
+  throughput measured just before (the pause is the application's work:
+  a write that waits delays the rest): a writer faster than the
+  persister is throttled to it whatever the order (the copy-on-write
+  buffer fills and every write waits), so only a slower one can show
+  what the order does.
 
 Reported per variant (medians over ``--runs`` with their spread):
 
@@ -31,14 +38,18 @@ Reported per variant (medians over ``--runs`` with their spread):
   ``baseline_s``);
 * ``to_stable_s``: CHECKPOINT to stable;
 * the mirror's counters over the timed iterations: ``cow_copies``,
-  ``redirects``, ``waits``, ``urgent``, ``avoided``.
+  ``redirects``, ``waits``, ``urgent``, ``avoided``; and
+  ``overlapped_persists``, how many persists were still running when
+  the next rewrite began.
 
-Each variant proves its path ran: selective-cow must have copied (and,
-with an unthrottled writer, made writers wait), live-cow redirected,
-every checkpoint held dirty chunks, offline returned only once stable.
-A zero makes the run fail (``--head-start S`` waits S seconds after each
-CHECKPOINT, which lets the persister finish first, as the old benchmark's
-data generator did: it shows the check firing).
+Each variant proves its path ran: every persist but offline's must
+overlap the next rewrite; selective-cow must have copied (and, with an
+unthrottled writer, made writers wait), live-cow redirected, the index
+order of a flush comparison met chunks not yet persisted, every
+checkpoint held dirty chunks, offline returned only once stable. A zero
+makes the run fail (``--head-start S`` waits S seconds after each
+CHECKPOINT, which lets the persister finish first, as the old
+benchmark's data generator did: it shows the checks firing).
 
 ``--downtime-sizes`` (default 64M and 1G): ack and held time of a
 selective-cow CHECKPOINT with that much dirty, and their ratio.
@@ -54,6 +65,7 @@ it was requested (the persist backlog: versions, and the mirror's
 
 import os
 import random
+import statistics
 import threading
 import time
 
@@ -122,9 +134,13 @@ class Subject(object):
                                 adaptive=adaptive, cow_chunks=cow_chunks)
         self.fd = os.open(path, os.O_RDWR)
         self.epoch = 0
+        self.pace = None
 
     def write(self, offsets, block, think=0.0, rate=None):
-        """Rewrite the blocks at ``offsets`` with data of a new epoch."""
+        """Rewrite the blocks at ``offsets`` with data of a new epoch,
+        pausing ``think`` s after each block (the application's work: a
+        write that waits delays everything after it).
+        """
         epoch = self.epoch
         self.epoch += 1
         for offset in offsets:
@@ -200,7 +216,8 @@ def _delta(after, before):
 
 def _one_run(subject, variant, offsets, args, log):
     block = args.block
-    think = args.think_ms / 1000.0
+    think = args.block / subject.pace if subject.pace \
+        else args.think_ms / 1000.0
     total = args.iterations * len(offsets) * block
     t0 = time.perf_counter()
     rate = log.rate('%s baseline' % variant.name, total)
@@ -224,20 +241,28 @@ def _one_run(subject, variant, offsets, args, log):
     rate.finish()
     subject.settle(checkpoints)
     counters = _delta(subject.stats(), before)
+    # The persist of a checkpoint raced with the next rewrite if it
+    # ended after that rewrite began.
+    overlapped = sum(1 for c in checkpoints[:-1]
+                     if c['stable_at'] is not None and
+                     c['stable_at'] > c['acked'] + args.head_start)
     return {
         'run_s': run, 'baseline_s': baseline, 'slowdown_s': run - baseline,
         'checkpoints': checkpoints, 'counters': counters,
+        'overlapped_persists': overlapped,
         'stable_at_ack': all(c['stable_at'] is not None and
                              c['stable_at'] <= c['acked'] + 0.01
                              for c in checkpoints),
     }
 
 
-def _aggregate(variant, runs):
+def _aggregate(variant, runs, subject):
     cps = [c for r in runs for c in r['checkpoints']]
     out = {
         'mode': variant.mode, 'adaptive': variant.adaptive,
         'order': variant.order,
+        'writer_pace_mib_s': round(subject.pace / common.MIB, 1)
+        if subject.pace else None,
         'ack_ms': common.summary([c['ack_ms'] for c in cps], 2),
         'held_ms': common.summary([c['held_ms'] for c in cps], 2),
         'mirror_ack_ms': common.summary([c['mirror_ack_ms'] for c in cps],
@@ -250,6 +275,7 @@ def _aggregate(variant, runs):
         'chunks_per_checkpoint': common.summary([c['chunks'] for c in cps],
                                                 0),
         'counters': {k: [r['counters'][k] for r in runs] for k in COUNTERS},
+        'overlapped_persists': [r['overlapped_persists'] for r in runs],
         'runs': [{'run_s': round(r['run_s'], 3),
                   'baseline_s': round(r['baseline_s'], 3),
                   'slowdown_s': round(r['slowdown_s'], 3),
@@ -273,14 +299,35 @@ def _check_variant(checks, variant, runs, args):
     chunks = min(c['chunks'] or 0 for r in runs for c in r['checkpoints'])
     checks.require('%s: dirty chunks per CHECKPOINT (min)' % name, chunks,
                    'every CHECKPOINT must snapshot the rewritten chunks')
-    if variant.mode == 'selective-cow':
+    if variant.mode == 'offline':
+        checks.require_true(
+            '%s: stable at acknowledgment' % name,
+            all(r['stable_at_ack'] for r in runs),
+            'offline mode must return only once the version is stable')
+        return
+    checks.require(
+        '%s: persists overlapping the next rewrite (min over runs)' % name,
+        min(r['overlapped_persists'] for r in runs),
+        'the rewrite must start while the previous version is still being '
+        'persisted; every persist ended first')
+    if name.startswith('flush/'):
+        # Copies are what the adaptive order avoids: zero is its success.
+        # Index order must meet chunks not yet persisted, or the two
+        # orders cannot differ.
+        if not variant.adaptive:
+            checks.require(
+                '%s: cow_copies + waits (min over runs)' % name,
+                min(c['cow_copies'] + c['waits'] for c in counters),
+                'in index order the writer must meet chunks not yet '
+                'persisted; it never did, so the orders cannot differ')
+    elif variant.mode == 'selective-cow':
         checks.require(
             '%s: cow_copies (min over runs)' % name,
             min(c['cow_copies'] for c in counters),
             'the writer must have rewritten chunks the persister had not '
             'taken yet; none were copied, so the copy-on-write path did not '
             'run (the persister finished first?)')
-        if args.expect_waits:
+        if args.expect_waits and not args.think_ms:
             checks.require(
                 '%s: waits (min over runs)' % name,
                 min(c['waits'] for c in counters),
@@ -292,11 +339,6 @@ def _check_variant(checks, variant, runs, args):
             min(c['redirects'] + c['redirects_nocopy'] for c in counters),
             'live-cow must redirect writes to chunks not yet persisted; '
             'none were')
-    elif variant.mode == 'offline':
-        checks.require_true(
-            '%s: stable at acknowledgment' % name,
-            all(r['stable_at_ack'] for r in runs),
-            'offline mode must return only once the version is stable')
 
 
 def _downtime(repo, mirror, args, pattern, log, checks):
@@ -375,6 +417,7 @@ def run(repo, backend_args, args, log):
     nblocks = args.size // args.block
     mirror = new_mirror(workdir, backend_args, args)
     subjects = {}
+    persist_rates = []
     results = {v.name: [] for v in chosen}
     try:
         mirror.start()
@@ -383,7 +426,22 @@ def run(repo, backend_args, args, log):
                                            v.mode, v.adaptive,
                                            args.cow_chunks, pattern)
             s.write(range(0, args.size, args.block), args.block)
-            s.settle([s.checkpoint()])            # every chunk present
+            cp = s.checkpoint()
+            s.settle([cp])                        # every chunk present
+            if v.name.startswith('flush/'):
+                persist_rates.append(args.size / max(cp['to_stable_s'],
+                                                     1e-3))
+        if persist_rates and args.flush_writer_share:
+            # Writes slower than the persist: the adaptive order can keep
+            # the persister ahead of the writer. One pace for every flush
+            # variant, so that their run times compare too.
+            pace = args.flush_writer_share * statistics.median(persist_rates)
+            for v in chosen:
+                if v.name.startswith('flush/'):
+                    subjects[v.name].pace = pace
+            log.event('pace', persist_mib_s=round(
+                statistics.median(persist_rates) / common.MIB, 1),
+                writer_mib_s=round(pace / common.MIB, 1))
         for r in range(args.runs):
             k = r % len(chosen)
             for v in chosen[k:] + chosen[:k]:
@@ -413,8 +471,9 @@ def run(repo, backend_args, args, log):
         'iterations': args.iterations, 'runs': args.runs,
         'cow_chunks': args.cow_chunks, 'think_ms': args.think_ms,
         'head_start_s': args.head_start,
-        'variants': {v.name: _aggregate(v, results[v.name])
-                     for v in chosen},
+        'flush_writer_share': args.flush_writer_share,
+        'variants': {v.name: _aggregate(v, results[v.name],
+                                        subjects[v.name]) for v in chosen},
     }
     for v in chosen:
         _check_variant(checks, v, results[v.name], args)

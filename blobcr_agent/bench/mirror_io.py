@@ -120,6 +120,13 @@ def run(repo, backend_args, args, log):
                            % (job, side),
                            min(r[side][job]['server_cpu_ms'] for r in runs),
                            'the %s process must serve the requests' % side)
+        entry['per_run'] = [{
+            'mirror': round(_figure(r['mirror'][job]), 1),
+            'passthrough': round(_figure(r['passthrough'][job]), 1),
+            'first': 'mirror' if r['mirror'][job]['order'] else 'passthrough',
+            'dirty_kib_at_start': [r[side][job]['dirty_kib_at_start']
+                                   for side in ('mirror', 'passthrough')],
+        } for r in runs]
         entry['ratio'] = common.summary(
             [_figure(r['mirror'][job]) / _figure(r['passthrough'][job])
              for r in runs])

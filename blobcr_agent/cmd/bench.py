@@ -102,8 +102,8 @@ def main(argv=None):
     p = sub.add_parser('checkpoint', parents=[common],
                        help='synthetic checkpoint benchmark (four modes, '
                             'flush orders) or --interval workload')
-    p.add_argument('--size', type=_size, default=256 << 20,
-                   help='bytes rewritten per iteration (default 256M)')
+    p.add_argument('--size', type=_size, default=128 << 20,
+                   help='bytes rewritten per iteration (default 128M)')
     p.add_argument('--block', type=_size, default=1 << 20,
                    help='write size of the rewrite (default 1M)')
     p.add_argument('--iterations', type=int, default=3)
@@ -128,6 +128,10 @@ def main(argv=None):
                         '(default: random; none to skip)')
     p.add_argument('--think-ms', type=float, default=0.0,
                    help='pause after each block written (default 0)')
+    p.add_argument('--flush-writer-share', type=float, default=0.6,
+                   help='the flush-order workloads write at this share of '
+                        'the persist throughput measured before them '
+                        '(default 0.6; 0: as fast as they can)')
     p.add_argument('--head-start', type=float, default=0.0,
                    help='seconds to wait after each CHECKPOINT before '
                         'rewriting (lets the persister finish first: the '
