@@ -121,11 +121,11 @@ def main(argv=None):
     p.add_argument('--flush-order', choices=['adaptive', 'in-order'],
                    default='adaptive',
                    help='flush order of the mode comparison')
-    p.add_argument('--flush-workloads', nargs='*', default=['random'],
-                   choices=checkpoint.ORDERS,
+    p.add_argument('--flush-workloads', nargs='*',
+                   default=['random', 'reverse'], choices=checkpoint.ORDERS,
                    help='rewrite orders under which selective-cow runs '
                         'with the adaptive and the index flush order '
-                        '(default: random; none to skip)')
+                        '(default: random reverse; none to skip)')
     p.add_argument('--think-ms', type=float, default=0.0,
                    help='pause after each block written (default 0)')
     p.add_argument('--flush-writer-share', type=float, default=0.6,

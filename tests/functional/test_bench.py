@@ -34,7 +34,8 @@ def counters_of(variant):
 def test_checkpoint_synthetic(capsys, tmp_path):
     rc, result, err = run_bench(
         capsys, tmp_path, 'checkpoint', '--size', '32M', '--iterations', '3',
-        '--runs', '2', '--cow-chunks', '4', '--downtime-sizes', '4M', '16M')
+        '--runs', '2', '--cow-chunks', '4', '--downtime-sizes', '4M', '16M',
+        '--flush-workloads', 'random')
     assert rc == 0, err
     assert result['valid'] is True
     v = result['variants']
