@@ -152,12 +152,16 @@ class Subject(object):
                 rate.add(block)
 
     def checkpoint(self, client=None):
-        """One CHECKPOINT: ack and held time, retried while Busy."""
+        """One CHECKPOINT, retried while Busy: ``ack_ms`` from the first
+        request to the acknowledgment (what the caller waits),
+        ``ack_last_attempt_ms`` the successful request alone, ``held_ms``
+        as the mirror reports it.
+        """
         client = client or self.client
         busy = 0
+        requested = time.time()
         first = time.perf_counter()
         while True:
-            requested = time.time()
             t0 = time.perf_counter()
             try:
                 reply = client.call('checkpoint', image=self.id)
@@ -169,8 +173,8 @@ class Subject(object):
                 time.sleep(0.02)
         now = time.perf_counter()
         return {'version': reply['version'], 'chunks': reply.get('chunks'),
-                'ack_ms': (now - t0) * 1000,
-                'ack_with_retries_ms': (now - first) * 1000,
+                'ack_ms': (now - first) * 1000,
+                'ack_last_attempt_ms': (now - t0) * 1000,
                 'mirror_ack_ms': reply.get('downtime_ms'),
                 'held_ms': reply.get('held_ms'), 'busy': busy,
                 'requested': requested, 'acked': time.time()}
@@ -603,8 +607,8 @@ def run_interval(repo, backend_args, args, log):
         ok = [c for c in cps if c['version'] is not None]
         out[mode] = {
             'ack_ms': common.summary([c['ack_ms'] for c in ok], 2),
-            'ack_with_retries_ms': common.summary(
-                [c['ack_with_retries_ms'] for c in ok], 2),
+            'ack_last_attempt_ms': common.summary(
+                [c['ack_last_attempt_ms'] for c in ok], 2),
             'held_ms': common.summary([c['held_ms'] for c in ok], 2),
             'ack_ms_median_per_run': common.summary(
                 [common.summary([c['ack_ms'] for c in r['checkpoints']])
