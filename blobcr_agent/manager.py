@@ -264,17 +264,17 @@ class AgentManager(object):
     # -- the guest endpoint's view -----------------------------------------
 
     def project_of(self, instance):
-        """The project of an instance hosted here: from its binding, else
-        from its Nova domain's metadata; None if neither says.
+        """The project of an instance hosted here: its binding's (an
+        attach that named the instance says it all, None included), else
+        its Nova domain's metadata. Raises BackendUnavailable when an
+        unbound instance's project cannot be read from libvirt: a guest
+        must not fall into the scope of callers without a project.
         """
-        project = self.instances.project_of(instance)
-        if project is not None or self.hypervisor is None:
-            return project
-        try:
-            return self.hypervisor.instance_project(instance)
-        except exception.BackendUnavailable as e:
-            LOG.warning('cannot ask libvirt about %s: %s', instance, e)
+        if self.instances.image_of(instance) is not None:
+            return self.instances.project_of(instance)
+        if self.hypervisor is None:
             return None
+        return self.hypervisor.instance_project(instance)
 
     def resolve(self, instance):
         """The image an instance hosted here checkpoints, or None."""

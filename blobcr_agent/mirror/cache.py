@@ -157,8 +157,11 @@ def drop_stale(repo, cache_dir, image_id, discard):
                 % (last, image_id, cache_dir, state))
     in_flight = persister.in_flight(meta)
     for version in in_flight:
-        repo.mark_failed(image_id, version, 'the host rebooted while it '
-                         'was being persisted')
+        try:
+            repo.mark_failed(image_id, version, 'the host rebooted while '
+                             'it was being persisted')
+        except exception.VersionNotFound:
+            pass                        # failed and pruned by GC
     shutil.rmtree(cache_dir)
     LOG.warning('dropped the stale mirror cache %s of image %s (it goes '
                 'back to version %s)', cache_dir, image_id,

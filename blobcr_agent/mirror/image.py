@@ -89,6 +89,8 @@ class AttachedImage(object):
         self._fetch_lock = threading.Lock()
         self._fetching = {}
         self._commit_lock = threading.Lock()
+        # meta.json is saved from checkpoints and from the persister.
+        self._meta_lock = threading.Lock()
         # Held from registering a version to queueing its persist (see
         # Persister): a failure is handled under it.
         self._gate = threading.Lock()
@@ -236,15 +238,22 @@ class AttachedImage(object):
             self._commit_lock.release()
 
     def _snapshot(self, hold):
-        """Register the version, COMMIT under ``hold``, queue the
-        persist; the gate is held.
+        """Register the version and record it in flight (before the guest
+        is held: nothing after the COMMIT may fail), COMMIT under
+        ``hold``, queue the persist; the gate is held.
         """
         after = self.persister.newest()
         pending = self.repo.begin_commit(
             self.id, parent=self.meta['last'] if after is None else None,
             after=after)
-        committed = queued = False
+        try:
+            self._record_in_flight(self.persister.versions() +
+                                   [pending.version])
+        except BaseException as e:
+            pending.abort('snapshot not taken: %s' % e)
+            raise
         held_from = time.perf_counter()
+        committed = False
         try:
             with hold or contextlib.nullcontext():
                 try:
@@ -253,53 +262,42 @@ class AttachedImage(object):
                     raise exception.Busy('image %s: %s; try again'
                                          % (self.id, e))
                 committed = True
-                self._queue(pending)
-                queued = True
+                self.versions[pending.version] = image_mod.PENDING
+                self.timing[pending.version] = {'committed': time.time()}
+                self.persister.submit(pending)
         except BaseException as e:
             if not committed:
                 pending.abort('snapshot not taken: %s' % e)
-            elif not queued:
-                # Snapshot taken but its persist never queued (its
-                # metadata could not be written): give its chunks back to
-                # the next checkpoint, with the versions it follows.
                 try:
-                    recovery.give_up(self, [pending.version], pending,
-                                     'persist not started: %s' % e)
-                except exception.BlobCRError as again:
-                    LOG.error('version %d of %s left pending: %s',
-                              pending.version, self.id, again)
+                    self._record_in_flight(self.persister.versions())
+                except OSError as again:
+                    # Recovery finds it failed in the repository.
+                    LOG.error('cache metadata of %s not updated: %s',
+                              self.id, again)
             raise
         return pending.version, count, (time.perf_counter() - held_from) \
             * 1000
 
-    def _queue(self, pending):
-        self.meta.update(self._in_flight_meta(
-            self.persister.versions() + [pending.version]))
-        self._save_meta()
-        self.versions[pending.version] = image_mod.PENDING
-        self.timing[pending.version] = {'committed': time.time()}
-        self.persister.submit(pending)
-
-    @staticmethod
-    def _in_flight_meta(versions):
-        return {'persisting': versions[0] if versions else None,
-                'following': versions[1:]}
+    def _record_in_flight(self, versions, **more):
+        """Save the versions in flight (oldest first) in the cache's
+        metadata, with ``more`` fields.
+        """
+        with self._meta_lock:
+            self.meta.update(persisting=versions[0] if versions else None,
+                             following=versions[1:], **more)
+            self._save_meta()
 
     def _persisted(self, version):
-        """From the persister: ``version`` is stable, the next one's base
-        (pinned instead of the previous one).
+        """From the persister: ``version`` is stable (and pinned for this
+        mirror by its finish), the next one's base: the previous base's
+        pin is released.
         """
         self.timing.setdefault(version, {})['done'] = time.time()
         self.versions[version] = image_mod.STABLE
-        try:
-            self.repo.pin(self.id, version, self.holder)
-        except exception.BlobCRError as e:
-            LOG.warning('version %d of %s is not pinned: %s', version,
-                        self.id, e)
         previous = self.meta['last']
-        rest = [v for v in self.persister.versions() if v != version]
-        self.meta.update(self._in_flight_meta(rest), last=version)
-        self._save_meta()
+        self._record_in_flight(
+            [v for v in self.persister.versions() if v != version],
+            last=version)
         if previous not in (None, version, self.attached_version):
             self.repo.unpin_quietly(self.id, previous, self.holder)
 
@@ -310,10 +308,9 @@ class AttachedImage(object):
         for version in versions:
             self.versions[version] = image_mod.FAILED
         self.last_error = why
-        self.meta.update(self._in_flight_meta([]))
-        self._save_meta()
         LOG.warning('versions %s of %s failed: %s',
                     ', '.join(map(str, versions)), self.id, why)
+        self._record_in_flight([])
 
     def exclusive(self, closing=False):
         """Hold off checkpoints (a context manager); with ``closing``,

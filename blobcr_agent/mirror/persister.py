@@ -106,7 +106,13 @@ class Persister(object):
             with self.gate:
                 with self._cond:
                     followers = [p for p, _ in self._queue][1:]
-                self._fail(pending, followers, error)
+                try:
+                    self._fail(pending, followers, error)
+                except Exception:
+                    # The queue must still move: the versions stay
+                    # pending in the repository (GC fails them) and the
+                    # next start recovers from the cache's metadata.
+                    LOG.exception('failing versions of %s', self.image.id)
                 with self._cond:
                     self._queue.clear()
                     self._cond.notify_all()
@@ -128,11 +134,19 @@ class Persister(object):
                     # agent, and the page cache does that.
                     journal.write('%d %s\n' % (index, d.hex() if d else '-'))
                     journal.flush()
-            version = pending.finish()
+            version = pending.finish(pin=self.image.holder)
         except Exception as e:
             return e
+        # Stable from here on: what follows must not fail it. A crash
+        # before the metadata says so is recovered (recovery.py adopts a
+        # version the repository has as stable).
         self.core.snapshot_done(True)
-        self.image._persisted(version)
+        try:
+            self.image._persisted(version)
+        except Exception:
+            LOG.exception('version %d of %s is stable, but its cache '
+                          'metadata could not be updated', version,
+                          self.image.id)
         LOG.info('version %d of %s persisted in %.2f s', version,
                  self.image.id, time.monotonic() - started)
         return None

@@ -25,15 +25,26 @@ LOG = logging.getLogger(__name__)
 
 
 def recover(image):
-    """Resume or fail what ``image`` (an AttachedImage) had in flight."""
+    """Resume, adopt or fail what ``image`` (an AttachedImage) had in
+    flight.
+    """
     versions = persister_mod.in_flight(image.meta)
     if not versions:
         return
     number, followers = versions[0], versions[1:]
     for follower in followers:
-        image.repo.mark_failed(
-            image.id, follower, 'the agent stopped while it was queued '
-            'behind version %d' % number)
+        mark_failed_quietly(image.repo, image.id, follower,
+                            'the agent stopped while it was queued behind '
+                            'version %d' % number)
+    try:
+        found = image.repo.image(image.id).version(number)
+    except exception.VersionNotFound as e:
+        # Failed and pruned by GC while the agent was down.
+        give_up(image, versions, None, str(e))
+        return
+    if found.state == image_mod.STABLE:
+        _adopt(image, number, followers)
+        return
     state = image.core.recovery()
     try:
         pending = image.repo.resume_commit(image.id, number)
@@ -41,15 +52,21 @@ def recover(image):
         LOG.warning('interrupted version %d of %s: %s', number, image.id, e)
         give_up(image, versions, None, str(e))
         return
-    if followers or state['lost']:
-        why = ('%d snapshot chunks were only in the copy-on-write buffer'
-               % state['lost'] if state['lost'] else
-               'versions %s were queued behind it' % followers)
+    if followers or state['lost'] or not state['snapshot']:
+        if state['lost']:
+            why = ('%d snapshot chunks were only in the copy-on-write '
+                   'buffer' % state['lost'])
+        elif followers:
+            why = 'versions %s were queued behind it' % followers
+        else:
+            # Recorded in flight before its COMMIT, which never came (or
+            # froze nothing): not published as a copy of its parent.
+            why = 'its snapshot holds no chunk'
         give_up(image, versions, pending, why)
         return
     done = {i: d for i, d in read_journal(
         os.path.join(image.cache_dir, persister_mod.JOURNAL)).items()
-        if _durable(image.repo, d)}
+        if _durable(image.repo, d, found.created)}
     snapshot = image.core.snapshot_chunks()
     lost = image.core.requeue([i for i in snapshot if i not in done])
     if lost:
@@ -64,6 +81,35 @@ def recover(image):
     LOG.warning('resuming the persist of version %d of %s (%d chunks '
                 'done, %d to go)', number, image.id, len(done), count)
     image.persister.submit(pending, journal_mode='a')
+
+
+def _adopt(image, number, followers):
+    """The oldest version in flight turned stable before the agent
+    stopped, which the cache's metadata did not record yet: end its
+    snapshot as stable (its chunks are clean) and build on it. The
+    followers' chunks are dirty again (resume).
+    """
+    image.core.resume()
+    image.core.snapshot_done(True)
+    previous = image.meta['last']
+    image.versions[number] = image_mod.STABLE
+    for follower in followers:
+        image.versions[follower] = image_mod.FAILED
+    image._record_in_flight([], last=number)
+    if previous not in (None, number, image.attached_version):
+        image.repo.unpin_quietly(image.id, previous, image.holder)
+    LOG.warning('version %d of %s was persisted before the agent stopped: '
+                'adopted%s', number, image.id,
+                '; versions %s queued behind it are failed' % followers
+                if followers else '')
+
+
+def mark_failed_quietly(repo, image_id, number, why):
+    """Mark a version failed unless GC already pruned it."""
+    try:
+        repo.mark_failed(image_id, number, why)
+    except exception.VersionNotFound:
+        pass
 
 
 def give_up(image, versions, pending, why):
@@ -92,14 +138,19 @@ def read_journal(path):
     return taken
 
 
-def _durable(repo, chunk_digest):
+def _durable(repo, chunk_digest, since):
     """True if a chunk handed to the repository before a crash is there
-    (content addressing: existing means complete and right).
+    (content addressing: existing means complete and right) and was
+    written since ``since``, the start of its version: an older object
+    of the same content may be garbage GC is about to delete, which a
+    pending version's cut-off does not protect. (RADOS mtimes are whole
+    seconds: one second of slack, well inside GC's grace.)
     """
     if chunk_digest is None:
         return True
     try:
-        repo.backend.stat(base.CHUNK, chunks.object_name(chunk_digest))
-        return True
+        _, mtime = repo.backend.stat(base.CHUNK,
+                                     chunks.object_name(chunk_digest))
     except exception.ObjectNotFound:
         return False
+    return mtime >= since - 1

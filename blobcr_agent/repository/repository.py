@@ -828,14 +828,19 @@ class Commit(object):
         if self.after is None:
             return self._base_root
         base = self.repo.image(self.image_id).version(self.after)
-        if base.state != image_mod.STABLE:
+        # Obsolete but pinned (by the mirror that wrote it): still whole.
+        if base.state != image_mod.STABLE and not (
+                base.state == image_mod.OBSOLETE and base.pins):
             raise exception.CommitAborted(
                 'version %d of %s follows version %d, which is %s'
                 % (self.version, self.image_id, self.after, base.state))
         return base.root_ref
 
-    def finish(self):
-        """Make every chunk and node durable, then the version stable."""
+    def finish(self, pin=None):
+        """Make every chunk and node durable, then the version stable;
+        pinned for ``pin`` (a holder) in the same header update, so that
+        it cannot be obsoleted and collected unpinned in between.
+        """
         base_root = self._resolve_base()
         self._batch.wait()
         self.repo.record_upload(self._batch.rate())
@@ -855,6 +860,8 @@ class Commit(object):
                     'version %d of %s was marked %s before it became stable'
                     % (self.version, self.image_id, v.state))
             v.state = image_mod.STABLE
+            if pin is not None:
+                v.pins.append(pin_record(pin))
             v.root = root.hex() if root else None
             v.stable_at = time.time()
             v.chunks = len(self._changes)

@@ -76,13 +76,17 @@ def test_a_persist_that_cannot_start_gives_its_chunks_back(
     repo, image_id, a = attached
     data = _fill(a, 3)
 
-    def full(self, pending):
+    def full(self, versions, **more):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), 'meta.json')
-    monkeypatch.setattr(image_mod.AttachedImage, '_queue', full)
+    # The versions in flight are recorded before the COMMIT, so that
+    # nothing after it can fail: a full cache disk refuses the checkpoint
+    # and the writes stay dirty.
+    monkeypatch.setattr(image_mod.AttachedImage, '_record_in_flight', full)
     with pytest.raises(OSError):
         a.checkpoint()
     failed = repo.image(image_id).versions[-1]
-    assert failed.state == 'failed' and 'persist not started' in failed.error
+    assert failed.state == 'failed' and 'snapshot not taken' in failed.error
+    assert a.stats()['dirty'] == NCHUNKS
     monkeypatch.undo()
     version, count, _ = a.checkpoint()
     assert count == NCHUNKS            # what the failed one held, too

@@ -627,3 +627,28 @@ def test_groups_are_scoped_by_the_instances_project(
         with pytest.raises(exception.BlobCRError, match='project'):
             agent.client.call('attach', image=images['vm-a'], **bad)
     repo.close()
+
+
+def test_an_unknown_project_is_refused_not_unscoped():
+    # libvirt cannot say which project an unbound Nova guest belongs to:
+    # its group request is refused (503), never put in the scope of
+    # callers without a project; a plain checkpoint still goes through.
+    class NoLibvirt(StubAgent):
+        def project_of(self, instance):
+            raise exception.BackendUnavailable('cannot reach libvirt')
+    proxy = proxy_server.CheckpointProxy(AUTH, NoLibvirt())
+    httpd = proxy.serve()
+    try:
+        port = httpd.server_port
+        group = json.dumps({'group': 'job', 'members': 2})
+        status, reply = request(port, 'POST', '/v1/checkpoint',
+                                _headers('vm-x'), group)
+        assert status == 503 and 'libvirt' in reply['error']
+        assert request(port, 'GET', '/v1/group/job',
+                       _headers('vm-x'))[0] == 503
+        assert proxy.agent.checkpoints == 0
+        assert request(port, 'POST', '/v1/checkpoint',
+                       _headers('vm-x'))[0] == 200
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -1,0 +1,200 @@
+"""Windows where a crash or a failure of the agent used to lose or
+corrupt a version, each checked on the local store (the logic is the
+backend's alike): SIGKILL between a version turning stable and the
+cache's metadata saying so; a journal that names chunks whose writes
+were lost; a version failed and pruned by GC while the agent was down;
+a checkpoint refused while another version is being persisted; the
+cache's metadata saved from two threads.
+"""
+
+import errno
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from blobcr_agent.mirror import image as image_mod
+from blobcr_agent.repository import gc
+from blobcr_agent.repository import repository as repo_mod
+from blobcr_agent.repository import scrub
+from tests.functional import recovery_child as child
+
+CHUNK = child.CHUNK
+NCHUNKS = child.NCHUNKS
+ALL = b''.join(child.content(k) for k in range(NCHUNKS))
+
+
+def _run_child(scenario, directory, image_id):
+    done = subprocess.run(
+        [sys.executable, '-m', 'tests.functional.recovery_child', scenario,
+         str(directory), image_id], capture_output=True, text=True,
+        timeout=120,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))))
+    assert done.returncode == -9, done.stderr
+
+
+@pytest.fixture
+def store(tmp_path):
+    repo = child.repo_at(str(tmp_path))
+    header = repo.create_image('disk', NCHUNKS * CHUNK)
+    repo.commit(header.id, {0: b'\x01' * CHUNK})
+    yield tmp_path, repo, header.id
+    repo.close()
+
+
+def _attach(tmp_path, repo, image_id):
+    return image_mod.AttachedImage(repo, image_id, None,
+                                   str(tmp_path / 'cache'), prefetch=False)
+
+
+def test_a_version_stable_before_the_metadata_is_adopted(store):
+    tmp_path, repo, image_id = store
+    _run_child('stable-before-metadata', tmp_path, image_id)
+    assert [(v.number, v.state) for v in repo.image(image_id).versions] == \
+        [(1, 'stable'), (2, 'stable')]
+    a = _attach(tmp_path, repo, image_id)
+    try:
+        assert a.meta['last'] == 2 and a.meta['persisting'] is None
+        assert a.version_state(2) == 'stable'
+        a.write(5 * CHUNK, b'\x33' * CHUNK)
+        three, count, _ = a.checkpoint()
+        assert count == 1                   # version 2's chunks are clean
+        assert a.wait_persisted(30)
+        assert repo.image(image_id).version(three).parent == 2
+        expected = bytearray(ALL)
+        expected[5 * CHUNK:6 * CHUNK] = b'\x33' * CHUNK
+        assert repo.read(image_id, three, 0, NCHUNKS * CHUNK) == expected
+        assert {p['version'] for p in repo.pins()} == {1, three}
+    finally:
+        a.close(timeout=10)
+
+
+def test_a_journal_entry_is_trusted_only_for_an_object_written_since(store):
+    tmp_path, repo, image_id = store
+    # Garbage with the same content as the chunks about to be written:
+    # older than the resumed version, so GC may delete it any time.
+    garbage = repo.create_image('garbage', NCHUNKS * CHUNK)
+    repo.commit(garbage.id, {k: child.content(k) for k in range(NCHUNKS)})
+    repo.delete_image(garbage.id)
+    time.sleep(1.1)                 # older than the version, by its mtime
+    _run_child('journal-before-durable', tmp_path, image_id)
+    # GC lists the headers (the resumed version pending) before the
+    # resumed version finishes.
+    real_finish = repo_mod.Commit.finish
+
+    def finish(self, *args, **kwargs):
+        gc.collect(repo, grace=0)
+        return real_finish(self, *args, **kwargs)
+    repo_mod.Commit.finish = finish
+    try:
+        a = _attach(tmp_path, repo, image_id)
+        assert a.wait_persisted(30)
+    finally:
+        repo_mod.Commit.finish = real_finish
+    try:
+        assert a.version_state(2) == 'stable'
+        assert scrub.verify(repo, image_id, 2).ok
+        assert repo.read(image_id, 2, 0, NCHUNKS * CHUNK) == ALL
+    finally:
+        a.close(timeout=10)
+
+
+def test_an_in_flight_version_pruned_while_the_agent_was_down(store):
+    tmp_path, repo, image_id = store
+    _run_child('killed-in-persist', tmp_path, image_id)
+    # Down for longer than pending_timeout: GC fails and prunes it.
+    report = gc.collect(repo, grace=0, pending_timeout=0)
+    assert report.versions_failed == 1
+    assert 2 not in [v.number for v in repo.image(image_id).versions]
+    a = _attach(tmp_path, repo, image_id)
+    try:
+        assert a.stats()['dirty'] == NCHUNKS     # nothing lost
+        version, count, _ = a.checkpoint()
+        assert count == NCHUNKS and version == 3
+        assert a.wait_persisted(30)
+        assert repo.read(image_id, version, 0, NCHUNKS * CHUNK) == ALL
+    finally:
+        a.close(timeout=10)
+
+
+def test_a_refused_checkpoint_leaves_the_version_in_flight_whole(
+        store, monkeypatch):
+    tmp_path, repo, image_id = store
+    a = _attach(tmp_path, repo, image_id)
+    try:
+        for k in range(NCHUNKS):
+            a.write(k * CHUNK, child.content(k))
+        release = threading.Event()
+        real_put = repo_mod.Commit.put
+
+        def slow_put(self, index, data):
+            release.wait(30)
+            return real_put(self, index, data)
+        monkeypatch.setattr(repo_mod.Commit, 'put', slow_put)
+        two, _, _ = a.checkpoint()
+        a.write(0, b'\xee' * CHUNK)
+        real_record = image_mod.AttachedImage._record_in_flight
+
+        def full(self, versions, **more):
+            if threading.current_thread() is threading.main_thread():
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real_record(self, versions, **more)
+        monkeypatch.setattr(image_mod.AttachedImage, '_record_in_flight',
+                            full)
+        with pytest.raises(OSError):
+            a.checkpoint(wait=5)
+        monkeypatch.setattr(image_mod.AttachedImage, '_record_in_flight',
+                            real_record)
+        release.set()
+        assert a.wait_persisted(30)
+        assert a.version_state(two) == 'stable'
+        assert repo.read(image_id, two, 0, NCHUNKS * CHUNK) == ALL
+        later, count, _ = a.checkpoint()
+        assert count == 1 and a.wait_persisted(30)
+        assert repo.read(image_id, later, 0, CHUNK) == b'\xee' * CHUNK
+    finally:
+        a.close(timeout=10)
+
+
+def test_metadata_saved_from_two_threads_stays_whole(store, monkeypatch):
+    tmp_path, repo, image_id = store
+    a = _attach(tmp_path, repo, image_id)
+    try:
+        real_replace = os.replace
+        persister_saving = threading.Event()
+
+        def slow_replace(src, dst):
+            if threading.current_thread().name.startswith('blobcr-persist'):
+                persister_saving.set()
+                time.sleep(0.3)         # a slow disk: the other thread runs
+            return real_replace(src, dst)
+        monkeypatch.setattr(image_mod.os, 'replace', slow_replace)
+        a.write(0, b'\x22' * CHUNK)
+        a.checkpoint()
+        persister_saving.wait(10)
+        a.write(CHUNK, b'\x33' * CHUNK)
+        three, _, _ = a.checkpoint()
+        assert a.wait_persisted(30)
+        assert a.version_state(three) == 'stable'
+        assert a.meta['last'] == three and a.meta['persisting'] is None
+    finally:
+        a.close(timeout=10)
+
+
+def test_a_version_recorded_but_never_committed_is_failed(store):
+    tmp_path, repo, image_id = store
+    _run_child('recorded-before-commit', tmp_path, image_id)
+    a = _attach(tmp_path, repo, image_id)
+    try:
+        # Not published as a copy of version 1: failed, the writes dirty.
+        assert repo.image(image_id).version(2).state == 'failed'
+        assert a.stats()['dirty'] == NCHUNKS
+        version, count, _ = a.checkpoint()
+        assert count == NCHUNKS and a.wait_persisted(30)
+        assert repo.read(image_id, version, 0, NCHUNKS * CHUNK) == ALL
+    finally:
+        a.close(timeout=10)
