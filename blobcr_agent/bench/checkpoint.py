@@ -547,11 +547,12 @@ def _interval_run(repo, mirror, control, args, mode, pattern, r, log):
             late = time.perf_counter() - due
             if late < 0:
                 time.sleep(-late)
+            at = time.perf_counter() - t0
             scheduled = control.call('stats', image=subject.id)['scheduled']
             cp = subject.checkpoint(control)
             cp['scheduled_at_request'] = scheduled
             cp['late_s'] = max(late, 0.0)
-            cp['at_s'] = time.perf_counter() - t0
+            cp['at_s'] = at
             checkpoints.append(cp)
             log.event('checkpoint', run=r + 1, mode=mode, k=k + 1,
                       ack_ms=round(cp['ack_ms'], 2), held_ms=cp['held_ms'],
@@ -737,7 +738,7 @@ def plot_interval(result, per_mode, path):
     axes[0].set_title('request to ack (ms)')
     axes[1].set_title('writes held (ms)')
     for ax in axes:
-        ax.set_xlabel('time since the writer started (s)')
+        ax.set_xlabel('requested at (s since the writer started)')
         ax.set_yscale('log')
         ax.legend(fontsize=7)
     fig.suptitle('blobcr-bench checkpoint --interval %g: %d MiB image, '
