@@ -230,7 +230,10 @@ class AttachedImage(object):
             with self._gate:
                 version, count, held_ms = self._snapshot(hold)
             if self.mode == 'offline':
+                # The core holds writes until the version is stable.
+                waited = time.perf_counter()
                 self.persister.wait()
+                held_ms += (time.perf_counter() - waited) * 1000
             return version, count, held_ms
         finally:
             if self.mode == 'offline':

@@ -102,3 +102,30 @@ def test_no_checkpoint_while_detaching(attached):
     with pytest.raises(exception.InvalidInput, match='being detached'):
         a.checkpoint()
     assert repo.image(image_id).versions == []
+
+
+def test_offline_holds_writes_until_stable_and_says_so(tmp_path,
+                                                       monkeypatch):
+    repo = repository.Repository(local.LocalBackend(str(tmp_path / 'store')),
+                                 chunk_size=CHUNK)
+    header = repo.create_image('disk', NCHUNKS * CHUNK)
+    a = image_mod.AttachedImage(repo, header.id, None,
+                                str(tmp_path / 'cache'), mode='offline',
+                                prefetch=False)
+    try:
+        data = _fill(a, 7)
+        real_finish = repository.Commit.finish
+
+        def slow_finish(self, *args, **kwargs):
+            time.sleep(0.3)
+            return real_finish(self, *args, **kwargs)
+        monkeypatch.setattr(repository.Commit, 'finish', slow_finish)
+        version, count, held_ms = a.checkpoint()
+        # Stable at the acknowledgment, and the hold covered the persist.
+        assert a.version_state(version) == 'stable' and count == NCHUNKS
+        assert held_ms >= 300, held_ms
+        assert repo.read(header.id, version, 0, len(data)) == data
+        a.write(0, b'\x01' * CHUNK)         # writes flow again
+    finally:
+        a.close()
+        repo.close()
