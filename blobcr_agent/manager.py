@@ -25,7 +25,9 @@ LOG = logging.getLogger(__name__)
 # Every operation that RPC and the admin socket expose.
 OPERATIONS = ('attach', 'detach', 'checkpoint', 'state', 'wait_stable',
               'clone', 'list_versions', 'obsolete', 'gc', 'status',
-              'export', 'group_state')
+              'export', 'group_state', 'create_image', 'delete_image',
+              'extend_image', 'snapshot', 'revert', 'import_file',
+              'capacity')
 
 
 def _version_dict(v):
@@ -220,6 +222,79 @@ class AgentManager(object):
     def obsolete(self, image, versions):
         self.repo.obsolete(image, versions)
         return self.list_versions(image)
+
+    # -- volumes (the Cinder driver's calls, on detached images) ---------
+
+    def create_image(self, name, size, chunk_size=None):
+        return treeview.summary(self.repo.create_image(name, size,
+                                                       chunk_size=chunk_size))
+
+    def delete_image(self, image):
+        header = self.repo.image(image)
+        if header.id in self.mirror.attached:
+            raise exception.InvalidInput('image %s is attached on %s: '
+                                         'detach it first'
+                                         % (header.id, self.host))
+        self.repo.delete_image(header.id)
+        return {'image': header.id, 'deleted': True}
+
+    def extend_image(self, image, size):
+        return treeview.summary(self.repo.extend(image, size))
+
+    def _refuse_if_attached(self, header, what):
+        """A detached image's content is its newest stable version; an
+        attached one's is in the mirror of the host that pins it.
+        """
+        hosts = sorted({p.get('host') for v in header.versions
+                        for p in v.pins})
+        if header.id in self.mirror.attached or hosts:
+            raise exception.InvalidInput(
+                'image %s is attached (on %s): %s'
+                % (header.id, ', '.join(hosts) or self.host, what))
+
+    def snapshot(self, image):
+        """A new version of a detached image equal to its current
+        content, sharing every chunk. An attached image is checkpointed
+        instead, by the agent of its host.
+        """
+        header = self.repo.image(image)
+        self._refuse_if_attached(header, 'checkpoint it on that host')
+        number = self.repo.commit_copy(header.id)
+        return self._version_of(header.id, number)
+
+    def revert(self, image, version):
+        """Make a detached image's content equal to ``version`` again:
+        a new version sharing its tree; later versions stay.
+        """
+        header = self.repo.image(image)
+        self._refuse_if_attached(header, 'detach it before reverting it')
+        number = self.repo.commit_copy(header.id, version)
+        return self._version_of(header.id, number)
+
+    def import_file(self, image, path):
+        """A new version of a detached image with the content of the raw
+        file ``path`` on this host (the RPC endpoint holds it to
+        ``[agent] export_dir``).
+        """
+        if not isinstance(path, str) or not os.path.isabs(path):
+            raise exception.InvalidInput('import needs an absolute path')
+        header = self.repo.image(image)
+        self._refuse_if_attached(header, 'detach it before writing it')
+        number = self.repo.write_file(header.id, path)
+        return self._version_of(header.id, number)
+
+    def _version_of(self, image_id, number):
+        return dict(_version_dict(self.repo.image(image_id).version(number)),
+                    image=image_id)
+
+    def capacity(self):
+        """The store's room for data, and what its images provision."""
+        result = self.repo.backend.capacity()
+        images = self.repo.images()
+        result.update(provisioned_bytes=sum(h.size for h in images),
+                      images=len(images),
+                      backend=self.repo.backend.describe())
+        return result
 
     def gc(self, grace=None, pending_timeout=None):
         return gc.collect(self.repo, grace=grace,

@@ -126,7 +126,11 @@ op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     }
     memset(&ep, 0, sizeof ep);
     ep.ino = e->ino;
-    ep.attr_timeout = ep.entry_timeout = TIMEOUT;
+    ep.attr_timeout = TIMEOUT;
+    /* Names are not cached: an image detached and attached again (after
+     * an extend, say) comes back as a new inode, and a cached entry would
+     * send the next open to the old one (ENOENT) within TIMEOUT. */
+    ep.entry_timeout = 0;
     fill_attr(fl, &ep.attr, e->ino, e);
     release(fl, e);
     fuse_reply_entry(req, &ep);

@@ -85,8 +85,9 @@ def _lock_state_path(path):
 
 class GroupOperations(object):
     """What members of ``[agent] admin_group`` reach through the admin
-    socket: every operation, but exports are held to ``[agent]
-    export_dir`` as RPC callers' are (the agent writes them as root).
+    socket: every operation, but exports and imports are held to
+    ``[agent] export_dir`` as RPC callers' are (the agent writes and
+    reads them as root).
     """
 
     def __init__(self, manager, export_dir):
@@ -101,6 +102,11 @@ class GroupOperations(object):
             self._export_dir, path, 'exports by admin_group members')
         return self._manager.export(image, version, path, timeout=timeout,
                                     overwrite=overwrite)
+
+    def import_file(self, image, path):
+        path = rpc_server.confined_export_path(
+            self._export_dir, path, 'imports by admin_group members')
+        return self._manager.import_file(image, path)
 
 
 class Agent(object):

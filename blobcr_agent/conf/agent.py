@@ -37,12 +37,13 @@ agent_opts = [
                     'except that their exports go under export_dir, as '
                     'RPC callers\' do.'),
     cfg.StrOpt('export_dir', default='/var/lib/blobcr/exports',
-               help='The only directory RPC callers may export versions to: '
-                    'the real path of the file (symlinks resolved) must be '
-                    'inside it; made (mode 0700) on the first export. Root '
-                    'on the admin socket (blobcr-manage export) may write '
-                    'anywhere; admin_group members only here. Keep it '
-                    'writable by root only.'),
+               help='The only directory RPC callers may export versions to '
+                    'and import raw files from (the Cinder driver\'s image '
+                    'copies): the real path of the file (symlinks '
+                    'resolved) must be inside it; made (mode 0700) on the '
+                    'first export. Root on the admin socket (blobcr-manage '
+                    'export) may use any path; admin_group members only '
+                    'this one. Keep it writable by root only.'),
     cfg.StrOpt('mirror_mode', default='selective-cow',
                choices=['selective-cow', 'live-cow', 'offline'],
                help='How a checkpoint snapshots an image: selective-cow '

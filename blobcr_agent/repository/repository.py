@@ -264,6 +264,102 @@ class Repository(object):
             header.deleted = True
         self.update_header(image_id, mutate)
 
+    def extend(self, ref, size):
+        """Grow an image to ``size`` bytes; the new space reads as zeros in
+        every version. Refused while a version is being written or a
+        mirror reads the image (pinned): it must be detached, as the
+        mirror's file keeps the size it was attached with.
+
+        Where the tree needs more levels for the new chunk count, each
+        version's root moves under new nodes (slot 0 of each) written
+        before the header update: one compare-and-set switches the size
+        and every root at once, so no reader sees a root of the wrong
+        depth.
+        """
+        header = self.image(ref)
+        if not isinstance(size, int) or size <= 0:
+            raise exception.InvalidInput('image size must be a positive '
+                                         'number of bytes, not %r' % (size,))
+        if size < header.size:
+            raise exception.InvalidInput(
+                'image %s has %d bytes: it can grow, not shrink to %d'
+                % (header.id, header.size, size))
+        for _ in range(_CAS_TRIES):
+            header = self.image(header.id)
+            if size == header.size:
+                return header
+            wrapped = self._wrap_roots(header, size)
+
+            def mutate(h, seen_size=header.size, wrapped=wrapped):
+                if h.size != seen_size:
+                    raise _Retry()
+                busy = [v.number for v in h.versions
+                        if v.state == image_mod.PENDING]
+                if busy:
+                    raise exception.InvalidInput(
+                        'image %s has versions being written (%s): extend '
+                        'it once they are persisted' % (h.id, busy))
+                pinned = [v for v in h.versions if v.pins]
+                if pinned:
+                    raise exception.InvalidInput(
+                        'image %s is attached (pinned: %s): detach it '
+                        'before extending it'
+                        % (h.id, '; '.join('v%d by %s' % (
+                            v.number, _describe_pins(v)) for v in pinned)))
+                for v in h.versions:
+                    if v.root and v.root not in wrapped:
+                        raise _Retry()          # a version came meanwhile
+                for v in h.versions:
+                    if v.root:
+                        v.root = wrapped[v.root]
+                h.size = size
+            try:
+                header, _ = self.update_header(header.id, mutate)
+            except _Retry:
+                continue
+            LOG.info('extended image %s to %d bytes', header.id, size)
+            return header
+        raise exception.Conflict('image %s keeps changing; gave up '
+                                 'extending it' % header.id)
+
+    def _wrap_roots(self, header, size):
+        """{old root hex: root hex at the depth of ``size``}, the new
+        nodes durable.
+        """
+        old_depth = tree.depth_for(header.nchunks, header.fanout)
+        new_depth = tree.depth_for(
+            (size + header.chunk_size - 1) // header.chunk_size,
+            header.fanout)
+        roots = {v.root for v in header.versions if v.root}
+        if new_depth == old_depth or not roots:
+            return {r: r for r in roots}
+        batch = self.backend.batch()
+        writer = tree.PackWriter(self.nodes, self.pack_max_bytes, batch)
+        wrapped = {}
+        for root in roots:
+            ref = bytes.fromhex(root)
+            for _ in range(new_depth - old_depth):
+                ref = writer.append(tree.parent_of(ref, header.fanout))
+            wrapped[root] = ref.hex()
+        writer.close()
+        batch.wait()
+        return wrapped
+
+    def commit_copy(self, ref, number=None, pin=None):
+        """A new version equal to stable version ``number`` (default the
+        newest): no chunk is written, the tree is shared. This is a
+        snapshot of a detached image (its content is its newest version)
+        and a revert (the newest version becomes equal to an older one).
+        """
+        header = self.image(ref)
+        parent = header.stable_version(number).number
+        pending = self.begin_commit(header.id, parent=parent)
+        try:
+            return pending.finish(pin=pin)
+        except BaseException as e:
+            pending.abort('%s: %s' % (type(e).__name__, e))
+            raise
+
     # -- versions --------------------------------------------------------
 
     def begin_commit(self, ref, parent=None, after=None):
@@ -715,18 +811,31 @@ class Repository(object):
     def import_file(self, path, name, chunk_size=None, fanout=None,
                     progress=None):
         """Import a raw file as version 1 of a new image."""
-        try:
-            size = os.stat(path).st_size
-        except OSError as e:
-            raise exception.InvalidInput('cannot read %s: %s' % (path, e))
-        if size == 0:
-            raise exception.InvalidInput('%s is empty' % path)
+        size = _file_size(path)
         header = self.create_image(name, size, chunk_size, fanout)
+        number = self.write_file(header.id, path, progress=progress)
+        return self.image(header.id), number
+
+    def write_file(self, ref, path, progress=None):
+        """A new version of an image whose content is the raw file
+        ``path`` (no larger than the image; the rest reads as zeros).
+        Only chunks that differ from the newest stable version's are
+        written: a file read back from the image costs no chunk.
+        """
+        header = self.image(ref)
+        size = _file_size(path)
+        if size > header.size:
+            raise exception.InvalidInput(
+                '%s has %d bytes, more than the %d of image %s'
+                % (path, size, header.size, header.id))
         cs = header.chunk_size
         block = max(cs, (16 << 20) // cs * cs)
         pending = self.begin_commit(header.id)
+        base = {}
+        if pending._base_root is not None:
+            base = dict(header.tree(self.nodes).items(pending._base_root))
         if progress:
-            progress.start(size)
+            progress.start(header.size)
         try:
             with open(path, 'rb') as f:
                 offset = 0
@@ -734,25 +843,36 @@ class Repository(object):
                     buf = f.read(block)
                     if not buf:
                         raise exception.InvalidInput(
-                            '%s shrank while it was imported' % path)
+                            '%s shrank while it was read' % path)
+                    if len(buf) % cs and offset + len(buf) < header.size:
+                        # The file's tail: the image goes on with zeros.
+                        buf += bytes(min(header.size - offset - len(buf),
+                                         cs - len(buf) % cs))
                     zero = _native.zero_map(buf, cs)
                     view = memoryview(buf)
                     for k, is_zero in enumerate(zero):
-                        # Zero chunks of a fresh image need no entry.
-                        if not is_zero:
-                            pending.put(offset // cs + k,
-                                        bytes(view[k * cs:(k + 1) * cs]))
+                        index = offset // cs + k
+                        data = bytes(view[k * cs:(k + 1) * cs])
+                        if is_zero:
+                            if index in base:
+                                pending.put_digest(index, None)
+                        elif chunks.digest(data) != base.get(index):
+                            pending.put(index, data)
                     offset += len(buf)
                     if progress:
                         progress.advance(len(buf))
+            # Past the file's end the image is zeros.
+            for index in base:
+                if index * cs >= offset:
+                    pending.put_digest(index, None)
             number = pending.finish()
         except BaseException as e:
-            pending.abort('import failed: %s' % e)
+            pending.abort('writing %s failed: %s' % (path, e))
             raise
         finally:
             if progress:
                 progress.finish()
-        return self.image(header.id), number
+        return number
 
     # -- measurement -----------------------------------------------------
 
@@ -884,6 +1004,20 @@ class Commit(object):
                           'retried; it stays pending meanwhile)',
                           self.version, self.image_id)
             self.repo.remember_unmarked(self.image_id, self.version, reason)
+
+
+def _file_size(path):
+    try:
+        size = os.stat(path).st_size
+    except OSError as e:
+        raise exception.InvalidInput('cannot read %s: %s' % (path, e))
+    if size == 0:
+        raise exception.InvalidInput('%s is empty' % path)
+    return size
+
+
+class _Retry(Exception):
+    """The header changed under an update that must be recomputed."""
 
 
 def _describe_pins(v):

@@ -40,6 +40,13 @@ def depth_for(nchunks, fanout):
     return depth
 
 
+def parent_of(ref, fanout):
+    """A node whose first slot is ``ref`` and the others empty: what a
+    tree that grows by one level puts above its old root.
+    """
+    return ref + EMPTY * (fanout - 1)
+
+
 def _checksum(node):
     # CRC32 catches torn and flipped bytes at a fraction of a hash's cost;
     # nodes are not content addresses, so nothing relies on it being

@@ -11,10 +11,12 @@ side. Version history of the API:
 * 1.2 - project= for attach, checkpoint and group_state (group ids are
   scoped by project), creator= for checkpoint; sent as 1.2 only when
   given.
+* 1.3 - create_image, delete_image, extend_image, snapshot (of a detached
+  image), revert, import_file, capacity: the Cinder driver's calls.
 """
 
 TOPIC = 'blobcr-agent'
 # Named in every target, so that callers whatever their own
 # control_exchange (cinder, nova) reach the agents.
 EXCHANGE = 'blobcr'
-VERSION = '1.2'
+VERSION = '1.3'

@@ -170,5 +170,37 @@ class AgentAPI(object):
         return self._call(host, 'group_state', group=group,
                           **self._since('1.2', project=project))
 
+    # -- 1.3: volumes -----------------------------------------------------
+
+    def create_image(self, host, name, size, chunk_size=None):
+        return self._call(host, 'create_image', api_version='1.3',
+                          name=name, size=size, chunk_size=chunk_size)
+
+    def delete_image(self, host, image):
+        return self._call(host, 'delete_image', api_version='1.3',
+                          image=image)
+
+    def extend_image(self, host, image, size):
+        return self._call(host, 'extend_image', api_version='1.3',
+                          image=image, size=size)
+
+    def snapshot(self, host, image):
+        """A version of a detached image (an attached one: checkpoint)."""
+        return self._call(host, 'snapshot', api_version='1.3', image=image)
+
+    def revert(self, host, image, version):
+        return self._call(host, 'revert', api_version='1.3', image=image,
+                          version=version)
+
+    def import_file(self, host, image, path, timeout=3600):
+        """A new version of ``image`` from the raw file ``path`` under the
+        agent's ``[agent] export_dir``.
+        """
+        return self._call(host, 'import_file', api_version='1.3',
+                          rpc_timeout=timeout, image=image, path=path)
+
+    def capacity(self, host):
+        return self._call(host, 'capacity', api_version='1.3')
+
     def cleanup(self):
         self.transport.cleanup()

@@ -57,7 +57,7 @@ def confined_export_path(export_dir, path, who):
 
 
 class AgentEndpoint(object):
-    """Every public method is an RPC call (API version 1.2)."""
+    """Every public method is an RPC call (API version 1.3)."""
 
     target = messaging.Target(version=rpc.VERSION)
 
@@ -123,6 +123,37 @@ class AgentEndpoint(object):
     @_expected
     def group_state(self, ctxt, group, project=None):
         return self.manager.group_state(group, project=project)
+
+    # -- 1.3: volumes -----------------------------------------------------
+
+    @_expected
+    def create_image(self, ctxt, name, size, chunk_size=None):
+        return self.manager.create_image(name, size, chunk_size=chunk_size)
+
+    @_expected
+    def delete_image(self, ctxt, image):
+        return self.manager.delete_image(image)
+
+    @_expected
+    def extend_image(self, ctxt, image, size):
+        return self.manager.extend_image(image, size)
+
+    @_expected
+    def snapshot(self, ctxt, image):
+        return self.manager.snapshot(image)
+
+    @_expected
+    def revert(self, ctxt, image, version):
+        return self.manager.revert(image, version)
+
+    @_expected
+    def import_file(self, ctxt, image, path):
+        path = confined_export_path(self.export_dir, path, 'RPC imports')
+        return self.manager.import_file(image, path)
+
+    @_expected
+    def capacity(self, ctxt):
+        return self.manager.capacity()
 
 
 def get_server(conf, manager, transport=None):

@@ -1,7 +1,8 @@
 """Property test: the repository against an in-memory reference model.
 
 Random sequences of create, COMMIT (from the newest or any stable
-version), CLONE, PIN and unpin, reads of any version, obsolete, abandoned
+version), a copy of a version (COMMIT of no chunk), extend, CLONE, PIN
+and unpin, reads of any version, obsolete, abandoned
 commits and GC run on the real backend (local store, and the micro Ceph
 cluster). The model is a dict of whole-image byte strings per stable
 version, and one per pinned version. After every step each stable
@@ -65,6 +66,11 @@ def model_machine(backend_factory):
             self.model = {}     # image id -> {version: bytes}
             self.sizes = {}
             self.pinned = {}    # (image id, version) -> bytes
+            self.writing = set()    # images with an abandoned commit
+            # (image id, version) -> {chunk index: object name}: the
+            # objects GC must keep (an extended image's old short last
+            # chunk stays the object it was, so content is not enough).
+            self.objects = {}
 
         def teardown(self):
             self.repo.close()
@@ -107,6 +113,45 @@ def model_machine(backend_factory):
             number = self.repo.commit(image, chunks, parent=parent)
             assert number not in versions
             versions[number] = bytes(content)
+            objects = dict(self.objects[(image, base_number)]
+                           if base_number else {})
+            for index, chunk in chunks.items():
+                objects[index] = hashlib.sha256(chunk).hexdigest()
+                if not any(chunk):
+                    del objects[index]
+            self.objects[(image, number)] = objects
+
+        @stateful.rule(image=images, data=st.data())
+        def commit_copy(self, image, data):
+            versions = self.model[image]
+            if not versions:
+                return
+            number = data.draw(st.sampled_from(sorted(versions)))
+            new = self.repo.commit_copy(image, number)
+            assert new not in versions
+            versions[new] = versions[number]
+            self.objects[(image, new)] = self.objects[(image, number)]
+
+        @stateful.rule(image=images, more=st.integers(0, 70),
+                       tail=st.integers(0, CHUNK - 1))
+        def extend(self, image, more, tail):
+            # Up to 70 chunks more: with fan-outs of 2-5 the tree often
+            # needs more levels.
+            size = self.sizes[image] + more * CHUNK + tail
+            busy = image in self.writing or any(
+                i == image for i, _ in self.pinned)
+            try:
+                header = self.repo.extend(image, size)
+            except exception.InvalidInput:
+                assert busy
+                return
+            assert not busy or size == self.sizes[image]
+            assert header.size == size
+            grow = size - self.sizes[image]
+            self.sizes[image] = size
+            versions = self.model[image]
+            for number in versions:
+                versions[number] += bytes(grow)
 
         @stateful.rule(target=images, image=images, data=st.data())
         def clone(self, image, data):
@@ -116,6 +161,7 @@ def model_machine(backend_factory):
             number = data.draw(st.sampled_from(sorted(versions)))
             header = self.repo.clone(image, number)
             self.model[header.id] = {1: versions[number]}
+            self.objects[(header.id, 1)] = self.objects[(image, number)]
             self.sizes[header.id] = self.sizes[image]
             return header.id
 
@@ -169,6 +215,7 @@ def model_machine(backend_factory):
                 length = min(CHUNK, self.sizes[image] - index * CHUNK)
                 pending.put(index, os.urandom(length))
             pending._batch.wait()
+            self.writing.add(image)
 
         @stateful.rule()
         def collect(self):
@@ -176,14 +223,11 @@ def model_machine(backend_factory):
             # the future: RADOS reports mtimes in whole seconds, and GC
             # keeps anything that may be newer than its cut-off.
             gc.collect(self.repo, grace=-2, pending_timeout=0)
-            expected = set()
-            contents = [c for versions in self.model.values()
-                        for c in versions.values()]
-            for content in contents + list(self.pinned.values()):
-                for offset in range(0, len(content), CHUNK):
-                    chunk = content[offset:offset + CHUNK]
-                    if any(chunk):
-                        expected.add(hashlib.sha256(chunk).hexdigest())
+            self.writing.clear()
+            live = [(image, number) for image, versions in self.model.items()
+                    for number in versions] + list(self.pinned)
+            expected = {name for key in live
+                        for name in self.objects[key].values()}
             stored = set(self.repo.backend.list(base.CHUNK))
             assert stored == expected, (
                 'lost: %d, orphans: %d' % (len(expected - stored),

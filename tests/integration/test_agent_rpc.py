@@ -1,9 +1,6 @@
 """The agent's RPC API end to end: AgentAPI in the test process, real
 blobcr-agent processes, a real RabbitMQ (tests/rabbitmq.py) and the
 repository on the local store and on the micro Ceph cluster.
-
-Every agent gets a host name of its own, so that tests never reach each
-other's agents on the shared broker.
 """
 
 import os
@@ -18,20 +15,16 @@ from oslo_messaging._drivers import common as rpc_common
 import pytest
 
 from blobcr_agent import exception
-from blobcr_agent.repository.backends import local
-from blobcr_agent.repository import repository
 from blobcr_agent import rpc
 from blobcr_agent.rpc import api as rpc_api
 from blobcr_agent.rpc import server as rpc_server
+from tests.agent_rpc import agent_log
+from tests.agent_rpc import host_name
+from tests.agent_rpc import rpc_settings
 from tests.functional.test_agent import fill  # same CHUNK
+from tests.integration.conftest import CHUNK
 
-CHUNK = 64 * 1024
 NCHUNKS = 32
-RPC_UP_TIMEOUT = 60
-
-
-def host_name(label):
-    return 'rpc-%s-%s' % (label, uuid.uuid4().hex[:10])
 
 
 def make_image(repo, name):
@@ -61,80 +54,12 @@ def versions_of(repo, image_id):
             for v in repo.image(image_id).versions]
 
 
-def rpc_settings(url, host, **agent):
-    return {'DEFAULT': {'transport_url': url},
-            'agent': dict({'host': host, 'rpc_enabled': 'true',
-                           'quiesce': 'none'}, **agent)}
-
-
-def wait_rpc(api, host, timeout=RPC_UP_TIMEOUT):
-    """Wait until ``host``'s agent answers RPC (it connects to the broker
-    in the background after it mounted); returns its status.
-    """
-    cctxt = api.client.prepare(server=host, timeout=2)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return cctxt.call({}, 'status')
-        except oslo_messaging.MessagingTimeout:
-            if time.monotonic() > deadline:
-                raise
-
-
-def agent_log(agent):
-    with open(agent.log.name, errors='replace') as f:
-        return f.read()
-
-
 def closed_port():
     s = socket.socket()
     s.bind(('127.0.0.1', 0))
     port = s.getsockname()[1]
     s.close()
     return port
-
-
-@pytest.fixture
-def api(rabbitmq_url):
-    client = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=60)
-    yield client
-    client.cleanup()
-
-
-@pytest.fixture
-def store(backend_factory):
-    repo = repository.Repository(backend_factory(), chunk_size=CHUNK)
-    yield repo
-    repo.close()
-
-
-@pytest.fixture
-def local_store(tmp_path):
-    repo = repository.Repository(
-        local.LocalBackend(str(tmp_path / 'store')), chunk_size=CHUNK)
-    yield repo
-    repo.close()
-
-
-@pytest.fixture
-def export_dir(tmp_path):
-    """The agents' [agent] export_dir (made by the first export)."""
-    return tmp_path / 'exports'
-
-
-@pytest.fixture
-def rpc_agent(agent_factory, rabbitmq_url, api, export_dir):
-    """start(repo, label, **agent options) -> (agent, host): an agent
-    serving RPC.
-    """
-    def start(repo, label='a', **agent):
-        host = host_name(label)
-        agent.setdefault('export_dir', str(export_dir))
-        agent = agent_factory(repo.backend,
-                              rpc_settings(rabbitmq_url, host, **agent))
-        assert wait_rpc(api, host)['host'] == host
-        return agent, host
-    return start
 
 
 def test_life_cycle(store, rpc_agent, api, export_dir):
@@ -479,9 +404,9 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
                 call()
         assert list(capped.status(host)['attached']) == [image_id]
         assert 'UnsupportedVersion' not in agent_log(agent)
-        # Without a cap, 1.1 and 1.2 are served; the agent's dispatcher
+        # Without a cap, 1.1 to 1.3 are served; the agent's dispatcher
         # refuses newer versions.
-        for version in ('1.1', '1.2'):
+        for version in ('1.1', '1.2', '1.3'):
             assert uncapped.client.prepare(server=host, version=version).call(
                 {}, 'status')['host'] == host
         assert uncapped.group_state(host, 'g', project='p1')['project'] == \
@@ -489,7 +414,7 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
         # oslo.messaging answers UnsupportedVersion, which the caller
         # gets as a RemoteError naming it (oslo_messaging.rpc.dispatcher
         # is not an allowed remote exception module).
-        for version in ('1.3', '2.0'):
+        for version in ('1.4', '2.0'):
             assert uncapped.client.can_send_version(version)
             with pytest.raises(oslo_messaging.RemoteError) as ei:
                 uncapped.client.prepare(server=host, version=version).call(
@@ -692,10 +617,12 @@ def test_calls_prepare_their_versions_and_timeouts():
         api.attach('h', 'disk', instance='vm', project='p')
         api.group_state('h', 'g')
         api.group_state('h', 'g', project='p')
+        api.snapshot('h', 'disk')
+        api.import_file('h', 'disk', '/x.raw')
         got = [(m, kw, sorted(a)) for m, kw, a in api.client.prepared]
     finally:
         api.cleanup()
-    assert rpc.VERSION == '1.2'
+    assert rpc.VERSION == '1.3'
     checkpoint = ['group', 'image', 'members', 'quiesce']
     assert got == [
         # A checkpoint outlasts the agent's bounded wait (then Busy).
@@ -720,5 +647,9 @@ def test_calls_prepare_their_versions_and_timeouts():
          ['image', 'instance', 'project', 'version']),
         ('group_state', {'server': 'h', 'version': '1.0'}, ['group']),
         ('group_state', {'server': 'h', 'version': '1.2'},
-         ['group', 'project'])]
+         ['group', 'project']),
+        # The volume calls are 1.3 calls; an import may take long.
+        ('snapshot', {'server': 'h', 'version': '1.3'}, ['image']),
+        ('import_file', {'server': 'h', 'version': '1.3', 'timeout': 3600},
+         ['image', 'path'])]
     assert rpc_api.CHECKPOINT_TIMEOUT >= 300

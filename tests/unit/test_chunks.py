@@ -49,9 +49,12 @@ def test_compressible_data_on_a_slow_link_is_compressed():
     (lambda b: b[:1] + b'x' + b[2:], 'hash'),
     (lambda b: b'\x07' + b[1:], 'codec'),
     (lambda b: b'', 'empty'),
-    (lambda b: b[:-1], 'bytes'),
+    (lambda b: b[:-1], 'hash'),         # short: hashed before padding
+    (lambda b: b + b'x', 'bytes'),
 ])
 def test_decode_rejects_damage(mutate, why):
+    # A short object is the last chunk of an image extended since, and
+    # only its hash tells it from a truncated one.
     data = os.urandom(1000)
     name = hashlib.sha256(data).hexdigest()
     blob = chunks.CompressionPolicy('never').encode(data)

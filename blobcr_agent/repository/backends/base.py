@@ -208,3 +208,10 @@ class ObjectBackend(metaclass=abc.ABCMeta):
     def describe(self):
         """One line saying where the objects are, for listings."""
         return self.name
+
+    def capacity(self):
+        """Room for chunk data: ``{'total_bytes', 'free_bytes',
+        'used_bytes'}`` as a user of the store counts them (after
+        replication or erasure-code overhead), plus ``detail``.
+        """
+        raise NotImplementedError

@@ -87,6 +87,19 @@ class LocalBackend(base.ObjectBackend):
     def describe(self):
         return 'local:%s' % self.root
 
+    def capacity(self):
+        # The file system's own view: other files on it count as used.
+        try:
+            st = os.statvfs(self.root)
+        except OSError as e:
+            raise exception.BackendUnavailable('cannot stat %s: %s'
+                                               % (self.root, e))
+        total = st.f_blocks * st.f_frsize
+        free = st.f_bavail * st.f_frsize
+        return {'total_bytes': total, 'free_bytes': free,
+                'used_bytes': total - st.f_bfree * st.f_frsize,
+                'detail': 'file system of %s' % self.root}
+
     def close(self):
         self._pool.shutdown(wait=True)
         if self._root_fd is not None:

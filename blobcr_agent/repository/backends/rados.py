@@ -25,6 +25,7 @@ gets the chunk writes as write ops with the flag.
 
 import calendar
 import errno
+import json
 import threading
 import time
 
@@ -129,6 +130,32 @@ class RadosBackend(base.ObjectBackend):
 
     def describe(self):
         return self._where
+
+    def capacity(self):
+        """The data pool's figures from ``ceph df``: ``max_avail`` is
+        what can still be stored in it, already divided by the pool's
+        erasure-code (or replica) overhead, and ``stored`` is user data
+        before that overhead.
+        """
+        command = json.dumps({'prefix': 'df', 'format': 'json'})
+        try:
+            ret, out, err = self._cluster.mon_command(command, b'')
+        except (rados.Error, OSError) as e:
+            raise exception.BackendUnavailable('ceph df failed: %s' % e)
+        if ret != 0:
+            raise exception.BackendUnavailable('ceph df failed: %s' % err)
+        pools = {p['name']: p['stats']
+                 for p in json.loads(out).get('pools', [])}
+        if self.data_pool not in pools:
+            raise exception.BackendUnavailable(
+                'ceph df does not list pool %s' % self.data_pool)
+        stats = pools[self.data_pool]
+        used = int(stats.get('stored', stats.get('bytes_used', 0)))
+        free = int(stats['max_avail'])
+        return {'total_bytes': used + free, 'free_bytes': free,
+                'used_bytes': used,
+                'detail': 'pool %s (ceph df: stored + max_avail)'
+                          % self.data_pool}
 
     def close(self):
         for ioctx in (self._data, self._meta, self._versioned,

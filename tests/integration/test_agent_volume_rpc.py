@@ -1,0 +1,113 @@
+"""The agent's volume calls (RPC API 1.3, what the Cinder driver uses)
+end to end: real agents, real RabbitMQ, the local store and the micro
+Ceph cluster.
+
+A detached image's content is its newest stable version; snapshot,
+revert, import and extend act on it and are refused, naming the host,
+while a mirror holds the image.
+"""
+
+import os
+import random
+
+import pytest
+
+from blobcr_agent import exception
+from tests.functional.test_agent import CHUNK
+from tests.functional.test_agent import expected as apply
+from tests.functional.test_agent import fill as write_at  # same CHUNK
+
+NCHUNKS = 20
+
+
+def test_volume_life_cycle(store, rpc_agent, api, export_dir):
+    repo = store
+    agent, host = rpc_agent(repo)
+    rng = random.Random(11)
+    size = NCHUNKS * CHUNK
+
+    created = api.create_image(host, 'volume-1', size)
+    image_id = created['id']
+    assert created['size'] == size and created['newest_stable'] is None
+    # A blank volume has no version yet: a snapshot has nothing to copy.
+    with pytest.raises(exception.VersionNotFound):
+        api.snapshot(host, image_id)
+
+    # Import a raw file as its first content (copy_image_to_volume).
+    export_dir.mkdir()
+    raw = export_dir / 'image.raw'
+    content = rng.randbytes(size - CHUNK - 100)     # shorter than the image
+    raw.write_bytes(content)
+    v1 = api.import_file(host, image_id, str(raw))
+    assert v1['version'] == 1 and v1['state'] == 'stable'
+    content += bytes(size - len(content))
+    assert repo.read(image_id, 1, 0, size) == content
+    # Importing the same file again writes no chunk.
+    again = api.import_file(host, image_id, str(raw))
+    assert again['version'] == 2 and again['chunks'] == 0
+    # Imports come from the export directory only.
+    with pytest.raises(exception.InvalidInput, match='export_dir'):
+        api.import_file(host, image_id, '/etc/hostname')
+
+    # Attached: written through the mirror, checkpointed there; the
+    # detached-image calls are refused, naming the host that pins it.
+    path = api.attach(host, image_id)['path']
+    w = write_at(path, rng, [0, 7, NCHUNKS - 1])
+    cp = api.checkpoint(host, image_id)
+    assert api.wait_stable(host, image_id, cp['version'], 60) == 'stable'
+    for call in (lambda: api.snapshot(host, image_id),
+                 lambda: api.revert(host, image_id, 1),
+                 lambda: api.import_file(host, image_id, str(raw)),
+                 lambda: api.extend_image(host, image_id, 2 * size),
+                 lambda: api.delete_image(host, image_id)):
+        with pytest.raises(exception.InvalidInput, match='attached'):
+            call()
+    api.detach(host, image_id)
+    current = apply(content, w)
+    assert repo.read(image_id, cp['version'], 0, size) == current
+
+    # Detached: a snapshot is a new version equal to the newest, sharing
+    # its tree (no chunk written).
+    snap = api.snapshot(host, image_id)
+    assert snap['version'] == cp['version'] + 1
+    assert snap['parent'] == cp['version'] and snap['chunks'] == 0
+    assert repo.read(image_id, snap['version'], 0, size) == current
+
+    # Revert to version 1: newest again equal to it; later ones stay.
+    reverted = api.revert(host, image_id, 1)
+    assert reverted['parent'] == 1
+    assert repo.read(image_id, reverted['version'], 0, size) == content
+    assert repo.read(image_id, snap['version'], 0, size) == current
+
+    # Extend: every version grows with zeros (past the tree's depth: 20
+    # to 300 chunks with the default fan-out of 64); attach sees it.
+    big = 300 * CHUNK + 5
+    assert api.extend_image(host, image_id, big)['size'] == big
+    with pytest.raises(exception.InvalidInput, match='shrink'):
+        api.extend_image(host, image_id, size)
+    zeros = bytes(big - size)
+    for number, data in ((1, content), (snap['version'], current),
+                         (reverted['version'], content)):
+        assert repo.read(image_id, number, 0, big) == data + zeros
+    path = api.attach(host, image_id)['path']
+    assert os.path.getsize(path) == big
+    w2 = write_at(path, rng, [250])
+    cp2 = api.checkpoint(host, image_id)
+    assert api.wait_stable(host, image_id, cp2['version'], 60) == 'stable'
+    api.detach(host, image_id)
+    assert repo.read(image_id, cp2['version'], 0, big) == \
+        apply(content + zeros, w2)
+
+    # Capacity: the store's room and what its images provision.
+    room = api.capacity(host)
+    assert room['total_bytes'] >= room['free_bytes'] > 0
+    assert room['provisioned_bytes'] >= big and room['images'] >= 1
+    assert room['backend'] == repo.backend.describe()
+
+    # Delete with a clone of it alive: the clone keeps its data.
+    clone = api.clone(host, image_id, snap['version'])
+    api.delete_image(host, image_id)
+    with pytest.raises(exception.ImageNotFound):
+        api.list_versions(host, image_id)
+    api.gc(host, grace=0)
+    assert repo.read(clone['id'], 1, 0, big) == current + zeros
