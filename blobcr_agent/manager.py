@@ -27,7 +27,7 @@ OPERATIONS = ('attach', 'detach', 'checkpoint', 'state', 'wait_stable',
               'clone', 'list_versions', 'obsolete', 'gc', 'status',
               'export', 'group_state', 'create_image', 'delete_image',
               'extend_image', 'snapshot', 'revert', 'import_file',
-              'capacity')
+              'capacity', 'delete_snapshot')
 
 
 def _version_dict(v):
@@ -270,6 +270,21 @@ class AgentManager(object):
         self._refuse_if_attached(header, 'detach it before reverting it')
         number = self.repo.commit_copy(header.id, version)
         return self._version_of(header.id, number)
+
+    def delete_snapshot(self, image, version):
+        """Obsolete ``version`` without losing the image's content: if it
+        is the newest version (the content of the image detached, or the
+        base its mirror builds on), a copy of it takes its place first.
+        Clones and other versions keep what they share with it.
+        """
+        header = self.repo.image(image)
+        v = header.version(version)
+        newer = [o for o in header.versions if o.number > v.number and
+                 o.state in (image_mod.STABLE, image_mod.PENDING)]
+        if v.state == image_mod.STABLE and not newer:
+            self.repo.commit_copy(header.id, v.number)
+        self.repo.obsolete(header.id, [v.number])
+        return self.list_versions(header.id)
 
     def import_file(self, image, path):
         """A new version of a detached image with the content of the raw

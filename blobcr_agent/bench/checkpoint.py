@@ -78,6 +78,13 @@ ORDERS = ('sequential', 'reverse', 'random')
 CHUNK = 256 * 1024
 COUNTERS = ('cow_copies', 'redirects', 'redirects_nocopy', 'waits',
             'urgent', 'avoided')
+# --interval also counts the COMMITs the core refused (buffer full, too
+# many in flight), the checkpoints refused before registering a version
+# (room check) or after (the version aborted), and the writers blocked
+# for buffer space that a COMMIT ordered after its snapshot.
+INTERVAL_COUNTERS = COUNTERS + ('busy_full', 'busy_gens', 'busy_prechecked',
+                                'busy_aborted', 'cut_writers')
+PHASES = ('lock', 'room', 'gate', 'register', 'record', 'commit')
 
 
 class Variant(object):
@@ -177,6 +184,7 @@ class Subject(object):
                 'ack_last_attempt_ms': (now - t0) * 1000,
                 'mirror_ack_ms': reply.get('downtime_ms'),
                 'held_ms': reply.get('held_ms'), 'busy': busy,
+                'phases_ms': reply.get('phases_ms') or {},
                 'requested': requested, 'acked': time.time()}
 
     def settle(self, checkpoints):
@@ -212,8 +220,8 @@ def new_mirror(workdir, backend_args, args):
                                  ['--cow-chunks', str(args.cow_chunks)])
 
 
-def _delta(after, before):
-    return {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
+def _delta(after, before, keys=COUNTERS):
+    return {k: after.get(k, 0) - before.get(k, 0) for k in keys}
 
 
 # -- the synthetic benchmark ------------------------------------------------
@@ -566,7 +574,7 @@ def _interval_run(repo, mirror, control, args, mode, pattern, r, log):
         drain_from = time.perf_counter()
         subject.settle(checkpoints + [last])
         drain = time.perf_counter() - drain_from
-        counters = _delta(subject.stats(), before)
+        counters = _delta(subject.stats(), before, INTERVAL_COUNTERS)
     finally:
         subject.close()
     for cp in checkpoints:
@@ -634,7 +642,11 @@ def run_interval(repo, backend_args, args, log):
                                            1),
             'drain_s': common.summary([r['drain_s'] for r in runs]),
             'counters': {k: [r['counters'][k] for r in runs]
-                         for k in COUNTERS},
+                         for k in INTERVAL_COUNTERS},
+            # Where the successful attempt's time went in the mirror.
+            'phases_ms': {p: common.summary([c['phases_ms'].get(p, 0)
+                                             for c in ok], 2)
+                          for p in PHASES},
             'runs': [{'ack_ms': [round(c['ack_ms'], 2)
                                  for c in r['checkpoints']],
                       'held_ms': [c['held_ms'] for c in r['checkpoints']],
@@ -642,6 +654,7 @@ def run_interval(repo, backend_args, args, log):
                       'backlog_chunks': [c['scheduled_at_request']
                                          for c in r['checkpoints']],
                       'busy': [c['busy'] for c in r['checkpoints']],
+                      'phases_ms': [c['phases_ms'] for c in r['checkpoints']],
                       'to_stable_s': [round(c['to_stable_s'] or 0, 3)
                                       for c in r['checkpoints']]}
                      for r in runs],

@@ -101,6 +101,13 @@ class AttachedImage(object):
         self._closing = False
         self.fetched_chunks = 0
         self.fetched_bytes = 0
+        self._phases = {}
+        self.last_phases = {}
+        # Checkpoints refused Busy by the room check, before registering
+        # a version (busy_aborted: registered, then refused by the COMMIT
+        # itself, the version aborted).
+        self.busy_prechecked = 0
+        self.busy_aborted = 0
         self.versions = {}          # version -> 'pending'|'stable'|'failed'
         self.timing = {}            # version -> {committed, done} (time)
         self.last_error = None
@@ -209,13 +216,20 @@ class AttachedImage(object):
         ``hold`` (a context manager that keeps the guest still: suspend
         or fsfreeze), so that the guest is held for the snapshot alone.
         In offline mode, returns (and releases the hold) once the version
-        is stable.
+        is stable. ``last_phases`` tells where the time of the last one
+        went (ms): ``lock`` (this image's checkpoint lock), ``room`` (the
+        wait for room in flight), ``gate``, ``register`` (the version in
+        the repository), ``record`` (the cache metadata), ``commit`` (the
+        snapshot, held).
         """
         deadline = None if wait is None else time.monotonic() + wait
+        phases = self._phases = {}
+        mark = time.perf_counter()
         if not self._commit_lock.acquire(
                 timeout=-1 if wait is None else wait):
             raise exception.Busy('image %s is being checkpointed or '
                                  'detached; try again' % self.id)
+        mark = self._phase('lock', mark)
         try:
             if self._closing:
                 raise exception.InvalidInput('image %s is being detached'
@@ -227,8 +241,11 @@ class AttachedImage(object):
                     'versions %s of %s are still being persisted; try again'
                     % (', '.join(map(str, self.persister.versions())),
                        self.id))
+            mark = self._phase('room', mark)
             with self._gate:
+                self._phase('gate', mark)
                 version, count, held_ms = self._snapshot(hold)
+            self.last_phases = phases
             if self.mode == 'offline':
                 # The core holds writes until the version is stable.
                 waited = time.perf_counter()
@@ -245,23 +262,34 @@ class AttachedImage(object):
         is held: nothing after the COMMIT may fail), COMMIT under
         ``hold``, queue the persist; the gate is held.
         """
+        # Room first: a COMMIT the core would refuse now (its
+        # copy-on-write buffer full) must not register a version in the
+        # repository only to abort it. The room can still go before the
+        # COMMIT (then it is Busy and the version aborted, as before).
+        busy = self.core.commit_busy()
+        if busy is not None:
+            self.busy_prechecked += 1
+            raise exception.Busy('image %s: %s; try again' % (self.id, busy))
+        mark = time.perf_counter()
         after = self.persister.newest()
         pending = self.repo.begin_commit(
             self.id, parent=self.meta['last'] if after is None else None,
             after=after)
+        mark = self._phase('register', mark)
         try:
             self._record_in_flight(self.persister.versions() +
                                    [pending.version])
         except BaseException as e:
             pending.abort('snapshot not taken: %s' % e)
             raise
-        held_from = time.perf_counter()
+        held_from = self._phase('record', mark)
         committed = False
         try:
             with hold or contextlib.nullcontext():
                 try:
                     count = self.core.commit(self.mode == 'offline')
                 except BusyError as e:
+                    self.busy_aborted += 1
                     raise exception.Busy('image %s: %s; try again'
                                          % (self.id, e))
                 committed = True
@@ -278,8 +306,14 @@ class AttachedImage(object):
                     LOG.error('cache metadata of %s not updated: %s',
                               self.id, again)
             raise
-        return pending.version, count, (time.perf_counter() - held_from) \
-            * 1000
+        self._phase('commit', held_from)
+        return pending.version, count, self._phases['commit']
+
+    def _phase(self, name, since):
+        """Record ``name`` as the time since ``since``; return now."""
+        now = time.perf_counter()
+        self._phases[name] = (now - since) * 1000
+        return now
 
     def _record_in_flight(self, versions, **more):
         """Save the versions in flight (oldest first) in the cache's
@@ -351,6 +385,8 @@ class AttachedImage(object):
         s = self.core.stats()
         s.update(fetched_chunks=self.fetched_chunks,
                  fetched_bytes=self.fetched_bytes,
+                 busy_prechecked=self.busy_prechecked,
+                 busy_aborted=self.busy_aborted,
                  attached_version=self.attached_version,
                  last_version=self.meta['last'],
                  persisting=self.meta['persisting'],

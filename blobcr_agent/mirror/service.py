@@ -178,7 +178,9 @@ class MirrorService(object):
         downtime = (time.perf_counter() - t0) * 1000
         return {'image': attached.id, 'version': version, 'chunks': count,
                 'downtime_ms': round(downtime, 3),
-                'held_ms': round(held, 3)}
+                'held_ms': round(held, 3),
+                'phases_ms': {k: round(v, 3)
+                              for k, v in attached.last_phases.items()}}
 
     def state(self, image, version):
         return self.get(image).version_state(version)

@@ -12,7 +12,8 @@ side. Version history of the API:
   scoped by project), creator= for checkpoint; sent as 1.2 only when
   given.
 * 1.3 - create_image, delete_image, extend_image, snapshot (of a detached
-  image), revert, import_file, capacity: the Cinder driver's calls.
+  image), delete_snapshot, revert, import_file, capacity: the Cinder
+  driver's calls.
 """
 
 TOPIC = 'blobcr-agent'

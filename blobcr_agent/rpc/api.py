@@ -192,6 +192,11 @@ class AgentAPI(object):
         return self._call(host, 'revert', api_version='1.3', image=image,
                           version=version)
 
+    def delete_snapshot(self, host, image, version):
+        """Obsolete ``version``; the image's content stays."""
+        return self._call(host, 'delete_snapshot', api_version='1.3',
+                          image=image, version=version)
+
     def import_file(self, host, image, path, timeout=3600):
         """A new version of ``image`` from the raw file ``path`` under the
         agent's ``[agent] export_dir``.

@@ -147,6 +147,10 @@ class AgentEndpoint(object):
         return self.manager.revert(image, version)
 
     @_expected
+    def delete_snapshot(self, ctxt, image, version):
+        return self.manager.delete_snapshot(image, version)
+
+    @_expected
     def import_file(self, ctxt, image, path):
         path = confined_export_path(self.export_dir, path, 'RPC imports')
         return self.manager.import_file(image, path)

@@ -98,6 +98,20 @@ def test_volume_life_cycle(store, rpc_agent, api, export_dir):
     assert repo.read(image_id, cp2['version'], 0, big) == \
         apply(content + zeros, w2)
 
+    # Deleting the snapshot that is the newest version keeps the
+    # content: a copy takes its place. An older one just goes.
+    newest = api.list_versions(host, image_id)['versions'][-1]['version']
+    after = api.delete_snapshot(host, image_id, newest)['versions']
+    assert [v['state'] for v in after[-2:]] == ['obsolete', 'stable']
+    assert after[-1]['parent'] == newest and after[-1]['chunks'] == 0
+    assert repo.read(image_id, after[-1]['version'], 0, big) == \
+        apply(content + zeros, w2)
+    api.delete_snapshot(host, image_id, 1)
+    api.gc(host, grace=0)
+    assert repo.read(image_id, after[-1]['version'], 0, big) == \
+        apply(content + zeros, w2)
+    assert repo.read(image_id, snap['version'], 0, big) == current + zeros
+
     # Capacity: the store's room and what its images provision.
     room = api.capacity(host)
     assert room['total_bytes'] >= room['free_bytes'] > 0
