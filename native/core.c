@@ -10,8 +10,9 @@
  * snapshot fails (both with every write held off).
  *
  * Snapshot protocol (journal paper, Algorithms 1-4):
- *   COMMIT      waits for in-flight writes, turns every DIRTY chunk into
- *               SCHEDULED (+SNAP), and orders the schedule.
+ *   COMMIT      waits for in-flight writes (but not for those blocked for
+ *               a buffer slot: see "The cut" below), turns every DIRTY
+ *               chunk into SCHEDULED (+SNAP), and orders the schedule.
  *   persister   takes chunks one at a time: PENDING while it reads one
  *               from the mirror file, or straight from the buffer if a
  *               writer copied it there; then the chunk is Idle again.
@@ -40,6 +41,32 @@
  * (the oldest's chunks in the mirror file need no slot, so the oldest
  * always finishes). A COMMIT with the buffer full is refused Busy.
  *
+ * The cut (which writes a COMMIT's snapshot holds). A write goes
+ *
+ *     gate --> prepare (per chunk: copy aside | wait PENDING | wait for
+ *       ^        |       a buffer slot)
+ *       |        +--> pwrite --> DIRTY, done
+ *       +--- cut: woke from a slot wait to a new COMMIT (m->commits)
+ *
+ * The gate holds writes off while a COMMIT works (committing), so a
+ * write that passed it is "in flight" (m->writers) until done. COMMIT
+ * waits for every write in flight EXCEPT those waiting for a buffer
+ * slot (m->slot_waiters): such a write has changed nothing in the
+ * mirror file yet (pwrite comes after every prepare; what its earlier
+ * prepares did are copies of snapshot content, never written over), so
+ * it can be ordered AFTER the snapshot. Waiting for it instead would
+ * keep the COMMIT (and the guest, if held) until the persister frees a
+ * slot, up to a whole persist: the core used to answer Busy then, and
+ * every other write still blocked at the gate. When it wakes and sees
+ * m->commits changed it gives up its prepares and goes back to the
+ * gate: it prepares every chunk again against the new generation
+ * (a chunk it had found safe may now be in the new snapshot, read in
+ * place), so nothing it writes can reach the snapshot just frozen; and
+ * everything written before the cut is in it (those writes were
+ * drained). Slot waits happen in selective-cow only (no FILLING chunk
+ * to give back); a waiter cannot act while COMMIT holds the lock, and
+ * COMMIT does not drop it once the drain is over.
+ *
  * Races the design closes (tests/native/stress_core.c hits each):
  *   - a write is "in flight" on its chunks (wflight) from the end of its
  *     prepare to the end of its pwrite: an install waits for it and then
@@ -49,7 +76,10 @@
  *     instant (a prepare that waited let the persister fold an earlier
  *     chunk back);
  *   - a live-cow write that covers a chunk redirects it without copying;
- *     readers keep reading the mirror file until it is done (FILLING).
+ *     readers keep reading the mirror file until it is done (FILLING);
+ *   - a write cut by a COMMIT while it waited for a slot prepares again
+ *     the chunks it had prepared: one of them may be in the new
+ *     generation (else its pwrite would land in that snapshot).
  *
  * Copyright BlobCR for OpenStack developers. Apache-2.0.
  */
@@ -289,6 +319,7 @@ mc_open(MirrorCore *m, const char *dir, int64_t size, int64_t chunk_size,
     memset(&m->st, 0, sizeof m->st);
     m->writers = m->committing = m->hold = m->taking = 0;
     m->slot_waiters = 0;
+    m->commits = 0;
     m->max_gens = mode == MODE_SELECTIVE ? MC_MAX_GENS : 1;
     m->head = m->ngens = m->parked = 0;
     for (int g = 0; g < MC_MAX_GENS; g++)
@@ -496,14 +527,19 @@ mc_read(MirrorCore *m, char *buf, long long off, long long len,
 
 /* ---- writes ------------------------------------------------------- */
 
+/* prepare_chunk's answer when a COMMIT cut the write while it waited
+ * for a buffer slot: start over from the gate. */
+#define MC_CUT (-2)
+
 /* Make chunk c safe to overwrite; lock held, may wait. whole: the write
- * covers the chunk. Returns 0, an errno, or -1 when it would wait and
- * nonblock is set. A copy aside runs unlocked: a failed snapshot
- * (snapshot_done) may take the chunk out of the schedule meanwhile, so
- * the copy is kept only if the chunk is still scheduled after it. */
+ * covers the chunk; epoch: m->commits when the write passed the gate.
+ * Returns 0, an errno, -1 when it would wait and nonblock is set, or
+ * MC_CUT. A copy aside runs unlocked: a failed snapshot (snapshot_done)
+ * may take the chunk out of the schedule meanwhile, so the copy is kept
+ * only if the chunk is still scheduled after it. */
 static int
 prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
-              char *scratch)
+              char *scratch, uint32_t epoch)
 {
     int waited = 0;
     for (;;) {
@@ -575,11 +611,14 @@ prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
                     m->st.urgent++;
                 push_urgent(m, c);
             }
-            /* Also wakes a COMMIT waiting for writers: it gives up. */
+            /* Also wakes a COMMIT draining writers: it need not wait
+             * for this one (the cut, above). */
             pthread_cond_broadcast(&m->cond);
             m->slot_waiters++;
             pthread_cond_wait(&m->cond, &m->lock);
             m->slot_waiters--;
+            if (m->commits != epoch)
+                return MC_CUT;      /* ordered after that COMMIT */
             continue;
         }
         {
@@ -593,8 +632,9 @@ prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
             PAUSE(MC_AT_COPY);
             pthread_mutex_lock(&m->lock);
             m->state[c] &= (uint8_t)~ST_PENDING;
-            /* No COMMIT while we copied (we are a writer): g is still
-             * the newest holding c; only a failure can have ended it. */
+            /* No COMMIT while we copied (we are a writer in flight, not
+             * waiting for a slot): g is still the newest holding c; only
+             * a failure can have ended it. */
             if (err || !(m->gens[c] & G_UNTAKEN(g))) {
                 /* An error, or the snapshot failed while we copied: the
                  * next COMMIT must not find this stale copy. */
@@ -631,6 +671,7 @@ mc_write(MirrorCore *m, const char *buf, long long off, long long len,
     int64_t first = off / m->chunk_size;
     int64_t last = (off + len - 1) / m->chunk_size, c, done;
     int err = 0, any_redirect = 0;
+    uint32_t epoch;
 
     *nmissing = 0;
     *busy = 0;
@@ -645,6 +686,7 @@ mc_write(MirrorCore *m, const char *buf, long long off, long long len,
         return 0;
     }
     /* COMMIT flips the state between writes, never inside one. */
+gate:
     while (m->committing || m->hold) {
         if (nonblock) {
             pthread_mutex_unlock(&m->lock);
@@ -654,6 +696,7 @@ mc_write(MirrorCore *m, const char *buf, long long off, long long len,
         pthread_cond_wait(&m->cond, &m->lock);
     }
     m->writers++;
+    epoch = m->commits;
     /* missing[] now marks the chunks whose redirect this write fills
      * (FILLING: PENDING for everyone else). */
     for (c = first; c <= last; c++)
@@ -666,7 +709,14 @@ again:
         if (missing[done - first])
             continue;
         r = prepare_chunk(m, done, off <= cs && off + len >= ce, nonblock,
-                          scratch);
+                          scratch, epoch);
+        if (r == MC_CUT) {
+            /* After the cut: out of flight, through the gate again, and
+             * every chunk prepared anew (selective-cow: no FILLING). */
+            m->writers--;
+            pthread_cond_broadcast(&m->cond);
+            goto gate;
+        }
         if (r == -1)
             *busy = 1;
         else
@@ -848,6 +898,21 @@ fold_leftovers(MirrorCore *m, char *scratch)
     return 0;
 }
 
+/* Why a COMMIT cannot start now (an MC_BUSY_*), or 0. Busy for a full
+ * buffer: another generation would only add copies to a buffer the
+ * persister has to drain first. Lock held. */
+static int
+commit_refusal(const MirrorCore *m)
+{
+    if (m->committing)
+        return MC_BUSY_COMMIT;
+    if (m->ngens >= m->max_gens)
+        return MC_BUSY_GENS;
+    if (m->ngens && m->mode == MODE_SELECTIVE && m->nfree == 0)
+        return MC_BUSY_FULL;
+    return 0;
+}
+
 int
 mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy)
 {
@@ -860,33 +925,22 @@ mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy)
     if (!scratch)
         return ENOMEM;
     pthread_mutex_lock(&m->lock);
-    if (m->committing) {
-        *busy = MC_BUSY_COMMIT;
-        goto out;
-    }
-    if (m->ngens >= m->max_gens) {
-        *busy = MC_BUSY_GENS;
-        m->st.busy_gens++;
-        goto out;
-    }
-    if (m->ngens && m->mode == MODE_SELECTIVE && m->nfree == 0) {
-        *busy = MC_BUSY_FULL;
-        m->st.busy_full++;
+    if ((*busy = commit_refusal(m))) {
+        m->st.busy_gens += *busy == MC_BUSY_GENS;
+        m->st.busy_full += *busy == MC_BUSY_FULL;
         goto out;
     }
     m->committing = 1;
-    while (m->writers) {
-        /* A writer waiting for buffer space waits for the persister:
-         * this COMMIT would only add to its wait. */
-        if (m->slot_waiters) {
-            *busy = MC_BUSY_FULL;
-            m->st.busy_full++;
-            goto done;
-        }
+    /* Drain the writes in flight but those waiting for a buffer slot:
+     * they are cut (ordered after this snapshot; they start over when
+     * they wake, seeing m->commits changed). The others never wait on
+     * anything that waits for us, so the drain ends. */
+    while (m->writers > m->slot_waiters)
         pthread_cond_wait(&m->cond, &m->lock);
-    }
-    /* No writer in flight: ngens cannot have grown (only a COMMIT adds)
-     * and a failure waits for us; the oldest may have ended (stable). */
+    /* No writer in flight but slot waiters, which cannot run before we
+     * are done (we keep the lock from here on): ngens cannot have grown
+     * (only a COMMIT adds) and a failure waits for us; the oldest may
+     * have ended (stable). */
     if (!m->ngens && (err = fold_leftovers(m, scratch)))
         goto done;
     g = gen_at(m, m->ngens);
@@ -947,6 +1001,9 @@ mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy)
     m->ngens++;
     set_ring(m, m->head, m->ngens);
     m->hold = hold;
+    /* The cut: every slot waiter is now after this snapshot. */
+    m->commits++;
+    m->st.cut_writers += m->slot_waiters;
 done:
     m->committing = 0;
     pthread_cond_broadcast(&m->cond);
@@ -955,6 +1012,16 @@ out:
     free(scratch);
     *count = n;
     return err;
+}
+
+int
+mc_commit_room(MirrorCore *m)
+{
+    int busy;
+    pthread_mutex_lock(&m->lock);
+    busy = commit_refusal(m);
+    pthread_mutex_unlock(&m->lock);
+    return busy;
 }
 
 void

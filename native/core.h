@@ -69,6 +69,9 @@ typedef struct {
                                 generation in flight still held them */
     int64_t busy_gens;       /* COMMITs refused: MAX generations in flight */
     int64_t busy_full;       /* COMMITs refused: the CoW buffer is full */
+    int64_t cut_writers;     /* writers blocked for a buffer slot that a
+                                COMMIT ordered after its snapshot (cut)
+                                instead of waiting for them */
     int64_t in_flight;       /* generations in flight now */
 } MirrorStats;
 
@@ -85,7 +88,10 @@ typedef struct MirrorCore {
                                wait at the gate */
     int hold;               /* offline: writes wait until released */
     int taking;             /* mc_take calls at work */
-    int slot_waiters;       /* writers waiting for a free buffer slot */
+    int slot_waiters;       /* writers waiting for a free buffer slot
+                               (counted in writers too) */
+    uint32_t commits;       /* COMMITs taken: a slot waiter that wakes to
+                               a new value was cut (mc_write starts over) */
     /* generations: live ones are ring slots head .. head+ngens-1 (oldest
      * first); after a restart the persisted ones are "parked" (counted
      * in parked, not served) until mc_resume or mc_snapshot_done. */
@@ -152,13 +158,18 @@ int mc_install(MirrorCore *m, int64_t c, const char *data, int *installed);
 /* COMMIT: a new generation, behind those in flight. 0 or an errno;
  * *busy (nothing committed) is MC_BUSY_GENS with max_gens generations
  * in flight (not yet ended by snapshot_done), MC_BUSY_FULL when the
- * copy-on-write buffer is full while generations are in flight (writers
- * wait for it), MC_BUSY_COMMIT when another COMMIT or a failure is at
- * work. *count = chunks in the snapshot. On an error nothing is
- * scheduled (live-precopy's copy errors: the chunks are dirty again)
- * and no hold is taken. */
+ * copy-on-write buffer is full (no free slot) while generations are in
+ * flight, MC_BUSY_COMMIT when another COMMIT or a failure is at work.
+ * Writers in flight are drained, except those blocked for a buffer slot:
+ * they are ordered after the snapshot (see core.c). *count = chunks in
+ * the snapshot. On an error nothing is scheduled (live-precopy's copy
+ * errors: the chunks are dirty again) and no hold is taken. */
 enum { MC_BUSY_GENS = 1, MC_BUSY_FULL, MC_BUSY_COMMIT };
 int mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy);
+/* What mc_commit would answer now without taking anything: 0 (it would
+ * take a snapshot) or the MC_BUSY_* it would refuse with. A hint: the
+ * answer may change before the COMMIT. Cheap (no scan, no wait). */
+int mc_commit_room(MirrorCore *m);
 void mc_release_hold(MirrorCore *m);
 /* The next chunk of the OLDEST generation in flight into buf
  * (chunk_size bytes): 0 or an errno; *c = -1 when that generation is

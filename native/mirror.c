@@ -284,14 +284,27 @@ Mirror_install(Mirror *m, PyObject *args)
 
 PyDoc_STRVAR(commit_doc,
 "commit(hold=False) -> int\n\n"
-"Snapshot: wait for in-flight writes, freeze every chunk written since\n"
-"the last commit as a new generation behind those in flight, order it,\n"
-"and return how many chunks it holds. Raises BusyError (nothing\n"
-"committed) with max_snapshots generations in flight (not yet ended by\n"
-"snapshot_done), or when the copy-on-write buffer is full while\n"
-"generations are in flight. live-precopy copies the chunks aside before returning (on\n"
-"an error nothing stays scheduled); with hold, writes stay blocked\n"
-"until release_hold() (offline mode).");
+"Snapshot: wait for in-flight writes (writes waiting for copy-on-write\n"
+"space are not waited for: they come after the snapshot), freeze every\n"
+"chunk written since the last commit as a new generation behind those\n"
+"in flight, order it, and return how many chunks it holds. Raises\n"
+"BusyError (nothing committed) with max_snapshots generations in\n"
+"flight (not yet ended by snapshot_done), or when the copy-on-write\n"
+"buffer is full while generations are in flight. live-precopy copies\n"
+"the chunks aside before returning (on an error nothing stays\n"
+"scheduled); with hold, writes stay blocked until release_hold()\n"
+"(offline mode).");
+
+static const char *
+busy_reason(int busy)
+{
+    return busy == MC_BUSY_GENS ?
+        "the previous snapshots are still being persisted (the most the "
+        "mirror keeps in flight)" :
+        busy == MC_BUSY_FULL ?
+        "the copy-on-write buffer is full (writes wait for the persister)" :
+        "another snapshot is being taken or ended";
+}
 
 static PyObject *
 Mirror_commit(Mirror *m, PyObject *args, PyObject *kw)
@@ -308,19 +321,30 @@ Mirror_commit(Mirror *m, PyObject *args, PyObject *kw)
     err = mc_commit(&m->core, hold, &n, &busy);
     Py_END_ALLOW_THREADS
     if (busy) {
-        PyErr_SetString(BusyError,
-                        busy == MC_BUSY_GENS ?
-                        "the previous snapshots are still being persisted "
-                        "(the most the mirror keeps in flight)" :
-                        busy == MC_BUSY_FULL ?
-                        "the copy-on-write buffer is full (writes wait for "
-                        "the persister)" :
-                        "another snapshot is being taken or ended");
+        PyErr_SetString(BusyError, busy_reason(busy));
         return NULL;
     }
     if (err)
         return set_errno(err);
     return PyLong_FromLongLong(n);
+}
+
+PyDoc_STRVAR(commit_busy_doc,
+"commit_busy() -> str or None\n\n"
+"Why commit() would be refused Busy now (the BusyError message), or\n"
+"None if it would take a snapshot. Cheap (no scan, no wait), and only\n"
+"a hint: the answer may change before the commit.");
+
+static PyObject *
+Mirror_commit_busy(Mirror *m, PyObject *noargs)
+{
+    int busy;
+    if (check_open(m) < 0)
+        return NULL;
+    busy = mc_commit_room(&m->core);
+    if (!busy)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(busy_reason(busy));
 }
 
 static PyObject *
@@ -502,7 +526,7 @@ Mirror_stats(Mirror *m, PyObject *noargs)
     mc_stats(&m->core, &s);
     return Py_BuildValue(
         "{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,"
-        "s:L,s:L,s:L,s:L,s:L,s:s}",
+        "s:L,s:L,s:L,s:L,s:L,s:L,s:s}",
         "present", (long long)s.present, "dirty", (long long)s.dirty,
         "scheduled", (long long)s.scheduled,
         "cow_copies", (long long)s.cow_copies,
@@ -520,6 +544,7 @@ Mirror_stats(Mirror *m, PyObject *noargs)
         "multi_gen", (long long)s.multi_gen,
         "busy_gens", (long long)s.busy_gens,
         "busy_full", (long long)s.busy_full,
+        "cut_writers", (long long)s.cut_writers,
         "generations", (long long)s.in_flight,
         "mode", mc_mode_names[m->core.mode]);
 }
@@ -551,6 +576,8 @@ static PyMethodDef Mirror_methods[] = {
     {"install", (PyCFunction)Mirror_install, METH_VARARGS, install_doc},
     {"commit", (PyCFunction)(void (*)(void))Mirror_commit,
      METH_VARARGS | METH_KEYWORDS, commit_doc},
+    {"commit_busy", (PyCFunction)Mirror_commit_busy, METH_NOARGS,
+     commit_busy_doc},
     {"release_hold", (PyCFunction)Mirror_release_hold, METH_NOARGS,
      "Let writes proceed after commit(hold=True)."},
     {"take", (PyCFunction)Mirror_take, METH_NOARGS, take_doc},

@@ -18,8 +18,24 @@
  *               often while writers copy aside: that version and every
  *               later one in flight fail, and all their chunks must be
  *               dirty again.
+ * Every fifth round is a "cut" round (selective-cow): a buffer of one or
+ * two slots, so that writers keep blocking for copy-on-write space,
+ * writes spanning two or three chunks (six threads on eight chunks),
+ * a slow persister, and COMMITs arriving as soon as there is room; a
+ * COMMIT then orders the writers blocked for a slot after its snapshot
+ * instead of waiting for them, and they start over (the core's "cut").
+ * The same checks below prove that no such write leaks into the
+ * snapshot and no write before the cut is missing from it.
  * The core is built with MC_TEST_HOOKS: random pauses widen its race
  * windows.
+ *
+ * Before the rounds, a directed run builds the cut case step by step
+ * (the copy-aside hook stops a writer at the right place): a COMMIT
+ * arrives while the only write in flight will block for a buffer slot;
+ * the COMMIT must not be Busy nor wait, and the snapshot it takes must
+ * hold the chunk that write covers with its content before the write,
+ * even though the write had found that chunk safe before the COMMIT (it
+ * must prepare it again).
  *
  * Every write fills whole 256-byte sub-blocks with its own stamp, and the
  * logical clock ticks before and after every write and COMMIT, so the
@@ -72,7 +88,7 @@
 #define SIZE    (NCH * CS - 2 * SB)      /* a short last chunk */
 #define NSB     (SIZE / SB)
 #define WORDS   (SB / 8)
-#define NWRITERS 4
+#define NWRITERS 6
 #define MAXW    60000                    /* writes per writer per round */
 #define MAXV    256                      /* versions per round */
 #define MAXR    60000                    /* read observations per round */
@@ -95,6 +111,11 @@ static __thread uint64_t trng = 88172645463325252ULL;
 static uint64_t seed;
 static int verbose;
 static volatile int hooks_on;
+static int cut_round;                    /* see the top of this file */
+/* Directed run: the next copy-aside stops in its hook until released. */
+static pthread_mutex_t latch_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t latch_cond = PTHREAD_COND_INITIALIZER;
+static int latch_armed, latch_held;
 static uint64_t clock_ticks;
 static int64_t fault_countdown = -1;     /* live-precopy copy error */
 static int64_t faults_fired;
@@ -121,11 +142,25 @@ void
 mc_test_pause(int where)
 {
     uint64_t r;
+    if (where == MC_AT_COPY) {
+        pthread_mutex_lock(&latch_lock);
+        if (latch_armed) {
+            latch_armed = 0;
+            latch_held = 1;
+            pthread_cond_broadcast(&latch_cond);
+            while (latch_held)
+                pthread_cond_wait(&latch_cond, &latch_lock);
+        }
+        pthread_mutex_unlock(&latch_lock);
+    }
     if (!__atomic_load_n(&hooks_on, __ATOMIC_RELAXED))
         return;
     r = xs(&trng);
     if (r % 3 == 0)
-        usleep((useconds_t)(r >> 8) % (where == MC_AT_COPY ? 300 : 120));
+        /* Cut rounds: slow copies, so that a COMMIT often gets in
+         * while writes in flight still need slots. */
+        usleep((useconds_t)(r >> 8) % (where != MC_AT_COPY ? 120 :
+                                       cut_round ? 1000 : 300));
     else if (r % 3 == 1)
         sched_yield();
 }
@@ -196,6 +231,7 @@ static struct {
     int64_t installs, commits, busy_commits, stable, failed;
     int64_t injected, injected_copying, precopy_faults;
     int64_t max_in_flight, failed_followers;
+    int64_t cut_rounds, cut_round_writers, directed;
     MirrorStats core;
 } tot;
 
@@ -440,7 +476,14 @@ writer(void *arg)
         int sb, nsb;
         /* Whole-chunk writes to absent chunks race the installs. */
         int whole = (r >> 8) % 10 < (mc_is_present(&core, c) ? 3 : 7);
-        if (whole) {
+        if (cut_round && !whole) {
+            /* Two or three chunks at once: a write that blocks for a
+             * slot on a later chunk has prepared earlier ones, which a
+             * COMMIT's cut makes it prepare again. */
+            c = (int)((r >> 1) % NCH);
+            sb = c * SBPC + (int)((r >> 12) % SBPC);
+            nsb = SBPC / 2 + (int)((r >> 20) % (2 * SBPC));
+        } else if (whole) {
             sb = c * SBPC;
             nsb = ((r >> 12) % 10 == 0) ? 2 * SBPC : SBPC;
         } else {
@@ -451,7 +494,7 @@ writer(void *arg)
             sb = NSB - 1;
         if (sb + nsb > NSB)
             nsb = NSB - sb;
-        int nonblock = (r >> 28) % 10 == 0;
+        int nonblock = !cut_round && (r >> 28) % 10 == 0;
         int64_t k = nw[t];
         uint64_t stamp = wstamp(t, k);
         for (int j = 0; j < nsb; j++)
@@ -634,8 +677,10 @@ persister(void *arg)
                 memcpy(v->content + c * CS, buf, (size_t)mc_chunk_len(&core,
                                                                       c));
             }
-            if (xs(&trng) % 4 == 0)
-                usleep((useconds_t)(xs(&trng) % 200));
+            /* Cut rounds: a slow store, every chunk (writers block for
+             * buffer space most of the time, as with RADOS). */
+            if (cut_round || xs(&trng) % 4 == 0)
+                usleep((useconds_t)(xs(&trng) % (cut_round ? 600 : 200)));
         }
         if (mode == MODE_OFFLINE)
             mc_release_hold(&core);
@@ -759,6 +804,8 @@ round_once(const char *tmp, int round, int round_ms)
     int slots = 1 + (int)(r % 2);
     if (mode == MODE_SELECTIVE)
         slots = r % 3 ? 1 + (int)(r % 5) : 4 * NCH;  /* or room for all */
+    if (cut_round)
+        slots = 1 + (int)((r >> 8) % 2);             /* writers block */
     err = mc_open(&core, dir, SIZE, CS, mode, slots,
                   (int)(xs(&trng) % 2), path, sizeof path);
     if (err)
@@ -780,11 +827,19 @@ round_once(const char *tmp, int round, int round_ms)
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
-        usleep((useconds_t)(xs(&trng) % 3000));
+        /* Cut rounds: COMMITs keep arriving while writers block. */
+        usleep((useconds_t)(xs(&trng) % (cut_round ? 400 : 3000)));
         clock_gettime(CLOCK_MONOTONIC, &now);
         if ((now.tv_sec - t0.tv_sec) * 1000 +
             (now.tv_nsec - t0.tv_nsec) / 1000000 >= round_ms)
             break;
+        if (cut_round) {
+            /* As image.py: ask the core for room first (the buffer is
+             * full most of the time: a slot a take frees is soon taken
+             * by a writer), then COMMIT at once. */
+            for (int k = 0; k < 5000 && mc_commit_room(&core); k++)
+                sched_yield();
+        }
         commit(0, xs(&trng) % 8 == 0);
     }
     __atomic_store_n(&stop_writers, 1, __ATOMIC_SEQ_CST);
@@ -870,13 +925,192 @@ round_once(const char *tmp, int round, int round_ms)
     tot.core.multi_gen += s.multi_gen;
     tot.core.busy_gens += s.busy_gens;
     tot.core.busy_full += s.busy_full;
+    tot.core.cut_writers += s.cut_writers;
+    if (cut_round) {
+        tot.cut_rounds++;
+        tot.cut_round_writers += s.cut_writers;
+    }
     if (verbose)
-        fprintf(stderr, "round %d %s: %lld versions, copies %lld\n", round,
-                mc_mode_names[mode], (long long)nversions,
-                (long long)s.cow_copies);
+        fprintf(stderr, "round %d %s%s: %lld versions, copies %lld, waits "
+                "%lld, busy full %lld, cut writers %lld\n", round,
+                mc_mode_names[mode], cut_round ? " (cut)" : "",
+                (long long)nversions, (long long)s.cow_copies,
+                (long long)s.waits, (long long)s.busy_full,
+                (long long)s.cut_writers);
     mc_close(&core, 0);
     mc_destroy(&core);
     tot.rounds++;
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        die("cannot remove %s", dir);
+}
+
+/* ---- the directed cut ------------------------------------------------- */
+
+/* Chunk k of the directed run written whole with byte v. */
+static void
+directed_write(int64_t first, int64_t nchunks, int v)
+{
+    static char buf[4 * CS], scratch[CS];
+    int64_t missing[8], nmissing;
+    int busy, err;
+    memset(buf, v, sizeof buf);
+    err = mc_write(&core, buf, (long long)first * CS,
+                   (long long)nchunks * CS, 0, scratch, missing, &nmissing,
+                   &busy);
+    if (err || busy || nmissing)
+        die("directed write: %s", err ? strerror(err) : "busy or missing");
+}
+
+static void *
+directed_writer(void *arg)
+{
+    directed_write(0, 4, 'C');
+    return NULL;
+}
+
+static int directed_busy;
+static int64_t directed_count;
+
+static void *
+directed_committer(void *arg)
+{
+    int err = mc_commit(&core, 0, &directed_count, &directed_busy);
+    if (err)
+        die("directed commit: %s", strerror(err));
+    return NULL;
+}
+
+/* Take the oldest generation; every chunk taken must be byte v, and be
+ * one of want[] (n of them). */
+static void
+directed_take(const char *what, const int64_t *want, int n, int v)
+{
+    static char buf[CS];
+    int got = 0;
+    for (;;) {
+        int64_t c;
+        int err = mc_take(&core, buf, &c);
+        if (err)
+            die("directed take: %s", strerror(err));
+        if (c < 0)
+            break;
+        int ok = 0;
+        for (int k = 0; k < n; k++)
+            ok |= want[k] == c;
+        if (!ok)
+            report("directed: %s holds chunk %lld", what, (long long)c);
+        for (int k = 0; k < CS; k++)
+            if (buf[k] != (char)v) {
+                report("directed: %s, chunk %lld: byte %d is '%c', not "
+                       "'%c' (%s)", what, (long long)c, k, buf[k], v,
+                       buf[k] == 'C' ? "a write after the cut leaked into "
+                       "it" : "not the content at the COMMIT");
+                break;
+            }
+        got++;
+    }
+    if (got != n)
+        report("directed: %s: %d chunks taken, not %d", what, got, n);
+    mc_snapshot_done(&core, 1);
+}
+
+/* The cut, step by step (selective-cow, two buffer slots):
+ *   generation 1 = chunks 1-3 ('A'); chunk 0 then written ('B'), dirty;
+ *   writer W writes chunks 0-3 ('C'): chunk 0 needs no copy (in no
+ *     snapshot), chunk 1 is copied aside and stops in the hook (one slot
+ *     left);
+ *   COMMIT K arrives (a free slot: no Busy) and waits for W;
+ *   W goes on: chunk 2 takes the last slot, chunk 3 blocks for one.
+ * K must now take generation 2 = {chunk 0} at once (W is after it: not
+ * Busy, as the core answered before the cut); W, woken, must prepare
+ * chunk 0 again (it is in generation 2 now, read in place) and copy it
+ * aside before writing: generation 2 holds 'B', generation 1 'A', the
+ * file 'C'. */
+static void
+directed_cut(const char *tmp)
+{
+    char dir[4096], path[4096];
+    pthread_t w, k;
+    int err, installed;
+    static char live[4 * CS];
+    int64_t missing[8], nmissing, n;
+    int b;
+
+    mode = MODE_SELECTIVE;
+    snprintf(dir, sizeof dir, "%s/directed", tmp);
+    if (mkdir(dir, 0700) != 0)
+        die("mkdir %s: %s", dir, strerror(errno));
+    mc_init(&core);
+    err = mc_open(&core, dir, SIZE, CS, MODE_SELECTIVE, 2, 0, path,
+                  sizeof path);
+    if (err)
+        die("open %s: %s", path, strerror(err));
+    for (int64_t c = 0; c < NCH; c++)
+        if ((err = mc_install(&core, c, (const char *)base + c * CS,
+                              &installed)))
+            die("install: %s", strerror(err));
+    directed_write(1, 3, 'A');
+    if ((err = mc_commit(&core, 0, &n, &b)) || b || n != 3)
+        die("directed: first COMMIT (busy %d, %lld chunks)", b,
+            (long long)n);
+    directed_write(0, 1, 'B');
+
+    pthread_mutex_lock(&latch_lock);
+    latch_armed = 1;
+    pthread_mutex_unlock(&latch_lock);
+    pthread_create(&w, NULL, directed_writer, NULL);
+    pthread_mutex_lock(&latch_lock);
+    while (!latch_held)
+        pthread_cond_wait(&latch_cond, &latch_lock);
+    pthread_mutex_unlock(&latch_lock);
+    /* W holds one slot, copying chunk 1: K finds a free one. */
+    pthread_create(&k, NULL, directed_committer, NULL);
+    for (int in = 0; !in;) {
+        usleep(200);
+        pthread_mutex_lock(&core.lock);
+        in = core.committing;
+        pthread_mutex_unlock(&core.lock);
+    }
+    pthread_mutex_lock(&latch_lock);
+    latch_held = 0;
+    pthread_cond_broadcast(&latch_cond);
+    pthread_mutex_unlock(&latch_lock);
+    pthread_join(k, NULL);
+    if (directed_busy)
+        report("directed: COMMIT refused Busy (%d) while the only write "
+               "in flight waited for a buffer slot", directed_busy);
+    else if (directed_count != 1)
+        report("directed: the COMMIT took %lld chunks, not 1 (chunk 0)",
+               (long long)directed_count);
+
+    /* The persister: generation 1 (W gets its slots back and is done:
+     * a copy of chunk 0 for generation 2 needs no take of it), then
+     * generation 2, after W's write, which must not be in it. */
+    static const int64_t gen1[] = {1, 2, 3}, gen2[] = {0};
+    directed_take("generation 1", gen1, 3, 'A');
+    pthread_join(w, NULL);
+    if (!directed_busy)
+        directed_take("generation 2", gen2, 1, 'B');
+    if ((err = mc_read(&core, live, 0, sizeof live, missing, &nmissing)) ||
+        nmissing)
+        die("directed read: %s", err ? strerror(err) : "missing");
+    for (size_t i = 0; i < sizeof live; i++)
+        if (live[i] != 'C') {
+            report("directed: the file's byte %zu is not the last write's",
+                   i);
+            break;
+        }
+    MirrorStats s;
+    mc_stats(&core, &s);
+    if (!directed_busy && s.cut_writers != 1)
+        report("directed: %lld writers cut, not 1",
+               (long long)s.cut_writers);
+    tot.core.cut_writers += s.cut_writers;
+    tot.directed++;
+    mc_close(&core, 0);
+    mc_destroy(&core);
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
@@ -930,6 +1164,11 @@ main(int argc, char **argv)
     printf("stress_core: seed %llu, %.1f s\n", (unsigned long long)seed,
            seconds);
     fflush(stdout);
+    if (only < 0 || only == MODE_SELECTIVE) {
+        alarm(60);
+        directed_cut(tmp);
+        alarm(0);
+    }
 
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -937,11 +1176,15 @@ main(int argc, char **argv)
         clock_gettime(CLOCK_MONOTONIC, &now);
         double el = (double)(now.tv_sec - t0.tv_sec) +
             (double)(now.tv_nsec - t0.tv_nsec) / 1e9;
-        if (el >= seconds && round >= 8)
+        if (el >= seconds && round >= 10)
             break;
-        mode = only >= 0 ? only : round % 4;
+        mode = only >= 0 ? only : round % 5 == 4 ? MODE_SELECTIVE :
+            round % 5;
+        cut_round = mode == MODE_SELECTIVE &&
+            (only >= 0 ? round % 2 == 1 : round % 5 == 4);
         alarm(60);
-        round_once(tmp, round, 30 + (int)((seed + (uint64_t)round * 7) % 60));
+        round_once(tmp, round, (cut_round ? 4 : 1) *
+                   (30 + (int)((seed + (uint64_t)round * 7) % 60)));
         alarm(0);
     }
     rmdir(tmp);
@@ -966,6 +1209,11 @@ main(int argc, char **argv)
            (long long)tot.max_in_flight, (long long)tot.core.copies_older,
            (long long)tot.core.multi_gen, (long long)tot.core.busy_gens,
            (long long)tot.core.busy_full);
+    printf("cut: directed runs %lld; cut rounds %lld, writers a COMMIT "
+           "ordered after its snapshot %lld (in cut rounds %lld)\n",
+           (long long)tot.directed, (long long)tot.cut_rounds,
+           (long long)tot.core.cut_writers,
+           (long long)tot.cut_round_writers);
     printf("core: cow copies %lld, copies dropped by a failure %lld, "
            "waits %lld, urgent %lld, avoided %lld, redirects %lld (whole "
            "chunk, no copy %lld), installs waiting for a write %lld, "
@@ -1001,6 +1249,8 @@ main(int argc, char **argv)
         {"later versions failed with an earlier one", tot.failed_followers},
         {"COMMITs busy: too many in flight", tot.core.busy_gens},
         {"COMMITs busy: buffer full", tot.core.busy_full},
+        {"writers blocked for a slot cut by a COMMIT (cut rounds)",
+         tot.cut_round_writers},
     };
     int missing_paths = 0;
     for (size_t k = 0; k < sizeof need / sizeof need[0]; k++)
