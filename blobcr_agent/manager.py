@@ -226,8 +226,12 @@ class AgentManager(object):
     # -- volumes (the Cinder driver's calls, on detached images) ---------
 
     def create_image(self, name, size, chunk_size=None):
-        return treeview.summary(self.repo.create_image(name, size,
-                                                       chunk_size=chunk_size))
+        """A blank volume: an image whose version 1 is all zeros, so
+        that it can be snapshotted and cloned before anything is written.
+        """
+        header = self.repo.create_image(name, size, chunk_size=chunk_size)
+        self.repo.commit(header.id, {})
+        return treeview.summary(self.repo.image(header.id))
 
     def delete_image(self, image):
         header = self.repo.image(image)

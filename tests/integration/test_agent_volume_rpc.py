@@ -28,23 +28,23 @@ def test_volume_life_cycle(store, rpc_agent, api, export_dir):
 
     created = api.create_image(host, 'volume-1', size)
     image_id = created['id']
-    assert created['size'] == size and created['newest_stable'] is None
-    # A blank volume has no version yet: a snapshot has nothing to copy.
-    with pytest.raises(exception.VersionNotFound):
-        api.snapshot(host, image_id)
+    # A blank volume is a version of zeros, written as no chunk.
+    assert created['size'] == size and created['newest_stable'] == 1
+    assert repo.read(image_id, 1, 0, size) == bytes(size)
+    assert repo.image(image_id).version(1).chunks == 0
 
-    # Import a raw file as its first content (copy_image_to_volume).
+    # Import a raw file as its content (copy_image_to_volume).
     export_dir.mkdir()
     raw = export_dir / 'image.raw'
     content = rng.randbytes(size - CHUNK - 100)     # shorter than the image
     raw.write_bytes(content)
-    v1 = api.import_file(host, image_id, str(raw))
-    assert v1['version'] == 1 and v1['state'] == 'stable'
+    v2 = api.import_file(host, image_id, str(raw))
+    assert v2['version'] == 2 and v2['state'] == 'stable'
     content += bytes(size - len(content))
-    assert repo.read(image_id, 1, 0, size) == content
+    assert repo.read(image_id, 2, 0, size) == content
     # Importing the same file again writes no chunk.
     again = api.import_file(host, image_id, str(raw))
-    assert again['version'] == 2 and again['chunks'] == 0
+    assert again['version'] == 3 and again['chunks'] == 0
     # Imports come from the export directory only.
     with pytest.raises(exception.InvalidInput, match='export_dir'):
         api.import_file(host, image_id, '/etc/hostname')
@@ -73,9 +73,9 @@ def test_volume_life_cycle(store, rpc_agent, api, export_dir):
     assert snap['parent'] == cp['version'] and snap['chunks'] == 0
     assert repo.read(image_id, snap['version'], 0, size) == current
 
-    # Revert to version 1: newest again equal to it; later ones stay.
-    reverted = api.revert(host, image_id, 1)
-    assert reverted['parent'] == 1
+    # Revert to version 2: newest again equal to it; later ones stay.
+    reverted = api.revert(host, image_id, 2)
+    assert reverted['parent'] == 2
     assert repo.read(image_id, reverted['version'], 0, size) == content
     assert repo.read(image_id, snap['version'], 0, size) == current
 
@@ -86,7 +86,7 @@ def test_volume_life_cycle(store, rpc_agent, api, export_dir):
     with pytest.raises(exception.InvalidInput, match='shrink'):
         api.extend_image(host, image_id, size)
     zeros = bytes(big - size)
-    for number, data in ((1, content), (snap['version'], current),
+    for number, data in ((2, content), (snap['version'], current),
                          (reverted['version'], content)):
         assert repo.read(image_id, number, 0, big) == data + zeros
     path = api.attach(host, image_id)['path']
@@ -106,7 +106,7 @@ def test_volume_life_cycle(store, rpc_agent, api, export_dir):
     assert after[-1]['parent'] == newest and after[-1]['chunks'] == 0
     assert repo.read(image_id, after[-1]['version'], 0, big) == \
         apply(content + zeros, w2)
-    api.delete_snapshot(host, image_id, 1)
+    api.delete_snapshot(host, image_id, 2)
     api.gc(host, grace=0)
     assert repo.read(image_id, after[-1]['version'], 0, big) == \
         apply(content + zeros, w2)

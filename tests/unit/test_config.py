@@ -4,22 +4,30 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from blobcr_agent import conf
+from blobcr_cinder import options as cinder_options
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
 
-def test_every_option_has_help():
-    for group, opts in conf.list_opts():
+@pytest.mark.parametrize('list_opts', [conf.list_opts,
+                                       cinder_options.list_opts])
+def test_every_option_has_help(list_opts):
+    for group, opts in list_opts():
         for opt in opts:
             assert opt.help and len(opt.help) > 20, (group, opt.name)
 
 
-def test_sample_config_is_up_to_date(tmp_path):
+@pytest.mark.parametrize('generator,sample', [
+    ('blobcr-config-generator.conf', 'blobcr.conf.sample'),
+    ('cinder-blobcr-config-generator.conf', 'cinder-blobcr.conf.sample')])
+def test_sample_config_is_up_to_date(tmp_path, generator, sample):
     out = tmp_path / 'sample.conf'
     subprocess.run(
         [sys.executable, '-m', 'oslo_config.generator', '--config-file',
-         os.path.join(TOP, 'etc/blobcr/blobcr-config-generator.conf'),
+         os.path.join(TOP, 'etc/blobcr', generator),
          '--output-file', str(out)], check=True, cwd=TOP)
-    with open(os.path.join(TOP, 'etc/blobcr/blobcr.conf.sample')) as f:
+    with open(os.path.join(TOP, 'etc/blobcr', sample)) as f:
         assert out.read_text() == f.read(), 'run: tox -e genconfig'
