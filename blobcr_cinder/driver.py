@@ -79,6 +79,21 @@ def quiesce_of(volume_type, default):
     return specs.get(EXTRA_SPEC_PREFIX + 'quiesce', default)
 
 
+def _each(items, delete, what):
+    """Delete every item of a group: the model updates Cinder expects,
+    an item that fails in error_deleting and the others deleted.
+    """
+    updates = []
+    for item in items:
+        try:
+            delete(item)
+            updates.append({'id': item.id, 'status': 'deleted'})
+        except exception.CinderException as e:
+            LOG.error('%s of %s: %s', item.id, what, e)
+            updates.append({'id': item.id, 'status': 'error_deleting'})
+    return updates
+
+
 @interface.volumedriver
 class BlobCRDriver(driver.VolumeDriver):
     """Volumes as BlobCR images: live incremental snapshots, clones."""
@@ -443,16 +458,8 @@ class BlobCRDriver(driver.VolumeDriver):
         return {'status': 'available'}
 
     def delete_group(self, context, group, volumes):
-        updates = []
-        for volume in volumes:
-            try:
-                self.delete_volume(volume)
-                updates.append({'id': volume.id, 'status': 'deleted'})
-            except exception.CinderException as e:
-                LOG.error('volume %s of group %s: %s', volume.id, group.id,
-                          e)
-                updates.append({'id': volume.id, 'status': 'error_deleting'})
-        return {'status': 'deleted'}, updates
+        return {'status': 'deleted'}, _each(
+            volumes, self.delete_volume, 'group %s' % group.id)
 
     def update_group(self, context, group, add_volumes=None,
                      remove_volumes=None):
@@ -506,17 +513,9 @@ class BlobCRDriver(driver.VolumeDriver):
                         'failure: %s', version, image, e)
 
     def delete_group_snapshot(self, context, group_snapshot, snapshots):
-        updates = []
-        for snapshot in snapshots:
-            try:
-                self.delete_snapshot(snapshot)
-                updates.append({'id': snapshot.id, 'status': 'deleted'})
-            except exception.CinderException as e:
-                LOG.error('snapshot %s of group snapshot %s: %s',
-                          snapshot.id, group_snapshot.id, e)
-                updates.append({'id': snapshot.id,
-                                'status': 'error_deleting'})
-        return {'status': 'deleted'}, updates
+        return {'status': 'deleted'}, _each(
+            snapshots, self.delete_snapshot,
+            'group snapshot %s' % group_snapshot.id)
 
     def create_group_from_src(self, context, group, volumes,
                               group_snapshot=None, snapshots=None,
