@@ -35,4 +35,5 @@ fi
 bash "$top/tools/link-rados.sh" "$venv"
 "$venv/bin/python" -c 'import rados, blobcr_agent._native' \
     || { echo "install-deps: the rados binding or the C core does not load" >&2; exit 1; }
+bash "$top/tools/install-openstack.sh" "$venv"
 echo "install-deps: ready ($venv)" >&2

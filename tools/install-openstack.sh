@@ -1,0 +1,67 @@
+#!/bin/bash
+# Install the real OpenStack services the integration tests drive
+# (tests/openstack_stack.py): Keystone and Cinder from PyPI, the openstack
+# CLI, keystonemiddleware and gunicorn, into the project venv itself, since
+# cinder-volume must import blobcr_cinder. Idempotent: when every
+# requirement is already met, pip is not run at all (about 1 s).
+# Then checks that the venv is still consistent and that what the rest of
+# the project imports (rados, the C core, pyfuse3, oslo.messaging,
+# libvirt) still loads next to the services.
+#   tools/install-openstack.sh [VENV]
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+venv=${1:-${BLOBCR_VENV:-$top/.venv}}
+py=$venv/bin/python
+requirements=(
+    'keystone==30.*'
+    'cinder==29.*'
+    'python-openstackclient'
+    'keystonemiddleware'
+    'gunicorn'
+    # cinder.tests.fake_driver (the harness smoke test's backend) imports
+    # cinder's unit-test utilities, which need fixtures.
+    'fixtures'
+)
+
+[ -x "$py" ] || { echo "install-openstack: no venv at $venv (run tools/install-deps.sh)" >&2; exit 1; }
+
+# Met when each requirement is installed at an allowed version (the
+# dependencies were checked by pip when it installed them, and pip check
+# below says if anything broke since).
+requirements_met() {
+    "$py" - "${requirements[@]}" <<'EOF'
+import sys
+from importlib import metadata
+
+from packaging.requirements import Requirement
+
+for spec in sys.argv[1:]:
+    req = Requirement(spec)
+    try:
+        version = metadata.version(req.name)
+    except metadata.PackageNotFoundError:
+        sys.exit(1)
+    if not req.specifier.contains(version, prereleases=True):
+        sys.exit(1)
+EOF
+}
+
+if ! requirements_met; then
+    echo "install-openstack: installing ${requirements[*]} (a few minutes)" >&2
+    "$venv/bin/pip" install -q "${requirements[@]}"
+fi
+
+"$venv/bin/pip" check >&2 \
+    || { echo "install-openstack: the venv has conflicting requirements" >&2; exit 1; }
+"$py" -c 'import rados, blobcr_agent._native, cinder, keystone' \
+    || { echo "install-openstack: rados, the C core, cinder or keystone does not load" >&2; exit 1; }
+"$py" -c 'import pyfuse3, oslo_messaging, libvirt, keystonemiddleware, openstackclient' \
+    || { echo "install-openstack: an import of the test suite broke" >&2; exit 1; }
+for tool in gunicorn openstack keystone-manage cinder-manage cinder-api \
+        cinder-scheduler cinder-volume; do
+    [ -x "$venv/bin/$tool" ] \
+        || { echo "install-openstack: $venv/bin/$tool is missing" >&2; exit 1; }
+done
+echo "install-openstack: keystone $("$py" -c 'from importlib import metadata as m; print(m.version("keystone"))')," \
+     "cinder $("$py" -c 'from importlib import metadata as m; print(m.version("cinder"))') ready" >&2
