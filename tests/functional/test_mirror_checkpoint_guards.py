@@ -129,3 +129,50 @@ def test_offline_holds_writes_until_stable_and_says_so(tmp_path,
     finally:
         a.close()
         repo.close()
+
+
+def test_busy_with_a_full_buffer_registers_no_version(tmp_path, monkeypatch):
+    """The core's room is asked before the version is registered: a
+    checkpoint refused because the copy-on-write buffer is full leaves
+    no aborted version in the repository (and no gap in the numbering).
+    """
+    repo = repository.Repository(local.LocalBackend(str(tmp_path / 'store')),
+                                 chunk_size=CHUNK)
+    header = repo.create_image('disk', NCHUNKS * CHUNK)
+    a = image_mod.AttachedImage(repo, header.id, None,
+                                str(tmp_path / 'cache'), cow_chunks=1,
+                                prefetch=False)
+    gate, taken = threading.Event(), threading.Event()
+    slow_put = repository.Commit.put
+
+    def put(self, index, data):
+        taken.set()
+        gate.wait(30)                  # the persist cannot go on yet
+        return slow_put(self, index, data)
+    monkeypatch.setattr(repository.Commit, 'put', put)
+    try:
+        _fill(a, 5)
+        first, _, _ = a.checkpoint(wait=1)
+        # The persister holds chunk 0; a write to the last chunk copies
+        # its snapshot content into the only buffer slot.
+        assert taken.wait(30)
+        a.write((NCHUNKS - 1) * CHUNK, b'\x06' * CHUNK)
+        assert 'full' in a.core.commit_busy()
+        with pytest.raises(exception.Busy, match='buffer is full'):
+            a.checkpoint(wait=1)
+        assert [(v.number, v.state) for v in
+                repo.image(header.id).versions] == [(first, 'pending')]
+        stats = a.stats()
+        assert (stats['busy_prechecked'], stats['busy_aborted']) == (1, 0)
+        gate.set()
+        assert a.wait_persisted(30)
+        assert a.core.commit_busy() is None
+        second, count, _ = a.checkpoint(wait=1)
+        assert (second, count) == (first + 1, 1)
+        assert a.wait_persisted(30)
+        assert repo.read(header.id, second, 0, NCHUNKS * CHUNK) == \
+            bytes([5]) * ((NCHUNKS - 1) * CHUNK) + b'\x06' * CHUNK
+    finally:
+        gate.set()
+        a.close()
+        repo.close()
