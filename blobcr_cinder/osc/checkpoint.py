@@ -1,0 +1,81 @@
+"""``openstack blobcr checkpoint list|show|tree VOLUME``."""
+
+from osc_lib.command import command
+
+from blobcr_cinder.osc import chain
+
+COLUMNS = ('ID', 'Name', 'Version', 'Parent', 'Status', 'Size',
+           'Bytes Written', 'Ack ms', 'Held ms', 'Quiesce', 'Created At')
+
+
+def _row(node):
+    b = node.blobcr
+    return (node.id, node.name, b.get('version'), b.get('parent'),
+            node.status, node.size, b.get('bytes_written'), b.get('ack_ms'),
+            b.get('held_ms'), b.get('quiesce'), node.created)
+
+
+class _VolumeCommand(object):
+
+    def _client(self):
+        return self.app.client_manager.blobcr
+
+    def _snapshots_of(self, volume_id):
+        return list(self._client().snapshots(details=True,
+                                             volume_id=volume_id))
+
+    def _volume(self, name_or_id):
+        return self._client().find_volume(name_or_id, ignore_missing=False)
+
+    def _add_volume(self, parser):
+        parser.add_argument('volume', metavar='<volume>',
+                            help='Volume (name or ID)')
+        return parser
+
+
+class ListCheckpoint(_VolumeCommand, command.Lister):
+    """List the checkpoints of a volume, oldest version first."""
+
+    def get_parser(self, prog_name):
+        return self._add_volume(super().get_parser(prog_name))
+
+    def take_action(self, parsed_args):
+        volume = self._volume(parsed_args.volume)
+        nodes = chain.checkpoints_of(self._snapshots_of(volume.id))
+        return COLUMNS, [_row(n) for n in nodes]
+
+
+class ShowCheckpoint(_VolumeCommand, command.ShowOne):
+    """Show one checkpoint: its version, parent, sizes and times."""
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('checkpoint', metavar='<checkpoint>',
+                            help='Checkpoint (snapshot name or ID)')
+        return parser
+
+    def take_action(self, parsed_args):
+        snapshot = self._client().find_snapshot(parsed_args.checkpoint,
+                                                ignore_missing=False)
+        node = chain.checkpoint_node(snapshot)
+        columns = COLUMNS + ('Volume ID', 'Image', 'Host')
+        return columns, _row(node) + (snapshot.volume_id,
+                                      node.blobcr.get('image'),
+                                      node.blobcr.get('host'))
+
+
+class TreeCheckpoint(_VolumeCommand, command.Lister):
+    """Show the chain of a volume as a tree: its checkpoints by parent
+    version, and the volumes cloned from them with their own chains.
+    """
+
+    def get_parser(self, prog_name):
+        return self._add_volume(super().get_parser(prog_name))
+
+    def take_action(self, parsed_args):
+        volume = self._volume(parsed_args.volume)
+        volumes = list(self._client().volumes(details=True))
+        root = chain.build(volume, self._snapshots_of, volumes)
+        columns = ('Tree', 'Kind') + COLUMNS
+        return columns, [(text, node.kind) + _row(node)
+                         for text, node in chain.walk(root)]

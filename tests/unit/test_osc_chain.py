@@ -1,0 +1,43 @@
+"""The checkpoint tree the OSC plugin draws, from Cinder-shaped records
+(the functional test drives the real CLI against real Cinder).
+"""
+
+import types
+
+from blobcr_cinder.osc import chain
+
+
+def volume(id, snapshot_id=None, source=None):
+    return types.SimpleNamespace(id=id, name=id, status='available', size=1,
+                                 created_at='', snapshot_id=snapshot_id,
+                                 source_volume_id=source)
+
+
+def snapshot(id, version, parent, created='t'):
+    meta = {'blobcr:version': str(version), 'other': 'x'}
+    if parent is not None:
+        meta['blobcr:parent'] = str(parent)
+    return types.SimpleNamespace(id=id, name=id, status='available', size=1,
+                                 created_at=created, metadata=meta)
+
+
+def test_tree_follows_parents_and_clones():
+    snaps = {'vol': [snapshot('s4', 4, 3), snapshot('s2', 2, 1),
+                     snapshot('s3', 3, 2), snapshot('s6', 6, 5)],
+             'clone': [snapshot('c2', 2, 1)]}
+    volumes = [volume('vol'), volume('clone', snapshot_id='s3'),
+               volume('copy', source='vol')]
+    root = chain.build(volumes[0], lambda v: snaps.get(v, []), volumes)
+    lines = [(text, node.id) for text, node in chain.walk(root)]
+    assert lines == [
+        ('volume vol', 'vol'),
+        # v2's parent (1) is not a snapshot: it hangs from the volume.
+        ('├─ v2 s2', 's2'),
+        ('│  └─ v3 s3', 's3'),
+        ('│     ├─ v4 s4', 's4'),
+        ('│     └─ volume clone', 'clone'),
+        ('│        └─ v2 c2', 'c2'),
+        ('├─ v6 s6', 's6'),
+        ('└─ volume copy', 'copy')]
+    assert chain.blobcr_fields(snaps['vol'][0]) == {'version': '4',
+                                                    'parent': '3'}
