@@ -60,7 +60,15 @@ while a CHECKPOINT is requested every N seconds (default 2), for
 ``--checkpoints`` checkpoints. Per checkpoint: ack and held time, whether
 it was refused Busy, how many earlier versions were still persisting when
 it was requested (the persist backlog: versions, and the mirror's
-``scheduled`` chunks not yet taken), and its time to stable.
+``scheduled`` chunks not yet taken), and its time to stable; where the
+mirror's time went (``phases_ms``: its checkpoint lock, the wait for
+room in flight, registering the version in the repository, recording it
+in the cache metadata, the snapshot itself, held); and the Busy counters
+apart: refused by the room check before registering a version
+(``busy_prechecked``), refused by the COMMIT after it (``busy_aborted``,
+the version aborted), the core's refusals (``busy_full``,
+``busy_gens``), and ``cut_writers``, writers blocked for copy-on-write
+space that a COMMIT ordered after its snapshot instead of refusing.
 """
 
 import os
@@ -735,21 +743,26 @@ def plot(result, path):
 
 
 def plot_interval(result, per_mode, path):
-    """Ack and held time of every checkpoint, by run, against time."""
+    """Ack time, the part of it spent registering the version in the
+    repository, and held time of every checkpoint, by run, against time.
+    """
     import matplotlib
     matplotlib.use('Agg')
     from matplotlib import pyplot
 
-    fig, axes = pyplot.subplots(1, 2, figsize=(13, 4.5))
+    fig, axes = pyplot.subplots(1, 3, figsize=(16, 4.5))
+    series = (lambda c: c['ack_ms'],
+              lambda c: c['phases_ms'].get('register', 0) or None,
+              lambda c: c['held_ms'])
     for mode, runs in per_mode.items():
         for k, r in enumerate(runs):
             xs = [c['at_s'] for c in r['checkpoints']]
-            axes[0].plot(xs, [c['ack_ms'] for c in r['checkpoints']], 'o-',
-                         ms=3, label='%s run %d' % (mode, k + 1))
-            axes[1].plot(xs, [c['held_ms'] for c in r['checkpoints']], 'o-',
-                         ms=3, label='%s run %d' % (mode, k + 1))
-    axes[0].set_title('request to ack (ms)')
-    axes[1].set_title('writes held (ms)')
+            for ax, value in zip(axes, series):
+                ax.plot(xs, [value(c) for c in r['checkpoints']], 'o-',
+                        ms=3, label='%s run %d' % (mode, k + 1))
+    axes[0].set_title('request to ack, Busy retries included (ms)')
+    axes[1].set_title('of which registering the version (ms)')
+    axes[2].set_title('writes held (ms)')
     for ax in axes:
         ax.set_xlabel('requested at (s since the writer started)')
         ax.set_yscale('log')
