@@ -88,7 +88,9 @@ class AttachedImage(object):
                                    mode, cow_chunks, adaptive)
         self._fetch_lock = threading.Lock()
         self._fetching = {}
-        self._commit_lock = threading.Lock()
+        # Held by a checkpoint, by exclusive() and by close(); close()
+        # may run inside exclusive() (a detach): reentrant.
+        self._commit_lock = threading.RLock()
         # meta.json is saved from checkpoints and from the persister.
         self._meta_lock = threading.Lock()
         # Held from registering a version to queueing its persist (see
@@ -394,17 +396,29 @@ class AttachedImage(object):
         return s
 
     def close(self, timeout=None):
-        """Stop serving; wait up to ``timeout`` s for the persist. True if
-        closed; False if a persist is still running: it is left (parked)
-        to resume from its journal at the next start.
+        """Stop serving; wait up to ``timeout`` s for a checkpoint being
+        taken, then for the persists. True if closed; False if a
+        checkpoint or a persist is still running: it is left (parked) to
+        resume from its journal at the next start.
         """
         self._closing = True
-        if not self.wait_persisted(timeout):
-            LOG.warning('persist of version %s of %s parked: it resumes '
-                        'at the next start', self.meta['persisting'],
+        # A checkpoint past its "closing?" check would otherwise COMMIT
+        # (or queue a persist) after the wait below, into a closed core.
+        if not self._commit_lock.acquire(
+                timeout=-1 if timeout is None else timeout):
+            LOG.warning('%s closed while a checkpoint is being taken: its '
+                        'version resumes or fails at the next start',
                         self.id)
             return False
-        if self._prefetcher is not None:
-            self._prefetcher.join()
-        self.core.close()
-        return True
+        try:
+            if not self.wait_persisted(timeout):
+                LOG.warning('persist of version %s of %s parked: it resumes '
+                            'at the next start', self.meta['persisting'],
+                            self.id)
+                return False
+            if self._prefetcher is not None:
+                self._prefetcher.join()
+            self.core.close()
+            return True
+        finally:
+            self._commit_lock.release()

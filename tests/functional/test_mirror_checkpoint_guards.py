@@ -176,3 +176,37 @@ def test_busy_with_a_full_buffer_registers_no_version(tmp_path, monkeypatch):
         gate.set()
         a.close()
         repo.close()
+
+
+def test_close_waits_for_a_checkpoint_being_taken(attached, monkeypatch):
+    """close() takes the checkpoint lock: a checkpoint already past its
+    "being detached?" check finishes (and its version is persisted)
+    before the core closes, instead of committing into a closed core.
+    """
+    repo, image_id, a = attached
+    data = _fill(a, 2)
+    registering, go = threading.Event(), threading.Event()
+    begin_commit = repo.begin_commit
+
+    def slow_begin_commit(*args, **kwargs):
+        registering.set()
+        go.wait(30)
+        return begin_commit(*args, **kwargs)
+    monkeypatch.setattr(repo, 'begin_commit', slow_begin_commit)
+    result = {}
+    checkpoint = threading.Thread(
+        target=lambda: result.update(checkpoint=a.checkpoint()))
+    checkpoint.start()
+    assert registering.wait(30)
+    closer = threading.Thread(
+        target=lambda: result.update(closed=a.close(timeout=30)))
+    closer.start()
+    closer.join(0.3)
+    assert closer.is_alive(), 'closed under a checkpoint being taken'
+    go.set()
+    checkpoint.join(30)
+    closer.join(30)
+    assert result['closed'] is True
+    version = result['checkpoint'][0]
+    assert repo.image(image_id).version(version).state == 'stable'
+    assert repo.read(image_id, version, 0, len(data)) == data
