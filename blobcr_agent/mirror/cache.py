@@ -11,8 +11,10 @@ write the guest made may be lost without any chunk being dirty.
 So the cache's metadata (``meta.json``) records the kernel's boot id, and
 a cache from another boot is refused, never re-attached. The operator
 drops it with ``blobcr-manage detach --discard IMAGE``, which checks that
-the repository still has the image's last stable version (the image
-goes back to it) and removes the cache (``drop_stale``).
+the repository still has the image's last checkpoint (stable, or
+obsoleted since but kept whole by this cache's pin: the image goes back
+to it, or to its newest stable version if it was obsoleted) and removes
+the cache and its pins (``drop_stale``).
 
 A cache written by a release that recorded no boot id is trusted if its
 metadata was written during the current boot (an agent upgrade without a
@@ -123,8 +125,9 @@ def load_meta(cache_dir):
 def drop_stale(repo, cache_dir, image_id, discard):
     """Remove the stale cache of ``image_id`` (not attached) at
     ``cache_dir``, only with ``discard`` and only if it is stale and the
-    repository still has the last version it made stable. Returns what
-    was done; raises InvalidInput (nothing done) otherwise.
+    repository still has the last version it made stable (obsolete
+    counts: the cache's pin kept it whole); release the cache's pins.
+    Returns what was done; raises InvalidInput (nothing done) otherwise.
     """
     meta = load_meta(cache_dir)
     if not meta or meta.get('image') != image_id:
@@ -148,7 +151,10 @@ def drop_stale(repo, cache_dir, image_id, discard):
             state = header.version(last).state
         except exception.VersionNotFound:
             state = 'gone'
-        if state != image_mod.STABLE:
+        # The refusal keeps the only trace of a version the repository
+        # lacks. An obsolete one (a retention policy's, while this cache
+        # pinned it as its last checkpoint) is still there, whole.
+        if state not in (image_mod.STABLE, image_mod.OBSOLETE):
             raise exception.InvalidInput(
                 'version %d of image %s, the last checkpoint the stale '
                 'cache %s made, is %s in the repository: not dropping the '
@@ -163,6 +169,11 @@ def drop_stale(repo, cache_dir, image_id, discard):
         except exception.VersionNotFound:
             pass                        # failed and pruned by GC
     shutil.rmtree(cache_dir)
+    # As a detach: what the mirror read from and built on is free again
+    # (an obsolete last checkpoint can now be collected).
+    holder = os.path.abspath(cache_dir)
+    for number in {meta.get('attached'), last} - {None}:
+        repo.unpin_quietly(image_id, number, holder)
     LOG.warning('dropped the stale mirror cache %s of image %s (it goes '
                 'back to version %s)', cache_dir, image_id,
                 last if last is not None else meta.get('attached'))

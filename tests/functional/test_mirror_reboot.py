@@ -132,8 +132,11 @@ def test_a_cache_from_another_boot_is_refused_until_dropped(
         cache.boot_id()
 
 
-def test_the_last_checkpoint_must_be_stable_to_drop(repo, agent_factory):
-    rng = random.Random(8)
+def _stale_after_a_checkpoint(repo, agent_factory, seed):
+    """An image attached, written, checkpointed (stable), the agent
+    stopped and its cache made stale; returns what the test needs.
+    """
+    rng = random.Random(seed)
     disk = _image(repo, 'disk', rng)
     agent = agent_factory(repo.backend, {'agent': {'quiesce': 'none'}})
     path = agent.client.call('attach', image=disk)['path']
@@ -142,14 +145,46 @@ def test_the_last_checkpoint_must_be_stable_to_drop(repo, agent_factory):
     assert agent.client.call('wait_stable', image=disk,
                              version=version) == 'stable'
     assert agent.stop() == 0
-    repo.obsolete(disk, [version])
     _edit_meta(agent, disk, boot_id=str(uuid.uuid4()))
+    return agent, disk, version, os.path.dirname(_meta_path(agent, disk))
+
+
+def test_the_last_checkpoint_must_be_in_the_repository_to_drop(
+        repo, agent_factory):
+    agent, disk, version, cache_dir = _stale_after_a_checkpoint(
+        repo, agent_factory, 8)
+    # The cache's last checkpoint failed in the repository (as a version
+    # whose finish was lost would be): the cache is its only trace.
+    failed = repo.begin_commit(disk, parent=version)
+    failed.abort('lost')
+    _edit_meta(agent, disk, last=failed.version)
     agent.start()
     status, out, err = test_agent.manage(agent, 'detach', '--discard', disk)
     assert status == 1
-    assert 'version %d of image %s' % (version, disk) in err
-    assert 'obsolete' in err
-    assert os.path.exists(os.path.dirname(_meta_path(agent, disk)))
+    assert 'version %d of image %s' % (failed.version, disk) in err
+    assert 'failed' in err
+    assert os.path.exists(cache_dir)
+
+
+def test_an_obsolete_last_checkpoint_does_not_keep_the_cache(
+        repo, agent_factory):
+    agent, disk, version, cache_dir = _stale_after_a_checkpoint(
+        repo, agent_factory, 9)
+    # A retention policy obsoleted it while the mirror pinned it: still
+    # whole in the repository, so the stale cache can go, and its pins.
+    repo.obsolete(disk, [version])
+    assert repo.image(disk).version(version).pins
+    agent.start()
+    status, out, err = test_agent.manage(agent, 'detach', '--discard', disk)
+    assert status == 0, err
+    assert not os.path.exists(cache_dir)
+    header = repo.image(disk)
+    assert header.version(version).state == 'obsolete'
+    assert [v.number for v in header.versions if v.pins] == []
+    # Attached again: its newest stable version, the import.
+    path = agent.client.call('attach', image=disk)['path']
+    with open(path, 'rb') as f:
+        assert f.read() == repo.read(disk, 1, 0, NCHUNKS * CHUNK)
 
 
 def test_a_cache_of_the_previous_release(repo, agent_factory):
