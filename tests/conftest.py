@@ -18,8 +18,9 @@ from blobcr_agent.repository import repository
 
 BACKENDS = ['local', 'rados']
 
-# The session's RabbitMQ (rabbitmq_broker, rabbitmq_url): tests/rabbitmq.py.
-pytest_plugins = ['tests.rabbitmq']
+# The session's RabbitMQ (rabbitmq_broker, rabbitmq_url): tests/rabbitmq.py;
+# real Keystone and Cinder (openstack_stack, ...): tests/openstack_fixtures.py.
+pytest_plugins = ['tests.rabbitmq', 'tests.openstack_fixtures']
 
 
 @pytest.fixture(scope='session')

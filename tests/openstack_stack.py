@@ -100,8 +100,8 @@ class ServiceProcess:
     """One long-running service, in its own process group.
 
     Stopped by its pid (SIGTERM), then its group (SIGKILL) after a
-    timeout: oslo.service and gunicorn fork workers that an escalated
-    kill of the parent alone would orphan.
+    timeout: oslo.service and gunicorn fork workers that a SIGKILL of the
+    parent alone would orphan.
     """
 
     def __init__(self, name, argv, env, log, cwd=None):
@@ -130,21 +130,16 @@ class ServiceProcess:
                 self.name, self.proc.returncode, self.log, tail(self.log)))
 
     def stop(self, timeout=20):
-        if not self.proc:
+        if not self.proc or self.proc.poll() is not None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
-        # The group's id is the leader's pid, whether the leader is still
-        # there or not: this reaches only the workers it forked.
+        self.proc.send_signal(signal.SIGTERM)
         try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # Not reaped yet, so the group (id = the leader's pid) is still
+            # the one we started: this reaches only its forked workers.
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.wait()
+            self.proc.wait()
 
 
 def installed_versions():
@@ -569,18 +564,23 @@ class OpenStackStack:
         volume = self.block_storage('admin')
         hosts = {'%s@%s' % (self.cinder_host, name) for name in self.backends}
 
-        def volume_services_up():
-            services = volume.get(
-                '/os-services?binary=cinder-volume').json()['services']
-            up = {s['host'] for s in services if s['state'] == 'up'}
-            return hosts <= up
+        def services_up():
+            services = volume.get('/os-services', timeout=5).json()[
+                'services']
+            up = {(s['binary'], s['host']) for s in services
+                  if s['state'] == 'up'}
+            return ('cinder-scheduler', self.cinder_host) in up and all(
+                ('cinder-volume', host) in up for host in hosts)
 
         def scheduler_knows_pools():
             # Volume creates fail with "No valid backend" until the
-            # scheduler has each backend's capabilities.
-            pools = volume.get('/scheduler-stats/get_pools').json()['pools']
+            # scheduler has each backend's capabilities.  Short timeout:
+            # this RPC call is lost if the scheduler, up in the database,
+            # does not consume yet, and the API waits a minute for it.
+            pools = volume.get('/scheduler-stats/get_pools',
+                               timeout=3).json()['pools']
             return hosts <= {pool['name'].split('#')[0] for pool in pools}
-        self._poll('cinder-volume services up', volume_services_up, 90)
+        self._poll('cinder services up', services_up, 90)
         self._poll('scheduler pools', scheduler_knows_pools, 90)
 
     def _create_volume_types(self):

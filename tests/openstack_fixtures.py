@@ -1,0 +1,77 @@
+"""Session fixtures for a real Keystone and Cinder (tests/openstack_stack.py).
+
+``openstack_backends``  the session's one set of Cinder backend sections
+    (``{section: {option: value}}``).  Tests needing other backends add
+    them here, to this one dict, so that every test shares one stack.
+``openstack_stack``  factory: ``openstack_stack(backends)`` starts the
+    stack on the first call (on the session's RabbitMQ) and returns the
+    same started :class:`~tests.openstack_stack.OpenStackStack` to every
+    later call with the same backends; other backends are an error (one
+    stack per session).  Stopped at the end of the session.
+``openstack_cloud``  ``openstack_stack(openstack_backends)``.
+
+Environment: BLOBCR_OPENSTACK_TEMPLATE keeps the stack template across
+sessions (see tests/openstack_stack.py); BLOBCR_OPENSTACK_DEBUG=1 turns on
+the services' debug logs.  The logs are under pytest's basetemp
+(``openstack0/logs``), kept after the session like any tmp_path.
+
+(PYTEST_DONT_REWRITE: loaded by conftest as a plugin.)
+"""
+
+import os
+
+import pytest
+
+from tests import openstack_stack as stack_module
+
+# cinder's own test driver: it logs calls and stores nothing (see
+# tests/integration/test_openstack_stack.py for why the harness uses it).
+HARNESS_BACKEND = 'harness-fake'
+HARNESS_BACKEND_SECTION = {
+    'volume_driver': 'cinder.tests.fake_driver.FakeLoggingVolumeDriver',
+    # The driver reports this name whatever the section says.
+    'volume_backend_name': 'fake',
+}
+
+
+@pytest.fixture(scope='session')
+def openstack_backends():
+    return {HARNESS_BACKEND: dict(HARNESS_BACKEND_SECTION)}
+
+
+@pytest.fixture(scope='session')
+def openstack_stack(rabbitmq_url, tmp_path_factory):
+    started = []
+    failed = []
+
+    def factory(backends):
+        if failed:
+            pytest.fail('the OpenStack stack failed to start earlier in '
+                        'this session: %s' % failed[0], pytrace=False)
+        if started:
+            stack = started[0]
+            if backends != stack.backends:
+                pytest.fail(
+                    'one OpenStack stack per session: it was started with '
+                    'backends %r, not %r; add the backends to the '
+                    'openstack_backends fixture (tests/openstack_fixtures.py)'
+                    % (stack.backends, backends), pytrace=False)
+            return stack
+        stack = stack_module.OpenStackStack(
+            str(tmp_path_factory.mktemp('openstack')), rabbitmq_url,
+            backends, debug=bool(os.environ.get('BLOBCR_OPENSTACK_DEBUG')))
+        try:
+            stack.start()  # stops what it started if it fails
+        except Exception as exc:
+            failed.append(exc)
+            raise
+        started.append(stack)
+        return stack
+    yield factory
+    for stack in started:
+        stack.stop()
+
+
+@pytest.fixture(scope='session')
+def openstack_cloud(openstack_stack, openstack_backends):
+    return openstack_stack(openstack_backends)
