@@ -54,9 +54,9 @@ fi
 
 "$venv/bin/pip" check >&2 \
     || { echo "install-openstack: the venv has conflicting requirements" >&2; exit 1; }
-"$py" -c 'import rados, blobcr_agent._native, cinder, keystone' \
+PYTHONWARNINGS=ignore "$py" -c 'import rados, blobcr_agent._native, cinder, keystone' \
     || { echo "install-openstack: rados, the C core, cinder or keystone does not load" >&2; exit 1; }
-"$py" -c 'import pyfuse3, oslo_messaging, libvirt, keystonemiddleware, openstackclient' \
+PYTHONWARNINGS=ignore "$py" -c 'import pyfuse3, oslo_messaging, libvirt, keystonemiddleware, openstackclient' \
     || { echo "install-openstack: an import of the test suite broke" >&2; exit 1; }
 for tool in gunicorn openstack keystone-manage cinder-manage cinder-api \
         cinder-scheduler cinder-volume; do
