@@ -20,7 +20,8 @@ BACKENDS = ['local', 'rados']
 
 # The session's RabbitMQ (rabbitmq_broker, rabbitmq_url): tests/rabbitmq.py;
 # real Keystone and Cinder (openstack_stack, ...): tests/openstack_fixtures.py.
-pytest_plugins = ['tests.rabbitmq', 'tests.openstack_fixtures']
+pytest_plugins = ['tests.rabbitmq', 'tests.openstack_fixtures',
+                  'tests.cinder_hosts']
 
 
 @pytest.fixture(scope='session')

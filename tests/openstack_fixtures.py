@@ -22,6 +22,7 @@ import os
 
 import pytest
 
+from tests import cinder_hosts as cinder_hosts_module
 from tests import openstack_stack as stack_module
 
 # cinder's own test driver: it logs calls and stores nothing (see
@@ -35,8 +36,14 @@ HARNESS_BACKEND_SECTION = {
 
 
 @pytest.fixture(scope='session')
-def openstack_backends():
-    return {HARNESS_BACKEND: dict(HARNESS_BACKEND_SECTION)}
+def openstack_backends(cinder_hosts):
+    """The harness's fake backend and the BlobCR ones, whose agents
+    (tests/cinder_hosts.py) must answer when cinder-volume starts.
+    """
+    backends = {HARNESS_BACKEND: dict(HARNESS_BACKEND_SECTION)}
+    for hosts in cinder_hosts.values():
+        backends[hosts.section] = cinder_hosts_module.backend_section(hosts)
+    return backends
 
 
 @pytest.fixture(scope='session')

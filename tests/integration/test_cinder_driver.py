@@ -1,0 +1,218 @@
+"""The Cinder driver on real services: Keystone, cinder-api,
+cinder-scheduler and cinder-volume from PyPI, the session's RabbitMQ,
+and real blobcr-agents (a storage agent beside cinder-volume and two
+"compute" agents per backend) on the local store and on the micro Ceph
+cluster. The ``openstack`` CLI does what a user does.
+
+Nova is not part of this stack (issue 10): the tests attach volumes as
+Nova does, through Cinder's attachments API with a connector naming the
+compute host, and then read and write the file the connection info
+names, as the hypervisor would.
+"""
+
+import os
+import uuid
+
+import pytest
+
+from blobcr_agent.rpc import api as rpc_api
+from tests import openstack_stack as stack_module
+from tests import seq_writer
+
+GiB = 1 << 30
+WRITER_BLOCKS = 128                     # the writer's region: 8 MiB
+
+
+def read_file(path, offset=0, length=None):
+    with open(path, 'rb') as f:
+        f.seek(offset)
+        return f.read() if length is None else f.read(length)
+
+
+def tail_is_zero(path, start):
+    """Every byte of ``path`` from ``start`` on is zero (read in 16 MiB
+    pieces: a 1 GiB volume is mostly never-written chunks).
+    """
+    with open(path, 'rb') as f:
+        f.seek(start)
+        while True:
+            piece = f.read(16 << 20)
+            if not piece:
+                return True
+            if any(piece):
+                return False
+
+
+def as_nova(stack, user='demo'):
+    """The Cinder API as Nova calls it for a user: the user's token plus
+    a service token (Cinder checks with Nova, absent here, before it lets
+    anyone else delete a connected attachment).
+    """
+    from keystoneauth1 import adapter
+    from keystoneauth1 import service_token
+    from keystoneauth1 import session
+    auth = service_token.ServiceTokenAuthWrapper(
+        stack.session(user).auth, stack.session('cinder').auth)
+    return adapter.Adapter(session.Session(auth=auth),
+                           service_type='block-storage', interface='public',
+                           region_name=stack_module.REGION)
+
+
+class Attachment(object):
+    """A volume attached to a compute host the way Nova attaches one."""
+
+    MICROVERSION = '3.44'
+
+    def __init__(self, stack, volume_id, host, user='demo'):
+        self.api = as_nova(stack, user)
+        body = {'attachment': {
+            'volume_uuid': volume_id, 'instance_uuid': str(uuid.uuid4()),
+            'connector': {'host': host, 'platform': 'x86_64',
+                          'os_type': 'linux', 'multipath': False,
+                          'mountpoint': '/dev/vdb', 'initiator': None}}}
+        made = self.api.post('/attachments', json=body,
+                             microversion=self.MICROVERSION).json()
+        self.id = made['attachment']['id']
+        self.connection = made['attachment']['connection_info']
+        self.api.post('/attachments/%s/action' % self.id,
+                      json={'os-complete': None},
+                      microversion=self.MICROVERSION)
+
+    @property
+    def path(self):
+        return self.connection['device_path']
+
+    def detach(self):
+        self.api.delete('/attachments/%s' % self.id,
+                        microversion=self.MICROVERSION)
+
+
+@pytest.fixture(params=['local', 'rados'])
+def cloud(request, openstack_cloud, cinder_hosts):
+    """(stack, the backend's hosts) for one backend."""
+    return openstack_cloud, cinder_hosts[request.param]
+
+
+def create_volume(stack, hosts, name, *args):
+    made = stack.openstack('volume', 'create', '--type', hosts.volume_type,
+                           *args, name)
+    return stack.wait_status('volume', made['id'], 'available',
+                             timeout=120)
+
+
+def create_snapshot(stack, volume_id, name):
+    # Since 3.66 a volume in use needs no --force (nor accepts it).
+    made = stack.openstack('--os-volume-api-version', '3.66', 'volume',
+                           'snapshot', 'create', '--volume', volume_id, name)
+    return stack.wait_status('snapshot', made['id'], 'available',
+                             timeout=300)
+
+
+def test_volume_snapshot_clone_revert_extend_delete(cloud, rabbitmq_url):
+    stack, hosts = cloud
+    region = WRITER_BLOCKS * seq_writer.BLOCK
+
+    vol = create_volume(stack, hosts, 'vol-a', '--size', '1')
+    assert vol['volume_type'] == hosts.volume_type
+
+    # Attached to compute A: the connection is a plain file (gpfs) on
+    # that host's mirror, of the volume's size, all zeros.
+    att = Attachment(stack, vol['id'], hosts.compute[0])
+    assert att.connection['blobcr_host'] == hosts.compute[0]
+    assert os.path.getsize(att.path) == GiB
+    assert tail_is_zero(att.path, 0)
+    assert stack.wait_status('volume', vol['id'], 'in-use')
+
+    # Snapshot while a writer runs: a prefix of its writes, at least
+    # every write synced before the request.
+    writer = seq_writer.SeqWriter(att.path, WRITER_BLOCKS, seed=1).start()
+    while writer.synced < 50:
+        assert writer.error is None
+    synced_before = writer.synced
+    snap = create_snapshot(stack, vol['id'], 'snap-1')
+    meta = stack.openstack('volume', 'snapshot', 'show', snap['id'])
+    props = meta['properties']
+    assert int(props['blobcr:version']) >= 2
+    assert props['blobcr:host'] == hosts.compute[0]
+    assert float(props['blobcr:ack_ms']) > 0
+    assert int(props['blobcr:bytes_written']) > 0
+    writer.stop()
+    assert writer.synced > synced_before        # it kept writing
+    base = bytes(region)
+
+    # The snapshot as a new, bigger volume, on compute B.
+    vol_b = create_volume(stack, hosts, 'vol-b', '--size', '2',
+                          '--snapshot', snap['id'])
+    att_b = Attachment(stack, vol_b['id'], hosts.compute[1])
+    assert os.path.getsize(att_b.path) == 2 * GiB
+    cut = writer.check_snapshot(read_file(att_b.path, 0, region), base,
+                                synced_before)
+    assert tail_is_zero(att_b.path, region)
+
+    # Detach A: what was written after the snapshot is kept (a last
+    # checkpoint before the mirror goes), and a clone of the volume has
+    # all of it.
+    att.detach()
+    stack.wait_status('volume', vol['id'], 'available')
+    clone = create_volume(stack, hosts, 'vol-c', '--size', '1', '--source',
+                          vol['id'])
+    att_c = Attachment(stack, clone['id'], hosts.compute[1])
+    final = writer.content_at(writer.synced, base)
+    assert read_file(att_c.path, 0, region) == final
+    att_c.detach()
+
+    # The chain, as the OSC plugin draws it.
+    listed = stack.openstack('blobcr', 'checkpoint', 'list', vol['id'])
+    assert [c['ID'] for c in listed] == [snap['id']]
+    tree = stack.openstack('blobcr', 'checkpoint', 'tree', vol['id'])
+    assert [(row['Kind'], row['ID']) for row in tree] == [
+        ('volume', vol['id']), ('checkpoint', snap['id']),
+        ('volume', vol_b['id']), ('volume', clone['id'])]
+
+    # Revert A to the snapshot, then extend it.
+    stack.openstack('volume', 'revert', snap['id'], json=False)
+    stack.wait_status('volume', vol['id'], 'available')
+    stack.openstack('volume', 'set', '--size', '3', vol['id'], json=False)
+    stack.wait_status('volume', vol['id'], 'available')
+    att = Attachment(stack, vol['id'], hosts.compute[0])
+    assert os.path.getsize(att.path) == 3 * GiB
+    assert read_file(att.path, 0, region) == writer.content_at(cut, base)
+    att.detach()
+    stack.wait_status('volume', vol['id'], 'available')
+
+    # Delete the snapshot and its volume while B (made from it) lives:
+    # B keeps its data.
+    stack.openstack('volume', 'snapshot', 'delete', snap['id'], json=False)
+    stack.wait_status('snapshot', snap['id'], 'deleted')
+    stack.openstack('volume', 'delete', vol['id'], json=False)
+    stack.wait_status('volume', vol['id'], 'deleted')
+    api = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=60)
+    try:
+        api.gc(hosts.storage, grace=0)
+    finally:
+        api.cleanup()
+    assert read_file(att_b.path, 0, region) == writer.content_at(cut, base)
+    att_b.detach()
+    for volume_id in (vol_b['id'], clone['id']):
+        stack.openstack('volume', 'delete', volume_id, json=False)
+        stack.wait_status('volume', volume_id, 'deleted')
+
+
+def test_unknown_extra_spec_fails_the_create_clearly(cloud):
+    stack, hosts = cloud
+    name = 'bad-%s' % uuid.uuid4().hex[:6]
+    stack.openstack('volume', 'type', 'create', '--property',
+                    'volume_backend_name=%s' % hosts.backend_name,
+                    '--property', 'blobcr:qiesce=none', name, user='admin')
+    try:
+        made = stack.openstack('volume', 'create', '--type', name, '--size',
+                               '1', name)
+        with pytest.raises(Exception):
+            stack.wait_status('volume', made['id'], 'available')
+        assert 'unknown extra spec blobcr:qiesce' in \
+            stack.log('cinder-volume', 400)
+        stack.openstack('volume', 'delete', made['id'], json=False)
+        stack.wait_status('volume', made['id'], 'deleted')
+    finally:
+        stack.openstack('volume', 'type', 'delete', name, user='admin',
+                        json=False)
