@@ -382,16 +382,17 @@ class BlobCRDriver(driver.VolumeDriver):
     # -- images ------------------------------------------------------------
 
     def copy_image_to_volume(self, context, volume, image_service, image_id,
-                             disk_format='raw'):
+                             disable_sparse=False):
         """Glance image -> raw file in the exchange directory (qemu-img,
-        no root) -> a new version of the volume's image.
+        not as root) -> a new version of the volume's image (only the
+        chunks that are not zero are written).
         """
         path = self._exchange_path(volume, 'import')
         try:
             image_utils.fetch_to_raw(
                 context, image_service, image_id, path,
                 self.configuration.volume_dd_blocksize, size=volume.size,
-                disk_format=disk_format)
+                run_as_root=False, disable_sparse=disable_sparse)
             self._call(self.storage_host, 'import_file',
                        self._image_of(volume), path)
         finally:
@@ -407,7 +408,7 @@ class BlobCRDriver(driver.VolumeDriver):
             self._call(self.storage_host, 'export', image, None, path,
                        timeout=self.configuration.blobcr_snapshot_timeout)
             image_utils.upload_volume(context, image_service, image_meta,
-                                      path, volume)
+                                      path, run_as_root=False)
         finally:
             image_utils.delete_if_exists(path)
 

@@ -387,7 +387,10 @@ class OpenStackStack:
                 'enabled_backends': ','.join(self.backends),
                 'default_volume_type': next(iter(self.backends)),
             },
-            'database': {'connection': 'sqlite:///' + self.path('cinder.db')},
+            # One cinder-volume process per backend writes at start-up:
+            # wait for sqlite's lock rather than fail after 5 s.
+            'database': {'connection': 'sqlite:///%s?timeout=120'
+                         % self.path('cinder.db')},
             'oslo_concurrency': {'lock_path': self.path('cinder-locks')},
             'keystone_authtoken': dict(authentication('cinder'),
                                        www_authenticate_uri=self.auth_url,
@@ -426,6 +429,11 @@ class OpenStackStack:
 
         def cinder_db():
             self._manage('cinder-manage', 'db', 'sync', log='cinder-db.log')
+            # Write-ahead logging (kept in the file): readers no longer
+            # block the one writer.
+            with contextlib.closing(sqlite3.connect(
+                    self.path('cinder.db'))) as db:
+                db.execute('PRAGMA journal_mode=WAL')
             shutil.copyfile(self.path('cinder.db'),
                             os.path.join(staging, 'cinder.db'))
         # Independent steps, mostly interpreter start-up and imports;
