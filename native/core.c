@@ -1245,14 +1245,29 @@ ring_len(const MirrorCore *m)
 }
 
 void
-mc_recovery(MirrorCore *m, int64_t *snap, int64_t *untaken, int64_t *lost)
+mc_recovery(MirrorCore *m, int oldest, int64_t *snap, int64_t *untaken,
+            int64_t *lost)
 {
     *snap = *untaken = *lost = 0;
     pthread_mutex_lock(&m->lock);
-    int n = ring_len(m);
+    int n = ring_len(m), g0 = m->head;
     for (int64_t c = 0; c < m->nchunks; c++) {
         uint8_t s = m->state[c];
         int newest = newest_of(m, c, n), gone = 0;
+        if (oldest) {
+            /* The oldest generation alone: its untaken content is lost
+             * unless the mirror file still holds it (no newer
+             * generation holds the chunk, nothing copied it aside). */
+            if (!n || !(m->gens[c] & G_MEMBER(g0)))
+                continue;
+            (*snap)++;
+            if (!(m->gens[c] & G_UNTAKEN(g0)))
+                continue;
+            (*untaken)++;
+            *lost += g0 != newest ||
+                ((s & ST_COPIED) && m->mode != MODE_PRECOPY);
+            continue;
+        }
         if (s & ST_SNAP) (*snap)++;
         if (!(s & ST_SCHED))
             continue;
@@ -1284,8 +1299,11 @@ mc_resume(MirrorCore *m)
      * ones are dirty again (recovery fails their versions). */
     for (int64_t c = 0; c < m->nchunks; c++) {
         if (m->gens[c] & (uint8_t)~(G_MEMBER(g) | G_UNTAKEN(g))) {
+            /* COPIED was about a later generation's content (the
+             * oldest's, if it still needed it, was lost: recovery
+             * checked). */
             m->gens[c] &= G_MEMBER(g) | G_UNTAKEN(g);
-            m->state[c] |= ST_DIRTY;
+            m->state[c] = (uint8_t)((m->state[c] & ~ST_COPIED) | ST_DIRTY);
         }
         if (m->gens[c] & G_UNTAKEN(g))
             m->order[g][n++] = c;

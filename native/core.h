@@ -182,11 +182,12 @@ int mc_take(MirrorCore *m, char *buf, int64_t *c);
 void mc_snapshot_done(MirrorCore *m, int stable);
 
 /* Crash recovery: the parked generations (one normally). mc_recovery
- * counts the chunks of all of them, mc_requeue and mc_resume work on
- * the oldest (mc_resume makes it live; chunks of later parked ones are
- * dirty again). */
-void mc_recovery(MirrorCore *m, int64_t *snap, int64_t *untaken,
-                 int64_t *lost);
+ * counts the chunks of all of them (oldest: of the oldest alone; lost:
+ * untaken chunks whose content was only in the in-memory buffer),
+ * mc_requeue and mc_resume work on the oldest (mc_resume makes it live;
+ * chunks of later parked ones are dirty again). */
+void mc_recovery(MirrorCore *m, int oldest, int64_t *snap,
+                 int64_t *untaken, int64_t *lost);
 int64_t mc_resume(MirrorCore *m);
 int mc_requeue(MirrorCore *m, int64_t c);    /* 1 requeued, 0 lost */
 

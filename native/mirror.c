@@ -416,15 +416,21 @@ Mirror_snapshot_done(Mirror *m, PyObject *args)
 /* ---- recovery and inspection ---------------------------------------- */
 
 static PyObject *
-Mirror_recovery(Mirror *m, PyObject *noargs)
+Mirror_recovery(Mirror *m, PyObject *args, PyObject *kw)
 {
-    /* After a restart: how many chunks the interrupted snapshot holds,
-     * how many are still to be taken, and how many of those lost their
-     * snapshot content (it was in the in-memory buffer). */
+    /* After a restart: how many chunks the interrupted snapshots hold
+     * (with oldest, the oldest alone), how many are still to be taken,
+     * and how many of those lost their snapshot content (it was in the
+     * in-memory buffer). */
+    static char *kwlist[] = {"oldest", NULL};
     int64_t snap, sched, lost;
+    int oldest = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:recovery", kwlist,
+                                     &oldest))
+        return NULL;
     if (check_open(m) < 0)
         return NULL;
-    mc_recovery(&m->core, &snap, &sched, &lost);
+    mc_recovery(&m->core, oldest, &snap, &sched, &lost);
     return Py_BuildValue("{s:L,s:L,s:L}", "snapshot", (long long)snap,
                          "untaken", (long long)sched, "lost",
                          (long long)lost);
@@ -583,8 +589,10 @@ static PyMethodDef Mirror_methods[] = {
     {"take", (PyCFunction)Mirror_take, METH_NOARGS, take_doc},
     {"snapshot_done", (PyCFunction)Mirror_snapshot_done, METH_VARARGS,
      snapshot_done_doc},
-    {"recovery", (PyCFunction)Mirror_recovery, METH_NOARGS,
-     "State of a snapshot interrupted by a crash."},
+    {"recovery", (PyCFunction)(void (*)(void))Mirror_recovery,
+     METH_VARARGS | METH_KEYWORDS,
+     "recovery(oldest=False): state of the snapshots interrupted by a\n"
+     "crash (with oldest, of the oldest alone)."},
     {"resume", (PyCFunction)Mirror_resume, METH_NOARGS,
      "Re-queue the untaken chunks of an interrupted snapshot."},
     {"requeue", (PyCFunction)Mirror_requeue, METH_VARARGS,

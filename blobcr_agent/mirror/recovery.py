@@ -6,10 +6,12 @@ The cache's metadata names the versions that were in flight
 journal shows in the repository are done; every other chunk of its
 snapshot is persisted again from the mirror file, which still holds it
 unless it was written since the COMMIT (then, or if it was only in the
-in-memory copy-on-write buffer, the version is failed). The versions
-queued behind it are failed: their snapshots' copy-on-write content was
-in memory. A failed version's chunks are dirty again, so the next
-checkpoint carries them.
+in-memory copy-on-write buffer, the version is failed). That holds with
+versions queued behind it too (a chunk of the oldest that a later one
+also holds had its content copied to memory: lost, unless it was taken
+and journaled). The versions queued behind it are failed: their
+snapshots' copy-on-write content was in memory. A failed version's
+chunks are dirty again, so the next checkpoint carries them.
 """
 
 import logging
@@ -45,19 +47,18 @@ def recover(image):
     if found.state == image_mod.STABLE:
         _adopt(image, number, followers)
         return
-    state = image.core.recovery()
+    # The oldest's own snapshot: what later ones hold is theirs (failed).
+    state = image.core.recovery(oldest=True)
     try:
         pending = image.repo.resume_commit(image.id, number)
     except exception.CommitAborted as e:
         LOG.warning('interrupted version %d of %s: %s', number, image.id, e)
         give_up(image, versions, None, str(e))
         return
-    if followers or state['lost'] or not state['snapshot']:
+    if state['lost'] or not state['snapshot']:
         if state['lost']:
             why = ('%d snapshot chunks were only in the copy-on-write '
                    'buffer' % state['lost'])
-        elif followers:
-            why = 'versions %s were queued behind it' % followers
         else:
             # Recorded in flight before its COMMIT, which never came (or
             # froze nothing): not published as a copy of its parent.
@@ -76,7 +77,14 @@ def recover(image):
     for index in snapshot:
         if index in done:
             pending.put_digest(index, done[index])
-    count = image.core.resume()
+    count = image.core.resume()     # the followers' chunks dirty again
+    if followers:
+        for follower in followers:
+            image.versions[follower] = image_mod.FAILED
+        image._record_in_flight([number])
+        LOG.warning('versions %s of %s, queued behind version %d, are '
+                    'failed: their snapshots were in memory', followers,
+                    image.id, number)
     image.versions[number] = image_mod.PENDING
     LOG.warning('resuming the persist of version %d of %s (%d chunks '
                 'done, %d to go)', number, image.id, len(done), count)
@@ -87,10 +95,22 @@ def _adopt(image, number, followers):
     """The oldest version in flight turned stable before the agent
     stopped, which the cache's metadata did not record yet: end its
     snapshot as stable (its chunks are clean) and build on it. The
-    followers' chunks are dirty again (resume).
+    followers' chunks are dirty again.
+
+    With followers, the crash may have come after the core ended the
+    stable version's snapshot (snapshot_done before _persisted): the
+    oldest parked snapshot is then the first follower's, which must not
+    be ended as stable (its chunks would be clean, and missing from the
+    next version). Every parked snapshot is given up instead: all their
+    chunks are dirty again, the stable version's too if its snapshot
+    had not ended (the next checkpoint writes them again; their content
+    is deduplicated).
     """
-    image.core.resume()
-    image.core.snapshot_done(True)
+    if followers:
+        image.core.snapshot_done(False)
+    else:
+        image.core.resume()
+        image.core.snapshot_done(True)
     previous = image.meta['last']
     image.versions[number] = image_mod.STABLE
     for follower in followers:

@@ -198,3 +198,110 @@ def test_a_version_recorded_but_never_committed_is_failed(store):
         assert repo.read(image_id, version, 0, NCHUNKS * CHUNK) == ALL
     finally:
         a.close(timeout=10)
+
+
+# Children for the crashes with several versions in flight (as
+# recovery_child: attach, write, checkpoint, SIGKILL itself).
+_SEVERAL_IN_FLIGHT = r'''
+import os, sys, threading
+from blobcr_agent.mirror import image as image_mod
+from blobcr_agent.repository import repository as repo_mod
+from tests.functional import recovery_child as child
+
+scenario, directory, image_id = sys.argv[1:4]
+repo = child.repo_at(directory)
+gate = threading.Event()
+real_put = repo_mod.Commit.put
+
+
+def put(self, index, data):
+    gate.wait()
+    return real_put(self, index, data)
+
+
+repo_mod.Commit.put = put
+if scenario == 'stable-with-followers':
+    # Killed once version 2 is stable and its snapshot ended, before the
+    # metadata says so, with version 3 queued behind it.
+    image_mod.AttachedImage._persisted = lambda self, version: child.die()
+image = image_mod.AttachedImage(repo, image_id, None,
+                                os.path.join(directory, 'cache'),
+                                prefetch=False)
+first = 8 if scenario == 'stable-with-followers' else 4
+for k in range(first):
+    image.write(k * child.CHUNK, child.content(k))
+image.checkpoint()                  # version 2: its persist waits
+if scenario == 'stable-with-followers':
+    for k in range(4):              # chunks version 2 holds too
+        image.write(k * child.CHUNK, bytes([0x61 + k]) * child.CHUNK)
+else:
+    for k in range(4, 8):           # chunks version 2 does not hold
+        image.write(k * child.CHUNK, child.content(k))
+image.checkpoint()                  # version 3, behind it
+if scenario == 'stable-with-followers':
+    gate.set()
+    image.wait_persisted()
+child.die()
+'''
+
+
+def _run_several(scenario, directory, image_id):
+    done = subprocess.run(
+        [sys.executable, '-c', _SEVERAL_IN_FLIGHT, scenario, str(directory),
+         image_id], capture_output=True, text=True, timeout=120,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))))
+    assert done.returncode == -9, done.stderr
+
+
+def test_several_in_flight_the_oldest_resumes_when_whole(store):
+    """Killed with version 2 being persisted and version 3 behind it,
+    on chunks version 2 does not hold: version 2's snapshot is all in
+    the mirror file, so it resumes and turns stable; version 3 fails
+    and its chunks go to the next checkpoint.
+    """
+    tmp_path, repo, image_id = store
+    _run_several('oldest-whole', tmp_path, image_id)
+    a = _attach(tmp_path, repo, image_id)
+    try:
+        assert a.wait_persisted(30)
+        assert a.version_state(2) == 'stable'
+        assert a.version_state(3) == 'failed'
+        expected = bytearray(ALL)
+        expected[4 * CHUNK:] = repo.read(image_id, 1, 4 * CHUNK,
+                                         4 * CHUNK)
+        assert repo.read(image_id, 2, 0, NCHUNKS * CHUNK) == expected
+        assert a.stats()['dirty'] == 4
+        version, count, _ = a.checkpoint()
+        assert count == 4
+        assert a.wait_persisted(30)
+        assert repo.image(image_id).version(version).parent == 2
+        assert repo.read(image_id, version, 0, NCHUNKS * CHUNK) == ALL
+    finally:
+        a.close(timeout=10)
+
+
+def test_stable_before_the_metadata_with_a_version_behind_it(store):
+    """Killed after version 2 turned stable and its snapshot ended, with
+    version 3 (chunks 0-3 rewritten) behind it: version 2 is adopted,
+    version 3 failed, and chunks 0-3 are dirty again (before, version
+    3's snapshot was ended as if it were version 2's: its chunks clean,
+    its writes missing from the next version).
+    """
+    tmp_path, repo, image_id = store
+    _run_several('stable-with-followers', tmp_path, image_id)
+    a = _attach(tmp_path, repo, image_id)
+    try:
+        assert a.meta['last'] == 2 and a.meta['persisting'] is None
+        assert a.version_state(2) == 'stable'
+        assert a.version_state(3) == 'failed'
+        assert repo.read(image_id, 2, 0, NCHUNKS * CHUNK) == ALL
+        version, count, _ = a.checkpoint()
+        assert count >= 4
+        assert a.wait_persisted(30)
+        expected = bytearray(ALL)
+        for k in range(4):
+            expected[k * CHUNK:(k + 1) * CHUNK] = bytes([0x61 + k]) * CHUNK
+        assert repo.read(image_id, version, 0, NCHUNKS * CHUNK) == expected
+    finally:
+        a.close(timeout=10)
