@@ -11,6 +11,7 @@ names, as the hypervisor would.
 """
 
 import os
+import time
 import uuid
 
 import pytest
@@ -215,4 +216,116 @@ def test_unknown_extra_spec_fails_the_create_clearly(cloud):
         stack.wait_status('volume', made['id'], 'deleted')
     finally:
         stack.openstack('volume', 'type', 'delete', name, user='admin',
+                        json=False)
+
+
+def wait_group(stack, group_id, status, timeout=120):
+    api = stack.block_storage('admin')
+    deadline = time.monotonic() + timeout
+    while True:
+        got = api.get('/groups/%s' % group_id, microversion='3.13',
+                      raise_exc=False)
+        if got.status_code == 404 and status == 'deleted':
+            return
+        got.raise_for_status()
+        if got.json()['group']['status'] == status:
+            return
+        assert time.monotonic() < deadline, got.json()
+        time.sleep(0.5)
+
+
+def test_group_snapshot_of_volumes_on_two_hosts(cloud, rabbitmq_url):
+    """A consistent group snapshot of two volumes attached to two hosts,
+    both written to: one BlobCR group checkpoint, complete once both
+    members are stable, each member a prefix of its writer.
+    """
+    stack, hosts = cloud
+    agent = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=60)
+    suffix = uuid.uuid4().hex[:6]
+    group_type = 'cg-%s' % suffix
+    group = None
+    stack.openstack('--os-volume-api-version', '3.11', 'volume', 'group',
+                    'type', 'create', group_type, user='admin')
+    try:
+        stack.openstack('--os-volume-api-version', '3.11', 'volume', 'group',
+                        'type', 'set', '--property',
+                        'consistent_group_snapshot_enabled=<is> True',
+                        group_type, user='admin', json=False)
+        group = stack.openstack(
+            '--os-volume-api-version', '3.13', 'volume', 'group', 'create',
+            '--volume-group-type', group_type, '--volume-type',
+            hosts.volume_type, '--name', 'grp-%s' % suffix)
+        wait_group(stack, group['ID'], 'available')
+        volumes = [create_volume(stack, hosts, 'm%d-%s' % (k, suffix),
+                                 '--size', '1') for k in (0, 1)]
+        # OSC has no command to add volumes to a group: the API call.
+        stack.block_storage().put(
+            '/groups/%s' % group['ID'], microversion='3.13',
+            json={'group': {'add_volumes': ','.join(v['id']
+                                                    for v in volumes)}})
+        attachments = [Attachment(stack, v['id'], host) for v, host in
+                       zip(volumes, hosts.compute)]
+        writers = [seq_writer.SeqWriter(a.path, WRITER_BLOCKS, seed=k).start()
+                   for k, a in enumerate(attachments)]
+        for w in writers:
+            while w.synced < 20:
+                assert w.error is None
+        synced = [w.synced for w in writers]
+        made = stack.openstack('--os-volume-api-version', '3.14', 'volume',
+                               'group', 'snapshot', 'create', '--name',
+                               'gs-%s' % suffix, group['ID'])
+        deadline = 300
+        snapshots = []
+        for v in volumes:
+            snaps = stack.openstack('volume', 'snapshot', 'list', '--volume',
+                                    v['id'], '--long')
+            assert len(snaps) == 1
+            snapshots.append(stack.wait_status('snapshot', snaps[0]['ID'],
+                                               'available', deadline))
+        for w in writers:
+            w.stop()
+        shown = stack.openstack('--os-volume-api-version', '3.14', 'volume',
+                                'group', 'snapshot', 'show', made['ID'])
+        assert shown['Status'] == 'available'
+        # Each member: a prefix of its writer; both of one group.
+        region = WRITER_BLOCKS * seq_writer.BLOCK
+        groups = set()
+        for snap, w, before, host in zip(snapshots, writers, synced,
+                                         hosts.compute):
+            meta = stack.openstack('volume', 'snapshot', 'show', snap['id'])
+            props = meta['properties']
+            assert props['blobcr:host'] == host
+            copy = create_volume(stack, hosts, 'from-%s' % snap['id'][:6],
+                                 '--size', '1', '--snapshot', snap['id'])
+            att = Attachment(stack, copy['id'], hosts.compute[0])
+            w.check_snapshot(read_file(att.path, 0, region), bytes(region),
+                             before)
+            att.detach()
+            stack.wait_status('volume', copy['id'], 'available')
+            stack.openstack('volume', 'delete', copy['id'], json=False)
+            versions = agent.list_versions(hosts.storage,
+                                           props['blobcr:image'])['versions']
+            tagged = [v['group'] for v in versions
+                      if v['version'] == int(props['blobcr:version'])]
+            groups.add((tagged[0]['id'], tagged[0]['members']))
+        # One BlobCR group of two members: complete once both are stable.
+        assert groups == {('cinder-%s' % made['ID'], 2)}
+        project = volumes[0]['os-vol-tenant-attr:tenant_id']  # (admin)
+        state = agent.group_state(hosts.storage, 'cinder-%s' % made['ID'],
+                                  project=project)
+        assert state['complete']
+        for a in attachments:
+            a.detach()
+        stack.openstack('--os-volume-api-version', '3.14', 'volume', 'group',
+                        'snapshot', 'delete', made['ID'], json=False)
+    finally:
+        agent.cleanup()
+        if group is not None:
+            # --force: with the volumes still in it.
+            stack.openstack('--os-volume-api-version', '3.13', 'volume',
+                            'group', 'delete', '--force', group['ID'],
+                            json=False)
+            wait_group(stack, group['ID'], 'deleted')
+        stack.openstack('--os-volume-api-version', '3.11', 'volume', 'group',
+                        'type', 'delete', group_type, user='admin',
                         json=False)
