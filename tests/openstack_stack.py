@@ -4,10 +4,14 @@
 ship on PyPI (tools/install-openstack.sh installs them into the project
 venv):
 
-* Keystone on sqlite with fernet tokens, served by gunicorn;
+* a private PostgreSQL server (Debian's, run as the ``postgres`` user
+  when we are root) on 127.0.0.1, holding both services' databases: see
+  :class:`PostgresServer` (sqlite answered "database is locked" at once
+  with several cinder processes writing);
+* Keystone with fernet tokens, served by gunicorn;
 * cinder-api (keystonemiddleware auth), cinder-scheduler and cinder-volume
-  on sqlite and the caller's RabbitMQ, with the backend sections the caller
-  gives, one volume type per backend.
+  on the caller's RabbitMQ, with the backend sections the caller gives, one
+  volume type per backend.
 
 Identities: ``admin`` (admin of project ``admin``), ``cinder`` (admin and
 service in project ``service``, the services' own user) and ``demo``
@@ -18,7 +22,7 @@ The slow constant parts (both databases after their migrations, Keystone's
 bootstrap and catalog, fernet and credential keys) are built once and
 copied afterwards: see :class:`StackTemplate`.  With BLOBCR_OPENSTACK_TEMPLATE
 naming a directory, templates stay there across sessions (one per installed
-keystone and cinder version).
+keystone, cinder and PostgreSQL version).
 
 Logs: ``WORKDIR/logs/<service>.log``, one file per process (stdout and
 stderr together).  No mocks: everything here is the real service.
@@ -36,7 +40,6 @@ import re
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -59,7 +62,10 @@ PROJECTS = {'admin': 'admin', 'cinder': 'service', 'demo': 'demo'}
 TEMPLATE_ENV = 'BLOBCR_OPENSTACK_TEMPLATE'
 # Bump when what a template holds changes (schema of this module, not of
 # the services: their versions are in the key already).
-TEMPLATE_FORMAT = 1
+TEMPLATE_FORMAT = 2
+
+# Debian's server binaries: /usr/lib/postgresql/<major>/bin.
+POSTGRES_ROOT = '/usr/lib/postgresql'
 
 
 class StackError(RuntimeError):
@@ -80,15 +86,18 @@ def tail(path, lines=40):
         return '(no log: %s)\n' % exc
 
 
-def run(argv, log, timeout=120):
-    """Run a setup command, its output appended to ``log``."""
+def run(argv, log, timeout=120, **popen):
+    """Run a setup command, its output appended to ``log``.
+
+    ``popen``: more arguments for subprocess (``user``, ``cwd``...).
+    """
     with open(log, 'ab') as out:
         out.write(('$ %s\n' % ' '.join(argv)).encode())
         out.flush()
         try:
             proc = subprocess.run(argv, stdin=subprocess.DEVNULL,
                                   stdout=out, stderr=subprocess.STDOUT,
-                                  timeout=timeout, check=False)
+                                  timeout=timeout, check=False, **popen)
         except subprocess.TimeoutExpired:
             raise StackError('%s timed out after %s s; log %s:\n%s' % (
                 argv[0], timeout, log, tail(log)))
@@ -105,12 +114,13 @@ class ServiceProcess:
     parent alone would orphan.
     """
 
-    def __init__(self, name, argv, env, log, cwd=None):
+    def __init__(self, name, argv, env, log, cwd=None, **popen):
         self.name = name
         self.cwd = cwd
         self.argv = argv
         self.env = env
         self.log = log
+        self.popen = popen
         self.proc = None
 
     def start(self):
@@ -118,7 +128,7 @@ class ServiceProcess:
             self.proc = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd,
-                start_new_session=True)
+                start_new_session=True, **self.popen)
         return self
 
     @property
@@ -153,21 +163,222 @@ class ServiceProcess:
         self.wait_or_kill(timeout)
 
 
+def postgres_bindir():
+    """The newest PostgreSQL server installed (Debian's layout)."""
+    try:
+        majors = [int(name) for name in os.listdir(POSTGRES_ROOT)
+                  if name.isdigit() and os.path.exists(
+                      os.path.join(POSTGRES_ROOT, name, 'bin', 'postgres'))]
+    except OSError:
+        majors = []
+    if not majors:
+        raise StackError('no PostgreSQL server under %s: run '
+                         'tools/install-openstack.sh' % POSTGRES_ROOT)
+    return os.path.join(POSTGRES_ROOT, str(max(majors)), 'bin')
+
+
+class PostgresServer:
+    """A private PostgreSQL server on 127.0.0.1, for the stack's databases.
+
+    PostgreSQL refuses to run as root: when we are root, every one of its
+    programs runs as the ``postgres`` system user (set by subprocess
+    itself, so the pid held is the postmaster's, with no runuser or su in
+    between), in a directory of its own that this user owns, made under
+    the system temp dir (pytest's directories are 0700 root) and removed
+    by :meth:`remove`.  It listens on a free port of 127.0.0.1 only, with
+    no unix socket; initdb's pg_hba.conf with trust admits loopback (and
+    replication, for :meth:`snapshot`) only.  Durability is off (fsync,
+    synchronous commit): the data are thrown away with the stack.
+    Logs go to ``log`` (the server's stderr).
+    """
+
+    USER = 'postgres'  # the superuser initdb makes; the services use it
+    SETTINGS = {
+        'listen_addresses': '127.0.0.1',
+        'unix_socket_directories': '',
+        'fsync': 'off',
+        'synchronous_commit': 'off',
+        'full_page_writes': 'off',
+        # A pool per service process (oslo.db: 5, overflow 50).
+        'max_connections': 300,
+        'shared_buffers': '64MB',
+        'min_wal_size': '2MB',
+    }
+
+    def __init__(self, log):
+        self.bindir = postgres_bindir()
+        self.log = log
+        self.port = free_port()
+        self.owner = pwd.getpwnam('postgres') if os.geteuid() == 0 else None
+        self.directory = None
+        self.process = None
+
+    @property
+    def datadir(self):
+        return os.path.join(self.directory, 'data')
+
+    def url(self, database):
+        """The SQLAlchemy URL of ``database`` (oslo.db's connection)."""
+        return 'postgresql+psycopg2://%s@127.0.0.1:%d/%s' % (
+            self.USER, self.port, database)
+
+    def _as_owner(self):
+        popen = {'cwd': self.directory}
+        if self.owner:
+            popen.update(user=self.owner.pw_uid, group=self.owner.pw_gid,
+                         extra_groups=[])
+        return popen
+
+    def _make_directory(self):
+        self.directory = tempfile.mkdtemp(prefix='blobcr-openstack-pg-')
+        if self.owner:
+            os.chown(self.directory, self.owner.pw_uid, self.owner.pw_gid)
+
+    def _tool(self, name):
+        return os.path.join(self.bindir, name)
+
+    def init(self):
+        """A new, empty cluster."""
+        self._make_directory()
+        run([self._tool('initdb'), '-D', self.datadir, '-U', self.USER,
+             '-A', 'trust', '-E', 'UTF8', '--locale=C.UTF-8', '--no-sync',
+             # 1 MiB WAL segments, not 16: a smaller template to copy.
+             '--wal-segsize=1'],
+            self.log, **self._as_owner())
+
+    def init_from(self, datadir):
+        """A copy of a stopped cluster's data directory, owner included."""
+        self._make_directory()
+        run(['cp', '-a', datadir, self.datadir], self.log)
+        if self.owner and os.stat(self.datadir).st_uid != self.owner.pw_uid:
+            owner = '%d:%d' % (self.owner.pw_uid, self.owner.pw_gid)
+            run(['chown', '-R', owner, self.datadir], self.log)
+
+    def start(self, timeout=60):
+        """Start the postmaster; return once it accepts connections."""
+        settings = dict(self.SETTINGS, port=self.port)
+        argv = [self._tool('postgres'), '-D', self.datadir]
+        for name, value in settings.items():
+            argv += ['-c', '%s=%s' % (name, value)]
+        self.process = ServiceProcess('postgres', argv, dict(os.environ),
+                                      self.log, **self._as_owner()).start()
+        import psycopg2
+        deadline = time.monotonic() + timeout
+        while True:
+            self.process.check_running()
+            try:
+                self.connect('postgres').close()
+                return self
+            except psycopg2.OperationalError as exc:
+                if time.monotonic() > deadline:
+                    raise StackError('postgres not accepting connections '
+                                     'after %s s (%s); log %s:\n%s' % (
+                                         timeout, exc, self.log,
+                                         tail(self.log)))
+            time.sleep(0.05)
+
+    def connect(self, database):
+        """A psycopg2 connection to ``database``."""
+        import psycopg2
+        return psycopg2.connect(host='127.0.0.1', port=self.port,
+                                user=self.USER, dbname=database,
+                                connect_timeout=5)
+
+    def execute(self, database, *statements):
+        """Run SQL statements, each in its own transaction (autocommit:
+        CREATE DATABASE needs it), on ``database``.
+        """
+        with contextlib.closing(self.connect(database)) as db:
+            db.autocommit = True
+            with db.cursor() as cursor:
+                for statement in statements:
+                    cursor.execute(statement)
+
+    def check_running(self):
+        if self.process:
+            self.process.check_running()
+
+    def stop(self, timeout=20):
+        """Stop the postmaster by its pid.
+
+        Fast shutdown (SIGINT, as pg_ctl stop -m fast sends), then
+        immediate (SIGQUIT), then SIGKILL to its process group.
+
+        Returns the signal that stopped it (None if it was not running).
+        """
+        proc = self.process.proc if self.process else None
+        if not proc or proc.poll() is not None:
+            return None
+        for sig, wait in ((signal.SIGINT, timeout), (signal.SIGQUIT, 5)):
+            proc.send_signal(sig)
+            try:
+                proc.wait(wait)
+                return sig
+            except subprocess.TimeoutExpired:
+                pass
+        # Not reaped yet: the group is still ours (see ServiceProcess).
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return signal.SIGKILL
+
+    def remove(self):
+        if self.directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+
+    def snapshot(self, target, *statements):
+        """Copy the running cluster to ``target``, consistently.
+
+        The copy is stopped cleanly after ``statements`` ran on it (in
+        database postgres).
+
+        pg_basebackup copies it online; a second server on the copy then
+        recovers it, runs the statements and shuts down (fast, so with a
+        checkpoint).
+        """
+        copy = PostgresServer(self.log)
+        copy._make_directory()
+        try:
+            run([self._tool('pg_basebackup'), '-h', '127.0.0.1',
+                 '-p', str(self.port), '-U', self.USER, '-D', copy.datadir,
+                 '-X', 'stream', '-c', 'fast', '--no-sync'],
+                self.log, **copy._as_owner())
+            copy.start()
+            try:
+                copy.execute('postgres', *statements)
+            finally:
+                stopped = copy.stop()
+            if stopped != signal.SIGINT:
+                raise StackError('the copy of postgres did not shut down '
+                                 'cleanly (%s); log %s:\n%s' % (
+                                     stopped, self.log, tail(self.log)))
+            os.remove(os.path.join(copy.datadir, 'backup_manifest'))
+            run(['cp', '-a', copy.datadir, target], self.log)
+        finally:
+            copy.remove()
+
+
 def installed_versions():
-    return {name: metadata.version(name) for name in ('keystone', 'cinder')}
+    versions = {name: metadata.version(name)
+                for name in ('keystone', 'cinder')}
+    versions['postgres'] = os.path.basename(
+        os.path.dirname(postgres_bindir()))
+    return versions
 
 
 class StackTemplate:
     """The constant parts of a stack, to copy instead of rebuilding.
 
-    ``keystone.db`` (migrated, bootstrapped, with the projects, users,
-    roles, services and endpoints), ``cinder.db`` (migrated, before any
-    service ran), ``fernet-keys/``, ``credential-keys/`` and ``meta.json``
-    with the ports the endpoints were registered with: a copy rewrites
-    them to its own ports.
+    ``pgdata/``, the data directory of a cleanly stopped PostgreSQL
+    cluster (owned by the user the server ran as) holding the databases
+    ``keystone`` (migrated, bootstrapped, with the projects, users, roles,
+    services and endpoints) and ``cinder`` (migrated, before any service
+    ran); ``fernet-keys/``, ``credential-keys/`` and ``meta.json`` with
+    the ports the endpoints were registered with: a copy rewrites them to
+    its own ports.
     """
 
-    COPIED = ('keystone.db', 'cinder.db', 'fernet-keys', 'credential-keys')
+    COPIED = ('fernet-keys', 'credential-keys')
 
     def __init__(self, directory):
         self.directory = directory
@@ -175,8 +386,13 @@ class StackTemplate:
     @classmethod
     def key(cls):
         versions = installed_versions()
-        return 'keystone-%s-cinder-%s-format-%d' % (
-            versions['keystone'], versions['cinder'], TEMPLATE_FORMAT)
+        return 'keystone-%s-cinder-%s-postgres-%s-format-%d' % (
+            versions['keystone'], versions['cinder'], versions['postgres'],
+            TEMPLATE_FORMAT)
+
+    @property
+    def pgdata(self):
+        return os.path.join(self.directory, 'pgdata')
 
     def exists(self):
         return os.path.exists(os.path.join(self.directory, 'meta.json'))
@@ -186,13 +402,10 @@ class StackTemplate:
             return json.load(f)
 
     def copy_to(self, workdir):
+        """The keys (the cluster: see PostgresServer.init_from)."""
         for name in self.COPIED:
-            source = os.path.join(self.directory, name)
-            target = os.path.join(workdir, name)
-            if os.path.isdir(source):
-                shutil.copytree(source, target)
-            else:
-                shutil.copyfile(source, target)
+            shutil.copytree(os.path.join(self.directory, name),
+                            os.path.join(workdir, name))
 
     def save(self, staging, ports):
         """Publish a template built in ``staging`` (first writer wins)."""
@@ -222,20 +435,25 @@ def template_root():
     return _session_template_root
 
 
-def rewrite_endpoint_ports(database, ports):
+def rewrite_endpoint_ports(postgres, ports, database='keystone'):
     """Point the catalog's endpoints at this stack's ports.
 
     ``ports`` maps each port the template was registered with to the new
-    one; done on the sqlite file before Keystone starts (no cache).
+    one (all in one pass: a new port may be another's old one); done in
+    Keystone's database before Keystone starts (no cache).  Returns the
+    number of endpoints.
     """
     def replace(match):
         return '%s:%d' % (match.group(1), ports[int(match.group(2))])
-    with contextlib.closing(sqlite3.connect(database)) as db, db:
-        rows = db.execute('SELECT id, url FROM endpoint').fetchall()
-        for endpoint_id, url in rows:
-            new = re.sub(r'^(https?://127\.0\.0\.1):(\d+)', replace, url)
-            db.execute('UPDATE endpoint SET url = ? WHERE id = ?',
-                       (new, endpoint_id))
+    with contextlib.closing(postgres.connect(database)) as db, db:
+        with db.cursor() as cursor:
+            cursor.execute('SELECT id, url FROM endpoint')
+            rows = cursor.fetchall()
+            for endpoint_id, url in rows:
+                new = re.sub(r'^(https?://127\.0\.0\.1):(\d+)', replace,
+                             url)
+                cursor.execute('UPDATE endpoint SET url = %s WHERE id = %s',
+                               (new, endpoint_id))
     return len(rows)
 
 
@@ -267,6 +485,7 @@ class OpenStackStack:
         self.keystone_port = None
         self.cinder_port = None
         self.processes = {}
+        self.postgres = None
         self.timings = {}
         self.from_template = None
         self._sessions = {}
@@ -301,10 +520,13 @@ class OpenStackStack:
         os.makedirs(self.logdir, exist_ok=True)
         self.keystone_port = free_port()
         self.cinder_port = free_port()
+        self.postgres = PostgresServer(os.path.join(self.logdir,
+                                                    'postgres.log'))
         self._write_keystone_conf()
         self._write_cinder_conf()
         self.from_template = self.template.exists()
         try:
+            self._timed('postgres up', self._start_postgres)
             if self.from_template:
                 self._timed('copy template', self._from_template)
                 self._start_services()
@@ -331,7 +553,7 @@ class OpenStackStack:
         os.makedirs(root, exist_ok=True)
         staging = tempfile.mkdtemp(prefix='.staging-', dir=root)
         try:
-            self._timed('databases and keys', self._build, staging)
+            self._timed('databases and keys', self._build)
             self._start_services()
             self._timed('keystone up', self._wait_keystone)
             self._timed('register identities', self._register)
@@ -342,8 +564,7 @@ class OpenStackStack:
     def _write_keystone_conf(self):
         harness.write_conf(self.path('keystone.conf'), {
             'DEFAULT': {'debug': self.debug, 'use_stderr': True},
-            'database': {'connection': 'sqlite:///' +
-                         self.path('keystone.db')},
+            'database': {'connection': self.postgres.url('keystone')},
             'token': {'provider': 'fernet'},
             'fernet_tokens': {'key_repository': self.path('fernet-keys')},
             'fernet_receipts': {'key_repository': self.path('fernet-keys')},
@@ -387,10 +608,7 @@ class OpenStackStack:
                 'enabled_backends': ','.join(self.backends),
                 'default_volume_type': next(iter(self.backends)),
             },
-            # One cinder-volume process per backend writes at start-up:
-            # wait for sqlite's lock rather than fail after 5 s.
-            'database': {'connection': 'sqlite:///%s?timeout=120'
-                         % self.path('cinder.db')},
+            'database': {'connection': self.postgres.url('cinder')},
             'oslo_concurrency': {'lock_path': self.path('cinder-locks')},
             'keystone_authtoken': dict(authentication('cinder'),
                                        www_authenticate_uri=self.auth_url,
@@ -408,11 +626,26 @@ class OpenStackStack:
         run([os.path.join(BIN, tool), '--config-file', conf] + list(args),
             os.path.join(self.logdir, log))
 
-    def _build(self, staging):
+    def _start_postgres(self):
+        """The cluster: the template's copy, or a new one.
+
+        A new one gets empty keystone and cinder databases.
+        """
+        if self.from_template:
+            self.postgres.init_from(self.template.pgdata)
+            self.postgres.start()
+        else:
+            self.postgres.init()
+            self.postgres.start()
+            self.postgres.execute('postgres', 'CREATE DATABASE keystone',
+                                  'CREATE DATABASE cinder')
+
+    def _build(self):
         """Migrate the databases, bootstrap Keystone, make the keys.
 
-        cinder.db goes to ``staging`` at once, before any cinder service
-        writes its rows into it.
+        Cinder's database is copied at once (to ``cinder_template``),
+        before any cinder service writes its rows into it: the template
+        gets the copy (see _save_template).
         """
         def bootstrap():
             self._manage('keystone-manage', 'bootstrap',
@@ -429,13 +662,9 @@ class OpenStackStack:
 
         def cinder_db():
             self._manage('cinder-manage', 'db', 'sync', log='cinder-db.log')
-            # Write-ahead logging (kept in the file): readers no longer
-            # block the one writer.
-            with contextlib.closing(sqlite3.connect(
-                    self.path('cinder.db'))) as db:
-                db.execute('PRAGMA journal_mode=WAL')
-            shutil.copyfile(self.path('cinder.db'),
-                            os.path.join(staging, 'cinder.db'))
+            # Nothing else is connected to it yet, as a template needs.
+            self.postgres.execute(
+                'postgres', 'CREATE DATABASE cinder_template TEMPLATE cinder')
         # Independent steps, mostly interpreter start-up and imports;
         # bootstrap needs Keystone's schema and its fernet keys.
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
@@ -455,16 +684,18 @@ class OpenStackStack:
     def _from_template(self):
         self.template.copy_to(self.workdir)
         old = self.template.meta()['ports']
-        rewrite_endpoint_ports(self.path('keystone.db'), {
+        rewrite_endpoint_ports(self.postgres, {
             old['keystone']: self.keystone_port,
             old['cinder']: self.cinder_port})
 
     def _save_template(self, staging):
-        # Keystone is running: the backup API gives a consistent copy.
-        copy = os.path.join(staging, 'keystone.db')
-        with contextlib.closing(sqlite3.connect(self.path('keystone.db'))) \
-                as source, contextlib.closing(sqlite3.connect(copy)) as target:
-            source.backup(target)
+        # Keystone and cinder run: an online copy, where the database the
+        # cinder services write is then replaced by its copy from before
+        # they started.
+        self.postgres.snapshot(
+            os.path.join(staging, 'pgdata'),
+            'DROP DATABASE cinder',
+            'ALTER DATABASE cinder_template RENAME TO cinder')
         for name in ('fernet-keys', 'credential-keys'):
             shutil.copytree(self.path(name), os.path.join(staging, name))
         self.template.save(staging, {'keystone': self.keystone_port,
@@ -497,6 +728,8 @@ class OpenStackStack:
         deadline = time.monotonic() + timeout
         last = None
         while True:
+            if self.postgres:
+                self.postgres.check_running()
             for process in self.processes.values():
                 process.check_running()
             try:
@@ -712,7 +945,10 @@ class OpenStackStack:
         return tail(os.path.join(self.logdir, name + '.log'), lines)
 
     def stop(self, timeout=20):
-        """Stop every service by its pid (all at once: each takes 1-2 s)."""
+        """Stop every service by its pid (all at once: each takes 1-2 s).
+
+        Then PostgreSQL (see PostgresServer.stop), and remove its data.
+        """
         running = [p for p in self.processes.values()
                    if p.proc and p.proc.poll() is None]
         began = time.monotonic()
@@ -720,7 +956,16 @@ class OpenStackStack:
             process.terminate()
         killed = [p.name for p in running if p.wait_or_kill(timeout)]
         self._sessions.clear()
-        if running:
-            sys.stderr.write('openstack stack stopped in %.1f s%s\n' % (
-                time.monotonic() - began,
+        postgres = ''
+        if self.postgres:
+            stopping = time.monotonic()
+            stopped = self.postgres.stop(timeout)
+            self.postgres.remove()
+            if stopped:
+                postgres = '; postgres %.1f s' % (time.monotonic() - stopping)
+            if stopped not in (None, signal.SIGINT):
+                killed.append('postgres (%s)' % stopped.name)
+        if running or postgres:
+            sys.stderr.write('openstack stack stopped in %.1f s%s%s\n' % (
+                time.monotonic() - began, postgres,
                 '; killed ' + ', '.join(killed) if killed else ''))

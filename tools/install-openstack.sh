@@ -1,9 +1,11 @@
 #!/bin/bash
 # Install the real OpenStack services the integration tests drive
 # (tests/openstack_stack.py): Keystone and Cinder from PyPI, the openstack
-# CLI, keystonemiddleware and gunicorn, into the project venv itself, since
-# cinder-volume must import blobcr_cinder. Idempotent: when every
-# requirement is already met, pip is not run at all (about 1 s).
+# CLI, keystonemiddleware, gunicorn and psycopg2, into the project venv
+# itself, since cinder-volume must import blobcr_cinder; and Debian's
+# PostgreSQL server, which the harness runs privately for their databases
+# (sqlite failed with "database is locked"). Idempotent: when every
+# requirement is already met, neither apt nor pip runs (about 1 s).
 # Then checks that the venv is still consistent and that what the rest of
 # the project imports (rados, the C core, pyfuse3, oslo.messaging,
 # libvirt) still loads next to the services.
@@ -22,9 +24,31 @@ requirements=(
     # cinder.tests.fake_driver (the harness smoke test's backend) imports
     # cinder's unit-test utilities, which need fixtures.
     'fixtures'
+    # The services' database driver (PostgreSQL).
+    'psycopg2-binary'
 )
 
 [ -x "$py" ] || { echo "install-openstack: no venv at $venv (run tools/install-deps.sh)" >&2; exit 1; }
+
+# PostgreSQL: the harness runs its own server (initdb in a directory of its
+# own, 127.0.0.1 only) and needs only the binaries. The package makes a
+# default cluster and enables a system-wide service for it: when this
+# script is what installs it, that service is disabled (ensure_packages
+# already kept it from starting). A server installed before is left alone.
+# shellcheck source=tools/lib/apt.sh
+. "$top/tools/lib/apt.sh"
+postgres_fresh=
+dpkg-query -W -f='${Status}' postgresql 2>/dev/null | grep -q 'ok installed' \
+    || postgres_fresh=1
+ensure_packages --no-recommends postgresql
+if [ -n "$postgres_fresh" ]; then
+    update-rc.d postgresql disable >/dev/null 2>&1 || true
+    if command -v deb-systemd-helper >/dev/null; then
+        deb-systemd-helper disable postgresql.service >/dev/null 2>&1 || true
+    fi
+fi
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 \
+    || { echo "install-openstack: no PostgreSQL server under /usr/lib/postgresql" >&2; exit 1; }
 
 # Met when each requirement is installed at an allowed version (the
 # dependencies were checked by pip when it installed them, and pip check
@@ -56,7 +80,7 @@ fi
     || { echo "install-openstack: the venv has conflicting requirements" >&2; exit 1; }
 PYTHONWARNINGS=ignore "$py" -c 'import rados, blobcr_agent._native, cinder, keystone' \
     || { echo "install-openstack: rados, the C core, cinder or keystone does not load" >&2; exit 1; }
-PYTHONWARNINGS=ignore "$py" -c 'import pyfuse3, oslo_messaging, libvirt, keystonemiddleware, openstackclient' \
+PYTHONWARNINGS=ignore "$py" -c 'import pyfuse3, oslo_messaging, libvirt, keystonemiddleware, openstackclient, psycopg2' \
     || { echo "install-openstack: an import of the test suite broke" >&2; exit 1; }
 for tool in gunicorn openstack keystone-manage cinder-manage cinder-api \
         cinder-scheduler cinder-volume; do
