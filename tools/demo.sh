@@ -9,6 +9,9 @@
 #   tools/demo.sh           embedded local store (default)
 #   tools/demo.sh --ceph    a micro Ceph cluster on 127.0.0.1 (erasure-
 #                           coded data pool), started and stopped here
+#   tools/demo.sh --cinder  the Cinder path: openstack volume snapshot
+#                           create on a real Keystone + Cinder with the
+#                           BlobCR driver (tools/cinder_demo.py)
 # Further arguments go to blobcr-demo (--keep, --workdir DIR).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,7 +40,10 @@ except OSError:
 END
 }
 
-if [ "${1:-}" = "--ceph" ]; then
+if [ "${1:-}" = "--cinder" ]; then
+    shift
+    exec "$top/.venv/bin/python" "$top/tools/cinder_demo.py" "$@"
+elif [ "${1:-}" = "--ceph" ]; then
     shift
     ceph_dir=${BLOBCR_DEMO_CEPH_DIR:-/var/tmp/blobcr-demo-ceph}
     # The cluster of an earlier demo keeps its mon port; if that cluster

@@ -17,7 +17,8 @@ import uuid
 import pytest
 
 from blobcr_agent.rpc import api as rpc_api
-from tests import openstack_stack as stack_module
+from tests.nova_attach import as_nova
+from tests.nova_attach import Attachment
 from tests import seq_writer
 
 GiB = 1 << 30
@@ -42,50 +43,6 @@ def tail_is_zero(path, start):
                 return True
             if any(piece):
                 return False
-
-
-def as_nova(stack, user='demo'):
-    """The Cinder API as Nova calls it for a user: the user's token plus
-    a service token (Cinder checks with Nova, absent here, before it lets
-    anyone else delete a connected attachment).
-    """
-    from keystoneauth1 import adapter
-    from keystoneauth1 import service_token
-    from keystoneauth1 import session
-    auth = service_token.ServiceTokenAuthWrapper(
-        stack.session(user).auth, stack.session('cinder').auth)
-    return adapter.Adapter(session.Session(auth=auth),
-                           service_type='block-storage', interface='public',
-                           region_name=stack_module.REGION)
-
-
-class Attachment(object):
-    """A volume attached to a compute host the way Nova attaches one."""
-
-    MICROVERSION = '3.44'
-
-    def __init__(self, stack, volume_id, host, user='demo'):
-        self.api = as_nova(stack, user)
-        body = {'attachment': {
-            'volume_uuid': volume_id, 'instance_uuid': str(uuid.uuid4()),
-            'connector': {'host': host, 'platform': 'x86_64',
-                          'os_type': 'linux', 'multipath': False,
-                          'mountpoint': '/dev/vdb', 'initiator': None}}}
-        made = self.api.post('/attachments', json=body,
-                             microversion=self.MICROVERSION).json()
-        self.id = made['attachment']['id']
-        self.connection = made['attachment']['connection_info']
-        self.api.post('/attachments/%s/action' % self.id,
-                      json={'os-complete': None},
-                      microversion=self.MICROVERSION)
-
-    @property
-    def path(self):
-        return self.connection['device_path']
-
-    def detach(self):
-        self.api.delete('/attachments/%s' % self.id,
-                        microversion=self.MICROVERSION)
 
 
 @pytest.fixture(params=['local', 'rados'])
@@ -329,3 +286,33 @@ def test_group_snapshot_of_volumes_on_two_hosts(cloud, rabbitmq_url):
         stack.openstack('--os-volume-api-version', '3.11', 'volume', 'group',
                         'type', 'delete', group_type, user='admin',
                         json=False)
+
+
+def test_attach_to_a_host_without_agent_fails_clearly(openstack_cloud,
+                                                      cinder_hosts):
+    """Nothing answers for the connector's host: the attachment fails
+    after the driver's RPC timeout with a message naming the host, and
+    the volume can be attached elsewhere afterwards.
+    """
+    stack, hosts = openstack_cloud, cinder_hosts['local']
+    vol = create_volume(stack, hosts, 'orphan', '--size', '1')
+    with pytest.raises(Exception) as ei:
+        Attachment(stack, vol['id'], 'no-agent-here')
+    assert getattr(ei.value, 'http_status', None) == 500 or '500' in \
+        str(ei.value)
+    assert 'the BlobCR agent of host no-agent-here does not answer' in \
+        stack.log('cinder-volume', 400)
+    # Cinder keeps the failed attachment (the volume stays reserved):
+    # Nova deletes it, as here.
+    nova = as_nova(stack)
+    failed = nova.get('/attachments?volume_id=%s' % vol['id'],
+                      microversion='3.44').json()['attachments']
+    assert len(failed) == 1, failed         # (reserved: never connected)
+    nova.delete('/attachments/%s' % failed[0]['id'], microversion='3.44')
+    stack.wait_status('volume', vol['id'], 'available')
+    att = Attachment(stack, vol['id'], hosts.compute[0])
+    assert os.path.getsize(att.path) == GiB
+    att.detach()
+    stack.wait_status('volume', vol['id'], 'available')
+    stack.openstack('volume', 'delete', vol['id'], json=False)
+    stack.wait_status('volume', vol['id'], 'deleted')

@@ -1,0 +1,53 @@
+"""Volumes attached the way Nova attaches them, for tests and the Cinder
+demo: Cinder's attachments API with the user's token and a service
+token, a connector naming the compute host; the connection info names
+the file the hypervisor would open.
+"""
+
+import uuid
+
+from tests import openstack_stack as stack_module
+
+
+def as_nova(stack, user='demo'):
+    """The Cinder API as Nova calls it for a user: the user's token plus
+    a service token (Cinder checks with Nova, absent here, before it lets
+    anyone else delete a connected attachment).
+    """
+    from keystoneauth1 import adapter
+    from keystoneauth1 import service_token
+    from keystoneauth1 import session
+    auth = service_token.ServiceTokenAuthWrapper(
+        stack.session(user).auth, stack.session('cinder').auth)
+    return adapter.Adapter(session.Session(auth=auth),
+                           service_type='block-storage', interface='public',
+                           region_name=stack_module.REGION)
+
+
+class Attachment(object):
+    """A volume attached to a compute host the way Nova attaches one."""
+
+    MICROVERSION = '3.44'
+
+    def __init__(self, stack, volume_id, host, user='demo'):
+        self.api = as_nova(stack, user)
+        body = {'attachment': {
+            'volume_uuid': volume_id, 'instance_uuid': str(uuid.uuid4()),
+            'connector': {'host': host, 'platform': 'x86_64',
+                          'os_type': 'linux', 'multipath': False,
+                          'mountpoint': '/dev/vdb', 'initiator': None}}}
+        made = self.api.post('/attachments', json=body,
+                             microversion=self.MICROVERSION).json()
+        self.id = made['attachment']['id']
+        self.connection = made['attachment']['connection_info']
+        self.api.post('/attachments/%s/action' % self.id,
+                      json={'os-complete': None},
+                      microversion=self.MICROVERSION)
+
+    @property
+    def path(self):
+        return self.connection['device_path']
+
+    def detach(self):
+        self.api.delete('/attachments/%s' % self.id,
+                        microversion=self.MICROVERSION)
