@@ -68,9 +68,15 @@ apart: refused by the room check before registering a version
 (``busy_prechecked``), refused by the COMMIT after it (``busy_aborted``,
 the version aborted), the core's refusals (``busy_full``,
 ``busy_gens``), and ``cut_writers``, writers blocked for copy-on-write
-space that a COMMIT ordered after its snapshot instead of refusing.
+space that a COMMIT ordered after its snapshot instead of refusing;
+``reservations_used``/``reservations_aborted``: versions registered
+ahead that a checkpoint took, or that were aborted unused
+(``phases_ms.reserved`` is 1 for a checkpoint that took one: its
+``register`` is then only the wait for it, if it was still being
+registered).
 """
 
+import contextlib
 import os
 import random
 import statistics
@@ -89,10 +95,15 @@ COUNTERS = ('cow_copies', 'redirects', 'redirects_nocopy', 'waits',
 # --interval also counts the COMMITs the core refused (buffer full, too
 # many in flight), the checkpoints refused before registering a version
 # (room check) or after (the version aborted), and the writers blocked
-# for buffer space that a COMMIT ordered after its snapshot.
+# for buffer space that a COMMIT ordered after its snapshot; and the
+# versions registered ahead (mirror/reserve.py) that checkpoints took or
+# that were aborted unused.
 INTERVAL_COUNTERS = COUNTERS + ('busy_full', 'busy_gens', 'busy_prechecked',
-                                'busy_aborted', 'cut_writers')
+                                'busy_aborted', 'cut_writers',
+                                'reservations_used', 'reservations_aborted')
 PHASES = ('lock', 'room', 'gate', 'register', 'record', 'commit')
+# Read by the mirror (blobcr_agent.mirror.image): register versions ahead.
+RESERVE_AHEAD_ENV = 'BLOBCR_RESERVE_AHEAD'
 
 
 class Variant(object):
@@ -596,6 +607,22 @@ def _interval_run(repo, mirror, control, args, mode, pattern, r, log):
             'writes': writer.writes, 'drain_s': drain}
 
 
+@contextlib.contextmanager
+def _environment(name, value):
+    """``name=value`` in this process's environment (for the children
+    it starts) while in the block.
+    """
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = previous
+
+
 def run_interval(repo, backend_args, args, log):
     checks = common.Checks()
     if args.image_size % args.block or args.image_size % args.write_size:
@@ -603,10 +630,14 @@ def run_interval(repo, backend_args, args, log):
                          '--write-size')
     modes = args.modes if args.modes_given else ['selective-cow']
     pattern = common.Pattern(args.image_size)
+    # The mirror registers each next version ahead (mirror/reserve.py),
+    # unless the environment says otherwise (BLOBCR_RESERVE_AHEAD=0).
+    reserve_ahead = os.environ.get(RESERVE_AHEAD_ENV, '1')
     mirror = new_mirror(args.workdir, backend_args, args)
     per_mode = {m: [] for m in modes}
     try:
-        mirror.start()
+        with _environment(RESERVE_AHEAD_ENV, reserve_ahead):
+            mirror.start()
         control = harness.MirrorProcess.client_class(mirror.control)
         try:
             for r in range(args.runs):
@@ -688,6 +719,7 @@ def run_interval(repo, backend_args, args, log):
                     r['counters']['redirects_nocopy'] for r in runs),
                 'writes must race with persists; none was redirected')
     result = {'workload': 'interval', 'interval_s': args.interval,
+              'reserve_ahead': reserve_ahead,
               'image_size': args.image_size, 'write_size': args.write_size,
               'checkpoints_per_run': args.checkpoints, 'runs': args.runs,
               'cow_chunks': args.cow_chunks, 'modes': out,

@@ -168,6 +168,13 @@ def drop_stale(repo, cache_dir, image_id, discard):
                              'it was being persisted')
         except exception.VersionNotFound:
             pass                        # failed and pruned by GC
+    reserved = meta.get('reserved')
+    if reserved is not None and reserved not in in_flight:
+        try:
+            repo.mark_failed(image_id, reserved, 'reserved for the next '
+                             'checkpoint before the host rebooted; unused')
+        except exception.VersionNotFound:
+            pass
     shutil.rmtree(cache_dir)
     # As a detach: what the mirror read from and built on is free again
     # (an obsolete last checkpoint can now be collected).

@@ -13,8 +13,10 @@ Files in the image's cache directory::
     data.raw, redirect.raw, precopy.raw, state.bin   the native core's
     meta.json      image id, attached version, last committed version,
                    the versions in flight (``persisting``, the oldest,
-                   and ``following``), the boot id (cache.py: a cache
-                   from another boot is refused)
+                   and ``following``), the version registered ahead for
+                   the next checkpoint, unused (``reserved``,
+                   reserve.py), the boot id (cache.py: a cache from
+                   another boot is refused)
     journal        "index digest" of every chunk of the oldest version
                    in flight the persister handed to the repository, for
                    resuming after a crash
@@ -33,18 +35,30 @@ from blobcr_agent.mirror import cache
 from blobcr_agent.mirror import persister as persister_mod
 from blobcr_agent.mirror import prefetch as prefetch_mod
 from blobcr_agent.mirror import recovery
+from blobcr_agent.mirror import reserve as reserve_mod
 from blobcr_agent.repository import image as image_mod
 
 LOG = logging.getLogger(__name__)
 
 MODES = ('selective-cow', 'live-cow', 'live-precopy', 'offline')
 BusyError = _native.BusyError
+# Register the next version ahead (reserve.py) when an AttachedImage is
+# told to, or by default when this is 1: off by default for now (the
+# agent's tests count the versions in image headers, where an unused
+# reservation is one more entry, failed after a detach).
+RESERVE_AHEAD_ENV = 'BLOBCR_RESERVE_AHEAD'
+
+
+def reserve_ahead_default():
+    return os.environ.get(RESERVE_AHEAD_ENV, '').lower() in (
+        '1', 'yes', 'true', 'on')
 
 
 class AttachedImage(object):
 
     def __init__(self, repo, image, version, cache_dir, mode='selective-cow',
-                 cow_chunks=64, adaptive=True, prefetch=True):
+                 cow_chunks=64, adaptive=True, prefetch=True,
+                 reserve=None):
         if mode not in MODES:
             raise exception.InvalidInput('unknown mirror mode %r (choose '
                                          'from %s)' % (mode, ', '.join(MODES)))
@@ -100,6 +114,13 @@ class AttachedImage(object):
         # Snapshots the core keeps in flight at once (1: a checkpoint
         # waits for the previous persist).
         self.max_in_flight = getattr(self.core, 'max_snapshots', 1)
+        # The next version registered ahead, off the checkpoint's ack
+        # path, where checkpoints are pipelined (selective-cow): the
+        # other modes register it in the checkpoint, as before.
+        if reserve is None:
+            reserve = reserve_ahead_default()
+        self.reserver = reserve_mod.Reserver(
+            self, enabled=self.max_in_flight > 1 and reserve)
         self._closing = False
         self.fetched_chunks = 0
         self.fetched_bytes = 0
@@ -116,6 +137,7 @@ class AttachedImage(object):
         self._save_meta()
         recovery.recover(self)
         self._prefetcher = prefetch_mod.start(self) if prefetch else None
+        self.reserver.request()
 
     # -- metadata --------------------------------------------------------
 
@@ -246,7 +268,12 @@ class AttachedImage(object):
             mark = self._phase('room', mark)
             with self._gate:
                 self._phase('gate', mark)
-                version, count, held_ms = self._snapshot(hold)
+                version, count, held_ms = self._snapshot(
+                    hold, None if deadline is None
+                    else max(0, deadline - time.monotonic()))
+            # The next version, registered while this one's persist
+            # starts: off the next checkpoint's ack path.
+            self.reserver.request()
             self.last_phases = phases
             if self.mode == 'offline':
                 # The core holds writes until the version is stable.
@@ -259,10 +286,12 @@ class AttachedImage(object):
                 self.core.release_hold()    # on every path
             self._commit_lock.release()
 
-    def _snapshot(self, hold):
-        """Register the version and record it in flight (before the guest
-        is held: nothing after the COMMIT may fail), COMMIT under
-        ``hold``, queue the persist; the gate is held.
+    def _snapshot(self, hold, wait=None):
+        """Register the version (or take the one registered ahead,
+        reserve.py) and record it in flight (before the guest is held:
+        nothing after the COMMIT may fail), COMMIT under ``hold``, queue
+        the persist; the gate is held. ``wait``: how long a registration
+        ahead under way may be waited for.
         """
         # Room first: a COMMIT the core would refuse now (its
         # copy-on-write buffer full) must not register a version in the
@@ -274,13 +303,24 @@ class AttachedImage(object):
             raise exception.Busy('image %s: %s; try again' % (self.id, busy))
         mark = time.perf_counter()
         after = self.persister.newest()
-        pending = self.repo.begin_commit(
-            self.id, parent=self.meta['last'] if after is None else None,
-            after=after)
+        last = self.meta['last']
+        reserved = self.reserver.take(after, last, 30 if wait is None
+                                      else wait)
+        if reserved is not None:
+            pending = reserved.commit
+            self._phases['reserved'] = 1
+        else:
+            parent, after = reserve_mod.successor_of(after, last)
+            pending = self.repo.begin_commit(self.id, parent=parent,
+                                             after=after)
+            self._phases['reserved'] = 0
         mark = self._phase('register', mark)
+        # Taken: no longer reserved, in the same write that records it in
+        # flight (recovery tells the two apart).
+        taken = {'reserved': None} if reserved is not None else {}
         try:
             self._record_in_flight(self.persister.versions() +
-                                   [pending.version])
+                                   [pending.version], **taken)
         except BaseException as e:
             pending.abort('snapshot not taken: %s' % e)
             raise
@@ -300,9 +340,16 @@ class AttachedImage(object):
                 self.persister.submit(pending)
         except BaseException as e:
             if not committed:
-                pending.abort('snapshot not taken: %s' % e)
+                kept = {}
+                # Busy before the COMMIT: the reservation is kept for the
+                # next try (no abort and register again).
+                if reserved is not None and isinstance(e, exception.Busy) \
+                        and self.reserver.put_back(reserved):
+                    kept = {'reserved': reserved.version}
+                else:
+                    pending.abort('snapshot not taken: %s' % e)
                 try:
-                    self._record_in_flight(self.persister.versions())
+                    self._record_in_flight(self.persister.versions(), **kept)
                 except OSError as again:
                     # Recovery finds it failed in the repository.
                     LOG.error('cache metadata of %s not updated: %s',
@@ -347,6 +394,8 @@ class AttachedImage(object):
         for version in versions:
             self.versions[version] = image_mod.FAILED
         self.last_error = why
+        # The version registered ahead to follow them fails with them.
+        self.reserver.followed_failed(versions)
         LOG.warning('versions %s of %s failed: %s',
                     ', '.join(map(str, versions)), self.id, why)
         self._record_in_flight([])
@@ -389,6 +438,9 @@ class AttachedImage(object):
                  fetched_bytes=self.fetched_bytes,
                  busy_prechecked=self.busy_prechecked,
                  busy_aborted=self.busy_aborted,
+                 reserved=self.meta.get('reserved'),
+                 reservations_used=self.reserver.used,
+                 reservations_aborted=self.reserver.aborted,
                  attached_version=self.attached_version,
                  last_version=self.meta['last'],
                  persisting=self.meta['persisting'],
@@ -402,6 +454,9 @@ class AttachedImage(object):
         resume from its journal at the next start.
         """
         self._closing = True
+        # No version is registered ahead any more; the one that was is
+        # failed (one header write): it must not stay pending.
+        self.reserver.stop()
         # A checkpoint past its "closing?" check would otherwise COMMIT
         # (or queue a persist) after the wait below, into a closed core.
         if not self._commit_lock.acquire(

@@ -31,6 +31,7 @@ def recover(image):
     flight.
     """
     versions = persister_mod.in_flight(image.meta)
+    _fail_reserved(image, versions)
     if not versions:
         return
     number, followers = versions[0], versions[1:]
@@ -89,6 +90,27 @@ def recover(image):
     LOG.warning('resuming the persist of version %d of %s (%d chunks '
                 'done, %d to go)', number, image.id, len(done), count)
     image.persister.submit(pending, journal_mode='a')
+
+
+def _fail_reserved(image, in_flight):
+    """The version registered ahead for the next checkpoint (reserve.py)
+    that no checkpoint took: failed at once rather than left pending
+    until GC finds its writer gone. A checkpoint that took it recorded
+    it in flight in the same metadata write that cleared ``reserved``;
+    it is checked all the same.
+    """
+    number = image.meta.get('reserved')
+    if number is None:
+        return
+    if number not in in_flight:
+        mark_failed_quietly(image.repo, image.id, number,
+                            'reserved for the next checkpoint by an agent '
+                            'that stopped; unused')
+        LOG.warning('version %d of %s, reserved for a checkpoint that never '
+                    'came, is failed', number, image.id)
+    with image._meta_lock:
+        image.meta['reserved'] = None
+        image._save_meta()
 
 
 def _adopt(image, number, followers):
