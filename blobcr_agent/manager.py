@@ -283,8 +283,10 @@ class AgentManager(object):
         """
         header = self.repo.image(image)
         v = header.version(version)
+        # Only a stable version can take its place: a pending one (a
+        # checkpoint in flight, the mirror's reservation) may still fail.
         newer = [o for o in header.versions if o.number > v.number and
-                 o.state in (image_mod.STABLE, image_mod.PENDING)]
+                 o.state == image_mod.STABLE]
         if v.state == image_mod.STABLE and not newer:
             self.repo.commit_copy(header.id, v.number)
         self.repo.obsolete(header.id, [v.number])

@@ -69,7 +69,7 @@ def test_volume_life_cycle(store, rpc_agent, api, export_dir):
     # Detached: a snapshot is a new version equal to the newest, sharing
     # its tree (no chunk written).
     snap = api.snapshot(host, image_id)
-    assert snap['version'] == cp['version'] + 1
+    assert snap['version'] > cp['version']      # (after the reservation)
     assert snap['parent'] == cp['version'] and snap['chunks'] == 0
     assert repo.read(image_id, snap['version'], 0, size) == current
 
@@ -125,3 +125,29 @@ def test_volume_life_cycle(store, rpc_agent, api, export_dir):
         api.list_versions(host, image_id)
     api.gc(host, grace=0)
     assert repo.read(clone['id'], 1, 0, big) == current + zeros
+
+
+def test_deleting_the_last_checkpoint_of_an_attached_image_keeps_it(
+        store, rpc_agent, api, monkeypatch):
+    """The newest checkpoint of an attached image is deleted while the
+    mirror has the next version registered ahead (pending): that pending
+    version may still fail (it does, at the detach), so a stable copy
+    must take the deleted one's place, or the detached image would fall
+    back to older content.
+    """
+    repo = store
+    monkeypatch.setenv('BLOBCR_RESERVE_AHEAD', '1')     # for the agent
+    agent, host = rpc_agent(repo)
+    image_id = api.create_image(host, 'volume-2', NCHUNKS * CHUNK)['id']
+    path = api.attach(host, image_id)['path']
+    w = write_at(path, random.Random(5), [1, 2, 3])
+    cp = api.checkpoint(host, image_id)
+    assert api.wait_stable(host, image_id, cp['version'], 60) == 'stable'
+    api.delete_snapshot(host, image_id, cp['version'])
+    api.detach(host, image_id)
+    api.gc(host, grace=0)
+    header = repo.image(image_id)
+    newest = header.stable_version()
+    assert newest.number != cp['version']
+    assert repo.read(image_id, newest.number, 0, NCHUNKS * CHUNK) == \
+        apply(bytes(NCHUNKS * CHUNK), w)
