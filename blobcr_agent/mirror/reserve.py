@@ -198,9 +198,11 @@ class Reserver(object):
             self._abort(r.commit, 'version %d, which it follows, failed'
                         % r.after)
 
-    def stop(self, timeout=2.0):
+    def stop(self, timeout=60.0):
         """Abort the reservation (at close); waits up to ``timeout`` s
-        for a registration under way, which the thread then aborts.
+        for a registration under way, which the thread then aborts: a
+        detach must leave no pending version behind (an extend or a
+        delete right after it would be refused).
         """
         with self._cond:
             self._stopping = True

@@ -351,6 +351,46 @@ def test_close_fails_the_reservation_at_once(store):
             a.close(30)
 
 
+def test_close_during_a_slow_registration_leaves_nothing_pending(
+        store, monkeypatch):
+    """A detach while the next version is being registered (its header
+    write landed, the registration not yet back): once close returns,
+    that version is failed, not left pending to refuse an extend or a
+    delete made right after the detach (failed on a close that waited
+    only 2 s for the registration).
+    """
+    repo, image_id, _ = store
+    a = _attach(store)
+    closed = False
+    try:
+        _fill(a, 9)
+        first, _, _ = a.checkpoint(wait=5)
+        assert a.wait_persisted(30)
+        _reserved(a)
+        write = repo.backend.write_header
+        slowed = []
+
+        def write_header(name, data, token):
+            result = write(name, data, token)
+            if threading.current_thread().name.startswith(
+                    'blobcr-reserve') and not slowed:
+                slowed.append(name)
+                time.sleep(4.0)         # written, not yet back
+            return result
+        monkeypatch.setattr(repo.backend, 'write_header', write_header)
+        _fill(a, 10, range(2))
+        a.checkpoint(wait=5)                    # registers the next one
+        assert a.wait_persisted(30)
+        _wait(lambda: slowed, what='the registration')
+        closed = a.close(60)
+        assert closed
+        states = _states(repo, image_id)
+        assert 'pending' not in states.values(), states
+    finally:
+        if not closed:
+            a.close(30)
+
+
 @pytest.mark.parametrize('mode', ['offline', 'live-cow', 'live-precopy',
                                   'selective-cow, by default'])
 def test_the_modes_without_pipelining_reserve_nothing(store, mode,
