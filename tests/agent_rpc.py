@@ -40,3 +40,24 @@ def wait_rpc(api, host, timeout=RPC_UP_TIMEOUT):
 def agent_log(agent):
     with open(agent.log.name, errors='replace') as f:
         return f.read()
+
+
+RESERVATION_ERROR = 'reserved for the next checkpoint'
+
+
+def committed(versions):
+    """An image's versions (header entries, or the dicts list_versions
+    returns) without the mirror's reservations of the next version: the
+    pending one at the end while the image is attached, and unused ones
+    failed since (mirror/reserve.py). Call it once the checkpoints are
+    stable: a checkpoint still in flight is pending too.
+    """
+    def field(v, name):
+        return v[name] if isinstance(v, dict) else getattr(v, name)
+    kept = [v for v in versions
+            if not (field(v, 'state') == 'failed' and
+                    (field(v, 'error') or '').startswith(RESERVATION_ERROR))]
+    if kept and field(kept[-1], 'state') == 'pending' and \
+            not field(kept[-1], 'chunks'):
+        kept.pop()
+    return kept

@@ -489,6 +489,9 @@ def run(repo, backend_args, args, log):
         if args.downtime_sizes:
             downtime = _downtime(repo, mirror, args, pattern, log, checks)
     finally:
+        died = mirror.death()
+        if died:
+            log('the mirror died under the benchmark: %s' % died)
         for s in subjects.values():
             try:
                 s.close()

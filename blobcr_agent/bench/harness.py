@@ -59,6 +59,19 @@ class ServiceProcess(object):
             self.client.close()
             self.client = None
 
+    def death(self, lines=30):
+        """None while the process runs (or was stopped here); else its
+        exit status and the end of its log, to say why a run failed.
+        """
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        self.log.flush()
+        with open(self.log.name, 'rb') as f:
+            tail = f.read().decode(errors='replace').splitlines()[-lines:]
+        return '%s exited with status %s; end of %s:\n%s' % (
+            self.module, self.proc.returncode, self.log.name,
+            '\n'.join(tail))
+
     def kill(self):
         """SIGKILL, then clear the dead mount as an operator would."""
         self._close_client()

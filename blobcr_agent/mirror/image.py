@@ -42,16 +42,16 @@ LOG = logging.getLogger(__name__)
 
 MODES = ('selective-cow', 'live-cow', 'live-precopy', 'offline')
 BusyError = _native.BusyError
-# Register the next version ahead (reserve.py) when an AttachedImage is
-# told to, or by default when this is 1: off by default for now (the
-# agent's tests count the versions in image headers, where an unused
-# reservation is one more entry, failed after a detach).
+# Register the next version ahead (reserve.py), off the checkpoint's ack
+# path: on unless this is 0/no/false/off (or an AttachedImage is told
+# reserve=False). An unused reservation is one pending entry while the
+# image is attached, failed at the detach (GC prunes it later).
 RESERVE_AHEAD_ENV = 'BLOBCR_RESERVE_AHEAD'
 
 
 def reserve_ahead_default():
-    return os.environ.get(RESERVE_AHEAD_ENV, '').lower() in (
-        '1', 'yes', 'true', 'on')
+    return os.environ.get(RESERVE_AHEAD_ENV, '1').lower() not in (
+        '0', 'no', 'false', 'off')
 
 
 class AttachedImage(object):

@@ -293,12 +293,6 @@ class Repository(object):
             def mutate(h, seen_size=header.size, wrapped=wrapped):
                 if h.size != seen_size:
                     raise _Retry()
-                busy = [v.number for v in h.versions
-                        if v.state == image_mod.PENDING]
-                if busy:
-                    raise exception.InvalidInput(
-                        'image %s has versions being written (%s): extend '
-                        'it once they are persisted' % (h.id, busy))
                 pinned = [v for v in h.versions if v.pins]
                 if pinned:
                     raise exception.InvalidInput(
@@ -306,6 +300,12 @@ class Repository(object):
                         'before extending it'
                         % (h.id, '; '.join('v%d by %s' % (
                             v.number, _describe_pins(v)) for v in pinned)))
+                busy = [v.number for v in h.versions
+                        if v.state == image_mod.PENDING]
+                if busy:
+                    raise exception.InvalidInput(
+                        'image %s has versions being written (%s): extend '
+                        'it once they are persisted' % (h.id, busy))
                 for v in h.versions:
                     if v.root and v.root not in wrapped:
                         raise _Retry()          # a version came meanwhile

@@ -17,6 +17,7 @@ import pytest
 from blobcr_agent.proxy import auth
 from blobcr_agent.repository import groups
 from blobcr_agent.repository import repository
+from tests.agent_rpc import committed
 
 CHUNK = 64 * 1024
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -58,7 +59,7 @@ def run(args, env=None, command=(COMMAND,), cwd=None):
 
 
 def versions(repo, image):
-    return [v.number for v in repo.image(image).versions]
+    return [v.number for v in committed(repo.image(image).versions)]
 
 
 def test_the_version_holds_what_was_written_and_becomes_stable(setup):

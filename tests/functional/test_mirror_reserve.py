@@ -12,9 +12,9 @@ AttachedImage driven directly on the local store.
 * close (detach, agent stop) fails the reservation at once;
 * a SIGKILL with a reservation outstanding: recovery fails it at the
   next start (it is not taken for a version in flight);
-* the modes without pipelining reserve nothing, nor selective-cow
-  unless asked (``reserve=True``, or BLOBCR_RESERVE_AHEAD=1 in the
-  environment: off by default for now).
+* the modes without pipelining reserve nothing, nor selective-cow when
+  switched off (``reserve=False``, or BLOBCR_RESERVE_AHEAD=0 in the
+  environment; on by default).
 """
 
 import os
@@ -392,13 +392,13 @@ def test_close_during_a_slow_registration_leaves_nothing_pending(
 
 
 @pytest.mark.parametrize('mode', ['offline', 'live-cow', 'live-precopy',
-                                  'selective-cow, by default'])
+                                  'selective-cow, switched off'])
 def test_the_modes_without_pipelining_reserve_nothing(store, mode,
                                                       monkeypatch):
     repo, image_id, _ = store
-    monkeypatch.delenv(image_mod.RESERVE_AHEAD_ENV, raising=False)
+    monkeypatch.setenv(image_mod.RESERVE_AHEAD_ENV, '0')
     if mode.startswith('selective-cow'):
-        a = _attach(store, reserve=None)    # not asked for
+        a = _attach(store, reserve=None)    # the environment says off
     else:
         a = _attach(store, mode=mode)
     try:

@@ -19,6 +19,7 @@ from blobcr_agent import rpc
 from blobcr_agent.rpc import api as rpc_api
 from blobcr_agent.rpc import server as rpc_server
 from tests.agent_rpc import agent_log
+from tests.agent_rpc import committed
 from tests.agent_rpc import host_name
 from tests.agent_rpc import rpc_settings
 from tests.functional.test_agent import fill  # same CHUNK
@@ -49,9 +50,11 @@ def read(path):
 
 
 def versions_of(repo, image_id):
-    """(number, state, parent) of every version, as the store has them."""
+    """(number, state, parent) of every version, as the store has them
+    (the mirror's reservation of the next one left out).
+    """
     return [(v.number, v.state, v.parent)
-            for v in repo.image(image_id).versions]
+            for v in committed(repo.image(image_id).versions)]
 
 
 def closed_port():
@@ -94,7 +97,7 @@ def test_life_cycle(store, rpc_agent, api, export_dir):
     listed = api.list_versions(host, image_id)
     assert listed['image'] == image_id and listed['name'] == 'disk'
     assert [(v['version'], v['state'], v['parent'])
-            for v in listed['versions']] == \
+            for v in committed(listed['versions'])] == \
         [(1, 'stable', None), (2, 'stable', 1), (3, 'stable', 2)] == \
         versions_of(repo, image_id)
 
@@ -103,8 +106,8 @@ def test_life_cycle(store, rpc_agent, api, export_dir):
     assert clone['origin'] == {'image': image_id, 'version': 2}
     assert clone['name'] == 'disk-v2' and clone['newest_stable'] == 1
     assert repo.image(clone['id']).origin == clone['origin']
-    assert [v['clones'] for v in api.list_versions(
-        host, image_id)['versions']] == [[], [clone['id']], []]
+    assert [v['clones'] for v in committed(api.list_versions(
+        host, image_id)['versions'])] == [[], [clone['id']], []]
     cpath = api.attach(host, 'disk-v2')['path']
     assert cpath == os.path.join(agent.mount, 'images', clone['id'])
     assert read(cpath) == expected(base, w2)
@@ -113,7 +116,7 @@ def test_life_cycle(store, rpc_agent, api, export_dir):
     # pinned by the mirror attached from it (untouched chunks are still
     # fetched from it), so GC keeps its chunks until the detach.
     after = api.obsolete(host, image_id, [1, 2])
-    assert [v['state'] for v in after['versions']] == \
+    assert [v['state'] for v in committed(after['versions'])] == \
         ['obsolete', 'obsolete', 'stable']
     assert [s for _, s, _ in versions_of(repo, image_id)] == \
         ['obsolete', 'obsolete', 'stable']
@@ -361,7 +364,7 @@ def test_calls_reach_the_named_host_only(store, rpc_agent, api):
     assert api.wait_stable(host_a, x_id, 2, timeout=60) == 'stable'
     # Same store: B sees the version A made.
     assert [v['version'] for v in
-            api.list_versions(host_b, x_id)['versions']] == [1, 2]
+            committed(api.list_versions(host_b, x_id)['versions'])] == [1, 2]
     assert repo.read(x_id, 2, 0, len(x_base)) == expected(x_base, w)
 
     api.detach(host_a, x_id)
@@ -435,8 +438,10 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
         cctxt = uncapped.client.prepare(server=host, version='1.0')
         assert list(cctxt.call({}, 'status')['attached']) == [image_id]
         assert cctxt.call({}, 'checkpoint', image=image_id)['version'] == 2
-        assert [v.number for v in local_store.image(image_id).versions] == \
-            [1, 2]
+        assert cctxt.call({}, 'wait_stable', image=image_id, version=2,
+                          timeout=60) == 'stable'
+        assert [v.number for v in committed(
+            local_store.image(image_id).versions)] == [1, 2]
     finally:
         capped.cleanup()
         uncapped.cleanup()

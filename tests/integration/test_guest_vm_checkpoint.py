@@ -22,6 +22,7 @@ import time
 from blobcr_agent.bench import harness
 from blobcr_agent.proxy import auth
 from blobcr_agent.repository import repository
+from tests.agent_rpc import committed
 from tests import guest_vm
 from tests.guest_vm import guest_image  # noqa: F401 (fixture)
 from tests.guest_vm import session_libvirt  # noqa: F401 (fixture)
@@ -146,7 +147,7 @@ def test_vm_checkpoints_itself_and_restarts_from_a_version(
         assert _lines(console, 'FORGED-EXIT') == ['3'], console[-3000:]
         assert any('401' in line or 'unauthenticated' in line
                    for line in _lines(console, 'FORGED')), console[-3000:]
-        versions = repo.image(header.id).versions
+        versions = committed(repo.image(header.id).versions)
         # The forged request committed nothing; the agent quiesced the
         # domain it found by the mirror file, each way the guest asked.
         assert [v.number for v in versions] == [base_version,
