@@ -64,7 +64,7 @@ def main(scenario, directory, image_id):
         repo_mod.Commit.put = lambda self, index, data: die()
     image = image_mod.AttachedImage(repo, image_id, None,
                                     os.path.join(directory, 'cache'),
-                                    prefetch=False)
+                                    prefetch=False, reserve=False)
     for k in range(NCHUNKS):
         image.write(k * CHUNK, content(k))
     image.checkpoint()

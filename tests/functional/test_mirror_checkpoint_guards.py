@@ -7,6 +7,10 @@
   as on a full disk) fails its version and gives its chunks back to the
   next checkpoint, which then holds everything;
 * an image being detached takes no more checkpoints.
+
+The images here register no version ahead (``reserve=False``): these
+tests count the versions in the header; test_mirror_reserve.py covers
+the reservations.
 """
 
 import errno
@@ -31,7 +35,8 @@ def attached(tmp_path):
                                  chunk_size=CHUNK)
     header = repo.create_image('disk', NCHUNKS * CHUNK)
     a = image_mod.AttachedImage(repo, header.id, None,
-                                str(tmp_path / 'cache'), prefetch=False)
+                                str(tmp_path / 'cache'), prefetch=False,
+                                reserve=False)
     yield repo, header.id, a
     a.close()
     repo.close()
@@ -111,7 +116,7 @@ def test_offline_holds_writes_until_stable_and_says_so(tmp_path,
     header = repo.create_image('disk', NCHUNKS * CHUNK)
     a = image_mod.AttachedImage(repo, header.id, None,
                                 str(tmp_path / 'cache'), mode='offline',
-                                prefetch=False)
+                                prefetch=False, reserve=False)
     try:
         data = _fill(a, 7)
         real_finish = repository.Commit.finish
@@ -141,7 +146,7 @@ def test_busy_with_a_full_buffer_registers_no_version(tmp_path, monkeypatch):
     header = repo.create_image('disk', NCHUNKS * CHUNK)
     a = image_mod.AttachedImage(repo, header.id, None,
                                 str(tmp_path / 'cache'), cow_chunks=1,
-                                prefetch=False)
+                                prefetch=False, reserve=False)
     gate, taken = threading.Event(), threading.Event()
     slow_put = repository.Commit.put
 

@@ -5,6 +5,9 @@ cache's metadata saying so; a journal that names chunks whose writes
 were lost; a version failed and pruned by GC while the agent was down;
 a checkpoint refused while another version is being persisted; the
 cache's metadata saved from two threads.
+
+These images register no version ahead (``reserve=False``); a SIGKILL
+with a reservation outstanding is in test_mirror_reserve.py.
 """
 
 import errno
@@ -48,7 +51,8 @@ def store(tmp_path):
 
 def _attach(tmp_path, repo, image_id):
     return image_mod.AttachedImage(repo, image_id, None,
-                                   str(tmp_path / 'cache'), prefetch=False)
+                                   str(tmp_path / 'cache'), prefetch=False,
+                                   reserve=False)
 
 
 def test_a_version_stable_before_the_metadata_is_adopted(store):
@@ -226,7 +230,7 @@ if scenario == 'stable-with-followers':
     image_mod.AttachedImage._persisted = lambda self, version: child.die()
 image = image_mod.AttachedImage(repo, image_id, None,
                                 os.path.join(directory, 'cache'),
-                                prefetch=False)
+                                prefetch=False, reserve=False)
 first = 8 if scenario == 'stable-with-followers' else 4
 for k in range(first):
     image.write(k * child.CHUNK, child.content(k))
