@@ -245,11 +245,17 @@ class BlobCRDriver(driver.VolumeDriver):
     # -- snapshots ---------------------------------------------------------
 
     def _snapshot_version(self, volume):
-        """A new version with the volume's current content, persisted:
-        a checkpoint where it is attached, a copy where it is not.
+        """A new version with the volume's current content, persisted."""
+        result = self._take_version(volume, self._attached_host(volume))
+        self._wait_stable(result['host'], result['image'], result['version'])
+        return result
+
+    def _take_version(self, volume, host, **group):
+        """A new version with the volume's current content, not waited
+        for: a checkpoint on ``host`` where it is attached (as a member
+        of ``group``, if given), a copy where it is not (host None).
         """
         image = self._image_of(volume)
-        host = self._attached_host(volume)
         if host is None:
             result = self._call(self.storage_host, 'snapshot', image)
             result.update(host=self.storage_host)
@@ -258,9 +264,9 @@ class BlobCRDriver(driver.VolumeDriver):
                              self.configuration.blobcr_default_quiesce)
         started = time.monotonic()
         result = self._call(host, 'checkpoint', image, quiesce=quiesce,
-                            rpc_timeout=self.configuration.blobcr_rpc_timeout)
+                            rpc_timeout=self.configuration.blobcr_rpc_timeout,
+                            **group)
         result.update(host=host, ack_ms=(time.monotonic() - started) * 1e3)
-        self._wait_stable(host, image, result['version'])
         return result
 
     def _wait_stable(self, host, image, version):
@@ -478,23 +484,9 @@ class BlobCRDriver(driver.VolumeDriver):
         taken, updates = [], []
         try:
             for snapshot, host in attached:
-                image = self._image_of(snapshot.volume)
-                if host is None:
-                    result = self._call(self.storage_host, 'snapshot', image)
-                    result.update(host=self.storage_host)
-                else:
-                    started = time.monotonic()
-                    result = self._call(
-                        host, 'checkpoint', image,
-                        quiesce=quiesce_of(
-                            snapshot.volume.volume_type,
-                            self.configuration.blobcr_default_quiesce),
-                        group=group, members=members,
-                        project=snapshot.volume.project_id,
-                        rpc_timeout=self.configuration.blobcr_rpc_timeout)
-                    result.update(host=host, ack_ms=(
-                        time.monotonic() - started) * 1e3)
-                taken.append((snapshot, result))
+                taken.append((snapshot, self._take_version(
+                    snapshot.volume, host, group=group, members=members,
+                    project=snapshot.volume.project_id)))
             for snapshot, result in taken:
                 self._wait_stable(result['host'], result['image'],
                                   result['version'])
