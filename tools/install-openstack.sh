@@ -1,7 +1,9 @@
 #!/bin/bash
 # Install the real OpenStack services the integration tests drive
 # (tests/openstack_stack.py): Keystone and Cinder from PyPI, the openstack
-# CLI, keystonemiddleware, gunicorn and psycopg2, into the project venv
+# CLI, keystonemiddleware, gunicorn and psycopg2, and Nova (whose libvirt
+# volume drivers and vendordata client the blobcr_nova tests run in-process),
+# into the project venv
 # itself, since cinder-volume must import blobcr_cinder; and Debian's
 # PostgreSQL server, which the harness runs privately for their databases
 # (sqlite failed with "database is locked"). Idempotent: when every
@@ -18,6 +20,10 @@ py=$venv/bin/python
 requirements=(
     'keystone==30.*'
     'cinder==29.*'
+    # Nova's own code in the tests: nova.virt.libvirt.volume (the disk XML
+    # of the connection the Cinder driver returns) and
+    # nova.api.metadata.vendordata_dynamic (what Nova POSTs to blobcr-vendordata).
+    'nova==34.*'
     'python-openstackclient'
     'keystonemiddleware'
     'gunicorn'
@@ -80,6 +86,8 @@ fi
     || { echo "install-openstack: the venv has conflicting requirements" >&2; exit 1; }
 PYTHONWARNINGS=ignore "$py" -c 'import rados, blobcr_agent._native, cinder, keystone' \
     || { echo "install-openstack: rados, the C core, cinder or keystone does not load" >&2; exit 1; }
+PYTHONWARNINGS=ignore "$py" -c 'import nova.virt.libvirt.volume.volume, nova.virt.libvirt.volume.gpfs, nova.api.metadata.vendordata_dynamic' \
+    || { echo "install-openstack: nova's libvirt volume drivers or vendordata client do not load" >&2; exit 1; }
 PYTHONWARNINGS=ignore "$py" -c 'import pyfuse3, oslo_messaging, libvirt, keystonemiddleware, openstackclient, psycopg2' \
     || { echo "install-openstack: an import of the test suite broke" >&2; exit 1; }
 for tool in gunicorn openstack keystone-manage cinder-manage cinder-api \
@@ -88,4 +96,5 @@ for tool in gunicorn openstack keystone-manage cinder-manage cinder-api \
         || { echo "install-openstack: $venv/bin/$tool is missing" >&2; exit 1; }
 done
 echo "install-openstack: keystone $("$py" -c 'from importlib import metadata as m; print(m.version("keystone"))')," \
-     "cinder $("$py" -c 'from importlib import metadata as m; print(m.version("cinder"))') ready" >&2
+     "cinder $("$py" -c 'from importlib import metadata as m; print(m.version("cinder"))')," \
+     "nova $("$py" -c 'from importlib import metadata as m; print(m.version("nova"))') ready" >&2

@@ -1,0 +1,253 @@
+"""``blobcr-vendordata``: the DynamicJSON vendordata target for Nova.
+
+For each instance a guest asks the metadata service about, Nova's
+``DynamicVendorData`` POSTs JSON (``instance-id``, ``project-id``,
+``image-id``, ``user-data``, ``hostname``, ``metadata``, ``boot-roles``)
+to every ``[api] vendordata_dynamic_targets`` URL, with the Keystone
+token of its ``[vendordata_dynamic_auth]`` user, and puts each answer
+in ``vendor_data2.json`` under the target's name. This service answers,
+for the target named ``blobcr``::
+
+    {"endpoint": "<[vendordata] endpoint_url>",
+     "instance_id": "<instance-id>",
+     "project_id": "<project-id>",
+     "token": "<HMAC-SHA256(token_secret, instance-id), hex>"}
+
+which is what the guest's ``blobcr-checkpoint`` reads there
+(blobcr_guest/config.py) and what the agent's checkpoint endpoint checks
+(blobcr_agent/proxy/auth.py, ``[proxy] host_secret`` = ``token_secret``).
+
+Nova does not say which host runs the instance, so the endpoint is one
+URL for all: by default the metadata address, which each compute host's
+network forwards to its own agent (doc/source/nova.rst). The token
+proves the instance id only; the agent of the host answers only for
+instances it hosts and takes their project (the scope of their groups)
+from its own records, never from the guest.
+
+keystonemiddleware's auth_token sits in front (``[keystone_authtoken]``):
+no token or an invalid one gets 401. Behind it, a token must be
+confirmed and carry one of ``[vendordata] allowed_roles`` (Nova's
+service user), else 403: any user of the cloud could otherwise fetch
+the token of any instance. Bad requests get 400/404/405/411/413; every
+error is a JSON ``{"error": ...}``.
+
+Run it with ``blobcr-vendordata --config-file
+/etc/blobcr/nova-vendordata.conf`` (a threaded WSGI server of the
+standard library), or under any WSGI server with
+``blobcr_nova.vendordata:init_application()`` (configuration files from
+``BLOBCR_VENDORDATA_CONFIG``, separated by ``;``).
+"""
+
+import json
+import logging
+import os
+import signal
+import socketserver
+import sys
+import threading
+from wsgiref import simple_server
+
+from keystonemiddleware import auth_token
+from oslo_config import cfg
+from oslo_log import log as oslo_log
+
+from blobcr_agent import exception as agent_exception
+from blobcr_agent.proxy import auth
+from blobcr_agent.repository import groups
+from blobcr_nova import conf as nova_conf
+
+LOG = logging.getLogger(__name__)
+
+DEFAULT_CONFIG = '/etc/blobcr/nova-vendordata.conf'
+CONFIG_ENV = 'BLOBCR_VENDORDATA_CONFIG'
+_STATUS = {200: '200 OK', 400: '400 Bad Request', 401: '401 Unauthorized',
+           403: '403 Forbidden', 404: '404 Not Found',
+           405: '405 Method Not Allowed', 411: '411 Length Required',
+           413: '413 Payload Too Large',
+           500: '500 Internal Server Error'}
+
+
+class RequestError(Exception):
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+class VendordataApp(object):
+    """The WSGI application behind keystonemiddleware (see module doc)."""
+
+    def __init__(self, token_secret, endpoint_url, allowed_roles=('service',),
+                 max_body=262144):
+        if not token_secret:
+            raise ValueError('[vendordata] token_secret is required')
+        if not endpoint_url:
+            raise ValueError('[vendordata] endpoint_url is required')
+        self.authenticator = auth.Authenticator(host_secret=token_secret)
+        self.endpoint_url = endpoint_url
+        self.allowed_roles = {r.strip().lower() for r in allowed_roles
+                              if r.strip()}
+        if not self.allowed_roles:
+            raise ValueError('[vendordata] allowed_roles: at least one role')
+        self.max_body = max_body
+
+    def __call__(self, environ, start_response):
+        try:
+            status, reply = 200, self.answer(environ)
+        except RequestError as e:
+            status, reply = e.status, {'error': str(e)}
+        except Exception:
+            LOG.exception('vendordata request failed')
+            status, reply = 500, {'error': 'internal error'}
+        payload = json.dumps(reply).encode()
+        start_response(_STATUS[status], [
+            ('Content-Type', 'application/json'),
+            ('Content-Length', str(len(payload))),
+            # A token: no cache on the way may keep it.
+            ('Cache-Control', 'no-store')])
+        return [payload]
+
+    def _caller(self, environ):
+        """Who asks, as keystonemiddleware validated it; raises 401/403."""
+        if environ.get('HTTP_X_IDENTITY_STATUS') != 'Confirmed':
+            raise RequestError(401, 'authentication required: a valid '
+                                    'Keystone token (Nova\'s '
+                                    '[vendordata_dynamic_auth] user)')
+        roles = {r.strip().lower() for r in
+                 environ.get('HTTP_X_ROLES', '').split(',')}
+        user = environ.get('HTTP_X_USER_NAME') or \
+            environ.get('HTTP_X_USER_ID') or '?'
+        if not roles & self.allowed_roles:
+            LOG.warning('vendordata refused to user %s: none of the roles '
+                        '%s', user, ', '.join(sorted(self.allowed_roles)))
+            raise RequestError(403, 'forbidden: the caller has none of the '
+                                    'roles %s' % ', '.join(
+                                        sorted(self.allowed_roles)))
+        return user
+
+    def _body(self, environ):
+        if environ.get('HTTP_TRANSFER_ENCODING'):
+            raise RequestError(411, 'Transfer-Encoding is not accepted: '
+                                    'send Content-Length')
+        length = environ.get('CONTENT_LENGTH') or ''
+        if not length.isdigit() or len(length) > 9:
+            raise RequestError(411 if not length else 400,
+                               'Content-Length is required' if not length
+                               else 'bad Content-Length')
+        length = int(length)
+        if length > self.max_body:
+            raise RequestError(413, 'body over %d bytes' % self.max_body)
+        body = environ['wsgi.input'].read(length) if length else b''
+        if len(body) != length:
+            raise RequestError(400, 'the body ended early')
+        try:
+            request = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise RequestError(400, 'the body is not JSON')
+        if not isinstance(request, dict):
+            raise RequestError(400, 'the body must be a JSON object')
+        return request
+
+    def answer(self, environ):
+        """The vendordata of one instance (a dict), or a RequestError."""
+        if environ.get('PATH_INFO', '') not in ('', '/'):
+            raise RequestError(404, 'no such resource: POST to /')
+        if environ.get('REQUEST_METHOD') != 'POST':
+            raise RequestError(405, 'POST the instance, as Nova does')
+        user = self._caller(environ)
+        request = self._body(environ)
+        instance = request.get('instance-id')
+        project = request.get('project-id')
+        if not isinstance(instance, str) or \
+                not auth.INSTANCE_ID.fullmatch(instance):
+            raise RequestError(400, 'instance-id: 1-64 printable ASCII '
+                                    'characters')
+        if project is None or project == '':
+            raise RequestError(400, 'project-id is required')
+        try:
+            groups.check_project(project)
+        except agent_exception.InvalidInput as e:
+            raise RequestError(400, str(e))
+        LOG.info('vendordata: credentials of instance %s (project %s) for '
+                 '%s', instance, project, user)
+        return {'endpoint': self.endpoint_url,
+                'instance_id': instance,
+                'project_id': project,
+                'token': self.authenticator.token_for(instance)}
+
+
+def make_app(conf):
+    """The WSGI application for ``conf`` (a ConfigOpts already loaded):
+    keystonemiddleware's auth_token around :class:`VendordataApp`.
+    """
+    nova_conf.register_opts(conf)
+    options = conf.vendordata
+    app = VendordataApp(options.token_secret, options.endpoint_url,
+                        options.allowed_roles, options.max_body)
+    return auth_token.AuthProtocol(app, {'oslo_config_config': conf})
+
+
+def load_conf(args=None, default_config_files=None):
+    conf = cfg.ConfigOpts()
+    nova_conf.register_opts(conf)
+    oslo_log.register_options(conf)
+    conf(args if args is not None else [], project='blobcr',
+         prog='blobcr-vendordata',
+         default_config_files=default_config_files)
+    return conf
+
+
+def init_application():
+    """For WSGI servers: configuration from ``BLOBCR_VENDORDATA_CONFIG``
+    (files separated by ``;``), else /etc/blobcr/nova-vendordata.conf.
+    """
+    files = [f for f in os.environ.get(CONFIG_ENV, DEFAULT_CONFIG)
+             .split(';') if f]
+    conf = load_conf([], default_config_files=files)
+    oslo_log.setup(conf, 'blobcr-vendordata')
+    return make_app(conf)
+
+
+class _Server(socketserver.ThreadingMixIn, simple_server.WSGIServer):
+    daemon_threads = True
+
+
+class _Handler(simple_server.WSGIRequestHandler):
+    def log_message(self, fmt, *args):
+        LOG.debug('%s %s', self.address_string(), fmt % args)
+
+
+def serve(app, host, port):
+    """Serve ``app`` on a thread; returns the server (``server_port``)."""
+    server = simple_server.make_server(host, port, app, server_class=_Server,
+                                       handler_class=_Handler)
+    threading.Thread(target=server.serve_forever, daemon=True,
+                     name='blobcr-vendordata').start()
+    return server
+
+
+def main(argv=None):
+    try:
+        conf = load_conf(sys.argv[1:] if argv is None else argv)
+    except cfg.Error as e:
+        sys.stderr.write('blobcr-vendordata: %s\n' % e)
+        return 2
+    oslo_log.setup(conf, 'blobcr-vendordata')
+    try:
+        app = make_app(conf)
+    except ValueError as e:
+        sys.stderr.write('blobcr-vendordata: %s\n' % e)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server = serve(app, conf.vendordata.listen, conf.vendordata.port)
+    LOG.info('blobcr-vendordata serving on %s:%d',
+             conf.vendordata.listen, server.server_port)
+    stop.wait()
+    server.shutdown()
+    server.server_close()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
