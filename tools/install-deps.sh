@@ -12,6 +12,9 @@ packages=(
     python3 python3-venv python3-dev build-essential pkg-config git
     e2fsprogs
     ceph-mon ceph-osd ceph-mgr ceph-common python3-rados librados-dev
+    # librbd's binding: Cinder's RBD driver (the baseline of blobcr-bench
+    # cinder) and the benchmark's own writes and snapshot checks.
+    python3-rbd
     fuse3 libfuse3-dev fio qemu-utils libvirt-dev
 )
 
@@ -33,7 +36,12 @@ fi
 "$venv/bin/pip" install -q -e "$top"
 
 bash "$top/tools/link-rados.sh" "$venv"
-"$venv/bin/python" -c 'import rados, blobcr_agent._native' \
-    || { echo "install-deps: the rados binding or the C core does not load" >&2; exit 1; }
+# Debian's librbd binding, linked the same way (PyPI has none either).
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+for so in /usr/lib/python3/dist-packages/rbd.cpython-*.so; do
+    ln -sf "$so" "$site/"
+done
+"$venv/bin/python" -c 'import rados, rbd, blobcr_agent._native' \
+    || { echo "install-deps: the rados or rbd binding or the C core does not load" >&2; exit 1; }
 bash "$top/tools/install-openstack.sh" "$venv"
 echo "install-deps: ready ($venv)" >&2

@@ -21,6 +21,9 @@ fetches, bytes) and exits with status 3, after printing its result with
 * ``proxy``: CHECKPOINT round trip through the guest endpoint and RPC
   per quiesce mode, against the admin socket; forged-request refusals
   per second.
+* ``cinder``: on an existing cloud, ``volume snapshot create`` to
+  ``available`` of a BlobCR volume (attached, written live) and of a
+  Cinder RBD volume with the same data written, and the agent's ack.
 
 The Ceph backend needs a cluster: ``tools/ceph-cluster.sh start DIR``
 starts a micro one; pass ``--ceph-conf DIR/ceph.conf``.
@@ -36,6 +39,7 @@ import tempfile
 import time
 
 from blobcr_agent.bench import checkpoint
+from blobcr_agent.bench import cinder
 from blobcr_agent.bench import common as bench_common
 from blobcr_agent.bench import harness
 
@@ -202,6 +206,12 @@ def main(argv=None):
     p.add_argument('--flood-seconds', type=float, default=5.0)
     p.add_argument('--plot', help='write a PNG of the results here')
 
+    p = sub.add_parser('cinder', parents=[common],
+                       help='Cinder snapshot to available: BlobCR against '
+                            'the RBD driver (an existing cloud; '
+                            '--ceph-conf is the RBD cluster\'s)')
+    cinder.add_arguments(p)
+
     args = parser.parse_args(argv)
     args.workdir = args.workdir or '/var/tmp'
     if args.bench == 'checkpoint':
@@ -211,7 +221,10 @@ def main(argv=None):
 
     scratch = tempfile.mkdtemp(prefix='blobcr-bench-', dir=args.workdir)
     try:
-        if args.bench == 'repo':
+        if args.bench == 'cinder':
+            result = {'bench': 'cinder'}
+            result.update(cinder.run(args, log))
+        elif args.bench == 'repo':
             from blobcr_agent.bench import repo as bench
             repo = open_repository(args, scratch, chunk_size=bench.CHUNK,
                                    fanout=args.fanout,

@@ -1,0 +1,567 @@
+"""``blobcr-bench cinder``: a Cinder snapshot of a BlobCR volume against
+the same operation on Cinder's RBD driver, on an existing cloud.
+
+It drives the cloud as an operator would, through Keystone (the usual
+``OS_*`` variables or the ``--os-*`` options) and Cinder's v3 API:
+
+* two volumes of ``--size-gb``, one of ``--blobcr-type`` (the BlobCR
+  backend) and one of ``--baseline-type`` (``cinder.volume.drivers.rbd.
+  RBDDriver`` on the same Ceph cluster);
+* the BlobCR volume is attached to ``--compute-host`` (a host whose
+  blobcr-agent runs on this machine: the benchmark writes into the file
+  the connection info names) through Cinder's attachments API, as Nova
+  attaches a volume; the RBD volume stays detached and is written
+  through librbd (``--ceph-conf``, ``--rbd-pool``, ``--rbd-user``), the
+  image closed again before its snapshot;
+* each run writes the same ``--write-mib`` of fresh data (one random
+  pattern, a new window of it per run, made before any timing) to both
+  volumes, each write made durable (fsync, librbd flush), then takes a
+  snapshot of each; the backends take turns, the first alternating from
+  run to run.
+
+A snapshot is timed from the create request to the first poll that
+sees it ``available`` (``--poll-interval``), the create being
+``POST /snapshots`` at microversion 3.66 (what ``openstack
+--os-volume-api-version 3.66 volume snapshot create`` sends) or, with
+``--client cli``, the real ``openstack`` command itself (its start-up,
+seconds of Python imports, included). Cinder's own record of the same
+interval (``created_at`` to ``updated_at``: the status goes
+``available`` in the last update) is reported too, free of the client
+and of the polling. For BlobCR the agent's acknowledgment of the live
+checkpoint and the time it held writes come from the snapshot's
+metadata (``blobcr:ack_ms``, ``blobcr:held_ms``).
+
+The path is proven to have run: every BlobCR snapshot must carry an ack
+and ``blobcr:bytes_written`` > 0, and every RBD snapshot must be in the
+pool (librbd lists it on the volume's image); either count at zero
+fails the benchmark (status 3). Volumes, snapshots and the attachment
+it made are deleted at the end, whatever happened.
+"""
+
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+from blobcr_agent.bench import common
+
+MIB = 1 << 20
+BLOCK = MIB
+SNAPSHOT_MICROVERSION = '3.66'      # in-use volumes without --force
+ATTACHMENT_MICROVERSION = '3.44'
+BACKENDS = ('blobcr', 'rbd')
+
+
+# -- what tools and tests share ---------------------------------------------
+
+def rbd_backend_section(conffile, pool='rbd', user=None,
+                        backend_name='rbd'):
+    """A cinder.conf backend section for Cinder's RBD driver on the
+    cluster of ``conffile`` (no libvirt secret: nothing attaches it
+    through libvirt here).
+    """
+    section = {'volume_driver': 'cinder.volume.drivers.rbd.RBDDriver',
+               'volume_backend_name': backend_name,
+               'rbd_pool': pool, 'rbd_ceph_conf': conffile,
+               'rados_connect_timeout': '10'}
+    if user:
+        section['rbd_user'] = user
+    return section
+
+
+def ensure_rbd_pool(conffile, pool='rbd', pg_num=8, rados_id=None):
+    """Create a replicated pool for RBD images if it is missing, tagged
+    with the ``rbd`` application; return True if it was created.
+    """
+    import rados
+    cluster = rados.Rados(conffile=conffile, rados_id=rados_id)
+    cluster.connect(timeout=10)
+    try:
+        if cluster.pool_exists(pool):
+            return False
+        for command in (
+                {'prefix': 'osd pool create', 'pool': pool,
+                 'pg_num': pg_num, 'pgp_num': pg_num,
+                 'pool_type': 'replicated'},
+                {'prefix': 'osd pool application enable', 'pool': pool,
+                 'app': 'rbd'}):
+            ret, _, err = cluster.mon_command(json.dumps(command), b'',
+                                              timeout=30)
+            if ret:
+                raise RuntimeError('ceph %s: %s (%d)' % (command['prefix'],
+                                                         err, ret))
+        return True
+    finally:
+        cluster.shutdown()
+
+
+# -- arguments ----------------------------------------------------------------
+
+def add_arguments(p):
+    env = os.environ.get
+    auth = p.add_argument_group(
+        'cloud', 'Keystone v3 password authentication (default: the '
+        'OS_* variable of each option\'s name)')
+    for name, var in (('auth-url', 'OS_AUTH_URL'),
+                      ('username', 'OS_USERNAME'),
+                      ('password', 'OS_PASSWORD'),
+                      ('project-name', 'OS_PROJECT_NAME'),
+                      ('user-domain-name', 'OS_USER_DOMAIN_NAME'),
+                      ('project-domain-name', 'OS_PROJECT_DOMAIN_NAME'),
+                      ('region-name', 'OS_REGION_NAME'),
+                      ('interface', 'OS_INTERFACE')):
+        default = env(var)
+        if default is None and name.endswith('domain-name'):
+            default = 'Default'
+        if default is None and name == 'interface':
+            default = 'public'
+        auth.add_argument('--os-' + name, default=default,
+                          help='default: $%s' % var)
+    p.add_argument('--blobcr-type', required=True,
+                   help='volume type of the BlobCR backend')
+    p.add_argument('--baseline-type', required=True,
+                   help='volume type of the Cinder RBD backend')
+    p.add_argument('--compute-host', required=True,
+                   help='host whose blobcr-agent (on this machine) the '
+                        'BlobCR volume is attached to')
+    p.add_argument('--rbd-pool', default='rbd',
+                   help='the RBD backend\'s rbd_pool (default rbd)')
+    p.add_argument('--rbd-user', default=None,
+                   help='RADOS user for librbd (default: the conf\'s)')
+    p.add_argument('--runs', type=int, default=5,
+                   help='snapshots per backend (default 5)')
+    p.add_argument('--write-mib', type=int, default=64,
+                   help='fresh data written to each volume before each '
+                        'snapshot (default 64)')
+    p.add_argument('--size-gb', type=int, default=1)
+    p.add_argument('--client', choices=['api', 'cli'], default='api',
+                   help='create snapshots with POST /snapshots (api) or '
+                        'the openstack CLI (cli)')
+    p.add_argument('--poll-interval', type=float, default=0.1)
+    p.add_argument('--timeout', type=float, default=600,
+                   help='seconds a volume or snapshot may take to become '
+                        'available or to go away')
+    p.add_argument('--plot', help='write a PNG of the results here')
+
+
+# -- the cloud ----------------------------------------------------------------
+
+class CloudError(RuntimeError):
+    pass
+
+
+class Cloud(object):
+    """Cinder's v3 API for the benchmark's user."""
+
+    def __init__(self, args):
+        from keystoneauth1 import adapter
+        from keystoneauth1.identity import v3
+        from keystoneauth1 import session
+        missing = [n for n in ('auth_url', 'username', 'password',
+                               'project_name')
+                   if not getattr(args, 'os_' + n)]
+        if missing:
+            raise SystemExit('blobcr-bench cinder: no %s (set OS_* or pass '
+                             '--os-*)' % ', '.join(
+                                 'os-' + m.replace('_', '-')
+                                 for m in missing))
+        self.args = args
+        self.session = session.Session(auth=v3.Password(
+            auth_url=args.os_auth_url, username=args.os_username,
+            password=args.os_password, project_name=args.os_project_name,
+            user_domain_name=args.os_user_domain_name,
+            project_domain_name=args.os_project_domain_name))
+        self.api = adapter.Adapter(
+            self.session, service_type='block-storage',
+            interface=args.os_interface, region_name=args.os_region_name)
+
+    def env(self):
+        """The environment of an ``openstack`` CLI run as this user."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith('OS_')}
+        a = self.args
+        env.update(OS_AUTH_TYPE='password', OS_AUTH_URL=a.os_auth_url,
+                   OS_IDENTITY_API_VERSION='3', OS_USERNAME=a.os_username,
+                   OS_PASSWORD=a.os_password,
+                   OS_PROJECT_NAME=a.os_project_name,
+                   OS_USER_DOMAIN_NAME=a.os_user_domain_name,
+                   OS_PROJECT_DOMAIN_NAME=a.os_project_domain_name,
+                   OS_INTERFACE=a.os_interface)
+        if a.os_region_name:
+            env['OS_REGION_NAME'] = a.os_region_name
+        return env
+
+    def get(self, kind, resource_id):
+        """The resource, or None once it is gone."""
+        r = self.api.get('/%ss/%s' % (kind, resource_id), raise_exc=False,
+                         microversion=SNAPSHOT_MICROVERSION)
+        if r.status_code == 404:
+            return None
+        r.raise_for_status()
+        return r.json()[kind]
+
+    def wait(self, kind, resource_id, status, timeout, interval=0.25):
+        """Poll until ``status`` (``deleted``: gone); return the resource
+        and the monotonic time it was first seen so.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            resource = self.get(kind, resource_id)
+            seen = time.monotonic()
+            if resource is None:
+                if status == 'deleted':
+                    return None, seen
+                raise CloudError('%s %s vanished' % (kind, resource_id))
+            if resource['status'] == status:
+                return resource, seen
+            if resource['status'].startswith('error'):
+                raise CloudError('%s %s is %s (waiting for %s)' % (
+                    kind, resource_id, resource['status'], status))
+            if seen > deadline:
+                raise CloudError('%s %s still %s after %s s' % (
+                    kind, resource_id, resource['status'], timeout))
+            time.sleep(interval)
+
+    def create_volume(self, name, volume_type, size):
+        return self.api.post('/volumes', json={'volume': {
+            'name': name, 'size': size, 'volume_type': volume_type}}).json()[
+                'volume']['id']
+
+    def create_snapshot(self, volume_id, name):
+        if self.args.client == 'cli':
+            return self._create_snapshot_cli(volume_id, name)
+        return self.api.post('/snapshots', json={'snapshot': {
+            'volume_id': volume_id, 'name': name}},
+            microversion=SNAPSHOT_MICROVERSION).json()['snapshot']['id']
+
+    def _create_snapshot_cli(self, volume_id, name):
+        tool = os.path.join(os.path.dirname(sys.executable), 'openstack')
+        if not os.path.exists(tool):
+            tool = shutil.which('openstack') or 'openstack'
+        proc = subprocess.run(
+            [tool, '--os-volume-api-version', SNAPSHOT_MICROVERSION,
+             'volume', 'snapshot', 'create', '--volume', volume_id, name,
+             '-f', 'json'], env=self.env(), stdin=subprocess.DEVNULL,
+            capture_output=True, text=True, timeout=300, check=False)
+        if proc.returncode:
+            raise CloudError('openstack volume snapshot create exited with '
+                             '%d:\n%s' % (proc.returncode, proc.stderr))
+        return json.loads(proc.stdout)['id']
+
+    def delete(self, kind, resource_id, **params):
+        r = self.api.delete('/%ss/%s' % (kind, resource_id), params=params,
+                            raise_exc=False)
+        if r.status_code not in (202, 204, 404):
+            r.raise_for_status()
+
+
+class Attachment(object):
+    """The volume attached to ``host`` through Cinder's attachments API,
+    as Nova attaches it: reserve with the compute host's connector,
+    then complete. No instance is named (there may be no Nova), which
+    also lets the user delete the connected attachment without a
+    service token.
+    """
+
+    def __init__(self, cloud, volume_id, host):
+        self.cloud = cloud
+        body = {'attachment': {
+            'volume_uuid': volume_id,
+            'connector': {'host': host, 'platform': 'x86_64',
+                          'os_type': 'linux', 'multipath': False,
+                          'mountpoint': '/dev/vdb', 'initiator': None}}}
+        made = cloud.api.post('/attachments', json=body,
+                              microversion=ATTACHMENT_MICROVERSION).json()
+        self.id = made['attachment']['id']
+        self.path = made['attachment']['connection_info']['device_path']
+        cloud.api.post('/attachments/%s/action' % self.id,
+                       json={'os-complete': None},
+                       microversion=ATTACHMENT_MICROVERSION)
+
+    def detach(self):
+        self.cloud.api.delete('/attachments/%s' % self.id,
+                              microversion=ATTACHMENT_MICROVERSION)
+
+
+def _timestamp(text):
+    text = text.rstrip('Z')
+    for fmt in ('%Y-%m-%dT%H:%M:%S.%f', '%Y-%m-%dT%H:%M:%S'):
+        try:
+            return datetime.datetime.strptime(text, fmt)
+        except ValueError:
+            pass
+    return None
+
+
+def _float(metadata, key):
+    try:
+        return float(metadata[key])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+# -- the benchmark ------------------------------------------------------------
+
+class _Volumes(object):
+    """What the run made, for the cleanup."""
+
+    def __init__(self):
+        self.volumes = []
+        self.snapshots = []
+        self.attachments = []
+
+
+class _RBDImage(object):
+    """The RBD volume's image, through librbd."""
+
+    def __init__(self, args):
+        import rados
+        self.cluster = rados.Rados(conffile=args.ceph_conf,
+                                   rados_id=args.rbd_user)
+        self.cluster.connect(timeout=10)
+        self.ioctx = self.cluster.open_ioctx(args.rbd_pool)
+
+    def write(self, name, chunks):
+        import rbd
+        with rbd.Image(self.ioctx, name) as image:
+            for offset, data in chunks:
+                image.write(bytes(data), offset)
+            image.flush()
+
+    def snaps(self, name):
+        import rbd
+        with rbd.Image(self.ioctx, name, read_only=True) as image:
+            return {s['name'] for s in image.list_snaps()}
+
+    def close(self):
+        self.ioctx.close()
+        self.cluster.shutdown()
+
+
+def _write_file(path, chunks):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for offset, data in chunks:
+            view = memoryview(data)
+            while view:
+                done = os.pwrite(fd, view, offset)
+                view = view[done:]
+                offset += done
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def run(args, log):
+    cloud = Cloud(args)
+    made = _Volumes()
+    tag = 'blobcr-bench-%s' % uuid.uuid4().hex[:8]
+    write_bytes = args.write_mib * MIB
+    size = args.size_gb << 30
+    if write_bytes > size or write_bytes % BLOCK:
+        raise SystemExit('blobcr-bench cinder: --write-mib must be a whole '
+                         'number of MiB within --size-gb')
+    log.event('pattern', mib=args.write_mib)
+    pattern = common.Pattern(write_bytes, windows=60)
+    rbd_image = _RBDImage(args)
+    samples = {b: [] for b in BACKENDS}
+    began = time.monotonic()
+    try:
+        volumes = {}
+        for backend, vtype in (('blobcr', args.blobcr_type),
+                               ('rbd', args.baseline_type)):
+            volumes[backend] = cloud.create_volume(
+                '%s-%s' % (tag, backend), vtype, args.size_gb)
+            made.volumes.append(volumes[backend])
+        for backend, volume_id in volumes.items():
+            cloud.wait('volume', volume_id, 'available', args.timeout)
+        attachment = Attachment(cloud, volumes['blobcr'], args.compute_host)
+        made.attachments.append(attachment)
+        cloud.wait('volume', volumes['blobcr'], 'in-use', args.timeout)
+        log.event('ready', blobcr=volumes['blobcr'], rbd=volumes['rbd'],
+                  mirror=attachment.path)
+        rbd_name = 'volume-%s' % volumes['rbd']
+
+        for i in range(args.runs):
+            base = (i * write_bytes) % (size - write_bytes + 1)
+            base -= base % BLOCK
+            chunks = [(base + off, pattern.block(off, BLOCK, i))
+                      for off in range(0, write_bytes, BLOCK)]
+            order = BACKENDS if i % 2 == 0 else tuple(reversed(BACKENDS))
+            for backend in order:
+                t0 = time.monotonic()
+                if backend == 'blobcr':
+                    _write_file(attachment.path, chunks)
+                else:
+                    rbd_image.write(rbd_name, chunks)
+                write_s = time.monotonic() - t0
+                sample = _snapshot(cloud, args, made, volumes[backend],
+                                   '%s-%s-%d' % (tag, backend, i))
+                sample.update(run=i, write_s=round(write_s, 4))
+                if backend == 'rbd':
+                    sample['in_pool'] = ('snapshot-%s' % sample['id']
+                                         in rbd_image.snaps(rbd_name))
+                samples[backend].append(sample)
+                log.event('snapshot', backend=backend, run=i,
+                          available_s=sample['available_s'],
+                          server_s=sample['server_s'],
+                          ack_ms=sample.get('ack_ms'))
+    finally:
+        _cleanup(cloud, made, args, log)
+        rbd_image.close()
+    result = _result(args, samples)
+    result['seconds'] = round(time.monotonic() - began, 1)
+    if args.plot:
+        plot(result, args.plot)
+    return result
+
+
+def _snapshot(cloud, args, made, volume_id, name):
+    t0 = time.monotonic()
+    snapshot_id = cloud.create_snapshot(volume_id, name)
+    made.snapshots.append(snapshot_id)
+    requested = time.monotonic() - t0
+    snap, seen = cloud.wait('snapshot', snapshot_id, 'available',
+                            args.timeout, args.poll_interval)
+    created, updated = (_timestamp(snap.get('created_at') or ''),
+                        _timestamp(snap.get('updated_at') or ''))
+    sample = {'id': snapshot_id,
+              'available_s': round(seen - t0, 4),
+              'request_s': round(requested, 4),
+              'server_s': (round((updated - created).total_seconds(), 4)
+                           if created and updated else None)}
+    metadata = snap.get('metadata') or {}
+    for key in ('ack_ms', 'held_ms', 'bytes_written', 'chunks_written'):
+        value = _float(metadata, 'blobcr:' + key)
+        if value is not None:
+            sample[key] = value
+    return sample
+
+
+def _cleanup(cloud, made, args, log):
+    errors = []
+
+    def attempt(what, func, *a, **kw):
+        try:
+            return func(*a, **kw)
+        except Exception as exc:  # keep cleaning up the rest
+            errors.append('%s: %s' % (what, exc))
+
+    for attachment in made.attachments:
+        attempt('detach', attachment.detach)
+    for volume_id in made.volumes:
+        attempt('volume %s' % volume_id, cloud.wait, 'volume', volume_id,
+                'available', args.timeout)
+    for snapshot_id in made.snapshots:
+        attempt('snapshot %s' % snapshot_id, cloud.delete, 'snapshot',
+                snapshot_id)
+    for snapshot_id in made.snapshots:
+        attempt('snapshot %s' % snapshot_id, cloud.wait, 'snapshot',
+                snapshot_id, 'deleted', args.timeout)
+    for volume_id in made.volumes:
+        attempt('volume %s' % volume_id, cloud.delete, 'volume', volume_id,
+                cascade='true')
+    for volume_id in made.volumes:
+        attempt('volume %s' % volume_id, cloud.wait, 'volume', volume_id,
+                'deleted', args.timeout)
+    log.event('cleanup', volumes=len(made.volumes),
+              snapshots=len(made.snapshots), errors=len(errors))
+    for error in errors:
+        log('cleanup: %s' % error)
+
+
+def _result(args, samples):
+    def summary(backend, key):
+        return common.summary([s.get(key) for s in samples[backend]])
+    result = {'client': args.client, 'runs': args.runs,
+              'write_mib': args.write_mib, 'size_gb': args.size_gb,
+              'volume_types': {'blobcr': args.blobcr_type,
+                               'rbd': args.baseline_type},
+              'poll_interval_s': args.poll_interval,
+              'load_average': [round(v, 2) for v in os.getloadavg()],
+              'samples': samples}
+    for backend in BACKENDS:
+        keys = ['available_s', 'server_s', 'request_s', 'write_s']
+        if backend == 'blobcr':
+            keys += ['ack_ms', 'held_ms', 'bytes_written']
+        result[backend] = {k: summary(backend, k) for k in keys}
+        result[backend]['write_plus_available_s'] = common.summary(
+            [s['write_s'] + s['available_s'] for s in samples[backend]])
+    ratios = {}
+    for key in ('available_s', 'server_s', 'write_plus_available_s'):
+        a, b = result['blobcr'][key], result['rbd'][key]
+        if a and b:
+            ratios[key] = {'median': common.ratio(a['median'], b['median']),
+                           'p99': common.ratio(a['p99'], b['p99'])}
+    per_run = [common.ratio(x['available_s'], y['available_s'])
+               for x, y in zip(samples['blobcr'], samples['rbd'])]
+    ratios['available_s_per_run'] = common.summary(per_run)
+    result['ratios_blobcr_over_rbd'] = ratios
+    acked = sum(1 for s in samples['blobcr']
+                if s.get('ack_ms') is not None
+                and (s.get('bytes_written') or 0) > 0)
+    in_pool = sum(1 for s in samples['rbd'] if s.get('in_pool'))
+    result['counts'] = {'blobcr_snapshots': len(samples['blobcr']),
+                        'blobcr_acked_with_bytes': acked,
+                        'rbd_snapshots': len(samples['rbd']),
+                        'rbd_snapshots_in_pool': in_pool}
+    checks = common.Checks()
+    checks.require('blobcr_acked_with_bytes', acked,
+                   'BlobCR snapshots whose metadata carries the agent\'s '
+                   'checkpoint ack (blobcr:ack_ms) and bytes written > 0: '
+                   'a live checkpoint of the written volume really ran')
+    checks.require('rbd_snapshots_in_pool', in_pool,
+                   'RBD snapshots that librbd lists on the volume\'s image '
+                   'in pool %s: the RBD driver really took them'
+                   % args.rbd_pool)
+    result['checks'] = checks.as_list()
+    return result
+
+
+def plot(result, path):
+    import matplotlib
+    matplotlib.use('Agg')
+    from matplotlib import pyplot
+    fig, (left, right) = pyplot.subplots(1, 2, figsize=(10, 4.2))
+    colors = {'blobcr': 'tab:blue', 'rbd': 'tab:orange'}
+    labels = {'blobcr': 'BlobCR (%s)' % result['volume_types']['blobcr'],
+              'rbd': 'RBD (%s)' % result['volume_types']['rbd']}
+    for n, backend in enumerate(BACKENDS):
+        samples = result['samples'][backend]
+        for k, (key, marker) in enumerate((('available_s', 'o'),
+                                           ('server_s', 'x'))):
+            ys = [s[key] for s in samples if s.get(key) is not None]
+            xs = [n * 2 + k + (j - len(ys) / 2.0) * 0.03
+                  for j in range(len(ys))]
+            left.scatter(xs, ys, color=colors[backend], marker=marker,
+                         label='%s, %s' % (labels[backend],
+                                           'client' if k == 0 else
+                                           'Cinder record'))
+            summary = result[backend][key]
+            if summary:
+                left.hlines(summary['median'], n * 2 + k - 0.3,
+                            n * 2 + k + 0.3, color=colors[backend])
+    left.set_xticks([0, 1, 2, 3])
+    left.set_xticklabels(['BlobCR\nclient', 'BlobCR\nCinder', 'RBD\nclient',
+                          'RBD\nCinder'])
+    left.set_ylabel('snapshot create to available (s)')
+    left.set_ylim(bottom=0)
+    left.set_title('%d runs, %d MiB written before each'
+                   % (result['runs'], result['write_mib']))
+    samples = result['samples']['blobcr']
+    runs = [s['run'] for s in samples]
+    for key, marker in (('ack_ms', 'o'), ('held_ms', 'x')):
+        right.plot(runs, [s.get(key) for s in samples], marker=marker,
+                   label=key.replace('_ms', ''))
+    right.set_xlabel('run')
+    right.set_ylabel('ms (BlobCR snapshot metadata)')
+    right.set_yscale('log')
+    right.set_title('BlobCR checkpoint: agent ack and writes held')
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    pyplot.close(fig)

@@ -1,0 +1,167 @@
+"""``blobcr-bench cinder`` from a clean clone, on a cloud of its own:
+
+* a micro Ceph cluster (tools/ceph-cluster.sh start DIR) with an ``rbd``
+  pool;
+* RabbitMQ on 127.0.0.1 (tests/rabbitmq.py);
+* two blobcr-agents on a RADOS namespace of that cluster, one beside
+  cinder-volume and one "compute" host on which the BlobCR volume is
+  attached (tests/cinder_hosts.py);
+* Keystone, cinder-api, cinder-scheduler and cinder-volume
+  (tests/openstack_stack.py) with two backends: ``blobcr`` (the BlobCR
+  driver) and ``rbd`` (Cinder's RBD driver, pool ``rbd`` of the same
+  cluster), one volume type each;
+
+then runs ``blobcr-bench cinder --json`` as the demo user, with any
+arguments given after ``--`` (``--runs N``, ``--plot FILE.png``...), and
+prints its JSON. Everything it started is stopped by PID and the Ceph
+directory is removed. Exits with the benchmark's status.
+
+    .venv/bin/python tools/bench_cinder.py -- --runs 7 --plot cinder.png
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, TOP)
+
+from blobcr_agent.bench import cinder as bench_cinder  # noqa: E402
+from blobcr_agent.bench import harness  # noqa: E402
+from blobcr_agent.repository.backends import rados  # noqa: E402
+from blobcr_agent.rpc import api as rpc_api  # noqa: E402
+from tests import agent_rpc  # noqa: E402
+from tests import cinder_hosts  # noqa: E402
+from tests import openstack_stack  # noqa: E402
+from tests import rabbitmq  # noqa: E402
+
+CEPH = os.path.join(TOP, 'tools', 'ceph-cluster.sh')
+RBD_POOL = 'rbd'
+
+
+def say(text):
+    print('bench-cinder: %s' % text, file=sys.stderr, flush=True)
+
+
+class _Ceph(object):
+    def __init__(self, directory):
+        self.directory = directory
+
+    def start(self):
+        subprocess.run(['bash', CEPH, 'start', self.directory], check=True,
+                       stdout=subprocess.DEVNULL)
+        return self
+
+    @property
+    def conffile(self):
+        return os.path.join(self.directory, 'ceph.conf')
+
+    def stop(self):
+        subprocess.run(['bash', CEPH, 'stop', self.directory], check=False,
+                       stdout=subprocess.DEVNULL)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__.split('\n')[0],
+        usage='%(prog)s [options] [-- blobcr-bench cinder arguments]')
+    parser.add_argument('--workdir', default=None,
+                        help='services\' directory (default: a new one '
+                             'under /var/tmp, removed at the end)')
+    parser.add_argument('--ceph-dir', default=None,
+                        help='the cluster\'s directory (default: a new one '
+                             'under /var/tmp; always stopped and removed)')
+    parser.add_argument('--keep', action='store_true',
+                        help='keep the work directory (logs)')
+    argv = sys.argv[1:]
+    extra = []
+    if '--' in argv:
+        extra = argv[argv.index('--') + 1:]
+        argv = argv[:argv.index('--')]
+    args = parser.parse_args(argv)
+    workdir = args.workdir or tempfile.mkdtemp(prefix='blobcr-bench-cinder-',
+                                               dir='/var/tmp')
+    made_workdir = not args.workdir
+    os.makedirs(workdir, exist_ok=True)
+    ceph_dir = args.ceph_dir or tempfile.mkdtemp(
+        prefix='blobcr-bench-ceph-', dir='/var/tmp')
+    started = []
+    backend = None
+    status = 1
+    try:
+        say('starting a micro Ceph cluster in %s' % ceph_dir)
+        ceph = _Ceph(ceph_dir)
+        started.append(ceph)
+        ceph.start()
+        bench_cinder.ensure_rbd_pool(ceph.conffile, RBD_POOL)
+
+        say('starting RabbitMQ')
+        broker = rabbitmq.RabbitMQBroker(os.path.join(workdir, 'rabbitmq'))
+        started.append(broker)
+        broker.start()
+
+        say('starting two blobcr-agents on RADOS')
+        backend = rados.RadosBackend(
+            ceph.conffile, 'blobcr-data', 'blobcr-meta',
+            namespace='bench-cinder-' + uuid.uuid4().hex,
+            connect_timeout=10, op_timeout=60)
+        exchange = os.path.join(workdir, 'exchange')
+        suffix = uuid.uuid4().hex[:6]
+        hosts = cinder_hosts.Hosts('rados', 'bench-storage-' + suffix,
+                                   ['bench-compute-' + suffix], exchange,
+                                   backend)
+        api = rpc_api.AgentAPI(transport_url=broker.url, timeout=60)
+        for host in (hosts.storage, hosts.compute[0]):
+            directory = os.path.join(workdir, host)
+            os.makedirs(directory, exist_ok=True)
+            agent = harness.AgentProcess(directory, backend,
+                                         agent_rpc.rpc_settings(
+                                             broker.url, host,
+                                             export_dir=exchange))
+            started.append(agent)
+            agent.start()
+            agent_rpc.wait_rpc(api, host)
+        api.cleanup()
+
+        say('starting Keystone and Cinder (backends blobcr, rbd)')
+        blobcr_section = cinder_hosts.backend_section(hosts)
+        blobcr_section['volume_backend_name'] = 'blobcr'
+        stack = openstack_stack.OpenStackStack(
+            os.path.join(workdir, 'openstack'), broker.url,
+            {'blobcr': blobcr_section,
+             'rbd': bench_cinder.rbd_backend_section(ceph.conffile,
+                                                     RBD_POOL)})
+        started.append(stack)
+        stack.start()
+
+        command = [os.path.join(os.path.dirname(sys.executable),
+                                'blobcr-bench'), 'cinder', '--json',
+                   '--blobcr-type', 'blobcr', '--baseline-type', 'rbd',
+                   '--compute-host', hosts.compute[0],
+                   '--ceph-conf', ceph.conffile, '--rbd-pool', RBD_POOL,
+                   '--workdir', workdir] + extra
+        say('$ %s' % ' '.join(command))
+        status = subprocess.run(command, env=stack.env('demo'),
+                                stdin=subprocess.DEVNULL).returncode
+    finally:
+        for thing in reversed(started):
+            try:
+                thing.stop()
+            except Exception as exc:  # stop the rest anyway
+                say('stopping %s: %s' % (type(thing).__name__, exc))
+        if backend is not None:
+            backend.close()
+        if made_workdir and not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        elif args.keep:
+            say('work directory kept: %s' % workdir)
+    return status
+
+
+if __name__ == '__main__':
+    sys.exit(main())
