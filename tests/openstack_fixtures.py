@@ -3,6 +3,9 @@
 ``openstack_backends``  the session's one set of Cinder backend sections
     (``{section: {option: value}}``).  Tests needing other backends add
     them here, to this one dict, so that every test shares one stack.
+    Besides the harness's fake backend and the BlobCR ones, Cinder's RBD
+    driver on pool ``rbd`` of the session's Ceph cluster (section and
+    volume type ``RBD_BACKEND``): the baseline of ``blobcr-bench cinder``.
 ``openstack_stack``  factory: ``openstack_stack(backends)`` starts the
     stack on the first call (on the session's RabbitMQ) and returns the
     same started :class:`~tests.openstack_stack.OpenStackStack` to every
@@ -22,6 +25,7 @@ import os
 
 import pytest
 
+from blobcr_agent.bench import cinder as bench_cinder
 from tests import cinder_hosts as cinder_hosts_module
 from tests import openstack_stack as stack_module
 
@@ -34,15 +38,24 @@ HARNESS_BACKEND_SECTION = {
     'volume_backend_name': 'fake',
 }
 
+# Cinder's RBD driver on the session's Ceph cluster.
+RBD_BACKEND = 'rbd'
+RBD_POOL = 'rbd'
+
 
 @pytest.fixture(scope='session')
-def openstack_backends(cinder_hosts):
-    """The harness's fake backend and the BlobCR ones, whose agents
-    (tests/cinder_hosts.py) must answer when cinder-volume starts.
+def openstack_backends(cinder_hosts, ceph_cluster):
+    """The harness's fake backend, the BlobCR ones, whose agents
+    (tests/cinder_hosts.py) must answer when cinder-volume starts, and
+    Cinder's RBD driver on the session's Ceph cluster (its pool made
+    here if missing).
     """
     backends = {HARNESS_BACKEND: dict(HARNESS_BACKEND_SECTION)}
     for hosts in cinder_hosts.values():
         backends[hosts.section] = cinder_hosts_module.backend_section(hosts)
+    bench_cinder.ensure_rbd_pool(ceph_cluster.conffile, RBD_POOL)
+    backends[RBD_BACKEND] = bench_cinder.rbd_backend_section(
+        ceph_cluster.conffile, RBD_POOL, backend_name=RBD_BACKEND)
     return backends
 
 

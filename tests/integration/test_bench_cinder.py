@@ -1,0 +1,66 @@
+"""``blobcr-bench cinder`` on the session's stack: a BlobCR volume on the
+Ceph backend (attached to a compute agent, written live) against
+Cinder's RBD driver on the same cluster, two runs.
+
+The benchmark runs as an operator runs it: its own process, Keystone
+credentials in the OS_* environment. Only what proves the path ran is
+asserted (every BlobCR snapshot carries the agent's ack and bytes
+written, every RBD snapshot is in the pool, everything it made is
+gone), no timing.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import openstack_fixtures
+
+RUNS = 2
+
+
+@pytest.fixture(scope='module')
+def cloud(openstack_cloud, cinder_hosts, ceph_cluster):
+    if openstack_fixtures.RBD_BACKEND not in openstack_cloud.backends:
+        pytest.skip('the session backends have no RBD backend')
+    return openstack_cloud, cinder_hosts['rados'], ceph_cluster
+
+
+def test_bench_cinder_runs_both_paths(cloud, tmp_path):
+    stack, hosts, ceph = cloud
+    plot = tmp_path / 'cinder.png'
+    command = [os.path.join(os.path.dirname(sys.executable), 'blobcr-bench'),
+               'cinder', '--json', '--runs', str(RUNS), '--write-mib', '8',
+               '--blobcr-type', hosts.volume_type,
+               '--baseline-type', openstack_fixtures.RBD_BACKEND,
+               '--compute-host', hosts.compute[0],
+               '--ceph-conf', ceph.conffile,
+               '--rbd-pool', openstack_fixtures.RBD_POOL,
+               '--workdir', str(tmp_path), '--plot', str(plot)]
+    proc = subprocess.run(command, env=stack.env('demo'),
+                          stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout,
+                                  proc.stderr[-4000:])
+    result = json.loads(proc.stdout)
+    assert result['valid'] is True
+    assert all(c['ok'] for c in result['checks']), result['checks']
+    assert result['counts'] == {'blobcr_snapshots': RUNS,
+                                'blobcr_acked_with_bytes': RUNS,
+                                'rbd_snapshots': RUNS,
+                                'rbd_snapshots_in_pool': RUNS}
+    for backend in ('blobcr', 'rbd'):
+        assert result[backend]['available_s']['n'] == RUNS
+    assert result['blobcr']['ack_ms']['n'] == RUNS
+    assert result['ratios_blobcr_over_rbd']['available_s']['median'] > 0
+    assert plot.stat().st_size > 0
+    assert 'errors=0' in proc.stderr, proc.stderr[-2000:]
+
+    # Nothing it made is left: volumes and snapshots of the demo project.
+    api = stack.block_storage('demo')
+    for kind in ('volumes', 'snapshots'):
+        left = [r['name'] for r in api.get('/%s' % kind).json()[kind]
+                if (r.get('name') or '').startswith('blobcr-bench-')]
+        assert left == [], (kind, left)
