@@ -8,10 +8,12 @@ shows that a client cannot send those headers itself).
 """
 
 import http.client
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -191,23 +193,8 @@ def test_guest_reads_its_credentials_from_the_answer(server, tmp_path):
     """
     _, answer, _ = request(server, body=nova_body())
     # vendor_data2.json is {target name: answer, ...}.
-    document = {'static': {}, guest_config.VENDORDATA_KEY: answer}
-    import http.server
-    import threading
-
-    class Metadata(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            payload = json.dumps(document).encode()
-            ok = self.path == '/openstack/latest/vendor_data2.json'
-            self.send_response(200 if ok else 404)
-            self.send_header('Content-Length', str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args):
-            pass
-    metadata = http.server.HTTPServer(('127.0.0.1', 0), Metadata)
-    threading.Thread(target=metadata.serve_forever, daemon=True).start()
+    metadata = serve_vendor_data2({'static': {},
+                                   guest_config.VENDORDATA_KEY: answer})
     try:
         url = 'http://127.0.0.1:%d/openstack/latest/vendor_data2.json' % \
             metadata.server_port
@@ -220,6 +207,27 @@ def test_guest_reads_its_credentials_from_the_answer(server, tmp_path):
     assert (found.endpoint, found.instance_id, found.token) == (
         ENDPOINT, INSTANCE, auth.sign(SECRET, INSTANCE))
     assert found.sources['token'] == url
+
+
+def serve_vendor_data2(document):
+    """A metadata service on 127.0.0.1 serving ``document`` as
+    /openstack/latest/vendor_data2.json, as Nova's metadata API serves
+    it to the guest (404 elsewhere).
+    """
+    class Metadata(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            ok = self.path == '/openstack/latest/vendor_data2.json'
+            payload = json.dumps(document if ok else {}).encode()
+            self.send_response(200 if ok else 404)
+            self.send_header('Content-Length', str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args):
+            pass
+    server = http.server.HTTPServer(('127.0.0.1', 0), Metadata)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 def test_app_needs_a_secret_and_a_role():
