@@ -31,7 +31,10 @@ interval (``created_at`` to ``updated_at``: the status goes
 ``available`` in the last update) is reported too, free of the client
 and of the polling. For BlobCR the agent's acknowledgment of the live
 checkpoint and the time it held writes come from the snapshot's
-metadata (``blobcr:ack_ms``, ``blobcr:held_ms``).
+metadata: ``blobcr:ack_ms`` (the driver's checkpoint RPC, request to
+acknowledgment, as cinder-volume sees it), ``blobcr:downtime_ms`` (the
+same inside the mirror) and ``blobcr:held_ms`` (writes held for the
+snapshot).
 
 The path is proven to have run: every BlobCR snapshot must carry an ack
 and ``blobcr:bytes_written`` > 0, and every RBD snapshot must be in the
@@ -447,7 +450,8 @@ def _snapshot(cloud, args, made, volume_id, name):
               'server_s': (round((updated - created).total_seconds(), 4)
                            if created and updated else None)}
     metadata = snap.get('metadata') or {}
-    for key in ('ack_ms', 'held_ms', 'bytes_written', 'chunks_written'):
+    for key in ('ack_ms', 'downtime_ms', 'held_ms', 'bytes_written',
+                'chunks_written'):
         value = _float(metadata, 'blobcr:' + key)
         if value is not None:
             sample[key] = value
@@ -500,7 +504,7 @@ def _result(args, samples):
         keys = ['available_s', 'server_s', 'request_s', 'write_s',
                 'delete_s']
         if backend == 'blobcr':
-            keys += ['ack_ms', 'held_ms', 'bytes_written']
+            keys += ['ack_ms', 'downtime_ms', 'held_ms', 'bytes_written']
         result[backend] = {k: summary(backend, k) for k in keys}
         result[backend]['write_plus_available_s'] = common.summary(
             [s['write_s'] + s['available_s'] for s in samples[backend]])
@@ -541,8 +545,6 @@ def plot(result, path):
     from matplotlib import pyplot
     fig, (left, right) = pyplot.subplots(1, 2, figsize=(10, 4.2))
     colors = {'blobcr': 'tab:blue', 'rbd': 'tab:orange'}
-    labels = {'blobcr': 'BlobCR (%s)' % result['volume_types']['blobcr'],
-              'rbd': 'RBD (%s)' % result['volume_types']['rbd']}
     for n, backend in enumerate(BACKENDS):
         samples = result['samples'][backend]
         for k, (key, marker) in enumerate((('available_s', 'o'),
@@ -550,30 +552,32 @@ def plot(result, path):
             ys = [s[key] for s in samples if s.get(key) is not None]
             xs = [n * 2 + k + (j - len(ys) / 2.0) * 0.03
                   for j in range(len(ys))]
-            left.scatter(xs, ys, color=colors[backend], marker=marker,
-                         label='%s, %s' % (labels[backend],
-                                           'client' if k == 0 else
-                                           'Cinder record'))
+            left.scatter(xs, ys, color=colors[backend], marker=marker)
             summary = result[backend][key]
             if summary:
                 left.hlines(summary['median'], n * 2 + k - 0.3,
                             n * 2 + k + 0.3, color=colors[backend])
     left.set_xticks([0, 1, 2, 3])
-    left.set_xticklabels(['BlobCR\nclient', 'BlobCR\nCinder', 'RBD\nclient',
-                          'RBD\nCinder'])
+    left.set_xticklabels(['BlobCR\nclient', 'BlobCR\nCinder record',
+                          'RBD\nclient', 'RBD\nCinder record'])
     left.set_ylabel('snapshot create to available (s)')
     left.set_ylim(bottom=0)
-    left.set_title('%d runs, %d MiB written before each'
-                   % (result['runs'], result['write_mib']))
+    left.set_title('%d runs, %d MiB written before each (%s)'
+                   % (result['runs'], result['write_mib'],
+                      'POST /snapshots' if result['client'] == 'api'
+                      else 'openstack CLI'))
     samples = result['samples']['blobcr']
     runs = [s['run'] for s in samples]
-    for key, marker in (('ack_ms', 'o'), ('held_ms', 'x')):
+    for key, marker, label in (
+            ('ack_ms', 'o', 'ack (driver: checkpoint RPC)'),
+            ('downtime_ms', 's', 'ack (the mirror\'s own)'),
+            ('held_ms', 'x', 'writes held')):
         right.plot(runs, [s.get(key) for s in samples], marker=marker,
-                   label=key.replace('_ms', ''))
+                   label=label)
     right.set_xlabel('run')
     right.set_ylabel('ms (BlobCR snapshot metadata)')
     right.set_yscale('log')
-    right.set_title('BlobCR checkpoint: agent ack and writes held')
+    right.set_title('BlobCR live checkpoint (snapshot metadata)')
     right.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
