@@ -1,0 +1,372 @@
+"""The attach path through Nova's own code: what nova 34's libvirt driver
+makes of the connection the BlobCR Cinder driver returns.
+
+Nova maps ``driver_volume_type`` to a volume driver class through
+``nova.virt.libvirt.driver.VOLUME_DRIVERS`` and nothing else loads. Run
+here in a child process (Nova's options live on the global cfg.CONF),
+with a real ``nova.virt.libvirt.host.Host`` on libvirt's test driver:
+the class the map names, its connect_volume (mount table before and
+after), get_config's XML and disconnect_volume.
+"""
+
+import http.client
+import http.server
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import threading
+import uuid
+from xml.etree import ElementTree
+
+
+from blobcr_agent.bench import harness
+from blobcr_agent.proxy import auth
+from blobcr_agent.repository.backends import local
+from blobcr_agent.repository import repository
+from blobcr_nova import vendordata
+from tests.agent_rpc import committed
+from tests import guest_vm
+from tests.guest_vm import guest_image  # noqa: F401 (fixture)
+from tests.guest_vm import session_libvirt  # noqa: F401 (fixture)
+from tests.nova_attach import Attachment
+
+TOP = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+CHUNK = 64 * 1024
+DISK_INFO = {'bus': 'virtio', 'dev': 'vdb', 'type': 'disk'}
+
+NOVA_SCRIPT = r'''
+import json
+import sys
+
+import nova.conf
+
+spec = json.load(sys.stdin)
+CONF = nova.conf.CONF
+CONF([], project='nova', default_config_files=[])
+CONF.set_override('virt_type', 'qemu', 'libvirt')
+from oslo_utils import importutils
+from nova.virt.libvirt import driver
+from nova.virt.libvirt import host
+from nova.virt.libvirt.volume import fs
+
+def mounts():
+    with open('/proc/self/mountinfo') as f:
+        return f.read()
+
+out = {'mount_based': {}, 'disks': []}
+for kind in spec['kinds']:
+    cls = importutils.import_class(driver.VOLUME_DRIVERS[kind])
+    out['mount_based'][kind] = issubclass(
+        cls, fs.LibvirtMountedFileSystemVolumeDriver)
+from nova.volume import cinder
+connection = host.Host('test:///default')
+for info in spec['connections']:
+    if 'attachment' in info:
+        # As Nova reads Cinder's attachment (nova.volume.cinder), and
+        # then names the volume (nova.virt.block_device).
+        info = dict(cinder._translate_attachment_ref(
+            info['attachment'])['connection_info'], serial=info['serial'])
+    name = driver.VOLUME_DRIVERS[info['driver_volume_type']]
+    volume_driver = importutils.import_class(name)(connection)
+    before = mounts()
+    volume_driver.connect_volume(info, None)
+    config = volume_driver.get_config(info, spec['disk_info'])
+    volume_driver.disconnect_volume(info, None)
+    out['disks'].append({'class': name, 'xml': config.to_xml(),
+                         'mounts_changed': mounts() != before})
+print(json.dumps(out))
+'''
+
+
+def nova_disks(connections, kinds=('gpfs', 'nfs', 'local'),
+               disk_info=DISK_INFO):
+    proc = subprocess.run(
+        [sys.executable, '-c', NOVA_SCRIPT], capture_output=True, text=True,
+        timeout=120, input=json.dumps({'connections': connections,
+                                       'kinds': list(kinds),
+                                       'disk_info': disk_info}))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def check_file_disk(disk, path, dev='vdb'):
+    """Nova's disk for ``path``: a plain file, raw, QEMU opens it
+    itself, uncached (O_DIRECT, which the FUSE mirror serves).
+    """
+    assert disk['class'] == \
+        'nova.virt.libvirt.volume.gpfs.LibvirtGPFSVolumeDriver'
+    assert disk['mounts_changed'] is False
+    element = ElementTree.fromstring(disk['xml'])
+    assert (element.tag, element.get('type'), element.get('device')) == \
+        ('disk', 'file', 'disk')
+    assert element.find('source').attrib == {'file': path}
+    assert element.find('driver').attrib == {'name': 'qemu', 'type': 'raw',
+                                             'cache': 'none'}
+    assert element.find('target').attrib == {'dev': dev, 'bus': 'virtio'}
+    return element
+
+
+def test_cinder_connection_is_a_file_disk_with_no_mount(openstack_cloud,
+                                                        cinder_hosts):
+    """The real chain: a volume of the BlobCR backend attached through
+    Cinder's attachments API as Nova attaches it (the driver asks the
+    compute host's agent for the mirror), then Nova's code on the
+    connection info Cinder returned.
+    """
+    stack, hosts = openstack_cloud, cinder_hosts['local']
+    volumes = stack.block_storage('demo')
+    made = volumes.post('/volumes', json={'volume': {
+        'size': 1, 'name': 'nova-xml-%s' % uuid.uuid4().hex[:6],
+        'volume_type': hosts.volume_type}}).json()['volume']
+    stack.wait_status('volume', made['id'], 'available', timeout=120)
+    attachment = Attachment(stack, made['id'], hosts.compute[0])
+    try:
+        data = attachment.connection
+        # What Cinder handed out names the gpfs type and a file on the
+        # compute agent's FUSE mirror.
+        assert data['driver_volume_type'] == 'gpfs', data
+        path = data['device_path']
+        mount = os.path.realpath(hosts.agents['compute-a'].mount)
+        real = os.path.realpath(path)
+        assert real.startswith(mount + os.sep) and os.path.isfile(real)
+        # On the agent's FUSE mount (mnt, or mnt/images).
+        assert os.path.ismount(mount) or os.path.ismount(
+            os.path.dirname(real))
+        out = nova_disks([{'attachment': {'connection_info': dict(data),
+                                          'status': 'attached'},
+                           'serial': made['id']}])
+        # gpfs is not one of Nova's mount-based drivers; nfs is (it
+        # would mount its share: the reason the driver does not use it).
+        assert out['mount_based'] == {'gpfs': False, 'nfs': True,
+                                      'local': False}
+        element = check_file_disk(out['disks'][0], path)
+        assert element.find('serial').text == made['id']
+    finally:
+        attachment.detach()
+        volumes.delete('/volumes/%s' % made['id'])
+        stack.wait_status('volume', made['id'], 'deleted', timeout=120)
+
+
+def test_agent_finds_the_domain_nova_defines(tmp_path):
+    """A libvirt domain with the disk Nova makes of the agent's mirror
+    file is the domain the agent holds still for a checkpoint, and its
+    UUID (Nova's instance id) is an instance the guest endpoint serves.
+    """
+    repo = repository.Repository(local.LocalBackend(str(tmp_path / 'store')),
+                                 chunk_size=CHUNK)
+    image = repo.create_image('nova-disk', CHUNK * 16).id
+    workdir = tmp_path / 'agent'
+    workdir.mkdir()
+    # Where the agent's mirror file will be (see tests/functional).
+    path = os.path.join(str(workdir), 'mnt', 'images', image)
+    out = nova_disks([{'driver_volume_type': 'gpfs', 'serial': image,
+                       'data': {'device_path': path, 'access_mode': 'rw',
+                                'discard': False}}], kinds=())
+    check_file_disk(out['disks'][0], path)
+    instance = str(uuid.uuid4())
+    node = tmp_path / 'libvirt-node.xml'
+    node.write_text(
+        '<node><domain type="test"><name>instance-00000001</name>'
+        '<uuid>%s</uuid><memory>65536</memory><os><type>hvm</type></os>'
+        '<devices>%s</devices></domain></node>'
+        % (instance, out['disks'][0]['xml']))
+    agent = harness.AgentProcess(str(workdir), repo.backend, {
+        'agent': {'libvirt_uri': 'test://%s' % node, 'quiesce': 'suspend'},
+        'proxy': {'metadata_proxy_shared_secret': 'ns'}})
+    agent.start()
+    try:
+        assert agent.client.call('attach', image=image)['path'] == path
+        # Explicit suspend: refused if no running domain used the file.
+        assert agent.client.call('checkpoint', image=image,
+                                 quiesce='suspend')['quiesce'] == 'suspend'
+        import http.client
+        conn = http.client.HTTPConnection('127.0.0.1', agent.proxy_port(),
+                                          timeout=30)
+        conn.request('POST', '/v1/checkpoint', body='{"quiesce": "suspend"}',
+                     headers={'X-Instance-ID': instance,
+                              'X-Instance-ID-Signature':
+                              auth.sign('ns', instance)})
+        reply = conn.getresponse()
+        body = json.loads(reply.read())
+        assert reply.status == 200, body
+        conn.close()
+    finally:
+        agent.stop()
+        repo.close()
+
+
+# In the guest: no credentials file; blobcr-checkpoint finds them in
+# vendor_data2.json at the metadata address and sends the checkpoint
+# there too.
+SCENARIO = r"""set -e
+mount -t ext4 /dev/vda /mnt
+echo 'written through the disk nova described' > /mnt/nova.txt
+python3 -m blobcr_guest checkpoint --json --wait-stable | sed 's/^/CK /'
+umount /mnt
+"""
+
+
+class NovaDiskVM(guest_vm.GuestVM):
+    """The test guest with Nova's <disk> element in place of its own."""
+
+    def __init__(self, *args, disk_xml, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.disk_xml = disk_xml
+
+    def xml(self):
+        xml, count = re.subn(r"<disk type='file' device='disk'>.*?</disk>",
+                             lambda _: self.disk_xml, super().xml(),
+                             flags=re.S)
+        assert count == 1
+        return xml
+
+
+class MetadataFront(object):
+    """What answers 169.254.169.254 on the compute host, as nova.rst
+    describes it: Nova's metadata (here vendor_data2.json alone, with the
+    answer of blobcr-vendordata's application) and ``/v1/`` relayed to
+    the host's agent.
+    """
+
+    def __init__(self, document, agent_port):
+        front = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _serve(self):
+                if self.path == '/openstack/latest/vendor_data2.json':
+                    return self._reply(200, json.dumps(document).encode())
+                if not self.path.startswith('/v1/'):
+                    return self._reply(404, b'{}')
+                length = int(self.headers.get('Content-Length') or 0)
+                body = self.rfile.read(length) if length else None
+                conn = http.client.HTTPConnection('127.0.0.1', agent_port,
+                                                  timeout=120)
+                try:
+                    conn.request(self.command, self.path, body=body, headers={
+                        k: v for k, v in self.headers.items()
+                        if k.lower().startswith('x-') or
+                        k.lower() == 'content-type'})
+                    answer = conn.getresponse()
+                    front.relayed += 1
+                    self._reply(answer.status, answer.read())
+                finally:
+                    conn.close()
+
+            def _reply(self, status, payload):
+                self.send_response(status)
+                self.send_header('Content-Type', 'application/json')
+                self.send_header('Content-Length', str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = _serve
+
+            def log_message(self, *args):
+                pass
+        self.relayed = 0
+        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0),
+                                                      Handler)
+        self.port = self.server.server_port
+        threading.Thread(target=self.server.serve_forever,
+                         daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def vendordata_answer(instance, project, secret):
+    """blobcr-vendordata's application asked as Nova asks it (its Keystone
+    check is tests/integration/test_nova_vendordata.py's).
+    """
+    import io
+    app = vendordata.VendordataApp(secret, 'http://%s' % guest_vm.METADATA_IP)
+    body = json.dumps({'instance-id': instance,
+                       'project-id': project}).encode()
+    got = []
+    payload = app({'REQUEST_METHOD': 'POST', 'PATH_INFO': '/',
+                   'CONTENT_LENGTH': str(len(body)),
+                   'wsgi.input': io.BytesIO(body),
+                   'HTTP_X_IDENTITY_STATUS': 'Confirmed',
+                   'HTTP_X_ROLES': 'service'},
+                  lambda status, headers: got.append(status))
+    assert got == ['200 OK']
+    return json.loads(b''.join(payload))
+
+
+def test_guest_boots_from_the_disk_nova_describes_and_checkpoints(
+        guest_image, session_libvirt, tmp_path):  # noqa: F811
+    """A real TCG guest booted with Nova's disk XML of the agent's
+    mirror file: it mounts it, writes, finds its credentials in
+    vendordata at the metadata address and checkpoints itself there.
+    """
+    secret, instance, project = 'tcg-host-secret', str(uuid.uuid4()), \
+        uuid.uuid4().hex
+    repo = repository.Repository(local.LocalBackend(str(tmp_path / 'store')))
+    raw = str(tmp_path / 'data.raw')
+    with open(raw, 'wb') as f:
+        f.truncate(64 << 20)
+    subprocess.run(['mkfs.ext4', '-q', '-F', raw], check=True, timeout=60)
+    header, base = repo.import_file(raw, 'data')
+    workdir = tmp_path / 'agent'
+    workdir.mkdir()
+    agent = harness.AgentProcess(str(workdir), repo.backend, {
+        'agent': {'libvirt_uri': session_libvirt.uri, 'quiesce': 'suspend'},
+        'proxy': {'host_secret': secret}})
+    agent.start()
+    front = None
+    try:
+        path = agent.client.call('attach', image='data', instance=instance,
+                                 project=project)['path']
+        disk_info = {'bus': 'virtio', 'dev': 'vda', 'type': 'disk'}
+        out = nova_disks([{'driver_volume_type': 'gpfs', 'serial': header.id,
+                           'data': {'device_path': path, 'access_mode': 'rw',
+                                    'discard': False}}], kinds=(),
+                         disk_info=disk_info)
+        check_file_disk(out['disks'][0], path, dev='vda')
+        front = MetadataFront(
+            {'blobcr': vendordata_answer(instance, project, secret)},
+            agent.proxy_port())
+        (tmp_path / 'vm').mkdir()
+        vm = NovaDiskVM(
+            'blobcr-nova', path, session_libvirt.uri, base_dir=guest_image,
+            files={'/scenario.sh': SCENARIO,
+                   '/usr/lib/python3/dist-packages/blobcr_guest':
+                   pathlib.Path(TOP, 'blobcr_guest')},
+            metadata_port=front.port, workdir=str(tmp_path / 'vm'),
+            disk_xml=out['disks'][0]['xml'])
+        with vm:
+            # libvirt took Nova's element: a file disk on the mirror.
+            live = ElementTree.fromstring(vm.domain.XMLDesc(0))
+            disks = live.findall('./devices/disk')
+            assert [(d.get('type'), d.find('source').get('file'))
+                    for d in disks] == [('file', path)]
+            status = vm.wait_exit(timeout=400)
+            console = vm.console()
+        assert status == 0, console[-4000:]
+        lines = [line[3:] for line in console.splitlines()
+                 if line.startswith('CK ')]
+        assert lines, console[-4000:]
+        taken = json.loads(lines[-1])
+        assert taken['state'] == 'stable'
+        assert front.relayed >= 2           # the checkpoint and its poll
+        versions = [v.number for v in committed(
+            repo.image(header.id).versions)]
+        assert versions == [base, taken['version']]
+        exported = str(tmp_path / 'v.raw')
+        repo.export(header.id, taken['version'], exported)
+        subprocess.run(['e2fsck', '-fy', exported], capture_output=True,
+                       timeout=120)
+        assert subprocess.run(
+            ['debugfs', '-R', 'cat /nova.txt', exported], check=True,
+            capture_output=True, timeout=60).stdout == \
+            b'written through the disk nova described\n'
+    finally:
+        if front is not None:
+            front.close()
+        agent.stop()
+        repo.close()
