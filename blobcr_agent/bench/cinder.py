@@ -577,8 +577,10 @@ def plot(result, path):
     right.set_xlabel('run')
     right.set_ylabel('ms (BlobCR snapshot metadata)')
     right.set_yscale('log')
+    top = max([s.get('ack_ms') or 1 for s in samples] or [1])
+    right.set_ylim(top=top * 30)     # room for the legend above the data
     right.set_title('BlobCR live checkpoint (snapshot metadata)')
-    right.legend()
+    right.legend(loc='upper right', fontsize='small', ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     pyplot.close(fig)
