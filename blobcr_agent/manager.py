@@ -35,6 +35,7 @@ def _version_dict(v):
             'created': v.created, 'stable_at': v.stable_at,
             'chunks': v.chunks, 'stored_bytes': v.stored_bytes,
             'error': v.error or None, 'group': v.group,
+            'made_by': v.made_by or None,
             'clones': [c['image'] for c in v.clones]}
 
 
@@ -164,7 +165,7 @@ class AgentManager(object):
         return self.hypervisor.quiesced(domain, mode), mode
 
     def checkpoint(self, image, quiesce=None, group=None, members=None,
-                   project=None, creator='operator'):
+                   project=None, creator='operator', label=None):
         """Hold the guest still, COMMIT, resume; returns as soon as the
         snapshot is taken (the version is ``pending`` until persisted).
 
@@ -172,7 +173,11 @@ class AgentManager(object):
         running domain on the image; the configured default falls back
         to none when no domain uses it. ``group`` is one of ``project``'s
         (None: the scope of callers without a project); ``creator`` is
-        recorded by the group's first member.
+        recorded by the group's first member. ``label`` marks the version
+        as made by its caller for its own use (Version.made_by: the Cinder
+        driver's checkpoints are its snapshots or a detached volume's
+        content, not checkpoints for Cinder to register); unlabelled
+        checkpoints (the guest's) cost no header update here.
         """
         mode = quiesce or self.default_quiesce
         if mode not in domains.QUIESCE_MODES:
@@ -191,6 +196,8 @@ class AgentManager(object):
             groups.tag(self.repo, image_id, result['version'], group,
                        members, project=project, creator=creator)
             result['group'] = group
+        if label:
+            self.repo.label(image_id, result['version'], label)
         return result
 
     def state(self, image, version):
@@ -219,6 +226,12 @@ class AgentManager(object):
                 'origin': header.origin,
                 'versions': [_version_dict(v) for v in header.versions]}
 
+    def label(self, image, version, made_by):
+        if not isinstance(made_by, str) or not 0 < len(made_by) <= 64:
+            raise exception.InvalidInput('a label is 1-64 characters')
+        self.repo.label(image, version, made_by)
+        return self._version_of(self.repo.image(image).id, version)
+
     def obsolete(self, image, versions):
         self.repo.obsolete(image, versions)
         return self.list_versions(image)
@@ -245,16 +258,32 @@ class AgentManager(object):
     def extend_image(self, image, size):
         return treeview.summary(self.repo.extend(image, size))
 
+    def _attached_hosts(self, header):
+        """The hosts whose mirror holds the image (pins name them; this
+        host's own attachment may not have pinned anything yet).
+        """
+        hosts = {p.get('host') for v in header.versions for p in v.pins}
+        if header.id in self.mirror.attached:
+            hosts.add(self.host)
+        return sorted(hosts)
+
     def _refuse_if_attached(self, header, what):
         """A detached image's content is its newest stable version; an
         attached one's is in the mirror of the host that pins it.
         """
-        hosts = sorted({p.get('host') for v in header.versions
-                        for p in v.pins})
-        if header.id in self.mirror.attached or hosts:
+        hosts = self._attached_hosts(header)
+        if hosts:
             raise exception.InvalidInput(
                 'image %s is attached (on %s): %s'
-                % (header.id, ', '.join(hosts) or self.host, what))
+                % (header.id, ', '.join(hosts), what))
+
+    def list_images(self):
+        """Every image with its versions and the hosts it is attached
+        on: what the Cinder driver offers to manage.
+        """
+        return [dict(treeview.summary(h), attached_on=self._attached_hosts(h),
+                     versions=[_version_dict(v) for v in h.versions])
+                for h in self.repo.images()]
 
     def snapshot(self, image):
         """A new version of a detached image equal to its current
@@ -263,7 +292,7 @@ class AgentManager(object):
         """
         header = self.repo.image(image)
         self._refuse_if_attached(header, 'checkpoint it on that host')
-        number = self.repo.commit_copy(header.id)
+        number = self.repo.commit_copy(header.id, made_by='snapshot')
         return self._version_of(header.id, number)
 
     def revert(self, image, version):
@@ -272,7 +301,7 @@ class AgentManager(object):
         """
         header = self.repo.image(image)
         self._refuse_if_attached(header, 'detach it before reverting it')
-        number = self.repo.commit_copy(header.id, version)
+        number = self.repo.commit_copy(header.id, version, made_by='revert')
         return self._version_of(header.id, number)
 
     def delete_snapshot(self, image, version):
@@ -288,7 +317,7 @@ class AgentManager(object):
         newer = [o for o in header.versions if o.number > v.number and
                  o.state == image_mod.STABLE]
         if v.state == image_mod.STABLE and not newer:
-            self.repo.commit_copy(header.id, v.number)
+            self.repo.commit_copy(header.id, v.number, made_by='kept')
         self.repo.obsolete(header.id, [v.number])
         return self.list_versions(header.id)
 
@@ -301,7 +330,7 @@ class AgentManager(object):
             raise exception.InvalidInput('import needs an absolute path')
         header = self.repo.image(image)
         self._refuse_if_attached(header, 'detach it before writing it')
-        number = self.repo.write_file(header.id, path)
+        number = self.repo.write_file(header.id, path, made_by='import')
         return self._version_of(header.id, number)
 
     def _version_of(self, image_id, number):

@@ -21,11 +21,16 @@ its metadata records the image, version, parent version, bytes written
 and, for checkpoints, the ack and held times.
 """
 
+import contextlib
+import datetime
+import math
 import time
 
+from cinder import context as cinder_context
 from cinder import exception
 from cinder.image import image_utils
 from cinder import interface
+from cinder import objects
 from cinder.volume import driver
 from cinder.volume import volume_utils
 from oslo_log import log as logging
@@ -42,6 +47,9 @@ GiB = units.Gi
 EXTRA_SPEC_PREFIX = 'blobcr:'
 EXTRA_SPECS = {'quiesce': options.QUIESCE_MODES}
 META = 'blobcr:'
+# Version.made_by of the versions the driver makes for itself.
+MADE_BY = 'cinder'
+UNMANAGED = 'unmanaged'
 
 
 def image_name(volume):
@@ -134,8 +142,13 @@ class BlobCRDriver(driver.VolumeDriver):
 
     def _call(self, host, method, *args, **kwargs):
         """An agent call, its errors as the exceptions Cinder expects."""
-        try:
+        with self._agent_errors(host, method, args):
             return getattr(self.api, method)(host, *args, **kwargs)
+
+    @contextlib.contextmanager
+    def _agent_errors(self, host, method, args=()):
+        try:
+            yield
         except messaging.MessagingTimeout:
             raise exception.VolumeBackendAPIException(
                 data='the BlobCR agent of host %s does not answer (%s): is '
@@ -263,16 +276,46 @@ class BlobCRDriver(driver.VolumeDriver):
         quiesce = quiesce_of(volume.volume_type,
                              self.configuration.blobcr_default_quiesce)
         started = time.monotonic()
+        # Labelled: the sync service registers only unlabelled
+        # checkpoints (the guest's); this one is Cinder's own.
         result = self._call(host, 'checkpoint', image, quiesce=quiesce,
                             rpc_timeout=self.configuration.blobcr_rpc_timeout,
-                            **group)
+                            label=MADE_BY, **group)
         result.update(host=host, ack_ms=(time.monotonic() - started) * 1e3)
         return result
 
     def _wait_stable(self, host, image, version):
+        # In slices of blobcr_rpc_timeout: an agent that dies while it
+        # waits never answers, and one wait of blobcr_snapshot_timeout
+        # would leave the snapshot 'creating' that long. A slice that
+        # gets no answer asks the agent's status (an error if it does
+        # not answer: it is down) and waits again (it restarted, and
+        # its recovery resumes or fails the version).
         timeout = self.configuration.blobcr_snapshot_timeout
-        state = self._call(host, 'wait_stable', image, version,
-                           timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(1, int(deadline - time.monotonic()))
+            piece = min(left, self.configuration.blobcr_rpc_timeout)
+            try:
+                state = self._call(host, 'wait_stable', image, version,
+                                   timeout=piece)
+            except exception.VolumeBackendAPIException as e:
+                if not isinstance(e.__context__, messaging.MessagingTimeout):
+                    raise
+                LOG.warning('no answer from %s while waiting for version '
+                            '%d of %s: asking whether it is up', host,
+                            version, image)
+                self._call(host, 'status')
+                state = 'pending'
+            if state != 'pending' or piece >= left:
+                break
+        if state == 'failed':
+            listed = self._call(self.storage_host, 'list_versions', image)
+            reason = next((v['error'] for v in listed['versions']
+                           if v['version'] == version), None)
+            raise exception.VolumeBackendAPIException(
+                data='version %d of image %s failed: %s'
+                % (version, image, reason or 'no reason recorded'))
         if state != 'stable':
             raise exception.VolumeBackendAPIException(
                 data='version %d of image %s is %s after %d s, not stable'
@@ -291,8 +334,10 @@ class BlobCRDriver(driver.VolumeDriver):
                 'parent': version['parent'],
                 'bytes_written': version['stored_bytes'],
                 'chunks_written': version['chunks'],
-                'host': result['host']}
-        for key in ('ack_ms', 'held_ms', 'downtime_ms', 'quiesce'):
+                'created': _iso(version['created'])}
+        if version['group']:
+            meta['group'] = version['group']['id']
+        for key in ('host', 'ack_ms', 'held_ms', 'downtime_ms', 'quiesce'):
             if result.get(key) is not None:
                 meta[key] = result[key]
         metadata = dict(snapshot.metadata or {})
@@ -381,7 +426,8 @@ class BlobCRDriver(driver.VolumeDriver):
         if attached is None:
             return
         if attached.get('dirty', 1):
-            cp = self._call(host, 'checkpoint', image, quiesce='none')
+            cp = self._call(host, 'checkpoint', image, quiesce='none',
+                            label=MADE_BY)
             self._wait_stable(host, image, cp['version'])
         self._call(host, 'detach', image, force=kwargs.get('force', False))
 
@@ -525,3 +571,209 @@ class BlobCRDriver(driver.VolumeDriver):
                 updates.append(dict(self.create_cloned_volume(
                     volume, sources[volume.source_volid]), id=volume.id))
         return None, updates
+
+    # -- managing what Cinder did not make --------------------------------
+    #
+    # A guest's checkpoints (through the agent's endpoint) and images made
+    # outside Cinder become Cinder snapshots and volumes through Cinder's
+    # manage API; blobcr-cinder-sync (blobcr_cinder/sync.py) registers
+    # every guest checkpoint that way.
+
+    def _images(self):
+        return self._call(self.storage_host, 'list_images')
+
+    def _existing_image(self, existing_ref):
+        """The image (list_images entry) a reference names:
+        ``{"source-id": image id}`` or ``{"source-name": image name}``.
+        """
+        ref = existing_ref.get('source-id') or existing_ref.get('source-name')
+        if not ref:
+            raise exception.ManageExistingInvalidReference(
+                existing_ref=existing_ref,
+                reason='give source-id (a BlobCR image id) or source-name '
+                       '(its name)')
+        images = self._images()
+        found = [i for i in images if i['id'] == ref] or \
+            [i for i in images if i['name'] == ref]
+        if len(found) != 1:
+            raise exception.ManageExistingInvalidReference(
+                existing_ref=existing_ref,
+                reason='%s BlobCR image named %s on %s' % (
+                    'no' if not found else 'more than one', ref,
+                    self.storage_host))
+        return found[0]
+
+    @staticmethod
+    def _claimed_by(volume_id, image):
+        """A Cinder volume other than ``volume_id`` whose image it is."""
+        others = objects.VolumeList.get_all(
+            cinder_context.get_admin_context(),
+            filters={'provider_id': image})
+        return [v.id for v in others if v.id != volume_id]
+
+    def manage_existing_get_size(self, volume, existing_ref):
+        return int(math.ceil(self._existing_image(existing_ref)['size'] /
+                             GiB))
+
+    def manage_existing(self, volume, existing_ref):
+        """Adopt an image: it keeps its id, name and versions."""
+        quiesce_of(volume.volume_type, None)        # refuse bad specs
+        image = self._existing_image(existing_ref)
+        reason = self._not_manageable(image, self._claimed_by(volume.id,
+                                                              image['id']))
+        if reason:
+            raise exception.ManageExistingInvalidReference(
+                existing_ref=existing_ref, reason=reason)
+        # Cinder sizes are whole GiB (manage_existing_get_size rounds up;
+        # Cinder records it after this call): the rest reads as zeros.
+        whole = int(math.ceil(image['size'] / GiB)) * GiB
+        if whole > image['size']:
+            self._call(self.storage_host, 'extend_image', image['id'], whole)
+        LOG.info('volume %s manages BlobCR image %s', volume.id, image['id'])
+        return {'provider_id': image['id']}
+
+    @staticmethod
+    def _not_manageable(image, claimed):
+        if claimed:
+            return 'image %s is already volume %s' % (image['id'],
+                                                      ', '.join(claimed))
+        if image['attached_on']:
+            return 'image %s is attached on %s: detach it first' % (
+                image['id'], ', '.join(image['attached_on']))
+        if image['newest_stable'] is None:
+            return 'image %s has no stable version' % image['id']
+        return None
+
+    def unmanage(self, volume):
+        LOG.info('volume %s no longer manages BlobCR image %s', volume.id,
+                 volume.provider_id)
+
+    def get_manageable_volumes(self, cinder_volumes, marker, limit, offset,
+                               sort_keys, sort_dirs):
+        managed = {v.provider_id: v.id for v in cinder_volumes}
+        entries = []
+        for image in self._images():
+            cinder_id = managed.get(image['id'])
+            reason = self._not_manageable(
+                image, [cinder_id] if cinder_id else [])
+            entries.append({
+                'reference': {'source-id': image['id']},
+                'size': int(math.ceil(image['size'] / GiB)),
+                'safe_to_manage': reason is None,
+                'reason_not_safe': reason,
+                'cinder_id': cinder_id,
+                'extra_info': {'name': image['name'],
+                               'versions': str(len(image['versions'])),
+                               'newest_stable': str(image['newest_stable']),
+                               'origin': _ref(image['origin'])}})
+        return volume_utils.paginate_entries_list(
+            entries, marker, limit, offset, sort_keys, sort_dirs)
+
+    def _existing_version(self, snapshot, existing_ref):
+        """``(image, version entry)`` of ``{"source-name": "image@N"}``
+        (or source-id), a version of the snapshot's volume.
+        """
+        ref = existing_ref.get('source-name') or existing_ref.get('source-id')
+        try:
+            image, number = parse_snapshot_id(ref)
+        except exception.InvalidSnapshot:
+            raise exception.ManageExistingInvalidReference(
+                existing_ref=existing_ref,
+                reason='give source-name IMAGE@VERSION (a BlobCR version)')
+        if image != snapshot.volume.provider_id:
+            raise exception.ManageExistingInvalidReference(
+                existing_ref=existing_ref,
+                reason='%s is not a version of volume %s (image %s)'
+                % (ref, snapshot.volume_id, snapshot.volume.provider_id))
+        listed = self._call(self.storage_host, 'list_versions', image)
+        found = [v for v in listed['versions'] if v['version'] == number]
+        if not found or found[0]['state'] != 'stable':
+            raise exception.ManageExistingInvalidReference(
+                existing_ref=existing_ref,
+                reason='version %d of image %s is %s' % (
+                    number, image, found[0]['state'] if found else
+                    'not there (any more)'))
+        return image, found[0]
+
+    def manage_existing_snapshot_get_size(self, snapshot, existing_ref):
+        self._existing_version(snapshot, existing_ref)
+        return snapshot.volume.size
+
+    def manage_existing_snapshot(self, snapshot, existing_ref):
+        image, version = self._existing_version(snapshot, existing_ref)
+        provider_id = '%s@%d' % (image, version['version'])
+        taken = [s.id for s in objects.SnapshotList.get_all_for_volume(
+                 cinder_context.get_admin_context(), snapshot.volume_id)
+                 if s.provider_id == provider_id and s.id != snapshot.id]
+        if taken:
+            raise exception.ManageExistingInvalidReference(
+                existing_ref=existing_ref,
+                reason='%s is already snapshot %s' % (provider_id,
+                                                      ', '.join(taken)))
+        return self._snapshot_model(snapshot, {'image': image,
+                                               'version': version['version']})
+
+    def unmanage_snapshot(self, snapshot):
+        """The version stays; labelled, so that blobcr-cinder-sync does
+        not register it again.
+        """
+        image, version = parse_snapshot_id(snapshot.provider_id)
+        try:
+            self.api.label(self.storage_host, image, version, UNMANAGED)
+        except (agent_exception.ImageNotFound,
+                agent_exception.VersionNotFound):
+            pass
+
+    def get_manageable_snapshots(self, cinder_snapshots, marker, limit,
+                                 offset, sort_keys, sort_dirs):
+        """The stable versions of this backend's volumes, safe to manage
+        when they are checkpoints nobody labelled (a guest's) and not
+        snapshots yet. Each entry's source_reference names the volume
+        (``volume_id``) that a manage request must give.
+        """
+        managed = {s.provider_id: s.id for s in cinder_snapshots}
+        volumes = {v.provider_id: v
+                   for v in objects.VolumeList.get_all_by_host(
+                       cinder_context.get_admin_context(), self.host)
+                   if v.provider_id}
+        entries = []
+        for image in self._images():
+            volume = volumes.get(image['id'])
+            if volume is None:
+                continue
+            for v in image['versions']:
+                # Pending (a checkpoint in flight, the mirror's
+                # reservation), gone, or the volume's first content: none
+                # is a snapshot to offer.
+                if v['state'] != 'stable' or v['parent'] is None:
+                    continue
+                ref = '%s@%d' % (image['id'], v['version'])
+                reason = (
+                    'already a snapshot' if ref in managed else
+                    'made by %s, not a checkpoint' % v['made_by']
+                    if v['made_by'] else None)
+                entries.append({
+                    'reference': {'source-name': ref},
+                    'size': volume.size,
+                    'safe_to_manage': reason is None,
+                    'reason_not_safe': reason,
+                    'cinder_id': managed.get(ref),
+                    'extra_info': {
+                        'version': str(v['version']),
+                        'parent': str(v['parent']),
+                        'created': _iso(v['created']),
+                        'group': (v['group'] or {}).get('id'),
+                        'made_by': v['made_by']},
+                    'source_reference': {'source-id': image['id'],
+                                         'volume_id': volume.id}})
+        return volume_utils.paginate_entries_list(
+            entries, marker, limit, offset, sort_keys, sort_dirs)
+
+
+def _ref(origin):
+    return '%s@%d' % (origin['image'], origin['version']) if origin else None
+
+
+def _iso(timestamp):
+    return datetime.datetime.fromtimestamp(
+        timestamp, datetime.timezone.utc).isoformat(timespec='seconds')

@@ -29,7 +29,35 @@ blobcr_opts = [
                     'are copied to and from volumes.'),
 ]
 
+SYNC_GROUP = 'blobcr_sync'
+
+sync_opts = [
+    cfg.ListOpt('backends', default=[],
+                help='The BlobCR cinder-volume services (host@backend, as '
+                     '"openstack volume service list" names them) whose '
+                     'guest checkpoints become Cinder snapshots.'),
+    cfg.IntOpt('interval', default=10, min=1,
+               help='Seconds between two rounds.'),
+    cfg.BoolOpt('assign_admin_role', default=True,
+                help='Cinder registers a managed snapshot in the project '
+                     'of the token that asks, and only an admin may ask: '
+                     'grant this service\'s user the admin role on a '
+                     'volume\'s project when it has none there. Off: '
+                     'such projects\' checkpoints are not registered (and '
+                     'logged) until an operator grants it.'),
+]
+
 
 def list_opts():
     """For oslo-config-generator (entry point oslo.config.opts)."""
     return [('backend_defaults', blobcr_opts)]
+
+
+def list_sync_opts():
+    """blobcr-cinder-sync's options, with its keystoneauth ones."""
+    from keystoneauth1 import loading as ks_loading
+    return [(SYNC_GROUP, sync_opts +
+             ks_loading.get_session_conf_options() +
+             ks_loading.get_adapter_conf_options(include_deprecated=False) +
+             ks_loading.get_auth_common_conf_options() +
+             ks_loading.get_auth_plugin_conf_options('password'))]

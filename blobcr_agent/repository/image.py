@@ -47,6 +47,10 @@ class Version(object):
     group: typing.Optional[dict] = None     # {"id": ..., "members": n}
     # {"host", "holder", "boot", "ns", "at"}: readers that need it whole
     pins: typing.List[dict] = dataclasses.field(default_factory=list)
+    # Who made it when it is not a checkpoint to show as one: "snapshot"
+    # (a copy of a detached image), "revert", "kept" (a copy taking a
+    # deleted snapshot's place), or a checkpoint caller's label ("cinder").
+    made_by: str = ''
 
     @property
     def root_ref(self):
@@ -54,6 +58,7 @@ class Version(object):
 
 
 _OPTIONAL_HEADER = ('last_version', 'pruned')
+_OPTIONAL_VERSION = ('pins', 'made_by')
 
 
 @dataclasses.dataclass
@@ -138,8 +143,9 @@ class ImageHeader(object):
             if not raw[key]:
                 del raw[key]
         for v in raw['versions']:
-            if not v['pins']:
-                del v['pins']
+            for key in _OPTIONAL_VERSION:
+                if not v[key]:
+                    del v[key]
         return json.dumps(raw, sort_keys=True, separators=(',', ':')).encode()
 
     @classmethod

@@ -167,6 +167,12 @@ class Repository(object):
         return self.update_record(image_id, decode, mutate,
                                   'header of image %s' % image_id)
 
+    def label(self, ref, number, made_by):
+        """Record who made version ``number`` (Version.made_by)."""
+        def mutate(header):
+            header.version(number).made_by = made_by
+        self.update_header(self.image(ref).id, mutate)
+
     def update_record(self, name, decode, mutate, what):
         """Compare-and-set of any record kept beside the image headers
         (a name with a dot is never an image): ``decode(bytes or None)``
@@ -345,15 +351,17 @@ class Repository(object):
         batch.wait()
         return wrapped
 
-    def commit_copy(self, ref, number=None, pin=None):
+    def commit_copy(self, ref, number=None, pin=None, made_by=''):
         """A new version equal to stable version ``number`` (default the
         newest): no chunk is written, the tree is shared. This is a
         snapshot of a detached image (its content is its newest version)
         and a revert (the newest version becomes equal to an older one).
+        ``made_by`` labels the version (Version.made_by).
         """
         header = self.image(ref)
         parent = header.stable_version(number).number
-        pending = self.begin_commit(header.id, parent=parent)
+        pending = self.begin_commit(header.id, parent=parent,
+                                    made_by=made_by)
         try:
             return pending.finish(pin=pin)
         except BaseException as e:
@@ -362,7 +370,7 @@ class Repository(object):
 
     # -- versions --------------------------------------------------------
 
-    def begin_commit(self, ref, parent=None, after=None):
+    def begin_commit(self, ref, parent=None, after=None, made_by=''):
         """Register a pending version and return its :class:`Commit`.
 
         The new version is ``parent`` (default: the newest stable
@@ -370,7 +378,7 @@ class Repository(object):
         version of the image still pending (pipelined checkpoints), the
         new version follows it instead: its tree is built on that one's
         when it finishes, and it fails if that one does not become
-        stable first.
+        stable first. ``made_by`` labels it (Version.made_by).
         """
         image_id = self.image(ref).id
         self.retry_failed_marks()
@@ -402,7 +410,8 @@ class Repository(object):
             header.versions.append(image_mod.Version(
                 number=number, state=image_mod.PENDING,
                 parent=base_version.number if base_version else None,
-                created=now, owner=self.owner, heartbeat=now))
+                created=now, owner=self.owner, heartbeat=now,
+                made_by=made_by))
             return number, base_version
 
         header, (number, base_version) = self.update_header(image_id, mutate)
@@ -816,11 +825,12 @@ class Repository(object):
         number = self.write_file(header.id, path, progress=progress)
         return self.image(header.id), number
 
-    def write_file(self, ref, path, progress=None):
+    def write_file(self, ref, path, progress=None, made_by=''):
         """A new version of an image whose content is the raw file
         ``path`` (no larger than the image; the rest reads as zeros).
         Only chunks that differ from the newest stable version's are
         written: a file read back from the image costs no chunk.
+        ``made_by`` labels the version (Version.made_by).
         """
         header = self.image(ref)
         size = _file_size(path)
@@ -830,7 +840,7 @@ class Repository(object):
                 % (path, size, header.size, header.id))
         cs = header.chunk_size
         block = max(cs, (16 << 20) // cs * cs)
-        pending = self.begin_commit(header.id)
+        pending = self.begin_commit(header.id, made_by=made_by)
         base = {}
         if pending._base_root is not None:
             base = dict(header.tree(self.nodes).items(pending._base_root))

@@ -14,10 +14,14 @@ side. Version history of the API:
 * 1.3 - create_image, delete_image, extend_image, snapshot (of a detached
   image), delete_snapshot, revert, import_file, capacity: the Cinder
   driver's calls.
+* 1.4 - list_images (every image with its versions and the hosts it is
+  attached on): what the Cinder driver offers to manage; label= for
+  checkpoint and label() (the version is the caller's, not a checkpoint
+  to list).
 """
 
 TOPIC = 'blobcr-agent'
 # Named in every target, so that callers whatever their own
 # control_exchange (cinder, nova) reach the agents.
 EXCHANGE = 'blobcr'
-VERSION = '1.3'
+VERSION = '1.4'

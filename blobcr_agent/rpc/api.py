@@ -115,19 +115,21 @@ class AgentAPI(object):
 
     def checkpoint(self, host, image, quiesce=None, group=None,
                    members=None, rpc_timeout=CHECKPOINT_TIMEOUT,
-                   project=None, creator=None):
+                   project=None, creator=None, label=None):
         """``quiesce`` asked for (fsfreeze, suspend) needs a running
         domain on the image (else InvalidInput); left out, the agent's
         default applies, which falls back to none without a domain.
         ``rpc_timeout`` (None: the client's timeout) bounds the wait
         for the answer. ``project`` scopes ``group``, ``creator`` is
-        recorded by a group's first member (API 1.2).
+        recorded by a group's first member (API 1.2); ``label`` marks
+        the version as the caller's own, not a checkpoint to list
+        (Version.made_by, API 1.4).
         """
+        later = self._since('1.2', project=project, creator=creator)
+        later.update(self._since('1.4', label=label))
         return self._call(host, 'checkpoint', rpc_timeout=rpc_timeout,
                           image=image, quiesce=quiesce, group=group,
-                          members=members,
-                          **self._since('1.2', project=project,
-                                        creator=creator))
+                          members=members, **later)
 
     def state(self, host, image, version):
         return self._call(host, 'state', image=image, version=version)
@@ -206,6 +208,21 @@ class AgentAPI(object):
 
     def capacity(self, host):
         return self._call(host, 'capacity', api_version='1.3')
+
+    # -- 1.4 -----------------------------------------------------------------
+
+    def list_images(self, host):
+        """Every image of the host's repository, with its versions and
+        where it is attached.
+        """
+        return self._call(host, 'list_images', api_version='1.4')
+
+    def label(self, host, image, version, made_by):
+        """Mark a version as not a checkpoint to list (Version.made_by),
+        e.g. one Cinder stopped managing.
+        """
+        return self._call(host, 'label', api_version='1.4', image=image,
+                          version=version, made_by=made_by)
 
     def cleanup(self):
         self.transport.cleanup()

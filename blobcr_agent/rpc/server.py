@@ -81,10 +81,10 @@ class AgentEndpoint(object):
 
     @_expected
     def checkpoint(self, ctxt, image, quiesce=None, group=None,
-                   members=None, project=None, creator='rpc'):
+                   members=None, project=None, creator='rpc', label=None):
         return self.manager.checkpoint(image, quiesce=quiesce, group=group,
                                        members=members, project=project,
-                                       creator=creator)
+                                       creator=creator, label=label)
 
     @_expected
     def state(self, ctxt, image, version):
@@ -158,6 +158,16 @@ class AgentEndpoint(object):
     @_expected
     def capacity(self, ctxt):
         return self.manager.capacity()
+
+    # -- 1.4 ---------------------------------------------------------------
+
+    @_expected
+    def list_images(self, ctxt):
+        return self.manager.list_images()
+
+    @_expected
+    def label(self, ctxt, image, version, made_by):
+        return self.manager.label(image, version, made_by)
 
 
 def get_server(conf, manager, transport=None):

@@ -407,9 +407,9 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
                 call()
         assert list(capped.status(host)['attached']) == [image_id]
         assert 'UnsupportedVersion' not in agent_log(agent)
-        # Without a cap, 1.1 to 1.3 are served; the agent's dispatcher
+        # Without a cap, 1.1 to 1.4 are served; the agent's dispatcher
         # refuses newer versions.
-        for version in ('1.1', '1.2', '1.3'):
+        for version in ('1.1', '1.2', '1.3', '1.4'):
             assert uncapped.client.prepare(server=host, version=version).call(
                 {}, 'status')['host'] == host
         assert uncapped.group_state(host, 'g', project='p1')['project'] == \
@@ -417,7 +417,7 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
         # oslo.messaging answers UnsupportedVersion, which the caller
         # gets as a RemoteError naming it (oslo_messaging.rpc.dispatcher
         # is not an allowed remote exception module).
-        for version in ('1.4', '2.0'):
+        for version in ('1.5', '2.0'):
             assert uncapped.client.can_send_version(version)
             with pytest.raises(oslo_messaging.RemoteError) as ei:
                 uncapped.client.prepare(server=host, version=version).call(
@@ -624,10 +624,12 @@ def test_calls_prepare_their_versions_and_timeouts():
         api.group_state('h', 'g', project='p')
         api.snapshot('h', 'disk')
         api.import_file('h', 'disk', '/x.raw')
+        api.list_images('h')
+        api.checkpoint('h', 'disk', project='p', label='cinder')
         got = [(m, kw, sorted(a)) for m, kw, a in api.client.prepared]
     finally:
         api.cleanup()
-    assert rpc.VERSION == '1.3'
+    assert rpc.VERSION == '1.4'
     checkpoint = ['group', 'image', 'members', 'quiesce']
     assert got == [
         # A checkpoint outlasts the agent's bounded wait (then Busy).
@@ -656,5 +658,9 @@ def test_calls_prepare_their_versions_and_timeouts():
         # The volume calls are 1.3 calls; an import may take long.
         ('snapshot', {'server': 'h', 'version': '1.3'}, ['image']),
         ('import_file', {'server': 'h', 'version': '1.3', 'timeout': 3600},
-         ['image', 'path'])]
+         ['image', 'path']),
+        ('list_images', {'server': 'h', 'version': '1.4'}, []),
+        ('checkpoint', {'server': 'h', 'version': '1.4', 'timeout':
+                        rpc_api.CHECKPOINT_TIMEOUT},
+         ['group', 'image', 'label', 'members', 'project', 'quiesce'])]
     assert rpc_api.CHECKPOINT_TIMEOUT >= 300

@@ -12,8 +12,9 @@ from blobcr_cinder import options as cinder_options
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
 
-@pytest.mark.parametrize('list_opts', [conf.list_opts,
-                                       cinder_options.list_opts])
+@pytest.mark.parametrize('list_opts', [
+    conf.list_opts, cinder_options.list_opts,
+    lambda: [(cinder_options.SYNC_GROUP, cinder_options.sync_opts)]])
 def test_every_option_has_help(list_opts):
     for group, opts in list_opts():
         for opt in opts:
@@ -22,7 +23,9 @@ def test_every_option_has_help(list_opts):
 
 @pytest.mark.parametrize('generator,sample', [
     ('blobcr-config-generator.conf', 'blobcr.conf.sample'),
-    ('cinder-blobcr-config-generator.conf', 'cinder-blobcr.conf.sample')])
+    ('cinder-blobcr-config-generator.conf', 'cinder-blobcr.conf.sample'),
+    ('blobcr-cinder-sync-config-generator.conf',
+     'blobcr-cinder-sync.conf.sample')])
 def test_sample_config_is_up_to_date(tmp_path, generator, sample):
     out = tmp_path / 'sample.conf'
     subprocess.run(

@@ -1,0 +1,256 @@
+"""Checkpoints Cinder did not take, and images it did not make, brought
+under Cinder: the driver's manage calls and blobcr-cinder-sync, on the
+real stack (Keystone, cinder-api/scheduler/volume, RabbitMQ, agents).
+
+A guest checkpoint here is the agent's checkpoint call made as the
+guest endpoint makes it (no label, the instance as creator); the
+endpoint's own path to that call is tested in tests/functional/
+test_proxy.py and tests/integration/test_guest_vm_checkpoint.py.
+"""
+
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from blobcr_agent.bench import harness
+from blobcr_agent.rpc import api as rpc_api
+from tests.nova_attach import Attachment
+from tests import openstack_stack as stack_module
+
+GiB = 1 << 30
+MiB = 1 << 20
+SYNC_USER, SYNC_PASSWORD = 'blobcr-sync', 'sync-secret'
+
+
+@pytest.fixture
+def agent_api(rabbitmq_url):
+    api = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=60)
+    yield api
+    api.cleanup()
+
+
+@pytest.fixture(scope='session')
+def sync_user(openstack_cloud):
+    """A service user for blobcr-cinder-sync: admin of the service
+    project only, as an operator would make it; the sync grants itself
+    the admin role on the projects whose volumes it serves.
+    """
+    from keystoneclient.v3 import client
+    keystone = client.Client(session=openstack_cloud.session('admin'))
+    domain = keystone.domains.get('default')
+    project = keystone.projects.find(name=stack_module.PROJECTS['cinder'])
+    user = keystone.users.create(SYNC_USER, domain=domain,
+                                 password=SYNC_PASSWORD,
+                                 default_project=project)
+    keystone.roles.grant(keystone.roles.find(name='admin'), user=user,
+                         project=project)
+    return user
+
+
+def run_sync(stack, hosts, workdir, expect_ok=True):
+    """One round of the real blobcr-cinder-sync (``--once``)."""
+    conf = os.path.join(workdir, 'sync.conf')
+    harness.write_conf(conf, {
+        'DEFAULT': {'use_stderr': True},
+        'blobcr_sync': {
+            'backends': '%s@%s' % (stack.cinder_host, hosts.section),
+            'auth_type': 'password', 'auth_url': stack.auth_url,
+            'username': SYNC_USER, 'password': SYNC_PASSWORD,
+            'user_domain_name': stack_module.DOMAIN,
+            'project_name': stack_module.PROJECTS['cinder'],
+            'project_domain_name': stack_module.DOMAIN,
+            'region_name': stack_module.REGION}})
+    proc = subprocess.run(
+        [sys.executable, '-m', 'blobcr_cinder.sync', '--config-file', conf,
+         '--once'], capture_output=True, text=True, timeout=120)
+    if expect_ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc.stderr
+
+
+@pytest.fixture(params=['local', 'rados'])
+def cloud(request, openstack_cloud, cinder_hosts, sync_user):
+    return openstack_cloud, cinder_hosts[request.param]
+
+
+def write_at(path, offset, data):
+    with open(path, 'r+b') as f:
+        f.seek(offset)
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_at(path, offset, length):
+    with open(path, 'rb') as f:
+        f.seek(offset)
+        return f.read(length)
+
+
+def pattern(tag, length=MiB):
+    return (tag.encode() * (length // len(tag) + 1))[:length]
+
+
+def manageable(stack, hosts):
+    got = stack.block_storage('admin').get(
+        '/manageable_snapshots/detail?host=%s@%s' % (stack.cinder_host,
+                                                     hosts.section),
+        microversion='3.8').json()['manageable-snapshots']
+    return {e['reference']['source-name']: e for e in got}
+
+
+def snapshots_of(stack, volume_id):
+    listed = stack.openstack('volume', 'snapshot', 'list', '--long',
+                             '--volume', volume_id)
+    return {s['ID']: s for s in listed}
+
+
+def version_of(stack, snapshot_id):
+    shown = stack.openstack('volume', 'snapshot', 'show', snapshot_id)
+    return int(shown['properties']['blobcr:version'])
+
+
+def test_guest_checkpoints_become_snapshots(cloud, agent_api, tmp_path):
+    stack, hosts = cloud
+    made = stack.openstack('volume', 'create', '--type', hosts.volume_type,
+                           '--size', '1', 'synced')
+    vol = stack.wait_status('volume', made['id'], 'available', timeout=120)
+    att = Attachment(stack, vol['id'], hosts.compute[0])
+    image = att.connection['blobcr_image']
+    host = hosts.compute[0]
+
+    def guest_checkpoint():
+        # As the guest endpoint calls it: no label.
+        cp = agent_api.checkpoint(host, image, creator='instance vm-1')
+        assert agent_api.wait_stable(host, image, cp['version'], 120) == \
+            'stable'
+        return cp['version']
+
+    write_at(att.path, 0, pattern('A'))
+    v_a = guest_checkpoint()
+    write_at(att.path, 0, pattern('B'))
+    made = stack.openstack('--os-volume-api-version', '3.66', 'volume',
+                           'snapshot', 'create', '--volume', vol['id'],
+                           'by-cinder')
+    by_cinder = stack.wait_status('snapshot', made['id'], 'available',
+                                  timeout=300)
+    v_b = version_of(stack, by_cinder['id'])
+    write_at(att.path, 0, pattern('C'))
+    v_c = guest_checkpoint()
+    assert v_a < v_b < v_c
+
+    # What the driver offers: the two guest checkpoints; not Cinder's
+    # own snapshot, not the blank first version.
+    offered = manageable(stack, hosts)
+    ref = '%s@%%d' % image
+    assert offered[ref % v_a]['safe_to_manage']
+    assert offered[ref % v_c]['safe_to_manage']
+    assert not offered[ref % v_b]['safe_to_manage']
+    assert offered[ref % v_b]['cinder_id'] == by_cinder['id']
+    assert ref % 1 not in offered
+    assert offered[ref % v_a]['source_reference']['volume_id'] == vol['id']
+
+    # One round registers both, in the volume owner's project: the user
+    # lists them beside Cinder's own. A second round adds nothing.
+    run_sync(stack, hosts, str(tmp_path))
+    snaps = snapshots_of(stack, vol['id'])
+    for snap_id in snaps:
+        stack.wait_status('snapshot', snap_id, 'available', timeout=120)
+    versions = sorted(version_of(stack, s) for s in snaps)
+    assert versions == [v_a, v_b, v_c]
+    run_sync(stack, hosts, str(tmp_path))
+    assert set(snapshots_of(stack, vol['id'])) == set(snaps)
+    by_version = {version_of(stack, s): s for s in snaps}
+
+    # A registered checkpoint is a snapshot like any other: a volume
+    # made from it has the guest's data as of that checkpoint.
+    made = stack.openstack('volume', 'create', '--type', hosts.volume_type,
+                           '--size', '1', '--snapshot', by_version[v_a],
+                           'from-guest-checkpoint')
+    restored = stack.wait_status('volume', made['id'], 'available',
+                                 timeout=120)
+    att_r = Attachment(stack, restored['id'], hosts.compute[1])
+    assert read_at(att_r.path, 0, MiB) == pattern('A')
+    att_r.detach()
+
+    # Unmanaged, it stays in BlobCR and is not registered again.
+    admin = stack.block_storage('admin')
+    admin.post('/snapshots/%s/action' % by_version[v_c],
+               json={'os-unmanage': None})
+    stack.wait_status('snapshot', by_version[v_c], 'deleted')
+    assert 'made by unmanaged' in \
+        manageable(stack, hosts)[ref % v_c]['reason_not_safe']
+    run_sync(stack, hosts, str(tmp_path))
+    assert set(snapshots_of(stack, vol['id'])) == set(snaps) - {
+        by_version[v_c]}
+    listed = agent_api.list_versions(hosts.storage, image)['versions']
+    assert [v['state'] for v in listed if v['version'] == v_c] == ['stable']
+
+    att.detach()
+    stack.wait_status('volume', vol['id'], 'available')
+    for snap_id in (by_version[v_a], by_version[v_b]):
+        stack.openstack('volume', 'snapshot', 'delete', snap_id, json=False)
+        stack.wait_status('snapshot', snap_id, 'deleted')
+    for volume_id in (restored['id'], vol['id']):
+        stack.openstack('volume', 'delete', volume_id, json=False)
+        stack.wait_status('volume', volume_id, 'deleted')
+
+
+def manage_volume(stack, hosts, source_name, name):
+    made = stack.openstack(
+        'volume', 'create', '--remote-source', 'source-name=%s' % source_name,
+        '--host', '%s@%s#%s' % (stack.cinder_host, hosts.section,
+                                hosts.backend_name),
+        # OSC sends bootable=null, which Cinder refuses, unless told.
+        '--type', hosts.volume_type, '--non-bootable', name, user='admin')
+    return made['id']
+
+
+def test_manage_an_image_made_outside_cinder(cinder_hosts, openstack_cloud,
+                                             agent_api):
+    stack, hosts = openstack_cloud, cinder_hosts['local']
+    name = 'outside-%s' % uuid.uuid4().hex[:6]
+    # 1.5 GiB: Cinder sizes are whole GiB.
+    image = agent_api.create_image(hosts.storage, name, 3 * GiB // 2)
+    source = os.path.join(hosts.export_dir, name + '.raw')
+    os.makedirs(hosts.export_dir, exist_ok=True)
+    with open(source, 'wb') as f:
+        f.write(pattern('outside', 2 * MiB))
+    agent_api.import_file(hosts.storage, image['id'], source)
+    os.unlink(source)
+
+    # Attached somewhere (outside Cinder): refused, clearly.
+    agent_api.attach(hosts.compute[1], image['id'])
+    refused = manage_volume(stack, hosts, name, 'busy')
+    with pytest.raises(stack_module.StackError):
+        stack.wait_status('volume', refused, 'available', timeout=60)
+    # (Pins name the machine: all agents here share one.)
+    assert 'image %s is attached on' % image['id'] in \
+        stack.log('cinder-volume', 400)
+    agent_api.detach(hosts.compute[1], image['id'])
+
+    managed = manage_volume(stack, hosts, name, 'managed')
+    vol = stack.wait_status('volume', managed, 'available', timeout=120)
+    assert vol['size'] == 2
+    att = Attachment(stack, managed, hosts.compute[0], user='admin')
+    assert os.path.getsize(att.path) == 2 * GiB
+    assert read_at(att.path, 0, 2 * MiB) == pattern('outside', 2 * MiB)
+    assert read_at(att.path, 3 * GiB // 2, MiB) == bytes(MiB)
+    att.detach()
+    stack.wait_status('volume', managed, 'available')
+
+    # The same image twice, or one that is not there: the new volume
+    # goes to error, the managed one is untouched.
+    for source_name, why in ((name, 'is already volume %s' % managed),
+                             ('no-such-image', 'no BlobCR image named')):
+        bad = manage_volume(stack, hosts, source_name, 'bad')
+        with pytest.raises(stack_module.StackError):
+            stack.wait_status('volume', bad, 'available', timeout=60)
+        assert why in stack.log('cinder-volume', 400)
+        stack.openstack('volume', 'delete', bad, user='admin', json=False)
+        stack.wait_status('volume', bad, 'deleted')
+    stack.openstack('volume', 'delete', managed, user='admin', json=False)
+    stack.wait_status('volume', managed, 'deleted')
