@@ -273,8 +273,12 @@ def test_nova_hands_out_credentials_the_guest_checkpoints_with(cloud,
     stack, host, service, conf, users = cloud
     spec = [{'uuid': host.instances[n], 'project': host.projects[n],
              'hostname': 'vm-%s' % n.lower()} for n in 'ABC']
+    # D: an instance of another host (Nova knows it, this agent does not).
+    elsewhere = str(uuid.uuid4())
+    spec.append({'uuid': elsewhere, 'project': host.projects['A'],
+                 'hostname': 'vm-d'})
     out = run_nova(conf, spec)
-    data = dict(zip('ABC', out['vendordata']))
+    data = dict(zip('ABCD', out['vendordata']))
     for name in 'ABC':
         assert set(data[name]) == {'blobcr'}, data[name]
         assert data[name]['blobcr'] == {
@@ -299,6 +303,15 @@ def test_nova_hands_out_credentials_the_guest_checkpoints_with(cloud,
         forged.checkpoint(sync=False)
     assert refused.value.status == 401
     assert host.committed('B') == b_before
+
+    # D's own valid token, at an agent that does not host D: 403, and
+    # nothing is committed anywhere.
+    counts = {n: host.committed(n) for n in 'ABC'}
+    with pytest.raises(guest_exception.CheckpointError) as refused:
+        guest_of(data['D'], tmp_path).checkpoint(sync=False)
+    assert refused.value.status == 403
+    assert 'not hosted here' in refused.value.message
+    assert {n: host.committed(n) for n in 'ABC'} == counts
 
     # Groups per project: C (project Q) uses P's group id and count but
     # joins nothing of P's, and sees nothing of it.

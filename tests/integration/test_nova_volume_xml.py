@@ -230,9 +230,16 @@ class MetadataFront(object):
     describes it: Nova's metadata (here vendor_data2.json alone, with the
     answer of blobcr-vendordata's application) and ``/v1/`` relayed to
     the host's agent.
+
+    ``sign``: ``(secret, instance)`` to relay as Neutron's metadata proxy
+    does: whatever instance headers the guest sent are replaced by
+    ``X-Instance-ID`` (the instance the relay knows at that address) and
+    its ``X-Instance-ID-Signature``.
     """
 
-    def __init__(self, document, agent_port):
+    SIGNED = ('x-instance-id', 'x-instance-id-signature', 'x-tenant-id')
+
+    def __init__(self, document, agent_port, sign=None):
         front = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -245,11 +252,17 @@ class MetadataFront(object):
                 body = self.rfile.read(length) if length else None
                 conn = http.client.HTTPConnection('127.0.0.1', agent_port,
                                                   timeout=120)
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower().startswith('x-') or
+                           k.lower() == 'content-type'}
+                if sign:
+                    headers = {k: v for k, v in headers.items()
+                               if k.lower() not in front.SIGNED}
+                    headers['X-Instance-ID'] = sign[1]
+                    headers['X-Instance-ID-Signature'] = auth.sign(*sign)
                 try:
-                    conn.request(self.command, self.path, body=body, headers={
-                        k: v for k, v in self.headers.items()
-                        if k.lower().startswith('x-') or
-                        k.lower() == 'content-type'})
+                    conn.request(self.command, self.path, body=body,
+                                 headers=headers)
                     answer = conn.getresponse()
                     front.relayed += 1
                     self._reply(answer.status, answer.read())
