@@ -64,3 +64,22 @@ def test_bench_cinder_runs_both_paths(cloud, tmp_path):
         left = [r['name'] for r in api.get('/%s' % kind).json()[kind]
                 if (r.get('name') or '').startswith('blobcr-bench-')]
         assert left == [], (kind, left)
+
+
+def test_result_is_invalid_without_the_proofs():
+    """No ack or no bytes on the BlobCR side, no snapshot in the pool on
+    the RBD side: both checks fail (blobcr-bench then exits with 3).
+    """
+    import argparse
+
+    from blobcr_agent.bench import cinder
+    args = argparse.Namespace(client='api', runs=1, write_mib=8, size_gb=1,
+                              blobcr_type='b', baseline_type='r',
+                              poll_interval=0.1, rbd_pool='rbd')
+    sample = {'available_s': 1.0, 'server_s': 0.9, 'request_s': 0.1,
+              'write_s': 0.1, 'delete_s': 0.1, 'run': 0}
+    result = cinder._result(args, {
+        'blobcr': [dict(sample, bytes_written=0.0, ack_ms=5.0)],
+        'rbd': [dict(sample, in_pool=False)]})
+    failed = {c['what'] for c in result['checks'] if not c['ok']}
+    assert failed == {'blobcr_acked_with_bytes', 'rbd_snapshots_in_pool'}
