@@ -24,6 +24,7 @@ requirements=(
     # of the connection the Cinder driver returns) and
     # nova.api.metadata.vendordata_dynamic (what Nova POSTs to blobcr-vendordata).
     'nova==34.*'
+    'openstack-placement==16.*'  # tests/nova_stack.py (real Nova, BLOBCR_REAL_NOVA=1)
     'python-openstackclient'
     'keystonemiddleware'
     'gunicorn'
