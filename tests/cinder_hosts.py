@@ -7,7 +7,14 @@ volumes are attached to. They serve RPC on the session's RabbitMQ and
 live for the session, like the OpenStack stack that needs them up when
 cinder-volume starts.
 
-``cinder_hosts``  ``{'local': Hosts, 'rados': Hosts}``.
+A third backend, ``small``, is for the fault tests
+(tests/integration/test_cinder_faults.py): a local store on a tmpfs of
+SMALL_STORE bytes (mounted here, unmounted at the end; a plain directory
+when mounting is not allowed, and ``Hosts.mount`` is None), with a
+storage agent and one compute agent. Those tests fill it up and kill
+and restart its agents (``Hosts.agents``), no other test uses it.
+
+``cinder_hosts``  ``{'local': Hosts, 'rados': Hosts, 'small': Hosts}``.
 ``BACKEND_SECTIONS``  what tests/openstack_fixtures.py puts in cinder.conf.
 
 (PYTEST_DONT_REWRITE: loaded by conftest as a plugin.)
@@ -15,6 +22,7 @@ cinder-volume starts.
 
 import dataclasses
 import os
+import subprocess
 import typing
 import uuid
 
@@ -25,8 +33,10 @@ from blobcr_agent.repository.backends import local
 from blobcr_agent.rpc import api as rpc_api
 from tests import agent_rpc
 
-KINDS = ('local', 'rados')
+KINDS = ('local', 'rados', 'small')
 ROLES = ('storage', 'compute-a', 'compute-b')
+SMALL_ROLES = ('storage', 'compute-a')
+SMALL_STORE = 256 << 20
 
 
 @dataclasses.dataclass
@@ -36,6 +46,9 @@ class Hosts(object):
     compute: typing.List[str]
     export_dir: str
     backend: object
+    # role -> harness.AgentProcess (kill() then start() restarts one)
+    agents: dict = dataclasses.field(default_factory=dict)
+    mount: typing.Optional[str] = None      # the small store's tmpfs
 
     @property
     def section(self):
@@ -47,14 +60,36 @@ class Hosts(object):
 
 
 def backend_section(hosts):
-    return {'volume_driver': 'blobcr_cinder.driver.BlobCRDriver',
-            'volume_backend_name': hosts.section,
-            'blobcr_agent_host': hosts.storage,
-            'blobcr_rpc_timeout': '30',
-            'blobcr_exchange_dir': hosts.export_dir}
+    section = {'volume_driver': 'blobcr_cinder.driver.BlobCRDriver',
+               'volume_backend_name': hosts.section,
+               'blobcr_agent_host': hosts.storage,
+               'blobcr_rpc_timeout': '30',
+               'blobcr_exchange_dir': hosts.export_dir}
+    if hosts.kind == 'small':
+        # Thin: the scheduler admits (total x ratio) - provisioned, and
+        # a 1 GiB volume on a 0.25 GiB store needs a ratio above 4.
+        section['max_over_subscription_ratio'] = '400'
+    return section
 
 
-def _backend(kind, directory, request):
+def _mount_small(directory):
+    """A tmpfs of SMALL_STORE bytes at ``directory``/fs, or None."""
+    mnt = os.path.join(directory, 'fs')
+    os.makedirs(mnt)
+    done = subprocess.run(['mount', '-t', 'tmpfs', '-o',
+                           'size=%d' % SMALL_STORE, 'tmpfs', mnt],
+                          capture_output=True)
+    return mnt if done.returncode == 0 else None
+
+
+def _unmount(mnt):
+    if subprocess.run(['umount', mnt], capture_output=True).returncode:
+        subprocess.run(['umount', '-l', mnt], capture_output=True)
+
+
+def _backend(kind, directory, request, mount=None):
+    if kind == 'small':
+        return local.LocalBackend(os.path.join(mount or directory, 'store'))
     if kind == 'local':
         return local.LocalBackend(os.path.join(directory, 'store'))
     from blobcr_agent.repository.backends import rados
@@ -67,31 +102,44 @@ def _backend(kind, directory, request):
 @pytest.fixture(scope='session')
 def cinder_hosts(request, rabbitmq_url, tmp_path_factory):
     api = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=60)
-    agents, backends, result = [], [], {}
+    backends, mounts, result = [], [], {}
     try:
         for kind in KINDS:
             directory = str(tmp_path_factory.mktemp('cinder-%s' % kind))
-            backend = _backend(kind, directory, request)
+            mount = _mount_small(directory) if kind == 'small' else None
+            if mount:
+                mounts.append(mount)
+            backend = _backend(kind, directory, request, mount)
             backends.append(backend)
             export_dir = os.path.join(directory, 'exchange')
+            roles = SMALL_ROLES if kind == 'small' else ROLES
             names = {role: '%s-%s-%s' % (kind, role, uuid.uuid4().hex[:6])
-                     for role in ROLES}
+                     for role in roles}
+            hosts = result[kind] = Hosts(
+                kind, names['storage'],
+                [names[r] for r in roles if r != 'storage'], export_dir,
+                backend, mount=mount)
             for role, host in names.items():
                 workdir = os.path.join(directory, role)
                 os.makedirs(workdir)
                 settings = agent_rpc.rpc_settings(rabbitmq_url, host,
                                                   export_dir=export_dir)
-                agents.append(harness.AgentProcess(workdir, backend,
-                                                   settings).start())
+                if kind == 'small' and role != 'storage':
+                    # Slow persists (zstd's top level on every chunk):
+                    # seconds in which the fault tests kill this agent.
+                    settings['repository'] = {'compression': 'always',
+                                              'compression_level': '19'}
+                hosts.agents[role] = harness.AgentProcess(workdir, backend,
+                                                          settings).start()
             for host in names.values():
                 agent_rpc.wait_rpc(api, host)
-            result[kind] = Hosts(kind, names['storage'],
-                                 [names['compute-a'], names['compute-b']],
-                                 export_dir, backend)
         yield result
     finally:
         api.cleanup()
-        for agent in agents:
-            agent.stop()
+        for hosts in result.values():
+            for agent in hosts.agents.values():
+                agent.stop()
         for backend in backends:
             backend.close()
+        for mount in mounts:
+            _unmount(mount)
