@@ -1,0 +1,513 @@
+"""``blobcr-nova-listener``: Nova's versioned notifications drive the
+blobcr-agents.
+
+Nova publishes an ``instance.<action>.<phase>`` notification for each
+step of an instance's life (``[notifications] notification_format =
+versioned``, topic ``versioned_notifications``): publisher
+``nova-compute:<host that emits it>``, payload ``nova_object.data`` with
+the instance's ``uuid``, ``host``, ``tenant_id``, ``block_devices``
+(only with ``[notifications] bdms_in_notifications``) and, for volume
+events, ``volume_id``. This listener maps some of them to agent RPC
+calls (doc/source/nova.rst, "Notifications", has the table and why):
+
+* the instance leaves a host (``delete.end``, ``shelve_offload.end``):
+  that host's agent commits what is left unpersisted of the instance's
+  images and detaches them;
+* ``shelve.end``: commit, keep the mirror;
+* ``volume_detach.end``: the volume's mirror must be gone from the host;
+* live migration, resize: at the start (``live_migration_pre.start``,
+  ``resize_prep.start``, both emitted by the destination with the
+  source in the payload) the source commits its dirty chunks; at the end
+  (``live_migration_post.end``, ``live_migration_post_dest.end``,
+  ``resize_finish.end``) the source commits what is still dirty and
+  detaches, and the destination attaches that committed version;
+  ``live_migration_rollback.end`` and ``resize_revert.end`` leave (or
+  put) the mirror on the source.
+
+Which images are an instance's on a host: the agent's instance bindings
+(``status``: ``attached[image]['instances']``, set by every attach that
+named the instance, Cinder's included), and the Cinder volumes of the
+payload (``block_devices``, ``volume_id``), whose image is named
+``volume-<id>`` by the BlobCR Cinder driver. What the listener cannot
+know (an image nobody bound, a host that does not answer) it logs; it
+never detaches what it was not sure of, never discards writes and
+attaches on a destination only what the source committed.
+
+Notifications are acknowledged once handled, failed or not: a dead
+agent is an error in the log, not a notification handled again and
+again. ``python -m blobcr_nova.listener --config-file
+/etc/blobcr/nova-listener.conf``.
+"""
+
+import logging
+import signal
+import sys
+import threading
+import time
+
+from oslo_config import cfg
+from oslo_log import log as oslo_log
+import oslo_messaging as messaging
+
+from blobcr_agent import exception as agent_exception
+from blobcr_agent.rpc import api as rpc_api
+from blobcr_nova import listener_opts
+
+LOG = logging.getLogger(__name__)
+
+RELEASE = 'release'
+SHELVE = 'shelve'
+DETACH_VOLUME = 'detach_volume'
+MIGRATE_START = 'migrate_start'
+MIGRATE_END = 'migrate_end'
+MIGRATE_BACK = 'migrate_back'
+ROLLBACK = 'rollback'
+
+# event type -> what the listener does (doc/source/nova.rst has why).
+EVENTS = {
+    'instance.delete.end': RELEASE,
+    'instance.shelve_offload.end': RELEASE,
+    'instance.shelve.end': SHELVE,
+    'instance.volume_detach.end': DETACH_VOLUME,
+    'instance.live_migration_pre.start': MIGRATE_START,
+    'instance.live_migration_post.end': MIGRATE_END,
+    'instance.live_migration_post_dest.end': MIGRATE_END,
+    'instance.live_migration_rollback.end': ROLLBACK,
+    'instance.live_migration_rollback_dest.end': ROLLBACK,
+    'instance.resize_prep.start': MIGRATE_START,
+    'instance.resize_finish.end': MIGRATE_END,
+    'instance.resize_revert.end': MIGRATE_BACK,
+}
+
+
+class AgentDown(Exception):
+    """An agent did not answer: the event is not handled on its host."""
+
+
+def _host_of(publisher_id):
+    """The host of a publisher id ``nova-compute:HOST``."""
+    return publisher_id.split(':', 1)[1] if ':' in (publisher_id or '') \
+        else None
+
+
+def _data(payload):
+    data = (payload or {}).get('nova_object.data')
+    return data if isinstance(data, dict) else {}
+
+
+def _volumes(data):
+    """Volume ids the payload names (block_devices, volume_id)."""
+    ids = []
+    for bdm in data.get('block_devices') or ():
+        vid = _data(bdm).get('volume_id')
+        if vid:
+            ids.append(vid)
+    if data.get('volume_id'):
+        ids.append(data['volume_id'])
+    return ids
+
+
+class Migration(object):
+    def __init__(self, instance, source, dest):
+        self.instance = instance
+        self.source = source
+        self.dest = dest
+        self.versions = {}          # image -> version committed at start
+        self.start_ms = 0.0
+        self.chunks = 0
+        self.done = False
+        self.seen = time.monotonic()
+
+
+class Handler(object):
+    """What each event does, with an AgentAPI to the agents."""
+
+    def __init__(self, api, conf_group):
+        self.api = api
+        self.opts = conf_group
+        self.migrations = {}            # instance -> Migration
+        self._lock = threading.Lock()
+        self._instance_locks = {}
+
+    # -- entry -------------------------------------------------------------
+
+    def handle(self, publisher_id, event_type, payload):
+        """Handle one notification; never raises. Returns the action
+        taken (a key of EVENTS' values) or None when ignored.
+        """
+        action = EVENTS.get(event_type)
+        if action is None:
+            return None
+        data = _data(payload)
+        instance = data.get('uuid')
+        publisher = _host_of(publisher_id)
+        if not instance or not publisher:
+            LOG.error('%s from %r without an instance uuid or a host: '
+                      'ignored', event_type, publisher_id)
+            return None
+        with self._instance_lock(instance):
+            try:
+                getattr(self, '_' + action)(event_type, publisher, instance,
+                                            data)
+            except AgentDown as e:
+                LOG.error('%s of instance %s not handled: %s', event_type,
+                          instance, e)
+            except Exception:
+                LOG.exception('%s of instance %s failed', event_type,
+                              instance)
+            LOG.info('handled %s from %s of instance %s', event_type,
+                     publisher, instance)
+        return action
+
+    def _instance_lock(self, instance):
+        with self._lock:
+            self._expire()
+            return self._instance_locks.setdefault(instance,
+                                                   threading.Lock())
+
+    def _expire(self):
+        now = time.monotonic()
+        for instance, m in list(self.migrations.items()):
+            if now - m.seen > self.opts.migration_ttl:
+                LOG.warning('migration of %s from %s to %s never ended: '
+                            'forgotten', instance, m.source, m.dest)
+                del self.migrations[instance]
+
+    # -- agent calls ---------------------------------------------------------
+
+    def _call(self, host, method, *args, **kwargs):
+        try:
+            return getattr(self.api, method)(host, *args, **kwargs)
+        except messaging.MessagingTimeout:
+            raise AgentDown('the blobcr-agent of host %s does not answer '
+                            '(%s, %d s): nothing was changed by this event '
+                            'there' % (host, method, self.opts.agent_timeout))
+
+    def _held(self, host, instance, data):
+        """{image id: its status entry} of the images of ``instance`` that
+        ``host``'s agent mirrors: bound to the instance, or the image of
+        one of the payload's Cinder volumes.
+        """
+        attached = self._call(host, 'status')['attached']
+        held = {image: a for image, a in attached.items()
+                if instance in (a.get('instances') or ())}
+        for volume in _volumes(data):
+            try:
+                image = self._call(host, 'list_versions',
+                                   'volume-%s' % volume)['image']
+            except (agent_exception.ImageNotFound,
+                    agent_exception.AmbiguousImage):
+                LOG.info('volume %s of instance %s is not a BlobCR volume '
+                         'here', volume, instance)
+                continue
+            if image in attached and image not in held:
+                others = attached[image].get('instances') or []
+                if others:
+                    LOG.warning('image %s (volume %s) on %s is bound to %s, '
+                                'not to %s: left alone', image, volume, host,
+                                ', '.join(others), instance)
+                    continue
+                held[image] = attached[image]
+        return held
+
+    def _commit(self, host, image, entry, label):
+        """Commit what ``image``'s mirror on ``host`` has not persisted
+        and wait until it is stable. Returns (version, chunks, ms): the
+        version that holds the mirror's content.
+        """
+        start = time.monotonic()
+        if not entry.get('dirty', 1):
+            version = entry.get('last_version') or \
+                entry.get('attached_version')
+            if version is not None:
+                state = self._call(host, 'wait_stable', image, version,
+                                   timeout=self.opts.persist_timeout)
+                if state == 'stable':
+                    return version, 0, (time.monotonic() - start) * 1000
+        cp = self._call(host, 'checkpoint', image, quiesce='none',
+                        label=label, rpc_timeout=max(
+                            self.opts.agent_timeout,
+                            rpc_api.CHECKPOINT_TIMEOUT))
+        state = self._call(host, 'wait_stable', image, cp['version'],
+                           timeout=self.opts.persist_timeout)
+        if state != 'stable':
+            raise agent_exception.VersionNotStable(image, cp['version'],
+                                                   state)
+        return cp['version'], cp.get('chunks', 0), \
+            (time.monotonic() - start) * 1000
+
+    def _release(self, event_type, host, instance, data):
+        """Commit and detach the instance's images left on ``host``
+        (delete.end, shelve_offload.end). Returns {image: version} of
+        what was released.
+        """
+        held = self._held(host, instance, data)
+        if not held:
+            LOG.info('%s: host %s holds no BlobCR image of instance %s: '
+                     'nothing to do', event_type, host, instance)
+            return {}
+        released = {}
+        for image, entry in sorted(held.items()):
+            version, chunks, ms = self._commit(host, image, entry,
+                                               self.opts.release_label)
+            try:
+                self._call(host, 'detach', image)
+            except agent_exception.InvalidInput as e:
+                # A running domain uses it, or it was written after the
+                # commit: the mirror stays, nothing is lost.
+                LOG.error('%s: image %s of instance %s stays attached on '
+                          '%s: %s', event_type, image, instance, host, e)
+                continue
+            released[image] = version
+            LOG.info('%s: image %s of instance %s released on %s at '
+                     'version %s (%d chunks committed in %.1f ms)',
+                     event_type, image, instance, host, version, chunks, ms)
+        return released
+
+    # -- actions -------------------------------------------------------------
+
+    def _shelve(self, event_type, host, instance, data):
+        held = self._held(host, instance, data)
+        if not held:
+            LOG.info('%s: host %s holds no BlobCR image of instance %s: '
+                     'nothing to do', event_type, host, instance)
+        for image, entry in sorted(held.items()):
+            version, chunks, ms = self._commit(host, image, entry,
+                                               self.opts.release_label)
+            LOG.info('%s: image %s of instance %s kept on %s, committed '
+                     'at version %s (%d chunks, %.1f ms)', event_type,
+                     image, instance, host, version, chunks, ms)
+
+    def _detach_volume(self, event_type, host, instance, data):
+        volume = data.get('volume_id')
+        if not volume:
+            LOG.error('%s of instance %s names no volume: ignored',
+                      event_type, instance)
+            return
+        try:
+            image = self._call(host, 'list_versions',
+                               'volume-%s' % volume)['image']
+        except (agent_exception.ImageNotFound,
+                agent_exception.AmbiguousImage):
+            LOG.info('%s: volume %s is not a BlobCR volume: nothing to do',
+                     event_type, volume)
+            return
+        entry = self._call(host, 'status')['attached'].get(image)
+        if entry is None:
+            LOG.info('%s: image %s of volume %s is not attached on %s: '
+                     'nothing to do', event_type, image, volume, host)
+            return
+        others = [i for i in entry.get('instances') or () if i != instance]
+        if others:
+            LOG.warning('%s: image %s of volume %s on %s is bound to %s: '
+                        'left alone', event_type, image, volume, host,
+                        ', '.join(others))
+            return
+        LOG.warning('%s: image %s of volume %s is still attached on %s '
+                    '(Cinder\'s terminate_connection did not detach it): '
+                    'releasing it', event_type, image, volume, host)
+        version, chunks, ms = self._commit(host, image, entry,
+                                           self.opts.release_label)
+        try:
+            self._call(host, 'detach', image)
+        except agent_exception.InvalidInput as e:
+            LOG.error('%s: image %s stays attached on %s: %s', event_type,
+                      image, host, e)
+            return
+        LOG.info('%s: image %s of instance %s released on %s at version %s '
+                 '(%d chunks committed in %.1f ms)', event_type, image,
+                 instance, host, version, chunks, ms)
+
+    def _migrate_start(self, event_type, dest, instance, data):
+        """Emitted by the destination; the payload's host is the source:
+        commit the source's dirty chunks ahead of the switch.
+        """
+        source = data.get('host')
+        if source == dest:
+            LOG.info('%s of instance %s: source and destination are both '
+                     '%s: nothing to move', event_type, instance, dest)
+            return
+        if not source:
+            LOG.error('%s of instance %s: no source host in the payload: '
+                      'ignored', event_type, instance)
+            return
+        m = Migration(instance, source, dest)
+        self.migrations[instance] = m
+        held = self._held(source, instance, data)
+        if not held:
+            LOG.info('%s: source %s holds no BlobCR image of instance %s: '
+                     'nothing to move', event_type, source, instance)
+            return
+        start = time.monotonic()
+        for image, entry in sorted(held.items()):
+            version, chunks, _ = self._commit(source, image, entry,
+                                              self.opts.migrate_label)
+            m.versions[image] = version
+            m.chunks += chunks
+        m.start_ms = (time.monotonic() - start) * 1000
+        LOG.info('%s: instance %s, %s -> %s: source committed %s '
+                 '(%d chunks) in %.1f ms', event_type, instance, source,
+                 dest, m.versions, m.chunks, m.start_ms)
+
+    def _migrate_end(self, event_type, publisher, instance, data):
+        m = self.migrations.get(instance)
+        if m is None:
+            LOG.error('%s of instance %s: its start was not seen (no '
+                      'live_migration_pre or resize_prep): the source is '
+                      'unknown, nothing moved', event_type, instance)
+            return
+        if publisher not in (m.source, m.dest):
+            LOG.error('%s of instance %s from %s, which is neither the '
+                      'source %s nor the destination %s: ignored',
+                      event_type, instance, publisher, m.source, m.dest)
+            return
+        if m.done:
+            LOG.info('%s: move of instance %s from %s to %s already done',
+                     event_type, instance, m.source, m.dest)
+            return
+        self._move(event_type, m, m.source, m.dest, data)
+        # Both ends come (post_dest.end from the destination, post.end
+        # from the source): the second one is a no-op.
+        m.done = True
+
+    def _move(self, event_type, m, source, dest, data):
+        start = time.monotonic()
+        held = self._held(source, m.instance, data)
+        if not held and not m.versions:
+            LOG.info('%s: instance %s has no BlobCR image on %s: nothing '
+                     'to move', event_type, m.instance, source)
+            return
+        # Images committed at the start that the source no longer holds
+        # (Cinder's terminate_connection committed and detached them):
+        # the newest stable version holds their data.
+        moved = {image: None for image in m.versions or {}
+                 if image not in held}
+        chunks = 0
+        for image, entry in sorted(held.items()):
+            version, n, _ = self._commit(source, image, entry,
+                                         self.opts.migrate_label)
+            chunks += n
+            try:
+                self._call(source, 'detach', image)
+            except agent_exception.InvalidInput as e:
+                # Still used there: two hosts must never write it.
+                LOG.error('%s: image %s of instance %s stays on %s and is '
+                          'not attached on %s: %s', event_type, image,
+                          m.instance, source, dest, e)
+                continue
+            moved[image] = version
+        commit_ms = (time.monotonic() - start) * 1000
+        attach_start = time.monotonic()
+        project = data.get('tenant_id')
+        for image, version in sorted(moved.items()):
+            try:
+                got = self._call(dest, 'attach', image, version=version,
+                                 instance=m.instance, project=project)
+            except agent_exception.InvalidInput as e:
+                LOG.error('%s: image %s of instance %s is not attached on '
+                          '%s at version %s: %s (it was released on %s; '
+                          'that version holds its data)', event_type, image,
+                          m.instance, dest, version, e, source)
+                continue
+            except AgentDown as e:
+                LOG.error('%s: image %s of instance %s was released on %s '
+                          'at version %s and is not attached on %s: %s',
+                          event_type, image, m.instance, source, version,
+                          dest, e)
+                continue
+            LOG.info('%s: image %s of instance %s attached on %s at '
+                     'version %s (%s)', event_type, image, m.instance, dest,
+                     got['version'], got['path'])
+        attach_ms = (time.monotonic() - attach_start) * 1000
+        LOG.info('MOVED instance=%s source=%s dest=%s images=%d '
+                 'start_chunks=%d start_ms=%.1f end_chunks=%d '
+                 'end_commit_ms=%.1f attach_ms=%.1f extra_ms=%.1f',
+                 m.instance, source, dest, len(moved), m.chunks,
+                 m.start_ms, chunks, commit_ms, attach_ms,
+                 m.start_ms + commit_ms + attach_ms)
+
+    def _migrate_back(self, event_type, source, instance, data):
+        """resize_revert.end, emitted by the source the instance is back
+        on: the mirror moves back from the destination if the listener
+        moved it there.
+        """
+        m = self.migrations.pop(instance, None)
+        dest = m.dest if m is not None and m.done else None
+        if dest is None:
+            LOG.info('%s: instance %s is back on %s; the listener moved '
+                     'nothing (or does not remember it): nothing to do',
+                     event_type, instance, source)
+            return
+        back = Migration(instance, dest, source)
+        self._move(event_type, back, dest, source, data)
+
+    def _rollback(self, event_type, publisher, instance, data):
+        m = self.migrations.pop(instance, None)
+        if m is None:
+            LOG.info('%s of instance %s: no migration under way: nothing '
+                     'to do', event_type, instance)
+            return
+        LOG.info('%s: live migration of instance %s from %s to %s rolled '
+                 'back: its images stay on %s (versions %s were committed '
+                 'there for it)', event_type, instance, m.source, m.dest,
+                 m.source, m.versions)
+
+
+class NotificationEndpoint(object):
+    """oslo.messaging endpoint: INFO notifications of instances."""
+
+    filter_rule = messaging.NotificationFilter(event_type=r'^instance\.')
+
+    def __init__(self, handler):
+        self.handler = handler
+
+    def info(self, ctxt, publisher_id, event_type, payload, metadata):
+        self.handler.handle(publisher_id, event_type, payload)
+        return messaging.NotificationResult.HANDLED
+
+
+def register_opts(conf):
+    listener_opts.register_opts(conf)
+
+
+def make_listener(conf, api=None):
+    """(listener, handler) on the notification transport of ``conf``."""
+    api = api or rpc_api.AgentAPI(conf, timeout=conf.listener.agent_timeout)
+    handler = Handler(api, conf.listener)
+    transport = messaging.get_notification_transport(conf)
+    targets = [messaging.Target(topic=topic, exchange=conf.listener.exchange)
+               for topic in conf.listener.topics]
+    listener = messaging.get_notification_listener(
+        transport, targets, [NotificationEndpoint(handler)],
+        executor='threading', pool=conf.listener.pool or None)
+    return listener, handler
+
+
+def main(argv=None):
+    conf = cfg.CONF
+    register_opts(conf)
+    oslo_log.register_options(conf)
+    try:
+        conf(sys.argv[1:] if argv is None else argv, project='blobcr',
+             prog='blobcr-nova-listener')
+    except cfg.Error as e:
+        sys.stderr.write('blobcr-nova-listener: %s\n' % e)
+        return 2
+    oslo_log.setup(conf, 'blobcr-nova-listener')
+    listener, handler = make_listener(conf)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    listener.start()
+    LOG.info('blobcr-nova-listener listening on %s (exchange %s, pool %s)',
+             ', '.join(conf.listener.topics), conf.listener.exchange,
+             conf.listener.pool or '-')
+    stop.wait()
+    listener.stop()
+    listener.wait()
+    handler.api.cleanup()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,479 @@
+"""``blobcr-nova-listener`` end to end: Nova's versioned notifications
+drive real agents.
+
+Everything runs for real on the session's RabbitMQ: two blobcr-agents
+("hosts" A and B) on one local store, the listener as its own process
+(``python -m blobcr_nova.listener --config-file ...``), and the
+notifications emitted by nova 34's own code in a child process (this
+module run as ``python -m``): ``nova.compute.utils.
+notify_about_instance_action`` / ``notify_about_volume_attach_detach``
+with a ``nova.objects.Instance``, its BlockDeviceMappings and nova's
+versioned notifier (``nova.rpc``, driver messagingv2), so publisher id,
+event type and payload are nova's own, field for field. The topic is
+one of this module's, set in both nova.conf and the listener's file.
+
+``BLOBCR_LISTENER_BENCH=RUNS`` also runs the migration measurement
+(several dirty-data sizes, RUNS runs each, medians printed; see
+doc/source/nova.rst, "Notifications").
+"""
+
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from blobcr_agent.bench import harness
+from blobcr_agent.repository.backends import local
+from blobcr_agent.repository import repository
+from blobcr_agent.rpc import api as rpc_api
+from tests import agent_rpc
+
+TOP = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+MiB = 1 << 20
+IMAGE_SIZE = 128 * MiB
+AGENT_TIMEOUT = 3
+HANDLED_TIMEOUT = 120
+
+
+# -- the Nova side: a child process emitting with nova's own code -----------
+
+def emitter_main(conffile):
+    """Read one JSON request a line from stdin, emit it with nova's code,
+    answer ``sent`` on stdout.
+    """
+    import datetime
+    import warnings
+    warnings.simplefilter('ignore')
+    from nova.compute import utils as compute_utils
+    from nova import config as nova_config
+    from nova import context as nova_context
+    from nova.network import model as network_model
+    from nova import objects
+    from nova.objects import fields
+    from nova import rpc as nova_rpc
+
+    objects.register_all()
+    # As nova-compute starts: nova's library defaults (control_exchange
+    # 'nova' among them), then its notifiers.
+    nova_config.parse_args(['nova-compute', '--config-file', conffile],
+                           default_config_files=[], configure_db=False)
+    assert nova_rpc.NOTIFIER is not None
+    for line in sys.stdin:
+        req = json.loads(line)
+        ctxt = nova_context.RequestContext('user-1', req['project'])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        flavor = objects.Flavor(
+            flavorid='1', name='m1.tiny', memory_mb=512, vcpus=1, root_gb=0,
+            ephemeral_gb=0, swap=0, rxtx_factor=1.0, is_public=True,
+            disabled=False, extra_specs={}, description=None)
+        instance = objects.Instance(
+            uuid=req['instance'], user_id='user-1',
+            project_id=req['project'], reservation_id='r-1',
+            display_name='vm', display_description='', hostname='vm',
+            host=req['instance_host'], node=req['instance_host'],
+            os_type=None, architecture=None, availability_zone='nova',
+            image_ref='', key_name=None, kernel_id='', ramdisk_id='',
+            created_at=now, launched_at=now, terminated_at=None,
+            deleted_at=None, updated_at=None, vm_state='active',
+            power_state=1, task_state=None, progress=0, metadata={},
+            locked=False, auto_disk_config=False, flavor=flavor,
+            system_metadata={},
+            info_cache=objects.InstanceInfoCache(
+                network_info=network_model.NetworkInfo()),
+            shares=objects.ShareMappingList(objects=[]))
+        action, phase = req['event'].split('.')
+        if action == 'volume_detach':
+            compute_utils.notify_about_volume_attach_detach(
+                ctxt, instance, req['host'], action=action, phase=phase,
+                volume_id=req['volume_id'])
+        else:
+            bdms = objects.BlockDeviceMappingList(objects=[
+                objects.BlockDeviceMapping(
+                    volume_id=v, device_name='/dev/vd%s' % chr(97 + i),
+                    boot_index=i if i == 0 else None,
+                    delete_on_termination=False, tag=None,
+                    source_type='volume', destination_type='volume')
+                for i, v in enumerate(req.get('volumes', []))])
+            assert getattr(fields.NotificationAction, action.upper()) == \
+                action
+            compute_utils.notify_about_instance_action(
+                ctxt, instance, req['host'], action=action, phase=phase,
+                bdms=bdms)
+        print('sent', flush=True)
+
+
+class Nova(object):
+    """The emitter child; ``emit`` returns once nova's notifier sent."""
+
+    def __init__(self, workdir, url, topic):
+        self.conffile = os.path.join(workdir, 'nova.conf')
+        harness.write_conf(self.conffile, {
+            'DEFAULT': {'transport_url': url},
+            'notifications': {'notification_format': 'versioned',
+                              'versioned_notifications_topics': topic},
+            'oslo_messaging_notifications': {'driver': 'messagingv2'}})
+        self.log = open(os.path.join(workdir, 'nova-emitter.log'), 'ab')
+        self.proc = subprocess.Popen(
+            [sys.executable, '-m', 'tests.integration.test_nova_listener',
+             self.conffile], cwd=TOP, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self.log, text=True)
+
+    def emit(self, event, host, instance, instance_host, project='proj-1',
+             volumes=(), volume_id=None):
+        req = {'event': event, 'host': host, 'instance': instance,
+               'instance_host': instance_host, 'project': project,
+               'volumes': list(volumes), 'volume_id': volume_id}
+        self.proc.stdin.write(json.dumps(req) + '\n')
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line.strip() == 'sent', 'emitter died: see %s' % self.log.name
+
+    def stop(self):
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Listener(object):
+    def __init__(self, workdir, url, topic):
+        self.logfile = os.path.join(workdir, 'listener.log')
+        self.conffile = os.path.join(workdir, 'listener.conf')
+        harness.write_conf(self.conffile, {
+            'DEFAULT': {'transport_url': url, 'log_file': self.logfile,
+                        'debug': 'false'},
+            'listener': {'topics': topic,
+                         'pool': 'test-' + uuid.uuid4().hex[:6],
+                         'agent_timeout': str(AGENT_TIMEOUT),
+                         'persist_timeout': '60'}})
+        self.proc = subprocess.Popen(
+            [sys.executable, '-m', 'blobcr_nova.listener', '--config-file',
+             self.conffile], cwd=TOP, stdout=subprocess.DEVNULL,
+            stderr=open(os.path.join(workdir, 'listener.err'), 'ab'))
+        self.wait_for('listening on', after=0)
+
+    def text(self):
+        try:
+            with open(self.logfile, errors='replace') as f:
+                return f.read()
+        except FileNotFoundError:
+            return ''
+
+    def wait_for(self, pattern, after, timeout=HANDLED_TIMEOUT):
+        """The first log line past offset ``after`` matching ``pattern``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.text()[after:]
+            found = re.search('^.*%s.*$' % pattern, text, re.M)
+            if found:
+                return found.group(0)
+            assert self.proc.poll() is None, \
+                'listener exited %s: %s' % (self.proc.returncode, text[-2000:])
+            assert time.monotonic() < deadline, \
+                'no %r in the listener log: %s' % (pattern, text[-3000:])
+            time.sleep(0.05)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+class Cloud(object):
+    def __init__(self, api, repo, nova, listener, agents):
+        self.api, self.repo = api, repo
+        self.nova, self.listener = nova, listener
+        self.agents = agents            # host -> AgentProcess
+        self.a, self.b = sorted(agents)
+
+    def notify(self, event, host, instance, instance_host=None, **kw):
+        """Emit ``instance.EVENT`` from ``host`` and wait until the
+        listener has handled it; returns the log it wrote meanwhile.
+        """
+        mark = len(self.listener.text())
+        self.nova.emit(event, host, instance, instance_host or host, **kw)
+        self.listener.wait_for(r'handled instance\.%s from %s of instance '
+                               r'%s' % (re.escape(event), re.escape(host),
+                                        instance), mark)
+        return self.listener.text()[mark:]
+
+    def volume(self, host, instance=None, name=None, project='proj-1'):
+        """A new image, attached on ``host`` (bound to ``instance``)."""
+        name = name or 'img-' + uuid.uuid4().hex[:8]
+        image = self.api.create_image(host, name, IMAGE_SIZE)['id']
+        got = self.api.attach(host, image, instance=instance,
+                              project=project if instance else None)
+        return image, got['path']
+
+    def newest(self, image):
+        versions = agent_rpc.committed(self.repo.image(image).versions)
+        stable = [v for v in versions if v.state == 'stable']
+        return stable[-1]
+
+
+def write(path, rng, size, offset=0):
+    """``size`` random bytes at ``offset``, synced; returns them."""
+    data = rng.randbytes(size)
+    with open(path, 'r+b', buffering=0) as f:
+        f.seek(offset)
+        for pos in range(0, size, 4 * MiB):
+            f.write(data[pos:pos + 4 * MiB])
+        os.fsync(f.fileno())
+    return data
+
+
+@pytest.fixture(scope='module')
+def cloud(rabbitmq_url, tmp_path_factory):
+    top = tmp_path_factory.mktemp('nova-listener')
+    backend = local.LocalBackend(str(top / 'store'))
+    repo = repository.Repository(backend)
+    api = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=60)
+    topic = 'versioned-' + uuid.uuid4().hex[:8]
+    agents, nova, listener = {}, None, None
+    try:
+        for label in ('a', 'b'):
+            host = agent_rpc.host_name('nl-' + label)
+            workdir = top / ('agent-' + label)
+            workdir.mkdir()
+            agents[host] = harness.AgentProcess(
+                str(workdir), backend,
+                agent_rpc.rpc_settings(rabbitmq_url, host)).start()
+        for host in agents:
+            agent_rpc.wait_rpc(api, host)
+        nova = Nova(str(top), rabbitmq_url, topic)
+        listener = Listener(str(top), rabbitmq_url, topic)
+        yield Cloud(api, repo, nova, listener, agents)
+    finally:
+        if listener is not None:
+            listener.stop()
+        if nova is not None:
+            nova.stop()
+        api.cleanup()
+        for agent in agents.values():
+            agent.stop()
+        repo.close()
+
+
+def test_delete_releases_the_mirror_and_loses_nothing(cloud):
+    rng = random.Random(1)
+    instance = str(uuid.uuid4())
+    image, path = cloud.volume(cloud.a, instance)
+    data = write(path, rng, 3 * MiB, offset=5 * MiB)
+
+    log = cloud.notify('delete.end', cloud.a, instance)
+    assert 'released on %s' % cloud.a in log
+    assert image not in cloud.api.status(cloud.a)['attached']
+    assert not os.path.exists(path)
+    newest = cloud.newest(image)
+    assert newest.made_by == 'nova-release'
+    assert cloud.repo.read(image, newest.number, 5 * MiB, 3 * MiB) == data
+    # Handled twice (a second listener of the pool, a redelivery):
+    # nothing left to do, nothing committed.
+    log = cloud.notify('delete.end', cloud.a, instance)
+    assert 'holds no BlobCR image of instance %s' % instance in log
+    assert cloud.newest(image).number == newest.number
+
+
+def test_shelve_offload_finds_a_cinder_volume_by_its_id(cloud):
+    """An image attached without an instance binding, named the way the
+    Cinder driver names a volume's image: the payload's block_devices
+    lead to it.
+    """
+    rng = random.Random(2)
+    instance, volume = str(uuid.uuid4()), str(uuid.uuid4())
+    image, path = cloud.volume(cloud.a, name='volume-%s' % volume)
+    data = write(path, rng, 2 * MiB)
+
+    log = cloud.notify('shelve_offload.end', cloud.a, instance,
+                       volumes=[volume])
+    assert 'image %s of instance %s released' % (image, instance) in log
+    assert image not in cloud.api.status(cloud.a)['attached']
+    newest = cloud.newest(image)
+    assert cloud.repo.read(image, newest.number, 0, 2 * MiB) == data
+
+
+def test_shelve_commits_and_keeps_the_mirror(cloud):
+    rng = random.Random(3)
+    instance = str(uuid.uuid4())
+    image, path = cloud.volume(cloud.a, instance)
+    data = write(path, rng, MiB)
+    log = cloud.notify('shelve.end', cloud.a, instance)
+    assert 'kept on %s' % cloud.a in log
+    entry = cloud.api.status(cloud.a)['attached'][image]
+    assert entry['instances'] == [instance] and not entry['dirty']
+    assert cloud.repo.read(image, cloud.newest(image).number, 0, MiB) == data
+    cloud.api.detach(cloud.a, image)
+
+
+def test_volume_detach_makes_sure_the_mirror_is_gone(cloud):
+    rng = random.Random(4)
+    instance, volume = str(uuid.uuid4()), str(uuid.uuid4())
+    image, path = cloud.volume(cloud.a, instance, name='volume-%s' % volume)
+    other, _ = cloud.volume(cloud.a)
+    data = write(path, rng, MiB)
+
+    log = cloud.notify('volume_detach.end', cloud.a, instance,
+                       volume_id=volume)
+    assert 'still attached' in log
+    attached = cloud.api.status(cloud.a)['attached']
+    assert image not in attached
+    assert cloud.repo.read(image, cloud.newest(image).number, 0, MiB) == data
+    # Another image of the host is not that volume: it stays.
+    assert other in attached
+    cloud.api.detach(cloud.a, other)
+
+
+def migrate(cloud, rng, size):
+    """Live-migrate an instance whose image has ``size`` dirty bytes from
+    A to B; returns (timings of the MOVED line, image, data, path on B).
+    The writer stops before the migration starts (a guest is paused at
+    the switch; here it simply stops writing).
+    """
+    instance = str(uuid.uuid4())
+    image, path = cloud.volume(cloud.a, instance)
+    data = write(path, rng, size) if size else b''
+    cloud.notify('live_migration_pre.start', cloud.b, instance,
+                 instance_host=cloud.a)
+    log = cloud.notify('live_migration_post.end', cloud.a, instance,
+                       instance_host=cloud.a)
+    moved = re.search(r'MOVED instance=%s .*' % instance, log).group(0)
+    timings = {k: float(v) for k, v in
+               re.findall(r'(\w+_ms)=([0-9.]+)', moved)}
+    timings['start_chunks'] = int(re.search(r'start_chunks=(\d+)',
+                                            moved).group(1))
+    return timings, image, data, instance
+
+
+def test_live_migration_moves_the_mirror(cloud):
+    rng = random.Random(5)
+    timings, image, data, instance = migrate(cloud, rng, 8 * MiB)
+    assert image not in cloud.api.status(cloud.a)['attached']
+    entry = cloud.api.status(cloud.b)['attached'][image]
+    assert entry['instances'] == [instance]
+    newest = cloud.newest(image)
+    assert newest.made_by == 'migrate'
+    assert entry['attached_version'] == newest.number
+    with open(entry['path'], 'rb') as f:
+        assert f.read(len(data)) == data
+    assert timings['start_chunks'] > 0
+    print('\nlive migration, 8 MiB dirty: source commit %.1f ms, end '
+          '(commit + detach) %.1f ms, attach on B %.1f ms, extra %.1f ms'
+          % (timings['start_ms'], timings['end_commit_ms'],
+             timings['attach_ms'], timings['extra_ms']))
+    # The post_dest.end that also comes is a no-op.
+    log = cloud.notify('live_migration_post_dest.end', cloud.b, instance)
+    assert 'already done' in log
+    assert cloud.api.status(cloud.b)['attached'][image]['attached_version'] \
+        == newest.number
+    cloud.api.detach(cloud.b, image)
+
+
+def test_rollback_leaves_the_source_attached(cloud):
+    rng = random.Random(6)
+    instance = str(uuid.uuid4())
+    image, path = cloud.volume(cloud.a, instance)
+    data = write(path, rng, MiB)
+    cloud.notify('live_migration_pre.start', cloud.b, instance,
+                 instance_host=cloud.a)
+    log = cloud.notify('live_migration_rollback.end', cloud.a, instance)
+    assert 'stay on %s' % cloud.a in log
+    entry = cloud.api.status(cloud.a)['attached'][image]
+    assert entry['instances'] == [instance]
+    assert image not in cloud.api.status(cloud.b)['attached']
+    with open(path, 'rb') as f:
+        assert f.read(MiB) == data
+    # The migration is forgotten: a late post.end moves nothing.
+    log = cloud.notify('live_migration_post.end', cloud.a, instance)
+    assert 'its start was not seen' in log
+    assert image in cloud.api.status(cloud.a)['attached']
+    cloud.api.detach(cloud.a, image)
+
+
+def test_what_the_host_does_not_hold_changes_nothing(cloud):
+    rng = random.Random(7)
+    mine, my_volume = str(uuid.uuid4()), str(uuid.uuid4())
+    image, path = cloud.volume(cloud.a, mine, name='volume-%s' % my_volume)
+    write(path, rng, MiB)
+    before = [v.number for v in cloud.repo.image(image).versions]
+    stranger, volume = str(uuid.uuid4()), str(uuid.uuid4())
+    log = cloud.notify('delete.end', cloud.a, stranger, volumes=[volume])
+    assert 'holds no BlobCR image of instance %s' % stranger in log
+    log = cloud.notify('volume_detach.end', cloud.a, stranger,
+                       volume_id=volume)
+    assert 'is not a BlobCR volume' in log
+    # The image of another instance, named by the payload's volume: left
+    # alone.
+    log = cloud.notify('delete.end', cloud.a, stranger,
+                       volumes=[my_volume])
+    assert 'is bound to %s, not to %s: left alone' % (mine, stranger) in log
+    assert 'holds no BlobCR image of instance %s' % stranger in log
+    entry = cloud.api.status(cloud.a)['attached'][image]
+    assert entry['instances'] == [mine] and entry['dirty']
+    assert [v.number for v in cloud.repo.image(image).versions] == before
+    cloud.api.checkpoint(cloud.a, image)
+    cloud.api.detach(cloud.a, image)
+
+
+def test_dead_agent_is_an_error_and_the_next_event_is_handled(cloud):
+    rng = random.Random(8)
+    dead = agent_rpc.host_name('nl-dead')
+    instance = str(uuid.uuid4())
+    log = cloud.notify('delete.end', dead, instance)
+    assert re.search(r'ERROR .*instance\.delete\.end of instance %s not '
+                     r'handled: the blobcr-agent of host %s does not answer'
+                     % (instance, dead), log), log
+    assert 'Traceback' not in log
+    # A migration whose destination is dead: released on A, not lost.
+    image, path = cloud.volume(cloud.a, instance)
+    data = write(path, rng, MiB)
+    cloud.notify('live_migration_pre.start', dead, instance,
+                 instance_host=cloud.a)
+    log = cloud.notify('live_migration_post.end', cloud.a, instance)
+    assert re.search(r'ERROR .*released on %s at version \d+ and is not '
+                     r'attached on %s' % (cloud.a, dead), log), log
+    assert image not in cloud.api.status(cloud.a)['attached']
+    assert cloud.repo.read(image, cloud.newest(image).number, 0, MiB) == data
+    # The listener still handles the next notification.
+    image, path = cloud.volume(cloud.a, instance)
+    cloud.notify('delete.end', cloud.a, instance)
+    assert image not in cloud.api.status(cloud.a)['attached']
+
+
+@pytest.mark.skipif(not os.environ.get('BLOBCR_LISTENER_BENCH'),
+                    reason='set BLOBCR_LISTENER_BENCH=RUNS to measure')
+def test_bench_migration_extra_time(cloud):
+    runs = int(os.environ['BLOBCR_LISTENER_BENCH'])
+    rng = random.Random(9)
+    results = {}
+    for size in (0, 4 * MiB, 16 * MiB, 64 * MiB):
+        rows = []
+        for _ in range(runs):
+            timings, image, _, _ = migrate(cloud, rng, size)
+            cloud.api.detach(cloud.b, image)
+            rows.append(timings)
+        results[size] = {k: statistics.median(r[k] for r in rows)
+                         for k in ('start_ms', 'end_commit_ms', 'attach_ms',
+                                   'extra_ms')}
+    print('\ndirty MiB  source commit ms  end ms  attach ms  extra ms '
+          '(medians of %d runs)' % runs)
+    for size, m in results.items():
+        print('%9d  %16.1f  %6.1f  %9.1f  %8.1f'
+              % (size // MiB, m['start_ms'], m['end_commit_ms'],
+                 m['attach_ms'], m['extra_ms']))
+
+
+if __name__ == '__main__':
+    emitter_main(sys.argv[1])
