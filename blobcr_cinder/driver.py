@@ -50,6 +50,8 @@ META = 'blobcr:'
 # Version.made_by of the versions the driver makes for itself.
 MADE_BY = 'cinder'
 UNMANAGED = 'unmanaged'
+# Versions made only to hold a detached volume's content.
+SUPERSEDED = (MADE_BY, 'revert', 'kept')
 
 
 def image_name(volume):
@@ -371,6 +373,7 @@ class BlobCRDriver(driver.VolumeDriver):
                 reason='snapshot %s is not of volume %s' % (snapshot.id,
                                                             volume.id))
         self._call(self.storage_host, 'revert', image, version)
+        self._forget_superseded(volume)
 
     # -- attach ------------------------------------------------------------
 
@@ -430,6 +433,40 @@ class BlobCRDriver(driver.VolumeDriver):
                             label=MADE_BY)
             self._wait_stable(host, image, cp['version'])
         self._call(host, 'detach', image, force=kwargs.get('force', False))
+        self._forget_superseded(volume)
+
+    def _forget_superseded(self, volume):
+        """Obsolete the versions the driver made only to hold a detached
+        volume's content (a detach's last checkpoint, a revert, a copy
+        kept for a deleted snapshot) once a newer stable version holds
+        it, so that attach/detach cycles do not keep every old state.
+        Snapshots, guest checkpoints and clones' origins are kept (GC
+        keeps what clones share anyway). Skipped while a snapshot of the
+        volume is being made: its version is not in Cinder's records yet.
+        """
+        image = self._image_of(volume)
+        ctxt = cinder_context.get_admin_context()
+        snapshots = objects.SnapshotList.get_all_for_volume(ctxt, volume.id)
+        if any(s.status == 'creating' for s in snapshots):
+            return
+        kept = {s.provider_id for s in snapshots}
+        try:
+            versions = self.api.list_versions(self.storage_host,
+                                              image)['versions']
+            stable = [v['version'] for v in versions
+                      if v['state'] == 'stable']
+            old = [v['version'] for v in versions
+                   if v['state'] == 'stable' and v['version'] != stable[-1]
+                   and v['made_by'] in SUPERSEDED and not v['clones']
+                   and '%s@%d' % (image, v['version']) not in kept]
+            if old:
+                self.api.obsolete(self.storage_host, image, old)
+                LOG.info('volume %s: versions %s of image %s superseded',
+                         volume.id, old, image)
+        except Exception as e:
+            # Only space: the next detach or revert tries again.
+            LOG.warning('volume %s: could not obsolete superseded versions '
+                        'of image %s: %s', volume.id, image, e)
 
     # -- images ------------------------------------------------------------
 
@@ -439,34 +476,40 @@ class BlobCRDriver(driver.VolumeDriver):
         not as root) -> a new version of the volume's image (only the
         chunks that are not zero are written).
         """
-        path = self._exchange_path(volume, 'import')
-        try:
+        with self._exchange_path(volume, 'import') as path:
             image_utils.fetch_to_raw(
                 context, image_service, image_id, path,
                 self.configuration.volume_dd_blocksize, size=volume.size,
                 run_as_root=False, disable_sparse=disable_sparse)
             self._call(self.storage_host, 'import_file',
                        self._image_of(volume), path)
-        finally:
-            image_utils.delete_if_exists(path)
 
     def copy_volume_to_image(self, context, volume, image_service,
                              image_meta):
         image = self._image_of(volume)
         if self._attached_host(volume):
             raise exception.VolumeIsBusy(volume_name=volume.name)
-        path = self._exchange_path(volume, 'export')
-        try:
+        with self._exchange_path(volume, 'export') as path:
             self._call(self.storage_host, 'export', image, None, path,
                        timeout=self.configuration.blobcr_snapshot_timeout)
             image_utils.upload_volume(context, image_service, image_meta,
                                       path, run_as_root=False)
-        finally:
-            image_utils.delete_if_exists(path)
 
+    @contextlib.contextmanager
     def _exchange_path(self, volume, what):
-        return '%s/%s-%s-%d.raw' % (self.configuration.blobcr_exchange_dir,
-                                    what, volume.id, time.time_ns())
+        """A new file's path in the directory shared with the agent of
+        blobcr_agent_host (made if missing); the file is removed after.
+        """
+        import os  # the only file work of the driver
+        directory = self.configuration.blobcr_exchange_dir
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, '%s-%s-%d.raw' % (
+            what, volume.id, time.time_ns()))
+        try:
+            yield path
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     # -- stats -------------------------------------------------------------
 

@@ -135,8 +135,31 @@ def test_volume_snapshot_clone_revert_extend_delete(cloud, rabbitmq_url):
     att = Attachment(stack, vol['id'], hosts.compute[0])
     assert os.path.getsize(att.path) == 3 * GiB
     assert read_file(att.path, 0, region) == writer.content_at(cut, base)
+    with open(att.path, 'r+b') as f:        # past the writer's region
+        f.seek(region)
+        f.write(b'after the revert')
     att.detach()
     stack.wait_status('volume', vol['id'], 'available')
+
+    # What the driver made only to hold the detached content (the
+    # detaches' last checkpoints, the revert) is obsolete once newer
+    # content is stable; the snapshot, the origin of the clone and the
+    # newest version stay.
+    api = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=60)
+    try:
+        versions = api.list_versions(hosts.storage,
+                                     att.connection['blobcr_image'])
+    finally:
+        api.cleanup()
+    stable = [v for v in versions['versions'] if v['state'] == 'stable']
+    snap_version = int(props['blobcr:version'])
+    assert [v['version'] for v in stable if v['made_by'] in (
+        'cinder', 'revert') and v['version'] != snap_version and
+        not v['clones']] == [stable[-1]['version']], versions
+    assert snap_version in [v['version'] for v in stable]
+    # (Cinder's revert also made and deleted a snapshot of its own.)
+    assert 'revert' in [v['made_by'] for v in versions['versions']
+                        if v['state'] == 'obsolete'], versions
 
     # Delete the snapshot and its volume while B (made from it) lives:
     # B keeps its data.
