@@ -381,6 +381,47 @@ def test_live_migration_moves_the_mirror(cloud):
     cloud.api.detach(cloud.b, image)
 
 
+def test_writes_after_the_start_are_committed_at_the_end(cloud):
+    """The guest runs on the source until the switch: what it writes
+    after live_migration_pre is committed by the source at the end, before
+    the destination attaches.
+    """
+    rng = random.Random(10)
+    instance = str(uuid.uuid4())
+    image, path = cloud.volume(cloud.a, instance)
+    first = write(path, rng, 2 * MiB)
+    cloud.notify('live_migration_pre.start', cloud.b, instance,
+                 instance_host=cloud.a)
+    second = write(path, rng, MiB, offset=MiB)
+    log = cloud.notify('live_migration_post_dest.end', cloud.b, instance)
+    assert re.search(r'MOVED .*start_chunks=[1-9]\d* .*end_chunks=[1-9]', log)
+    entry = cloud.api.status(cloud.b)['attached'][image]
+    with open(entry['path'], 'rb') as f:
+        assert f.read(2 * MiB) == first[:MiB] + second
+    cloud.api.detach(cloud.b, image)
+
+
+def test_resize_moves_and_revert_moves_back(cloud):
+    rng = random.Random(11)
+    instance = str(uuid.uuid4())
+    image, path = cloud.volume(cloud.a, instance)
+    data = write(path, rng, MiB)
+    cloud.notify('resize_prep.start', cloud.b, instance,
+                 instance_host=cloud.a)
+    cloud.notify('resize_finish.end', cloud.b, instance)
+    assert image not in cloud.api.status(cloud.a)['attached']
+    on_b = cloud.api.status(cloud.b)['attached'][image]
+    assert on_b['instances'] == [instance]
+    more = write(on_b['path'], rng, MiB, offset=MiB)
+    cloud.notify('resize_revert.end', cloud.a, instance)
+    assert image not in cloud.api.status(cloud.b)['attached']
+    on_a = cloud.api.status(cloud.a)['attached'][image]
+    assert on_a['instances'] == [instance]
+    with open(on_a['path'], 'rb') as f:
+        assert f.read(2 * MiB) == data + more
+    cloud.api.detach(cloud.a, image)
+
+
 def test_rollback_leaves_the_source_attached(cloud):
     rng = random.Random(6)
     instance = str(uuid.uuid4())
