@@ -398,26 +398,15 @@ class Handler(object):
             moved[image] = version
         commit_ms = (time.monotonic() - start) * 1000
         attach_start = time.monotonic()
-        project = data.get('tenant_id')
         for image, version in sorted(moved.items()):
             try:
-                got = self._call(dest, 'attach', image, version=version,
-                                 instance=m.instance, project=project)
-            except agent_exception.InvalidInput as e:
-                LOG.error('%s: image %s of instance %s is not attached on '
-                          '%s at version %s: %s (it was released on %s; '
-                          'that version holds its data)', event_type, image,
-                          m.instance, dest, version, e, source)
-                continue
+                self._attach_moved(event_type, m.instance, image, version,
+                                   source, dest, data.get('tenant_id'))
             except AgentDown as e:
                 LOG.error('%s: image %s of instance %s was released on %s '
                           'at version %s and is not attached on %s: %s',
-                          event_type, image, m.instance, source, version,
-                          dest, e)
-                continue
-            LOG.info('%s: image %s of instance %s attached on %s at '
-                     'version %s (%s)', event_type, image, m.instance, dest,
-                     got['version'], got['path'])
+                          event_type, image, m.instance, source,
+                          'newest' if version is None else version, dest, e)
         attach_ms = (time.monotonic() - attach_start) * 1000
         LOG.info('MOVED instance=%s source=%s dest=%s images=%d '
                  'start_chunks=%d start_ms=%.1f end_chunks=%d '
@@ -425,6 +414,52 @@ class Handler(object):
                  m.instance, source, dest, len(moved), m.chunks,
                  m.start_ms, chunks, commit_ms, attach_ms,
                  m.start_ms + commit_ms + attach_ms)
+
+    def _attach_moved(self, event_type, instance, image, version, source,
+                      dest, project):
+        """Attach on ``dest`` what ``source`` released at ``version``
+        (None: it was released before, its newest stable version).
+        """
+        there = self._call(dest, 'status')['attached'].get(image)
+        if there is not None:
+            # Already mirrored there: Nova's Cinder attachment of the
+            # destination (made at live_migration_pre, before the
+            # source's last writes were committed), or an operator's.
+            if version is None:
+                version = max(v['version'] for v in self._call(
+                    dest, 'list_versions', image)['versions']
+                    if v['state'] == 'stable')
+            base = max(there.get('attached_version') or 0,
+                       there.get('last_version') or 0)
+            if base < version:
+                LOG.error('%s: image %s of instance %s was already '
+                          'attached on %s from version %s, older than '
+                          'version %s the source %s committed last: chunks '
+                          'written on %s after version %s and not '
+                          'rewritten on %s are read there as they were in '
+                          'version %s. The agent cannot move an attached '
+                          'mirror to a newer version; detach it there and '
+                          'attach version %s before the instance uses it '
+                          '(doc/source/nova.rst, "Notifications")',
+                          event_type, image, instance, dest, base, version,
+                          source, source, base, dest, base, version)
+            else:
+                LOG.info('%s: image %s of instance %s already attached on '
+                         '%s (from version %s)', event_type, image,
+                         instance, dest, base)
+            return
+        try:
+            got = self._call(dest, 'attach', image, version=version,
+                             instance=instance, project=project)
+        except agent_exception.BlobCRError as e:
+            LOG.error('%s: image %s of instance %s is not attached on %s '
+                      'at version %s: %s (it was released on %s; that '
+                      'version holds its data)', event_type, image,
+                      instance, dest, version, e, source)
+            return
+        LOG.info('%s: image %s of instance %s attached on %s at version %s '
+                 '(%s)', event_type, image, instance, dest, got['version'],
+                 got['path'])
 
     def _migrate_back(self, event_type, source, instance, data):
         """resize_revert.end, emitted by the source the instance is back

@@ -401,6 +401,32 @@ def test_writes_after_the_start_are_committed_at_the_end(cloud):
     cloud.api.detach(cloud.b, image)
 
 
+def test_destination_attached_before_the_commit_is_reported(cloud):
+    """What Nova's Cinder attachment does: the destination's agent
+    attaches the volume at live_migration_pre, before the source commits.
+    The listener cannot bring that mirror to the newer version: it says
+    so (an error naming both versions) and changes nothing there.
+    """
+    rng = random.Random(12)
+    instance = str(uuid.uuid4())
+    image, path = cloud.volume(cloud.a, instance)
+    early = cloud.api.attach(cloud.b, image, instance=instance,
+                             project='proj-1')
+    write(path, rng, MiB)
+    cloud.notify('live_migration_pre.start', cloud.b, instance,
+                 instance_host=cloud.a)
+    log = cloud.notify('live_migration_post.end', cloud.a, instance)
+    newest = cloud.newest(image).number
+    assert re.search(r'ERROR .*image %s of instance %s was already attached '
+                     r'on %s from version %d, older than version %d'
+                     % (image, instance, cloud.b, early['version'], newest),
+                     log), log
+    assert image not in cloud.api.status(cloud.a)['attached']
+    entry = cloud.api.status(cloud.b)['attached'][image]
+    assert entry['attached_version'] == early['version']
+    cloud.api.detach(cloud.b, image)
+
+
 def test_resize_moves_and_revert_moves_back(cloud):
     rng = random.Random(11)
     instance = str(uuid.uuid4())
