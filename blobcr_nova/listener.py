@@ -55,6 +55,8 @@ from blobcr_nova import listener_opts
 
 LOG = logging.getLogger(__name__)
 
+LOCKS = 64
+
 RELEASE = 'release'
 SHELVE = 'shelve'
 DETACH_VOLUME = 'detach_volume'
@@ -127,7 +129,7 @@ class Handler(object):
         self.opts = conf_group
         self.migrations = {}            # instance -> Migration
         self._lock = threading.Lock()
-        self._instance_locks = {}
+        self._instance_locks = [threading.Lock() for _ in range(LOCKS)]
 
     # -- entry -------------------------------------------------------------
 
@@ -152,6 +154,12 @@ class Handler(object):
             except AgentDown as e:
                 LOG.error('%s of instance %s not handled: %s', event_type,
                           instance, e)
+            except agent_exception.BlobCRError as e:
+                # The agent's own answer (Busy, a version that failed...):
+                # the mirror is as the agent left it, nothing discarded.
+                LOG.error('%s of instance %s not completed: the agent '
+                          'answered %s: %s', event_type, instance,
+                          type(e).__name__, e)
             except Exception:
                 LOG.exception('%s of instance %s failed', event_type,
                               instance)
@@ -160,10 +168,13 @@ class Handler(object):
         return action
 
     def _instance_lock(self, instance):
+        """One instance's events are handled one at a time, in the
+        order they arrive (a lock per stripe, not per instance ever seen).
+        """
         with self._lock:
             self._expire()
-            return self._instance_locks.setdefault(instance,
-                                                   threading.Lock())
+        return self._instance_locks[hash(instance) % len(
+            self._instance_locks)]
 
     def _expire(self):
         now = time.monotonic()
@@ -248,21 +259,30 @@ class Handler(object):
             return {}
         released = {}
         for image, entry in sorted(held.items()):
-            version, chunks, ms = self._commit(host, image, entry,
-                                               self.opts.release_label)
-            try:
-                self._call(host, 'detach', image)
-            except agent_exception.InvalidInput as e:
-                # A running domain uses it, or it was written after the
-                # commit: the mirror stays, nothing is lost.
-                LOG.error('%s: image %s of instance %s stays attached on '
-                          '%s: %s', event_type, image, instance, host, e)
-                continue
-            released[image] = version
-            LOG.info('%s: image %s of instance %s released on %s at '
-                     'version %s (%d chunks committed in %.1f ms)',
-                     event_type, image, instance, host, version, chunks, ms)
+            version = self._release_image(event_type, host, instance, image,
+                                          entry)
+            if version is not None:
+                released[image] = version
         return released
+
+    def _release_image(self, event_type, host, instance, image, entry):
+        """Commit, wait until stable, detach; the version, or None when
+        the agent refused the detach (the mirror stays, nothing lost).
+        """
+        version, chunks, ms = self._commit(host, image, entry,
+                                           self.opts.release_label)
+        try:
+            self._call(host, 'detach', image)
+        except agent_exception.InvalidInput as e:
+            # A running domain uses it, or it was written after the
+            # commit.
+            LOG.error('%s: image %s of instance %s stays attached on %s: '
+                      '%s', event_type, image, instance, host, e)
+            return None
+        LOG.info('%s: image %s of instance %s released on %s at version %s '
+                 '(%d chunks committed in %.1f ms)', event_type, image,
+                 instance, host, version, chunks, ms)
+        return version
 
     # -- actions -------------------------------------------------------------
 
@@ -306,17 +326,7 @@ class Handler(object):
         LOG.warning('%s: image %s of volume %s is still attached on %s '
                     '(Cinder\'s terminate_connection did not detach it): '
                     'releasing it', event_type, image, volume, host)
-        version, chunks, ms = self._commit(host, image, entry,
-                                           self.opts.release_label)
-        try:
-            self._call(host, 'detach', image)
-        except agent_exception.InvalidInput as e:
-            LOG.error('%s: image %s stays attached on %s: %s', event_type,
-                      image, host, e)
-            return
-        LOG.info('%s: image %s of instance %s released on %s at version %s '
-                 '(%d chunks committed in %.1f ms)', event_type, image,
-                 instance, host, version, chunks, ms)
+        self._release_image(event_type, host, instance, image, entry)
 
     def _migrate_start(self, event_type, dest, instance, data):
         """Emitted by the destination; the payload's host is the source:
