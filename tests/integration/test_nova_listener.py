@@ -193,8 +193,8 @@ class Listener(object):
 
 
 class Cloud(object):
-    def __init__(self, api, repo, nova, listener, agents):
-        self.api, self.repo = api, repo
+    def __init__(self, api, repo, nova, listener, agents, url):
+        self.api, self.repo, self.url = api, repo, url
         self.nova, self.listener = nova, listener
         self.agents = agents            # host -> AgentProcess
         self.a, self.b = sorted(agents)
@@ -255,7 +255,7 @@ def cloud(rabbitmq_url, tmp_path_factory):
             agent_rpc.wait_rpc(api, host)
         nova = Nova(str(top), rabbitmq_url, topic)
         listener = Listener(str(top), rabbitmq_url, topic)
-        yield Cloud(api, repo, nova, listener, agents)
+        yield Cloud(api, repo, nova, listener, agents, rabbitmq_url)
     finally:
         if listener is not None:
             listener.stop()
@@ -517,6 +517,41 @@ def test_dead_agent_is_an_error_and_the_next_event_is_handled(cloud):
     image, path = cloud.volume(cloud.a, instance)
     cloud.notify('delete.end', cloud.a, instance)
     assert image not in cloud.api.status(cloud.a)['attached']
+
+
+def test_killed_agent_loses_nothing(cloud, tmp_path):
+    """A host's agent killed (SIGKILL) with an instance's writes not
+    committed: the delete is an error, nothing is committed; once the
+    agent is back (it re-attaches from its cache), the next delete
+    releases the image with those writes.
+    """
+    rng = random.Random(13)
+    host = agent_rpc.host_name('nl-c')
+    agent = harness.AgentProcess(
+        str(tmp_path), cloud.repo.backend,
+        agent_rpc.rpc_settings(cloud.url, host)).start()
+    try:
+        agent_rpc.wait_rpc(cloud.api, host)
+        instance = str(uuid.uuid4())
+        image, path = cloud.volume(host, instance)
+        data = write(path, rng, MiB)
+        before = [v.number for v in cloud.repo.image(image).versions]
+        agent.kill()
+        log = cloud.notify('delete.end', host, instance)
+        assert re.search(r'ERROR .*instance\.delete\.end of instance %s not '
+                         r'handled: the blobcr-agent of host %s does not '
+                         r'answer' % (instance, host), log), log
+        assert [v.number for v in cloud.repo.image(image).versions] == \
+            before
+        agent.start()
+        agent_rpc.wait_rpc(cloud.api, host)
+        assert cloud.api.status(host)['attached'][image]['dirty']
+        log = cloud.notify('delete.end', host, instance)
+        assert 'released on %s' % host in log
+        assert cloud.repo.read(image, cloud.newest(image).number, 0,
+                               MiB) == data
+    finally:
+        agent.stop()
 
 
 @pytest.mark.skipif(not os.environ.get('BLOBCR_LISTENER_BENCH'),
