@@ -11,18 +11,23 @@ venv):
 * Keystone with fernet tokens, served by gunicorn;
 * cinder-api (keystonemiddleware auth), cinder-scheduler and cinder-volume
   on the caller's RabbitMQ, with the backend sections the caller gives, one
-  volume type per backend.
+  volume type per backend;
+* glance-api (keystonemiddleware auth, served by gunicorn) with a file
+  store under the work directory, in the catalog as the ``image`` service
+  and named to Cinder by ``glance_api_servers``.
 
-Identities: ``admin`` (admin of project ``admin``), ``cinder`` (admin and
-service in project ``service``, the services' own user) and ``demo``
-(member of project ``demo``).  :meth:`OpenStackStack.openstack` runs the
-real ``openstack`` CLI as one of them.
+Identities: ``admin`` (admin of project ``admin``), ``cinder`` and
+``glance`` (admin and service in project ``service``, the services' own
+users) and ``demo`` (member of project ``demo``).
+:meth:`OpenStackStack.openstack` runs the real ``openstack`` CLI as one
+of them.
 
-The slow constant parts (both databases after their migrations, Keystone's
-bootstrap and catalog, fernet and credential keys) are built once and
-copied afterwards: see :class:`StackTemplate`.  With BLOBCR_OPENSTACK_TEMPLATE
-naming a directory, templates stay there across sessions (one per installed
-keystone, cinder and PostgreSQL version).
+The slow constant parts (the three databases after their migrations,
+Keystone's bootstrap and catalog, fernet and credential keys) are built
+once and copied afterwards: see :class:`StackTemplate`.  With
+BLOBCR_OPENSTACK_TEMPLATE naming a directory, templates stay there across
+sessions (one per installed keystone, cinder, glance and PostgreSQL
+version).
 
 Logs: ``WORKDIR/logs/<service>.log``, one file per process (stdout and
 stderr together).  No mocks: everything here is the real service.
@@ -50,19 +55,22 @@ from blobcr_agent.bench import harness
 BIN = os.path.dirname(os.path.abspath(sys.executable))
 VENV = os.path.dirname(BIN)
 CINDER_ETC = os.path.join(VENV, 'etc', 'cinder')
+GLANCE_ETC = os.path.join(VENV, 'etc', 'glance')
 
 REGION = 'RegionOne'
 DOMAIN = 'Default'
 # Fixed passwords: the template's databases hold their hashes, and nothing
 # listens beyond 127.0.0.1.
 PASSWORDS = {'admin': 'admin-secret', 'cinder': 'cinder-secret',
-             'demo': 'demo-secret'}
-PROJECTS = {'admin': 'admin', 'cinder': 'service', 'demo': 'demo'}
+             'glance': 'glance-secret', 'demo': 'demo-secret'}
+PROJECTS = {'admin': 'admin', 'cinder': 'service', 'glance': 'service',
+            'demo': 'demo'}
+SERVICE_USERS = ('cinder', 'glance')
 
 TEMPLATE_ENV = 'BLOBCR_OPENSTACK_TEMPLATE'
 # Bump when what a template holds changes (schema of this module, not of
 # the services: their versions are in the key already).
-TEMPLATE_FORMAT = 2
+TEMPLATE_FORMAT = 3
 
 # Debian's server binaries: /usr/lib/postgresql/<major>/bin.
 POSTGRES_ROOT = '/usr/lib/postgresql'
@@ -360,7 +368,7 @@ class PostgresServer:
 
 def installed_versions():
     versions = {name: metadata.version(name)
-                for name in ('keystone', 'cinder')}
+                for name in ('keystone', 'cinder', 'glance')}
     versions['postgres'] = os.path.basename(
         os.path.dirname(postgres_bindir()))
     return versions
@@ -372,10 +380,10 @@ class StackTemplate:
     ``pgdata/``, the data directory of a cleanly stopped PostgreSQL
     cluster (owned by the user the server ran as) holding the databases
     ``keystone`` (migrated, bootstrapped, with the projects, users, roles,
-    services and endpoints) and ``cinder`` (migrated, before any service
-    ran); ``fernet-keys/``, ``credential-keys/`` and ``meta.json`` with
-    the ports the endpoints were registered with: a copy rewrites them to
-    its own ports.
+    services and endpoints), ``cinder`` (migrated, before any service
+    ran) and ``glance`` (migrated); ``fernet-keys/``,
+    ``credential-keys/`` and ``meta.json`` with the ports the endpoints
+    were registered with: a copy rewrites them to its own ports.
     """
 
     COPIED = ('fernet-keys', 'credential-keys')
@@ -386,9 +394,9 @@ class StackTemplate:
     @classmethod
     def key(cls):
         versions = installed_versions()
-        return 'keystone-%s-cinder-%s-postgres-%s-format-%d' % (
-            versions['keystone'], versions['cinder'], versions['postgres'],
-            TEMPLATE_FORMAT)
+        return 'keystone-%s-cinder-%s-glance-%s-postgres-%s-format-%d' % (
+            versions['keystone'], versions['cinder'], versions['glance'],
+            versions['postgres'], TEMPLATE_FORMAT)
 
     @property
     def pgdata(self):
@@ -458,7 +466,7 @@ def rewrite_endpoint_ports(postgres, ports, database='keystone'):
 
 
 class OpenStackStack:
-    """Keystone, cinder-api, cinder-scheduler and cinder-volume.
+    """Keystone, cinder-api, cinder-scheduler, cinder-volume, glance-api.
 
     ``backends`` is ``{section: {option: value}}``: each becomes a section
     of cinder.conf, is listed in ``enabled_backends`` and gets a volume
@@ -484,6 +492,7 @@ class OpenStackStack:
         self.logdir = os.path.join(self.workdir, 'logs')
         self.keystone_port = None
         self.cinder_port = None
+        self.glance_port = None
         self.processes = {}
         self.postgres = None
         self.timings = {}
@@ -503,6 +512,10 @@ class OpenStackStack:
     def cinder_url(self):
         return 'http://127.0.0.1:%d' % self.cinder_port
 
+    @property
+    def glance_url(self):
+        return 'http://127.0.0.1:%d' % self.glance_port
+
     def backend_name(self, section):
         return self.backends[section].get('volume_backend_name', section)
 
@@ -520,10 +533,12 @@ class OpenStackStack:
         os.makedirs(self.logdir, exist_ok=True)
         self.keystone_port = free_port()
         self.cinder_port = free_port()
+        self.glance_port = free_port()
         self.postgres = PostgresServer(os.path.join(self.logdir,
                                                     'postgres.log'))
         self._write_keystone_conf()
         self._write_cinder_conf()
+        self._write_glance_conf()
         self.from_template = self.template.exists()
         try:
             self._timed('postgres up', self._start_postgres)
@@ -537,6 +552,7 @@ class OpenStackStack:
             self._start('cinder-scheduler')
             self._timed('cinder up', self._wait_cinder)
             self._timed('volume types', self._create_volume_types)
+            self._timed('glance up', self._wait_glance)
         except BaseException:
             self.stop()
             raise
@@ -607,6 +623,7 @@ class OpenStackStack:
                 'osapi_volume_workers': 1,
                 'enabled_backends': ','.join(self.backends),
                 'default_volume_type': next(iter(self.backends)),
+                'glance_api_servers': self.glance_url,
             },
             'database': {'connection': self.postgres.url('cinder')},
             'oslo_concurrency': {'lock_path': self.path('cinder-locks')},
@@ -615,11 +632,62 @@ class OpenStackStack:
                                        region_name=REGION),
             'service_user': dict(authentication('cinder'),
                                  send_service_user_token=True),
+            # Cinder inspects image formats in its privsep daemon (before
+            # any copy of an image to a volume): the venv's helper, not
+            # the default "sudo cinder-rootwrap ... privsep-helper".
+            'cinder_sys_admin': {'helper_command': '%s --config-file %s' % (
+                os.path.join(BIN, 'privsep-helper'),
+                self.path('cinder.conf'))},
         }
         sections.update(self.backends)
         for name, options in self.extra_conf.items():
             sections.setdefault(name, {}).update(options)
         harness.write_conf(self.path('cinder.conf'), sections)
+
+    def _write_glance_conf(self):
+        """glance-api.conf in ``glance/`` (read from OS_GLANCE_CONFIG_DIR:
+        Glance's WSGI application takes no command line), a file store
+        under ``glance-images/`` and the staging and tasks stores beside
+        it, and gunicorn's settings in the same directory (its cwd).
+        """
+        os.makedirs(self.path('glance'), exist_ok=True)
+        stores = {}
+        for name in ('glance-images', 'glance-staging', 'glance-tasks'):
+            stores[name] = self.path(name)
+            os.makedirs(stores[name], exist_ok=True)
+        harness.write_conf(self.path('glance', 'glance-api.conf'), {
+            'DEFAULT': {
+                'debug': self.debug, 'use_stderr': True,
+                'enabled_backends': 'fs:file',
+                'worker_self_reference_url': self.glance_url,
+                'image_cache_dir': self.path('glance-cache'),
+            },
+            'database': {'connection': self.postgres.url('glance')},
+            'glance_store': {'default_backend': 'fs'},
+            'fs': {'filesystem_store_datadir': stores['glance-images']},
+            'os_glance_staging_store': {
+                'filesystem_store_datadir': stores['glance-staging']},
+            'os_glance_tasks_store': {
+                'filesystem_store_datadir': stores['glance-tasks']},
+            'oslo_concurrency': {'lock_path': self.path('glance-locks')},
+            'paste_deploy': {
+                'flavor': 'keystone',
+                'config_file': os.path.join(GLANCE_ETC,
+                                            'glance-api-paste.ini')},
+            'keystone_authtoken': {
+                'auth_type': 'password', 'auth_url': self.auth_url,
+                'www_authenticate_uri': self.auth_url,
+                'username': 'glance', 'password': PASSWORDS['glance'],
+                'project_name': PROJECTS['glance'],
+                'user_domain_name': DOMAIN, 'project_domain_name': DOMAIN,
+                'region_name': REGION},
+        })
+        with open(self.path('glance', 'gunicorn.conf.py'), 'w') as f:
+            f.write('bind = %r\n' % ('127.0.0.1:%d' % self.glance_port)
+                    + 'workers = 1\nthreads = 4\ntimeout = 300\n'
+                    + 'pidfile = %r\n' % self.path('glance.pid')
+                    + "wsgi_app = 'glance.wsgi.api:application'\n"
+                    + 'control_socket_disable = True\n')
 
     def _manage(self, tool, *args, log):
         conf = self.path('%s.conf' % tool.split('-')[0])
@@ -638,7 +706,8 @@ class OpenStackStack:
             self.postgres.init()
             self.postgres.start()
             self.postgres.execute('postgres', 'CREATE DATABASE keystone',
-                                  'CREATE DATABASE cinder')
+                                  'CREATE DATABASE cinder',
+                                  'CREATE DATABASE glance')
 
     def _build(self):
         """Migrate the databases, bootstrap Keystone, make the keys.
@@ -665,10 +734,17 @@ class OpenStackStack:
             # Nothing else is connected to it yet, as a template needs.
             self.postgres.execute(
                 'postgres', 'CREATE DATABASE cinder_template TEMPLATE cinder')
+
+        def glance_db():
+            conf = self.path('glance', 'glance-api.conf')
+            log = os.path.join(self.logdir, 'glance-db.log')
+            run([os.path.join(BIN, 'glance-manage'), '--config-file',
+                 conf, 'db_sync'], log)
         # Independent steps, mostly interpreter start-up and imports;
         # bootstrap needs Keystone's schema and its fernet keys.
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             cinder = pool.submit(cinder_db)
+            glance = pool.submit(glance_db)
             owner = ('--keystone-user', pwd.getpwuid(os.getuid()).pw_name,
                      '--keystone-group', grp.getgrgid(os.getgid()).gr_name)
             keystone = [
@@ -680,13 +756,15 @@ class OpenStackStack:
                 future.result()
             bootstrap()
             cinder.result()
+            glance.result()
 
     def _from_template(self):
         self.template.copy_to(self.workdir)
         old = self.template.meta()['ports']
         rewrite_endpoint_ports(self.postgres, {
             old['keystone']: self.keystone_port,
-            old['cinder']: self.cinder_port})
+            old['cinder']: self.cinder_port,
+            old['glance']: self.glance_port})
 
     def _save_template(self, staging):
         # Keystone and cinder run: an online copy, where the database the
@@ -699,7 +777,8 @@ class OpenStackStack:
         for name in ('fernet-keys', 'credential-keys'):
             shutil.copytree(self.path(name), os.path.join(staging, name))
         self.template.save(staging, {'keystone': self.keystone_port,
-                                     'cinder': self.cinder_port})
+                                     'cinder': self.cinder_port,
+                                     'glance': self.glance_port})
 
     def _start_services(self):
         keystone_env = dict(os.environ,
@@ -713,6 +792,12 @@ class OpenStackStack:
         # comes later (see _wait_volume_rpc).
         self._start('cinder-api')
         self._start('cinder-volume')
+        # Glance checks tokens only when asked: it needs no Keystone to
+        # start either.
+        self._spawn('glance-api', [os.path.join(BIN, 'gunicorn')],
+                    env=dict(os.environ,
+                             OS_GLANCE_CONFIG_DIR=self.path('glance')),
+                    cwd=self.path('glance'))
 
     def _start(self, service):
         self._spawn(service, [os.path.join(BIN, service), '--config-file',
@@ -759,14 +844,18 @@ class OpenStackStack:
         keystone = client.Client(session=self.session('admin'))
         domain = keystone.domains.get('default')
         roles = {role.name: role for role in keystone.roles.list()}
-        for user in ('cinder', 'demo'):
-            project = keystone.projects.create(PROJECTS[user], domain)
+        projects = {}
+        for user in SERVICE_USERS + ('demo',):
+            name = PROJECTS[user]
+            if name not in projects:
+                projects[name] = keystone.projects.create(name, domain)
+            project = projects[name]
             account = keystone.users.create(
                 user, domain=domain, password=PASSWORDS[user],
                 default_project=project)
             # Cinder's user needs service too: services' tokens are
             # checked for it (ARCHITECTURE.md 6b).
-            granted = ('admin', 'service') if user == 'cinder' else (
+            granted = ('admin', 'service') if user in SERVICE_USERS else (
                 'member',)
             for role in granted:
                 keystone.roles.grant(roles[role], user=account,
@@ -780,6 +869,10 @@ class OpenStackStack:
             for interface in ('public', 'internal'):
                 keystone.endpoints.create(service, url, interface,
                                           region=REGION)
+        service = keystone.services.create('glance', type='image')
+        for interface in ('public', 'internal'):
+            keystone.endpoints.create(service, self.glance_url, interface,
+                                      region=REGION)
         self._sessions.clear()
 
     def _wait_volume_rpc(self):
@@ -834,6 +927,12 @@ class OpenStackStack:
             return hosts <= {pool['name'].split('#')[0] for pool in pools}
         self._poll('cinder services up', services_up, 90)
         self._poll('scheduler pools', scheduler_knows_pools, 90)
+
+    def _wait_glance(self):
+        """glance-api answers an authenticated image list."""
+        self._poll('glance-api answering',
+                   lambda: self.session('demo').get(
+                       self.glance_url + '/v2/images', timeout=5).ok, 60)
 
     def _create_volume_types(self):
         volume = self.block_storage('admin')

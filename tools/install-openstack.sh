@@ -1,6 +1,6 @@
 #!/bin/bash
 # Install the real OpenStack services the integration tests drive
-# (tests/openstack_stack.py): Keystone and Cinder from PyPI, the openstack
+# (tests/openstack_stack.py): Keystone, Cinder and Glance from PyPI, the openstack
 # CLI, keystonemiddleware, gunicorn and psycopg2, and Nova (whose libvirt
 # volume drivers and vendordata client the blobcr_nova tests run in-process),
 # into the project venv
@@ -20,6 +20,11 @@ py=$venv/bin/python
 requirements=(
     'keystone==30.*'
     'cinder==29.*'
+    # Glance of the same release (the newest on PyPI, as keystone 30 and
+    # cinder 29 are; pip install --dry-run added only its own few
+    # dependencies and changed no installed one): the stack's image
+    # service (tests/integration/test_cinder_images.py).
+    'glance==33.*'
     # Nova's own code in the tests: nova.virt.libvirt.volume (the disk XML
     # of the connection the Cinder driver returns) and
     # nova.api.metadata.vendordata_dynamic (what Nova POSTs to blobcr-vendordata).
@@ -85,17 +90,20 @@ fi
 
 "$venv/bin/pip" check >&2 \
     || { echo "install-openstack: the venv has conflicting requirements" >&2; exit 1; }
-PYTHONWARNINGS=ignore "$py" -c 'import rados, blobcr_agent._native, cinder, keystone' \
-    || { echo "install-openstack: rados, the C core, cinder or keystone does not load" >&2; exit 1; }
+PYTHONWARNINGS=ignore "$py" -c 'import rados, blobcr_agent._native, cinder, keystone, glance.common.wsgi_app, glance_store' \
+    || { echo "install-openstack: rados, the C core, cinder, keystone or glance does not load" >&2; exit 1; }
+[ -f "$venv/etc/glance/glance-api-paste.ini" ] \
+    || { echo "install-openstack: $venv/etc/glance/glance-api-paste.ini is missing" >&2; exit 1; }
 PYTHONWARNINGS=ignore "$py" -c 'import nova.virt.libvirt.volume.volume, nova.virt.libvirt.volume.gpfs, nova.api.metadata.vendordata_dynamic' \
     || { echo "install-openstack: nova's libvirt volume drivers or vendordata client do not load" >&2; exit 1; }
 PYTHONWARNINGS=ignore "$py" -c 'import pyfuse3, oslo_messaging, libvirt, keystonemiddleware, openstackclient, psycopg2' \
     || { echo "install-openstack: an import of the test suite broke" >&2; exit 1; }
 for tool in gunicorn openstack keystone-manage cinder-manage cinder-api \
-        cinder-scheduler cinder-volume; do
+        cinder-scheduler cinder-volume glance-manage privsep-helper; do
     [ -x "$venv/bin/$tool" ] \
         || { echo "install-openstack: $venv/bin/$tool is missing" >&2; exit 1; }
 done
 echo "install-openstack: keystone $("$py" -c 'from importlib import metadata as m; print(m.version("keystone"))')," \
      "cinder $("$py" -c 'from importlib import metadata as m; print(m.version("cinder"))')," \
+     "glance $("$py" -c 'from importlib import metadata as m; print(m.version("glance"))')," \
      "nova $("$py" -c 'from importlib import metadata as m; print(m.version("nova"))') ready" >&2
