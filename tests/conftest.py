@@ -21,7 +21,7 @@ BACKENDS = ['local', 'rados']
 # The session's RabbitMQ (rabbitmq_broker, rabbitmq_url): tests/rabbitmq.py;
 # real Keystone and Cinder (openstack_stack, ...): tests/openstack_fixtures.py.
 pytest_plugins = ['tests.rabbitmq', 'tests.openstack_fixtures',
-                  'tests.cinder_hosts']
+                  'tests.cinder_hosts', 'tests.nova_fixtures']
 
 
 @pytest.fixture(scope='session')

@@ -1,0 +1,56 @@
+"""Session fixture for a real Nova (tests/nova_stack.py), started lazily.
+
+``nova_cloud``  ``(stack, nova, hosts)``: the session's OpenStack stack
+    (tests/openstack_fixtures.py), a started
+    :class:`~tests.nova_stack.NovaStack` beside it, and the BlobCR
+    ``local`` backend's hosts (tests/cinder_hosts.py).  nova-compute's
+    host name is ``nova.compute_host``: a BlobCR agent of its own, on the
+    same store as the ``local`` backend, started here.  Its libvirtd is a
+    private session one (tests/guest_vm.SessionLibvirt).
+
+Only tests that ask for it start it (a minute or more, ~1 GB more).
+
+(PYTEST_DONT_REWRITE: loaded by conftest as a plugin.)
+"""
+
+import os
+import uuid
+
+import pytest
+
+from blobcr_agent.bench import harness
+from blobcr_agent.rpc import api as rpc_api
+from tests import agent_rpc
+from tests import guest_vm
+from tests import nova_stack as nova_module
+
+
+@pytest.fixture(scope='session')
+def nova_cloud(openstack_cloud, cinder_hosts, rabbitmq_url,
+               tmp_path_factory):
+    hosts = cinder_hosts['local']
+    directory = str(tmp_path_factory.mktemp('nova'))
+    host = 'local-nova-%s' % uuid.uuid4().hex[:6]
+    agent_dir = os.path.join(directory, 'agent')
+    os.makedirs(agent_dir)
+    agent = harness.AgentProcess(
+        agent_dir, hosts.backend,
+        agent_rpc.rpc_settings(rabbitmq_url, host,
+                               export_dir=hosts.export_dir)).start()
+    libvirtd = guest_vm.SessionLibvirt()
+    nova = None
+    api = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=60)
+    try:
+        agent_rpc.wait_rpc(api, host)
+        libvirtd.start()
+        nova = nova_module.NovaStack(openstack_cloud, directory, host,
+                                     libvirtd.uri)
+        nova.agent = agent
+        nova.start()
+        yield openstack_cloud, nova, hosts
+    finally:
+        api.cleanup()
+        if nova is not None:
+            nova.stop()
+        libvirtd.stop()
+        agent.stop()

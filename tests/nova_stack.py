@@ -1,0 +1,354 @@
+"""A real Nova and Placement beside a started OpenStackStack.
+
+:class:`NovaStack` adds, to an :class:`~tests.openstack_stack.OpenStackStack`
+that runs already (its Keystone, its PostgreSQL, the caller's RabbitMQ):
+
+* placement-api and nova-api under gunicorn (their own gunicorn.conf.py,
+  each in a directory of its own: both parse sys.argv with oslo.config);
+* nova-conductor, nova-scheduler and nova-compute with the libvirt
+  driver (``virt_type=qemu``, TCG) on a private session libvirtd
+  (tests/guest_vm.SessionLibvirt), whose QEMU runs as root and so opens
+  the files of a BlobCR agent's FUSE mirror;
+* databases ``nova_api``, ``nova_cell0``, ``nova`` (cell1) and
+  ``placement`` in the stack's PostgreSQL; users ``nova`` and
+  ``placement`` (admin and service in project ``service``), services and
+  endpoints registered from Python;
+* privsep through the venv's ``privsep-helper`` (we are root: no sudo,
+  no rootwrap), set for every privsep context Nova and os-brick use.
+
+nova-compute's ``host`` is the caller's: the name of a BlobCR agent host,
+since the connector Nova sends Cinder names CONF.host and the driver asks
+that host's agent for the mirror.
+
+No Glance and no Neutron: servers boot from volume with ``--nic none``
+(microversion 2.37).  The guest needs a bootable disk: see
+:func:`make_boot_disk`.
+
+Logs: ``WORKDIR/logs/<service>.log``.  Everything is the real service.
+"""
+
+import concurrent.futures
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from blobcr_agent.bench import harness
+from tests import openstack_stack as stack_module
+from tests.openstack_stack import BIN
+from tests.openstack_stack import DOMAIN
+from tests.openstack_stack import REGION
+from tests.openstack_stack import StackError
+from tests.openstack_stack import VENV
+
+NOVA_ETC = os.path.join(VENV, 'etc', 'nova')
+PASSWORDS = {'nova': 'nova-secret', 'placement': 'placement-secret'}
+PROJECT = 'service'
+FLAVOR = 'blobcr.tiny'
+COMPUTE_MICROVERSION = '2.37'   # --nic none
+
+# Kernel command line of a guest booted from a BlobCR volume.
+CMDLINE = 'console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check'
+SYSLINUX_TOOLS = ('mkfs.vfat', 'mcopy', 'syslinux')
+
+
+def missing_boot_tools():
+    """The tools :func:`make_boot_disk` needs that are not installed
+    (Debian: dosfstools, mtools, syslinux).
+    """
+    return [tool for tool in SYSLINUX_TOOLS if not shutil.which(tool)]
+
+
+def make_boot_disk(path, kernel, initrds, cmdline=CMDLINE, size_mib=64):
+    """A raw disk image that SeaBIOS boots: an unpartitioned FAT file
+    system with syslinux in its boot sector, the kernel and the initrds
+    (concatenated into one: Linux unpacks them in order).
+
+    Nova's libvirt driver boots a volume as a disk through the firmware
+    (without Glance there is no kernel_id/ramdisk_id image property for a
+    direct kernel boot), so the volume must hold a boot loader.
+    """
+    work = tempfile.mkdtemp(prefix='blobcr-bootdisk-')
+    try:
+        initrd = os.path.join(work, 'initrd.img')
+        with open(initrd, 'wb') as out:
+            for item in initrds:
+                if isinstance(item, bytes):
+                    out.write(item)
+                else:
+                    with open(item, 'rb') as f:
+                        shutil.copyfileobj(f, out)
+        config = os.path.join(work, 'syslinux.cfg')
+        with open(config, 'w') as f:
+            f.write('DEFAULT linux\nPROMPT 0\nTIMEOUT 0\nLABEL linux\n'
+                    '  KERNEL vmlinuz\n  APPEND initrd=initrd.img %s\n'
+                    % cmdline)
+        if os.path.exists(path):
+            os.unlink(path)
+        steps = [['mkfs.vfat', '-C', path, str(size_mib * 1024)],
+                 ['mcopy', '-i', path, kernel, '::vmlinuz'],
+                 ['mcopy', '-i', path, initrd, '::initrd.img'],
+                 ['mcopy', '-i', path, config, '::syslinux.cfg'],
+                 ['syslinux', '--install', path]]
+        for argv in steps:
+            done = subprocess.run(argv, capture_output=True, text=True)
+            if done.returncode:
+                raise StackError('%s failed (%d): %s' % (
+                    ' '.join(argv), done.returncode, done.stderr))
+        return path
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+class NovaStack:
+    """Placement, nova-api, conductor, scheduler and compute.
+
+    ``stack``: a started OpenStackStack.  ``compute_host``: nova-compute's
+    CONF.host.  ``libvirt_uri``: the session libvirtd nova-compute drives.
+    """
+
+    SERVICES = ('nova-conductor', 'nova-scheduler', 'nova-compute')
+
+    # The stack's own helpers: they use only timings, logdir, processes
+    # and postgres (the stack's, checked while polling).
+    _timed = stack_module.OpenStackStack._timed
+    _spawn = stack_module.OpenStackStack._spawn
+    _poll = stack_module.OpenStackStack._poll
+
+    def __init__(self, stack, workdir, compute_host, libvirt_uri,
+                 debug=True):
+        self.stack = stack
+        self.postgres = stack.postgres
+        self.workdir = os.path.abspath(workdir)
+        self.logdir = os.path.join(self.workdir, 'logs')
+        self.compute_host = compute_host
+        self.libvirt_uri = libvirt_uri
+        self.debug = debug
+        self.nova_port = None
+        self.placement_port = None
+        self.processes = {}
+        self.timings = {}
+        self._sessions = {}
+
+    def path(self, *parts):
+        return os.path.join(self.workdir, *parts)
+
+    @property
+    def nova_url(self):
+        return 'http://127.0.0.1:%d' % self.nova_port
+
+    @property
+    def placement_url(self):
+        return 'http://127.0.0.1:%d' % self.placement_port
+
+    # -- start ------------------------------------------------------------
+
+    def start(self):
+        began = time.monotonic()
+        for sub in ('logs', 'nova-api', 'placement', 'instances', 'state',
+                    'locks'):
+            os.makedirs(self.path(sub), exist_ok=True)
+        self.nova_port = stack_module.free_port()
+        self.placement_port = stack_module.free_port()
+        try:
+            self._timed('databases', self.stack.postgres.execute,
+                        'postgres', *['CREATE DATABASE %s' % name for name in
+                                      ('nova_api', 'nova_cell0', 'nova',
+                                       'placement')])
+            self._write_confs()
+            with concurrent.futures.ThreadPoolExecutor(3) as pool:
+                register = pool.submit(self._timed, 'register identities',
+                                       self._register)
+                placement = pool.submit(self._timed, 'placement db',
+                                        self._manage, 'placement-manage',
+                                        'db', 'sync')
+                self._timed('nova dbs', self._nova_dbs)
+                placement.result()
+                register.result()
+            self._start_services()
+            self._timed('apis up', self._wait_apis)
+            self._timed('compute up', self._wait_compute)
+            self._timed('flavor', self._create_flavor)
+        except BaseException:
+            self.stop()
+            raise
+        self.timings['total'] = round(time.monotonic() - began, 2)
+        sys.stderr.write('nova stack started in %.1f s (%s)\n' % (
+            self.timings['total'], ', '.join(
+                '%s %.1f s' % item for item in self.timings.items()
+                if item[0] != 'total')))
+        return self
+
+    def _authentication(self, user):
+        return {'auth_type': 'password', 'auth_url': self.stack.auth_url,
+                'username': user, 'password': PASSWORDS[user],
+                'project_name': PROJECT, 'user_domain_name': DOMAIN,
+                'project_domain_name': DOMAIN, 'region_name': REGION}
+
+    def _write_confs(self):
+        postgres = self.stack.postgres
+        auth = self._authentication
+        helper = '%s --config-file %s' % (os.path.join(BIN, 'privsep-helper'),
+                                          self.path('nova.conf'))
+        sections = {
+            'DEFAULT': {
+                'debug': self.debug, 'use_stderr': True,
+                'host': self.compute_host,
+                'my_ip': '127.0.0.1',
+                'transport_url': self.stack.transport_url,
+                'compute_driver': 'libvirt.LibvirtDriver',
+                'state_path': self.path('state'),
+                'instances_path': self.path('instances'),
+                'rootwrap_config': os.path.join(NOVA_ETC, 'rootwrap.conf'),
+                'use_rootwrap_daemon': False,
+                # No metadata API here (no Neutron, no config drive).
+                'enabled_apis': 'osapi_compute',
+            },
+            'api': {'auth_strategy': 'keystone'},
+            'wsgi': {'api_paste_config': os.path.join(NOVA_ETC,
+                                                      'api-paste.ini')},
+            'api_database': {'connection': postgres.url('nova_api')},
+            'database': {'connection': postgres.url('nova')},
+            'keystone_authtoken': dict(
+                auth('nova'), www_authenticate_uri=self.stack.auth_url),
+            'service_user': dict(auth('nova'), send_service_user_token=True),
+            'placement': dict(auth('placement'), valid_interfaces='public'),
+            'cinder': dict(auth('nova'), os_region_name=REGION),
+            'neutron': dict(auth('nova'), valid_interfaces='public'),
+            'libvirt': {'virt_type': 'qemu', 'cpu_mode': 'none',
+                        'connection_uri': self.libvirt_uri},
+            'oslo_concurrency': {'lock_path': self.path('locks')},
+            'scheduler': {'discover_hosts_in_cells_interval': 2,
+                          'workers': 1},
+            'conductor': {'workers': 1},
+            'vnc': {'enabled': False},
+            'spice': {'enabled': False},
+            'oslo_messaging_notifications': {'driver': 'noop'},
+            # We are root: the venv's helper, not "sudo nova-rootwrap".
+            'privsep': {'helper_command': helper},
+            'nova_sys_admin': {'helper_command': helper},
+            'privsep_osbrick': {'helper_command': helper},
+        }
+        harness.write_conf(self.path('nova.conf'), sections)
+        harness.write_conf(self.path('placement.conf'), {
+            'DEFAULT': {'debug': self.debug, 'use_stderr': True},
+            'api': {'auth_strategy': 'keystone'},
+            'placement_database': {'connection': postgres.url('placement')},
+            'keystone_authtoken': dict(
+                auth('placement'), www_authenticate_uri=self.stack.auth_url),
+        })
+        for name, port, app in (
+                ('nova-api', self.nova_port,
+                 'nova.wsgi.osapi_compute:application'),
+                ('placement', self.placement_port,
+                 'placement.wsgi.api:application')):
+            with open(self.path(name, 'gunicorn.conf.py'), 'w') as f:
+                f.write('bind = %r\n' % ('127.0.0.1:%d' % port)
+                        + 'workers = 1\nthreads = 4\ntimeout = 300\n'
+                        + 'pidfile = %r\n' % self.path(name, 'pid')
+                        + 'wsgi_app = %r\n' % app
+                        + 'control_socket_disable = True\n')
+
+    def _manage(self, tool, *args, log=None):
+        conf = self.path('%s.conf' % tool.split('-')[0])
+        stack_module.run(
+            [os.path.join(BIN, tool), '--config-file', conf] + list(args),
+            os.path.join(self.logdir, log or '%s.log' % tool), timeout=300)
+
+    def _nova_dbs(self):
+        manage = self._manage
+        manage('nova-manage', 'api_db', 'sync')
+        manage('nova-manage', 'cell_v2', 'map_cell0', '--database_connection',
+               self.stack.postgres.url('nova_cell0'))
+        manage('nova-manage', 'cell_v2', 'create_cell', '--name', 'cell1')
+        manage('nova-manage', 'db', 'sync')
+
+    def _register(self):
+        from keystoneclient.v3 import client
+        keystone = client.Client(session=self.stack.session('admin'))
+        domain = keystone.domains.get('default')
+        roles = {role.name: role for role in keystone.roles.list()}
+        project = keystone.projects.find(name=PROJECT)
+        for user in ('nova', 'placement'):
+            account = keystone.users.create(user, domain=domain,
+                                            password=PASSWORDS[user],
+                                            default_project=project)
+            for role in ('admin', 'service'):
+                keystone.roles.grant(roles[role], user=account,
+                                     project=project)
+        for name, kind, url in (
+                ('nova', 'compute', self.nova_url + '/v2.1'),
+                ('placement', 'placement', self.placement_url)):
+            service = keystone.services.create(name, type=kind)
+            for interface in ('public', 'internal'):
+                keystone.endpoints.create(service, url, interface,
+                                          region=REGION)
+        self.stack._sessions.clear()
+
+    def _start_services(self):
+        self._spawn('placement-api', [os.path.join(BIN, 'gunicorn')],
+                    env=dict(os.environ,
+                             OS_PLACEMENT_CONFIG_DIR=self.workdir),
+                    cwd=self.path('placement'))
+        self._spawn('nova-api', [os.path.join(BIN, 'gunicorn')],
+                    env=dict(os.environ, OS_NOVA_CONFIG_DIR=self.workdir,
+                             OS_NOVA_CONFIG_FILES=os.path.join(
+                                 NOVA_ETC, 'api-paste.ini') + ';nova.conf'),
+                    cwd=self.path('nova-api'))
+        for service in self.SERVICES:
+            self._spawn(service, [os.path.join(BIN, service),
+                                  '--config-file', self.path('nova.conf')])
+
+    def _wait_apis(self):
+        import requests
+        for url in (self.placement_url, self.nova_url):
+            self._poll('%s answering' % url,
+                       lambda: requests.get(url, timeout=5).status_code
+                       < 500, 120)
+
+    def _wait_compute(self):
+        compute = self.compute('admin')
+
+        def hypervisor():
+            services = compute.get('/os-services').json()['services']
+            up = {(s['binary'], s['host']) for s in services
+                  if s['state'] == 'up'}
+            if ('nova-compute', self.compute_host) not in up:
+                return False
+            return compute.get('/os-hypervisors').json()['hypervisors']
+        self._poll('nova-compute up', hypervisor, 240)
+        # Map the host to cell1 now rather than on the scheduler's period.
+        self._manage('nova-manage', 'cell_v2', 'discover_hosts',
+                     log='nova-discover.log')
+
+    def _create_flavor(self):
+        self.compute('admin').post('/flavors', json={'flavor': {
+            'name': FLAVOR, 'ram': 512, 'vcpus': 1, 'disk': 0}})
+
+    # -- use --------------------------------------------------------------
+
+    def compute(self, user='demo'):
+        """A keystoneauth1 adapter on Nova's API (raises on >= 400)."""
+        from keystoneauth1 import adapter
+        return adapter.Adapter(self.stack.session(user),
+                               service_type='compute', interface='public',
+                               region_name=REGION,
+                               default_microversion=COMPUTE_MICROVERSION)
+
+    def log(self, name, lines=60):
+        return stack_module.tail(os.path.join(self.logdir, name + '.log'),
+                                 lines)
+
+    def stop(self, timeout=20):
+        """Stop every service by its pid (SIGTERM, then SIGKILL to its
+        process group: nova-compute may ignore SIGTERM).
+        """
+        running = [p for p in self.processes.values()
+                   if p.proc and p.proc.poll() is None]
+        for process in running:
+            process.terminate()
+        killed = [p.name for p in running if p.wait_or_kill(timeout)]
+        if killed:
+            sys.stderr.write('nova stack: killed %s\n' % ', '.join(killed))
