@@ -395,6 +395,18 @@ class BlobCRDriver(driver.VolumeDriver):
             raise exception.InvalidConnectorException(
                 missing='host (the compute host whose BlobCR agent '
                         'serves the volume)')
+        elsewhere = self._attached_host(volume)
+        if elsewhere not in (None, host):
+            # A second host is live migration (Nova attaches on the
+            # destination before the switch): its mirror would start
+            # from the last persisted version and miss what the guest
+            # writes on the source until the switch. Refused, the guest
+            # stays where it runs; cold migration and shelve move it.
+            raise exception.VolumeBackendAPIException(
+                data='volume %s is attached on %s: a BlobCR volume is '
+                     'mirrored on one host at a time, and %s cannot take '
+                     'it over live (use cold migration or shelve)'
+                     % (volume.id, elsewhere, host))
         instance = next((a.instance_uuid for a in
                          (volume.volume_attachment or [])
                          if a.instance_uuid and

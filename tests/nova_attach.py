@@ -29,10 +29,11 @@ class Attachment(object):
 
     MICROVERSION = '3.44'
 
-    def __init__(self, stack, volume_id, host, user='demo'):
+    def __init__(self, stack, volume_id, host, user='demo', instance=None):
         self.api = as_nova(stack, user)
+        self.instance = instance or str(uuid.uuid4())
         body = {'attachment': {
-            'volume_uuid': volume_id, 'instance_uuid': str(uuid.uuid4()),
+            'volume_uuid': volume_id, 'instance_uuid': self.instance,
             'connector': {'host': host, 'platform': 'x86_64',
                           'os_type': 'linux', 'multipath': False,
                           'mountpoint': '/dev/vdb', 'initiator': None}}}

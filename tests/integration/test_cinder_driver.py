@@ -339,3 +339,37 @@ def test_attach_to_a_host_without_agent_fails_clearly(openstack_cloud,
     stack.wait_status('volume', vol['id'], 'available')
     stack.openstack('volume', 'delete', vol['id'], json=False)
     stack.wait_status('volume', vol['id'], 'deleted')
+
+
+def test_second_host_cannot_take_an_attached_volume(openstack_cloud,
+                                                    cinder_hosts):
+    """Live migration attaches on the destination before the switch: its
+    mirror would miss what the guest writes on the source until then, so
+    the driver refuses, and the source keeps working.
+    """
+    stack, hosts = openstack_cloud, cinder_hosts['local']
+    vol = create_volume(stack, hosts, 'one-host', '--size', '1')
+    att = Attachment(stack, vol['id'], hosts.compute[0])
+    with pytest.raises(Exception) as refused:
+        # As Nova's pre_live_migration does: the same instance.
+        Attachment(stack, vol['id'], hosts.compute[1],
+                   instance=att.instance)
+    assert 'is attached on %s' % hosts.compute[0] in \
+        stack.log('cinder-volume', 400), refused.value
+    # Nova's rollback deletes the destination's attachment.
+    listed = att.api.get('/attachments?volume_id=%s' % vol['id'],
+                         microversion=att.MICROVERSION).json()
+    for other in listed['attachments']:
+        if other['id'] != att.id:
+            att.api.delete('/attachments/%s' % other['id'],
+                           microversion=att.MICROVERSION)
+    with open(att.path, 'r+b') as f:
+        f.write(b'still here')
+    att.detach()
+    stack.wait_status('volume', vol['id'], 'available')
+    again = Attachment(stack, vol['id'], hosts.compute[1])
+    assert read_file(again.path, 0, 10) == b'still here'
+    again.detach()
+    stack.wait_status('volume', vol['id'], 'available')
+    stack.openstack('volume', 'delete', vol['id'], json=False)
+    stack.wait_status('volume', vol['id'], 'deleted')
