@@ -320,8 +320,12 @@ class CheckpointProxy(object):
                 creator='instance %s' % instance)
         except exception.InvalidInput as e:
             raise HTTPError(400, str(e))
+        # downtime: request to ack on the agent; held: the guest kept
+        # still (quiesce, snapshot, resume).
         reply = {'version': result['version'],
-                 'downtime_ms': result.get('downtime_ms')}
+                 'downtime_ms': result.get('downtime_ms'),
+                 'held_ms': result.get('held_ms'),
+                 'quiesce': result.get('quiesce')}
         if request.get('group'):
             reply['group'] = request['group']
         LOG.info('instance %s: checkpoint -> version %d', instance,

@@ -149,8 +149,12 @@ def test_sigterm_drains_persists_and_restart_picks_up(image, agent_factory):
     reply = conn.getresponse()
     # The next version after the one persisted (the reservation made
     # before the stop ended failed: one number may be skipped).
-    assert reply.status == 200 and \
-        json.loads(reply.read())['version'] in (version + 1, version + 2)
+    assert reply.status == 200
+    answer = json.loads(reply.read())
+    assert answer['version'] in (version + 1, version + 2)
+    # The guest learns how long it was held, and how.
+    assert answer['quiesce'] == 'none'
+    assert 0 <= answer['held_ms'] <= answer['downtime_ms']
 
 
 def test_sigkill_with_a_persist_in_flight(image, agent_factory):
