@@ -48,6 +48,11 @@ def read_mark(stack, volume_id, host):
         attachment.detach()
 
 
+def volume_ids(stack):
+    return {v['id'] for v in stack.block_storage().get('/volumes').json()[
+        'volumes']}
+
+
 def run_restart(stack, *args, user='demo'):
     proc = subprocess.run(
         [sys.executable, '-m', 'blobcr_nova.restart'] + list(args),
@@ -170,6 +175,7 @@ def test_restart_plan_and_volumes_from_newest_checkpoint(openstack_cloud,
         for k, volume in enumerate(job.volumes):
             write_mark(stack, volume, host, 'after-%d' % k)
 
+        before = volume_ids(stack)
         proc = run_restart(stack, '--group', job.group, '--dry-run')
         assert proc.returncode == 0, proc.stderr
         the_plan = json.loads(proc.stdout)
@@ -182,8 +188,7 @@ def test_restart_plan_and_volumes_from_newest_checkpoint(openstack_cloud,
         events = [json.loads(line) for line in proc.stderr.splitlines()]
         assert events[-1]['group_snapshot'] == second
         # Nothing made by a dry run.
-        assert not [v for v in stack.block_storage().get(
-            '/volumes').json()['volumes'] if v['name'].startswith('restart')]
+        assert volume_ids(stack) == before
 
         proc = run_restart(stack, '--group', job.group, '--no-boot',
                            '--name-prefix', 'restart-%s' % job.suffix)
