@@ -13,6 +13,7 @@ import time
 
 from blobcr_agent import exception
 from blobcr_agent.hypervisor import domains
+from blobcr_agent.hypervisor import timed_hold
 from blobcr_agent import instances as instances_mod
 from blobcr_agent.mirror import service as service_mod
 from blobcr_agent.repository import gc
@@ -58,6 +59,7 @@ class AgentManager(object):
             os.path.join(self.state_path, 'instances.json'))
         self.default_quiesce = quiesce
         self.hypervisor = hypervisor
+        self.holds = timed_hold.HoldTable()
         self.started = time.time()
         self.proxy_url = None
 
@@ -179,10 +181,7 @@ class AgentManager(object):
         content, not checkpoints for Cinder to register); unlabelled
         checkpoints (the guest's) cost no header update here.
         """
-        mode = quiesce or self.default_quiesce
-        if mode not in domains.QUIESCE_MODES:
-            raise exception.InvalidInput('quiesce mode must be one of %s'
-                                         % ', '.join(domains.QUIESCE_MODES))
+        mode = self._mode(quiesce)
         if (group is None) != (members is None):
             raise exception.InvalidInput('group and members go together')
         if group is not None:
@@ -199,6 +198,37 @@ class AgentManager(object):
         if label:
             self.repo.label(image_id, result['version'], label)
         return result
+
+    def hold(self, image, quiesce=None, timeout=60):
+        """Phase one of a group checkpoint across hosts: hold the guest
+        of ``image`` still until release(image), or ``timeout`` seconds
+        (hypervisor/timed_hold.py). A checkpoint in the same mode joins
+        the hold. Without a domain to hold (or mode none) nothing is
+        held, as a checkpoint would hold nothing either.
+        """
+        mode = self._mode(quiesce)
+        image_id = self.repo.image(image).id
+        self.mirror.get(image_id)               # attached here?
+        context, used = self._hold(image_id, mode, explicit=bool(quiesce))
+        if context is None:
+            return {'image': image_id, 'quiesce': used, 'held': False}
+        self.holds.hold(image_id, context, timeout)
+        return {'image': image_id, 'quiesce': used, 'held': True}
+
+    def release(self, image):
+        image_id = self.repo.image(image).id
+        held = self.holds.release(image_id)
+        if held is None:
+            return {'image': image_id, 'released': False}
+        return {'image': image_id, 'released': True,
+                'held_ms': held.held_ms, 'expired': held.expired}
+
+    def _mode(self, quiesce):
+        mode = quiesce or self.default_quiesce
+        if mode not in domains.QUIESCE_MODES:
+            raise exception.InvalidInput('quiesce mode must be one of %s'
+                                         % ', '.join(domains.QUIESCE_MODES))
+        return mode
 
     def state(self, image, version):
         image_id = self.repo.image(image).id

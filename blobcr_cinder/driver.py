@@ -575,29 +575,61 @@ class BlobCRDriver(driver.VolumeDriver):
 
     def create_group_snapshot(self, context, group_snapshot, snapshots):
         """One BlobCR group checkpoint across the attached members, on
-        every host they are attached to, started together and complete
-        once every member is stable; detached members are copies of
-        their content.
+        every host they are attached to, complete once every member is
+        stable; detached members are copies of their content. Two
+        phases: every attached member's guest is held still before any
+        member COMMITs, and released once all have, so that the members
+        are consistent with each other (agent API 1.5 hold/release; a
+        guest without a domain, or quiesce none, holds nothing).
         """
         attached = [(s, self._attached_host(s.volume)) for s in snapshots]
         members = sum(1 for _, host in attached if host)
         group = 'cinder-%s' % group_snapshot.id
-        taken, updates = [], []
+        taken, updates, held = [], [], []
         try:
+            if members > 1:
+                for snapshot, host in attached:
+                    if host:
+                        held.append(self._hold(snapshot.volume, host))
             for snapshot, host in attached:
                 taken.append((snapshot, self._take_version(
                     snapshot.volume, host, group=group, members=members,
                     project=snapshot.volume.project_id)))
+            self._release(held)
             for snapshot, result in taken:
                 self._wait_stable(result['host'], result['image'],
                                   result['version'])
                 updates.append(dict(self._snapshot_model(snapshot, result),
                                     id=snapshot.id, status='available'))
         except exception.CinderException:
+            self._release(held)
             for snapshot, result in taken:
                 self._forget_version(result['image'], result['version'])
             raise
         return {'status': 'available'}, updates
+
+    def _hold(self, volume, host):
+        """Hold the guest of an attached volume still (phase one of a
+        group snapshot): released at the latest after the RPC timeout
+        plus the checkpoints' time, by the agent itself.
+        """
+        image = self._image_of(volume)
+        self._call(host, 'hold', image,
+                   quiesce=quiesce_of(volume.volume_type,
+                                      self.configuration.
+                                      blobcr_default_quiesce),
+                   timeout=3 * self.configuration.blobcr_rpc_timeout)
+        return host, image
+
+    def _release(self, held):
+        while held:
+            host, image = held.pop()
+            try:
+                self.api.release(host, image)
+            except Exception as e:
+                # The agent resumes the guest when the hold times out.
+                LOG.warning('could not release the hold of %s on %s: %s',
+                            image, host, e)
 
     def _forget_version(self, image, version):
         try:

@@ -18,10 +18,12 @@ side. Version history of the API:
   attached on): what the Cinder driver offers to manage; label= for
   checkpoint and label() (the version is the caller's, not a checkpoint
   to list).
+* 1.5 - hold, release: a guest held still across calls (phase one of a
+  group checkpoint over several hosts).
 """
 
 TOPIC = 'blobcr-agent'
 # Named in every target, so that callers whatever their own
 # control_exchange (cinder, nova) reach the agents.
 EXCHANGE = 'blobcr'
-VERSION = '1.4'
+VERSION = '1.5'

@@ -224,5 +224,18 @@ class AgentAPI(object):
         return self._call(host, 'label', api_version='1.4', image=image,
                           version=version, made_by=made_by)
 
+    # -- 1.5 -----------------------------------------------------------------
+
+    def hold(self, host, image, quiesce=None, timeout=60):
+        """Hold the guest of ``image`` still until :meth:`release` or
+        ``timeout`` s: phase one of a group checkpoint across hosts (a
+        checkpoint in the same quiesce mode joins the hold).
+        """
+        return self._call(host, 'hold', api_version='1.5', image=image,
+                          quiesce=quiesce, timeout=timeout)
+
+    def release(self, host, image):
+        return self._call(host, 'release', api_version='1.5', image=image)
+
     def cleanup(self):
         self.transport.cleanup()

@@ -169,6 +169,16 @@ class AgentEndpoint(object):
     def label(self, ctxt, image, version, made_by):
         return self.manager.label(image, version, made_by)
 
+    # -- 1.5 ---------------------------------------------------------------
+
+    @_expected
+    def hold(self, ctxt, image, quiesce=None, timeout=60):
+        return self.manager.hold(image, quiesce=quiesce, timeout=timeout)
+
+    @_expected
+    def release(self, ctxt, image):
+        return self.manager.release(image)
+
 
 def get_server(conf, manager, transport=None):
     """An RPC server (not started) for ``manager`` on this host."""
