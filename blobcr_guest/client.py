@@ -30,8 +30,12 @@ EndpointUnreachable = exception.EndpointUnreachable
 CheckpointTimeout = exception.CheckpointTimeout
 CheckpointFailed = exception.CheckpointFailed
 
-Checkpoint = collections.namedtuple('Checkpoint',
-                                    ['version', 'downtime_ms', 'group'])
+# held_ms (how long the guest was kept still) last, with a default: older
+# agents do not send it. (namedtuple's defaults= needs Python 3.7; guests
+# may have 3.6.)
+Checkpoint = collections.namedtuple(
+    'Checkpoint', ['version', 'downtime_ms', 'group', 'held_ms'])
+Checkpoint.__new__.__defaults__ = (None,)
 
 
 class CheckpointClient(object):
@@ -100,7 +104,8 @@ class CheckpointClient(object):
         reply = self._request('POST', '/v1/checkpoint', body)
         try:
             return Checkpoint(int(reply['version']),
-                              reply.get('downtime_ms'), reply.get('group'))
+                              reply.get('downtime_ms'), reply.get('group'),
+                              reply.get('held_ms'))
         except (KeyError, TypeError, ValueError):
             raise exception.CheckpointError(
                 502, 'the proxy sent no version: %.200r' % (reply,))

@@ -27,13 +27,15 @@ Before each request it writes 64 KiB to the mounted disk and syncs
 (untimed); the request is ``POST /v1/checkpoint`` (blobcr_guest's
 client, no retries, no sync), timed with the guest's monotonic clock
 from the request to the ack. The agent's figure per request is the
-``downtime_ms`` of its reply (its own request-to-ack time: the guest
-endpoint does not return ``held_ms``). The agent's per-instance limit
+``downtime_ms`` of its reply (its own request-to-ack time), and
+``held_ms`` (how long the guest was kept still). The agent's per-instance
+limit
 (1 checkpoint/s, burst 5) is raised for the benchmark: the guest asks
 back to back.
 
 Prints one JSON object: per route the median and p99 of the guest's
-request-to-ack time and of the agent's downtime_ms over all requests,
+request-to-ack time, of the agent's downtime_ms and of held_ms over all
+requests,
 per-run medians, the ratio metadata/direct of the medians (pooled and per
 run), and the checkpoint counts. Exits 3 with ``"valid": false`` if a
 route made zero checkpoints, a request failed, or a version the guest was
@@ -111,6 +113,7 @@ for i in range(n):
         ms = (time.monotonic() - t0) * 1000.0
         print('LAT ' + json.dumps({'route': route, 'ms': round(ms, 3),
                                    'downtime_ms': taken.downtime_ms,
+                                   'held_ms': getattr(taken, 'held_ms', None),
                                    'version': taken.version}), flush=True)
 os.close(fd)
 '''.replace('DIRECT_PORT', str(DIRECT_PORT))
@@ -172,6 +175,8 @@ def summarize(runs, committed_versions):
             'request_to_ack_ms': stats([s['ms'] for s in samples]),
             'agent_downtime_ms': stats([s['downtime_ms'] for s in samples
                                         if s['downtime_ms'] is not None]),
+            'held_ms': stats([s['held_ms'] for s in samples
+                              if s.get('held_ms') is not None]),
             'per_run_median_ms': [
                 round(statistics.median(v), 2) if v else None
                 for v in ([s['ms'] for s in run if s['route'] == route and
