@@ -8,13 +8,16 @@ import pytest
 
 from blobcr_agent import conf
 from blobcr_cinder import options as cinder_options
+from blobcr_nova import conf as nova_conf
+from blobcr_nova import listener_opts
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
 
 @pytest.mark.parametrize('list_opts', [
     conf.list_opts, cinder_options.list_opts,
-    lambda: [(cinder_options.SYNC_GROUP, cinder_options.sync_opts)]])
+    lambda: [(cinder_options.SYNC_GROUP, cinder_options.sync_opts)],
+    nova_conf.list_opts, listener_opts.list_opts])
 def test_every_option_has_help(list_opts):
     for group, opts in list_opts():
         for opt in opts:
@@ -25,7 +28,9 @@ def test_every_option_has_help(list_opts):
     ('blobcr-config-generator.conf', 'blobcr.conf.sample'),
     ('cinder-blobcr-config-generator.conf', 'cinder-blobcr.conf.sample'),
     ('blobcr-cinder-sync-config-generator.conf',
-     'blobcr-cinder-sync.conf.sample')])
+     'blobcr-cinder-sync.conf.sample'),
+    ('nova-vendordata-config-generator.conf', 'nova-vendordata.conf.sample'),
+    ('nova-listener-config-generator.conf', 'nova-listener.conf.sample')])
 def test_sample_config_is_up_to_date(tmp_path, generator, sample):
     out = tmp_path / 'sample.conf'
     subprocess.run(
