@@ -19,6 +19,9 @@ packages=(
     # A boot disk in a BlobCR volume for the real Nova test
     # (tests/nova_stack.py make_boot_disk: FAT + syslinux, no mount).
     dosfstools mtools syslinux
+    # Headless browser for the Horizon panel's page test
+    # (tests/integration/test_dashboard_browser.py, selenium drives it).
+    chromium chromium-driver
 )
 
 . "$top/tools/lib/apt.sh"

@@ -30,6 +30,9 @@ requirements=(
     # nova.api.metadata.vendordata_dynamic (what Nova POSTs to blobcr-vendordata).
     'nova==34.*'
     'openstack-placement==16.*'  # tests/nova_stack.py (real Nova, BLOBCR_REAL_NOVA=1)
+    # The Checkpoints panel (blobcr_dashboard) and its tests; pip install
+    # --dry-run only added packages (Django 5.2, XStatic...), changed none.
+    'horizon==27.*'
     'python-openstackclient'
     'keystonemiddleware'
     'gunicorn'
