@@ -22,6 +22,8 @@ packages=(
     # Headless browser for the Horizon panel's page test
     # (tests/integration/test_dashboard_browser.py, selenium drives it).
     chromium chromium-driver
+    # Lints the devstack plugin (tests/integration/test_devstack_plugin.py).
+    shellcheck
 )
 
 . "$top/tools/lib/apt.sh"
