@@ -13,7 +13,10 @@ import typing
 
 META = 'blobcr:'
 FIELDS = ('version', 'parent', 'bytes_written', 'ack_ms', 'held_ms',
-          'quiesce', 'host', 'image')
+          'quiesce', 'host', 'image', 'group', 'made_by')
+# A snapshot's status as a version's state.
+STATES = {'available': 'stable', 'creating': 'pending', 'error': 'failed',
+          'error_deleting': 'failed'}
 
 
 @dataclasses.dataclass
@@ -40,6 +43,31 @@ def version_of(node):
         return int(node.blobcr.get('version'))
     except (TypeError, ValueError):
         return None
+
+
+def state_of(node):
+    """pending, stable or failed (Cinder's status for the others)."""
+    return STATES.get(node.status, node.status)
+
+
+def made_by(node):
+    """Who took a checkpoint: ``guest`` or ``operator``.
+
+    The driver's own snapshots record the host that took them (and
+    ``made_by`` where it is recorded); versions a guest made and
+    blobcr-cinder-sync registered through manage record neither.
+    """
+    if node.blobcr.get('made_by') or 'host' in node.blobcr:
+        return 'operator'
+    return 'guest'
+
+
+def source_volume_of(volume):
+    """The volume a volume was cloned from (openstacksdk names it
+    source_volume_id, cinderclient source_volid).
+    """
+    return (getattr(volume, 'source_volume_id', None)
+            or getattr(volume, 'source_volid', None))
 
 
 def checkpoint_node(snapshot):
@@ -78,7 +106,7 @@ def build(volume, snapshots_of, volumes, depth=8):
                 node.children.append(build(clone, snapshots_of, volumes,
                                            depth - 1))
     for clone in volumes:
-        if clone.source_volume_id == volume.id:
+        if source_volume_of(clone) == volume.id:
             root.children.append(build(clone, snapshots_of, volumes,
                                        depth - 1))
     return root

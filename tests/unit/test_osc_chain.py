@@ -41,3 +41,33 @@ def test_tree_follows_parents_and_clones():
         ('└─ volume copy', 'copy')]
     assert chain.blobcr_fields(snaps['vol'][0]) == {'version': '4',
                                                     'parent': '3'}
+
+
+def test_state_and_maker_of_checkpoints():
+    driver = snapshot('d', 2, 1)
+    driver.metadata['blobcr:host'] = 'compute-a'
+    synced = snapshot('g', 3, 2)        # registered by manage: no host
+    labelled = snapshot('l', 4, 3)
+    labelled.metadata['blobcr:made_by'] = 'cinder'
+    failed = snapshot('f', 5, 4)
+    failed.status = 'error'
+    pending = snapshot('p', 6, 5)
+    pending.status = 'creating'
+    nodes = {n.id: n for n in chain.checkpoints_of(
+        [driver, synced, labelled, failed, pending])}
+    assert {k: chain.made_by(n) for k, n in nodes.items()} == {
+        'd': 'operator', 'g': 'guest', 'l': 'operator', 'f': 'guest',
+        'p': 'guest'}
+    assert {k: chain.state_of(n) for k, n in nodes.items()} == {
+        'd': 'stable', 'g': 'stable', 'l': 'stable', 'f': 'failed',
+        'p': 'pending'}
+
+
+def test_clones_found_by_cinderclient_attribute():
+    # Horizon's api.cinder wraps cinderclient volumes: source_volid.
+    vol = volume('vol')
+    copy = types.SimpleNamespace(id='copy', name='copy', status='available',
+                                 size=1, created_at='', snapshot_id=None,
+                                 source_volid='vol')
+    root = chain.build(vol, lambda v: [], [vol, copy])
+    assert [n.id for _, n in chain.walk(root)] == ['vol', 'copy']
