@@ -24,6 +24,8 @@ fetches, bytes) and exits with status 3, after printing its result with
 * ``cinder``: on an existing cloud, ``volume snapshot create`` to
   ``available`` of a BlobCR volume (attached, written live) and of a
   Cinder RBD volume with the same data written, and the agent's ack.
+* ``peers``: BlobCR (local store, Ceph) against QEMU incremental backup,
+  Ceph RBD snapshots and qcow2 external snapshots on the same workloads.
 
 The Ceph backend needs a cluster: ``tools/ceph-cluster.sh start DIR``
 starts a micro one; pass ``--ceph-conf DIR/ceph.conf``.
@@ -42,6 +44,7 @@ from blobcr_agent.bench import checkpoint
 from blobcr_agent.bench import cinder
 from blobcr_agent.bench import common as bench_common
 from blobcr_agent.bench import harness
+from blobcr_agent.bench import peers
 
 TIB = 1 << 40
 
@@ -212,6 +215,12 @@ def main(argv=None):
                             '--ceph-conf is the RBD cluster\'s)')
     cinder.add_arguments(p)
 
+    p = sub.add_parser('peers', parents=[common],
+                       help='BlobCR against QEMU incremental backup, RBD '
+                            'snapshots and qcow2 layers (--ceph-conf: the '
+                            'cluster of blobcr-ceph and rbd-snap)')
+    peers.add_arguments(p, _size)
+
     args = parser.parse_args(argv)
     args.workdir = args.workdir or '/var/tmp'
     if args.bench == 'checkpoint':
@@ -224,6 +233,10 @@ def main(argv=None):
         if args.bench == 'cinder':
             result = {'bench': 'cinder'}
             result.update(cinder.run(args, log))
+        elif args.bench == 'peers':
+            args.workdir = scratch
+            result = {'bench': 'peers'}
+            result.update(peers.run(args, log, open_repository))
         elif args.bench == 'repo':
             from blobcr_agent.bench import repo as bench
             repo = open_repository(args, scratch, chunk_size=bench.CHUNK,

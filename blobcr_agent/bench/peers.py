@@ -1,0 +1,644 @@
+"""``blobcr-bench peers``: BlobCR side by side with the live checkpoints
+users have today, on the same workload, in one invocation.
+
+Peers (``--peers``, default all; one that cannot run here says what
+refused and the others run):
+
+* ``blobcr-local``, ``blobcr-ceph``: BlobCR's selective copy-on-write
+  mirror on the local store and on the micro Ceph cluster (data in its
+  erasure-coded pool); writes through the FUSE mirror, CHECKPOINT on
+  the mirror's control socket; durable when the version is stable.
+* ``qemu-backup``: qemu-storage-daemon, a persistent dirty bitmap and
+  ``blockdev-backup sync=incremental`` per checkpoint (peers_qemu.py).
+* ``rbd-snap``: an RBD image (EC data pool), ``rbd snap create`` per
+  checkpoint and ``rbd export-diff`` as copy-out (peers_rbd.py).
+* ``qcow2-layers``: external qcow2 snapshots, each closed layer copied
+  out (peers_qemu.py), the naive baseline.
+
+Every peer keeps 256 KiB granularity (BlobCR's chunk, the bitmap's
+granularity, the qcow2 clusters, the RBD objects).
+
+Workloads (``--workloads``): ``checkpoint``, the checkpoint benchmark's
+(rewrite ``--size`` in ``--block`` blocks in order, pass after pass) and
+``random4k`` (``--random-writes`` 4 KiB writes at fixed random offsets,
+pass after pass). The data is common.Pattern's, made before any timing.
+
+One run of a peer: a fresh disk, one pass and a full checkpoint (not
+timed), ``--iterations + 1`` passes without checkpoints (the baseline),
+then as many with a checkpoint requested at the end of each pass but
+the last while the application goes on writing, on a thread of its own.
+Per checkpoint:
+
+* ``ack_ms``: request to acknowledgment (the point in time is fixed);
+* ``pause_ms``: the guest-visible pause, the longest write of the
+  application that overlapped the request-to-ack window (beside
+  ``baseline_write_p99_ms``, the same writes without checkpoints);
+* ``durable_s``: request to the copy being durable where the peer keeps
+  it (``durable_at`` says where); RBD's ``copy_out_s`` apart;
+* ``stored_bytes`` per checkpoint and in total with the first (full)
+  copy; and per run ``slowdown_s`` (run time minus the baseline's) and
+  ``restart_s``: open the last checkpoint as a restart does (BlobCR: a
+  second mirror attaches the version lazily; QEMU, qcow2: a daemon opens
+  the copied chain; RBD: the image at its snapshot) and read every block
+  the workload writes. The data read must be a point in time of the
+  application's writes (every block of a pass, then a prefix of the
+  next one), or the restart is counted inconsistent.
+
+``ratios`` divide each peer's per-run medians by BlobCR's of the same
+run (``vs_blobcr_local``, ``vs_blobcr_ceph``). Each peer proves its
+path ran: the bytes its copy-out copied (BlobCR's chunks, the backup
+job's progress, the export-diff's bytes, the layer copied), writes
+overlapping each checkpoint, a consistent restart, and BlobCR's
+copy-on-write (copies or waits); a zero makes the run invalid.
+"""
+
+import copy
+import os
+import random
+import threading
+import time
+
+from blobcr_agent.bench import checkpoint
+from blobcr_agent.bench import common
+from blobcr_agent.bench import harness
+from blobcr_agent.bench import peers_common
+from blobcr_agent.repository import gc
+
+PEERS = ('blobcr-local', 'blobcr-ceph', 'qemu-backup', 'rbd-snap',
+         'qcow2-layers')
+WORKLOADS = ('checkpoint', 'random4k')
+REFERENCES = ('blobcr-local', 'blobcr-ceph')
+RATIO_KEYS = ('ack_ms', 'pause_ms', 'slowdown_s', 'durable_s',
+              'stored_bytes', 'restart_s')
+SMALL_WRITE = 4096
+
+
+def add_arguments(p, size_type=int):
+    p.add_argument('--peers', nargs='+', choices=PEERS, default=list(PEERS))
+    p.add_argument('--workloads', nargs='+', choices=WORKLOADS,
+                   default=list(WORKLOADS))
+    p.add_argument('--size', type=size_type, default=128 << 20,
+                   help='disk size and bytes rewritten per pass of the '
+                        'checkpoint workload (default 128M)')
+    p.add_argument('--block', type=size_type, default=1 << 20,
+                   help='write size of the checkpoint workload (1M)')
+    p.add_argument('--random-writes', type=int, default=4096,
+                   help='4 KiB writes per pass of random4k (default 4096)')
+    p.add_argument('--iterations', type=int, default=3,
+                   help='checkpoints per run (default 3)')
+    p.add_argument('--runs', type=int, default=3)
+    p.add_argument('--cow-chunks', type=int, default=64)
+    p.add_argument('--rbd-pool', default='blobcr-peers-rbd',
+                   help='replicated pool of the RBD image (made if '
+                        'missing)')
+    p.add_argument('--rbd-data-pool', default='blobcr-peers-ec',
+                   help='erasure-coded data pool of the RBD image, made '
+                        'with overwrites on if missing (empty: none)')
+    p.add_argument('--seed', type=int, default=42)
+    p.add_argument('--plot', help='write a PNG of the results here')
+
+
+class Workload(object):
+    def __init__(self, name, block, offsets):
+        self.name = name
+        self.block = block
+        self.offsets = offsets
+
+    @property
+    def bytes_per_pass(self):
+        return self.block * len(self.offsets)
+
+
+def workloads(args):
+    out = []
+    for name in args.workloads:
+        if name == 'checkpoint':
+            nblocks = args.size // args.block
+            out.append(Workload(name, args.block, [
+                b * args.block for b in
+                checkpoint.block_order(nblocks, 'sequential', args.seed)]))
+        else:
+            slots = args.size // SMALL_WRITE
+            if args.random_writes > slots:
+                raise SystemExit('--random-writes: at most %d in --size'
+                                 % slots)
+            picked = random.Random(args.seed).sample(range(slots),
+                                                     args.random_writes)
+            out.append(Workload(name, SMALL_WRITE,
+                                [s * SMALL_WRITE for s in picked]))
+    return out
+
+
+# -- BlobCR ------------------------------------------------------------------
+
+class BlobcrPeer(peers_common.Peer):
+    """BlobCR's selective-cow mirror; a second mirror restarts."""
+
+    durable_at = 'version stable in the store'
+
+    def __init__(self, args, name, backend, open_repository):
+        super().__init__(args)
+        self.name = name
+        if backend == 'rados' and not os.path.exists(args.ceph_conf):
+            raise peers_common.PeerRefused('no Ceph cluster: %s is missing'
+                                           % args.ceph_conf)
+        ns = copy.copy(args)
+        ns.backend = backend
+        self.workdir = os.path.join(args.workdir, name)
+        os.makedirs(self.workdir)
+        self.repo = open_repository(ns, self.workdir)
+        store = harness.store_args(self.repo.backend)
+        self.mirror = checkpoint.new_mirror(self.workdir, store, args)
+        self.mirror.start()
+        restart_dir = os.path.join(self.workdir, 'restart')
+        os.makedirs(restart_dir)
+        self.restarter = harness.MirrorProcess(restart_dir, store)
+        self.restarter.start()
+        self.subject = None
+        self.count = 0
+
+    def open(self, workdir, size):
+        self.count += 1
+        self.subject = checkpoint.Subject(
+            self.repo, self.mirror, '%s-%d' % (self.name, self.count), size,
+            'selective-cow', True, self.args.cow_chunks, None)
+        self.fd = self.subject.fd
+        self.index = 0
+
+    def write(self, offset, data):
+        os.pwrite(self.fd, data, offset)
+
+    def checkpoint(self):
+        t0 = time.perf_counter()
+        reply = self.subject.checkpoint()
+        cp = self.acked(t0, index=self.index, version=reply['version'],
+                        held_ms=reply['held_ms'], chunks=reply['chunks'],
+                        requested=reply['requested'])
+        self.index += 1
+        return cp
+
+    def settle(self, checkpoints):
+        self.subject.settle(checkpoints)
+        for cp in checkpoints:
+            size = (cp['chunks'] or 0) * checkpoint.CHUNK
+            cp.update(durable_s=cp['stable_at'] - cp['requested'],
+                      copied_bytes=size, stored_bytes=size)
+
+    def counters(self):
+        return self.subject.stats()
+
+    def restart_open(self, cp):
+        return _MirrorReader(self.restarter.client, self.subject.id,
+                             cp['version'])
+
+    def close(self):
+        if self.subject is not None:
+            self.subject.close()
+            self.subject = None
+
+    def shutdown(self):
+        for m in (self.restarter, self.mirror):
+            m.stop()
+        gc.collect(self.repo, grace=0)
+        self.repo.close()
+
+    def describe(self):
+        return {'backend': self.repo.backend.name,
+                'chunk': checkpoint.CHUNK,
+                'cow_chunks': self.args.cow_chunks}
+
+
+class _MirrorReader(object):
+    def __init__(self, client, image, version):
+        self.client = client
+        self.image = image
+        path = client.call('attach', image=image, version=version,
+                           prefetch=False)
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def read(self, offset, length):
+        return os.pread(self.fd, length, offset)
+
+    def close(self):
+        os.close(self.fd)
+        self.client.call('detach', image=self.image, discard=True)
+
+
+def make_peer(name, args, open_repository):
+    if name == 'blobcr-local':
+        return BlobcrPeer(args, name, 'local', open_repository)
+    if name == 'blobcr-ceph':
+        return BlobcrPeer(args, name, 'rados', open_repository)
+    if name == 'rbd-snap':
+        from blobcr_agent.bench import peers_rbd
+        return peers_rbd.RbdPeer(args)
+    from blobcr_agent.bench import peers_qemu
+    why = peers_qemu.refusal()
+    if why:
+        raise peers_common.PeerRefused(why)
+    cls = {'qemu-backup': peers_qemu.QemuBackupPeer,
+           'qcow2-layers': peers_qemu.Qcow2LayersPeer}[name]
+    return cls(args)
+
+
+# -- the application ---------------------------------------------------------
+
+class Writer(threading.Thread):
+    """The application: ``passes`` passes of the workload from epoch
+    ``epoch``, each write timed; ``ends`` gets the number of every pass
+    done (the orchestrator checkpoints then, while this goes on).
+    """
+
+    def __init__(self, peer, workload, pattern, epoch, passes, rate=None):
+        super().__init__(name='peers-writer', daemon=True)
+        self.peer = peer
+        self.workload = workload
+        self.pattern = pattern
+        self.epoch = epoch
+        self.passes = passes
+        self.rate = rate
+        self.ends = []
+        self.ended = threading.Condition()
+        self.writes = []          # (start, seconds), perf_counter
+        self.error = None
+        self.elapsed = None
+
+    def run(self):
+        block = self.workload.block
+        t0 = time.perf_counter()
+        try:
+            for p in range(self.passes):
+                epoch = self.epoch + p
+                for offset in self.workload.offsets:
+                    data = self.pattern.block(offset, block, epoch)
+                    start = time.perf_counter()
+                    self.peer.write(offset, data)
+                    self.writes.append((start, time.perf_counter() - start))
+                    if self.rate is not None:
+                        self.rate.add(block)
+                with self.ended:
+                    self.ends.append(p)
+                    self.ended.notify_all()
+        except Exception as e:
+            self.error = e
+            with self.ended:
+                self.ended.notify_all()
+        self.elapsed = time.perf_counter() - t0
+
+    def wait_pass(self, p):
+        with self.ended:
+            while p not in self.ends and self.error is None:
+                self.ended.wait()
+        if self.error is not None:
+            raise self.error
+
+    def finish(self):
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.elapsed
+
+    def longest_in(self, t0, t1):
+        """The longest write overlapping [t0, t1] (None if none did)."""
+        hit = [d for s, d in self.writes if s < t1 and s + d > t0]
+        return max(hit) if hit else None
+
+
+def state_epoch(read_blocks, expected):
+    """The epoch E such that the blocks read are a point in time of the
+    application: blocks ``[0, i)`` (in write order) of epoch E, the rest
+    of E - 1. ``expected(k, epoch)`` is block k's data in that epoch.
+    None if the blocks are no such state.
+    """
+    n = len(read_blocks)
+    first = read_blocks[0]
+    candidates = [e for e in range(expected.low, expected.high + 1)
+                  if first == expected(0, e)]
+    for epoch in candidates:
+        k = 0
+        while k < n and read_blocks[k] == expected(k, epoch):
+            k += 1
+        if all(read_blocks[j] == expected(j, epoch - 1)
+               for j in range(k, n)):
+            return epoch
+    return None
+
+
+class _Expected(object):
+    def __init__(self, pattern, workload, low, high):
+        self.pattern = pattern
+        self.workload = workload
+        self.low = low
+        self.high = high
+
+    def __call__(self, k, epoch):
+        return self.pattern.block(self.workload.offsets[k],
+                                  self.workload.block, epoch)
+
+
+def one_run(peer, workload, pattern, args, epoch, run, log):
+    """One run of ``peer``; ``epoch`` is the first epoch it may use
+    (it uses ``2 * (iterations + 1) + 1``).
+    """
+    passes = args.iterations + 1
+    workdir = os.path.join(args.workdir, 'runs', '%s-%s-%d'
+                           % (peer.name, workload.name, run))
+    os.makedirs(workdir)
+    peer.open(workdir, args.size)
+    try:
+        fill = Writer(peer, workload, pattern, epoch, 1)
+        fill.start()
+        fill.finish()
+        full = peer.checkpoint()
+        peer.settle([full])
+
+        base = Writer(peer, workload, pattern, epoch + 1, passes,
+                      log.rate('%s %s baseline' % (peer.name, workload.name),
+                               passes * workload.bytes_per_pass))
+        base.start()
+        baseline_s = base.finish()
+        base.rate.finish()
+
+        before = peer.counters()
+        first = epoch + 1 + passes
+        timed = Writer(peer, workload, pattern, first, passes,
+                       log.rate('%s %s timed' % (peer.name, workload.name),
+                                passes * workload.bytes_per_pass))
+        timed.start()
+        cps = []
+        for p in range(passes - 1):
+            timed.wait_pass(p)
+            cp = peer.checkpoint()
+            cp['after_epoch'] = first + p
+            cps.append(cp)
+        run_s = timed.finish()
+        timed.rate.finish()
+        peer.settle(cps)
+        counters = checkpoint._delta(peer.counters(), before) \
+            if before else {}
+
+        for cp in cps:
+            cp['pause_ms'] = _ms(timed.longest_in(cp['t_req'], cp['t_ack']))
+        last = cps[-1]
+        t0 = time.perf_counter()
+        reader = peer.restart_open(last)
+        try:
+            data = [reader.read(off, workload.block)
+                    for off in workload.offsets]
+            restart_s = time.perf_counter() - t0
+        finally:
+            reader.close()
+        got = state_epoch(data, _Expected(pattern, workload, first,
+                                          first + passes - 1))
+    finally:
+        peer.close()
+    base_lat = sorted(d for _, d in base.writes)
+    result = {
+        'run_s': run_s, 'baseline_s': baseline_s,
+        'slowdown_s': run_s - baseline_s,
+        'baseline_write_p99_ms': _ms(common.percentile(base_lat, 99)),
+        'checkpoints': cps, 'full': full, 'counters': counters,
+        'restart_s': restart_s,
+        # The restart read a point in time no earlier than the pass the
+        # checkpoint was requested after.
+        'restart_consistent': got is not None and
+        got >= last['after_epoch'],
+        'restart_epoch_lag': None if got is None else
+        got - last['after_epoch'],
+        'stored_total_bytes': (full['stored_bytes'] or 0) +
+        sum(c['stored_bytes'] or 0 for c in cps),
+    }
+    log.event('run', peer=peer.name, workload=workload.name, run=run + 1,
+              slowdown_s=round(result['slowdown_s'], 3),
+              ack_ms=round(max(c['ack_ms'] for c in cps), 2),
+              pause_ms=max(c['pause_ms'] or 0 for c in cps),
+              restart_s=round(restart_s, 3),
+              consistent=result['restart_consistent'])
+    return result
+
+
+def _ms(seconds):
+    return None if seconds is None else round(seconds * 1000, 3)
+
+
+# -- figures -----------------------------------------------------------------
+
+def _median(values):
+    s = common.summary(values, 6)
+    return s and s['median']
+
+
+def per_run_figures(r):
+    """The per-run medians that ratios compare."""
+    cps = r['checkpoints']
+    return {'ack_ms': _median([c['ack_ms'] for c in cps]),
+            'pause_ms': _median([c['pause_ms'] for c in cps]),
+            'slowdown_s': r['slowdown_s'],
+            'durable_s': _median([c['durable_s'] for c in cps]),
+            'stored_bytes': _median([c['stored_bytes'] for c in cps]),
+            'restart_s': r['restart_s']}
+
+
+def aggregate(peer, runs):
+    cps = [c for r in runs for c in r['checkpoints']]
+    out = {
+        'ack_ms': common.summary([c['ack_ms'] for c in cps], 2),
+        'pause_ms': common.summary([c['pause_ms'] for c in cps], 2),
+        'baseline_write_p99_ms': common.summary(
+            [r['baseline_write_p99_ms'] for r in runs], 2),
+        'slowdown_s': common.summary([r['slowdown_s'] for r in runs]),
+        'slowdown_ratio': common.summary(
+            [common.ratio(r['run_s'], r['baseline_s']) for r in runs]),
+        'run_s': common.summary([r['run_s'] for r in runs]),
+        'baseline_s': common.summary([r['baseline_s'] for r in runs]),
+        'durable_s': common.summary([c['durable_s'] for c in cps]),
+        'stored_bytes_per_checkpoint': common.summary(
+            [c['stored_bytes'] for c in cps], 0),
+        'copied_bytes_per_checkpoint': common.summary(
+            [c['copied_bytes'] for c in cps], 0),
+        'full_bytes': common.summary([r['full']['stored_bytes']
+                                      for r in runs], 0),
+        'stored_total_bytes': common.summary(
+            [r['stored_total_bytes'] for r in runs], 0),
+        'restart_s': common.summary([r['restart_s'] for r in runs]),
+        'restart_consistent': [r['restart_consistent'] for r in runs],
+        'restart_epoch_lag': [r['restart_epoch_lag'] for r in runs],
+        'checkpoints': len(cps),
+        'durable_at': peer.durable_at,
+        'runs': [{'slowdown_s': round(r['slowdown_s'], 3),
+                  'ack_ms': [round(c['ack_ms'], 2) for c in
+                             r['checkpoints']],
+                  'pause_ms': [c['pause_ms'] for c in r['checkpoints']],
+                  'stored_bytes': [c['stored_bytes'] for c in
+                                   r['checkpoints']],
+                  'restart_s': round(r['restart_s'], 3),
+                  'counters': r['counters']} for r in runs],
+    }
+    if any('copy_out_s' in c for c in cps):
+        out['copy_out_s'] = common.summary([c.get('copy_out_s')
+                                            for c in cps])
+    if any('held_ms' in c for c in cps):
+        out['held_ms'] = common.summary([c.get('held_ms') for c in cps], 2)
+    if runs[0]['counters']:
+        out['counters'] = {k: [r['counters'][k] for r in runs]
+                           for k in checkpoint.COUNTERS}
+    return out
+
+
+def ratios(results, reference):
+    """Per-run ratios of every peer's figures over ``reference``'s."""
+    ref = results.get(reference)
+    if not ref:
+        return None
+    out = {}
+    for name, runs in results.items():
+        if name == reference or not runs:
+            continue
+        pairs = list(zip([per_run_figures(r) for r in runs],
+                         [per_run_figures(r) for r in ref]))
+        out[name] = {k: common.summary([common.ratio(a[k], b[k])
+                                        for a, b in pairs])
+                     for k in RATIO_KEYS}
+    return out
+
+
+def check(checks, name, workload, runs):
+    what = '%s/%s' % (name, workload)
+    cps = [c for r in runs for c in r['checkpoints']]
+    checks.require('%s: bytes copied out per checkpoint (min)' % what,
+                   min(c['copied_bytes'] or 0 for c in cps),
+                   'every checkpoint must copy the written data out')
+    checks.require('%s: checkpoints the application wrote through'
+                   % what, sum(1 for c in cps if c['pause_ms'] is not None),
+                   'the application must write while checkpoints are '
+                   'taken, or there is no pause to measure')
+    checks.require_true('%s: restarts at a point in time' % what,
+                        all(r['restart_consistent'] for r in runs),
+                        'a restart must read every block of a pass and a '
+                        'prefix of the next one',
+                        value=[r['restart_epoch_lag'] for r in runs])
+    if name.startswith('blobcr'):
+        checks.require('%s: cow_copies + waits (sum over runs)' % what,
+                       sum(r['counters']['cow_copies'] +
+                           r['counters']['waits'] for r in runs),
+                       'the application must rewrite chunks still being '
+                       'persisted; it never did, so selective '
+                       'copy-on-write did not run')
+
+
+def run(args, log, open_repository):
+    """Every peer on every workload; ``open_repository(args, scratch)``
+    opens BlobCR's repositories (blobcr-bench's).
+    """
+    args.granularity = checkpoint.CHUNK
+    if args.size % args.block or args.block % SMALL_WRITE or \
+            args.size % checkpoint.CHUNK:
+        raise SystemExit('--size must be a multiple of --block and of '
+                         '256K; --block a multiple of 4K')
+    if args.iterations < 1 or args.runs < 1:
+        raise SystemExit('--iterations and --runs must be at least 1')
+    chosen = workloads(args)
+    passes = args.iterations + 1
+    epochs_per_run = 2 * passes + 1
+    log.event('generate', mib=args.size >> 20)
+    pattern = common.Pattern(args.size)
+    peers, refused = {}, {}
+    checks = common.Checks()
+    results = {w.name: {} for w in chosen}
+    try:
+        for name in args.peers:
+            try:
+                peers[name] = make_peer(name, args, open_repository)
+            except peers_common.PeerRefused as e:
+                refused[name] = str(e)
+                log.event('refused', peer=name, why=str(e))
+        names = list(peers)
+        for w in chosen:
+            for name in names:
+                results[w.name][name] = []
+        for r in range(args.runs):
+            for w in chosen:
+                k = r % max(len(names), 1)
+                for name in names[k:] + names[:k]:
+                    epoch = r * epochs_per_run
+                    results[w.name][name].append(one_run(
+                        peers[name], w, pattern, args, epoch, r, log))
+    finally:
+        for peer in peers.values():
+            shutdown = getattr(peer, 'shutdown', None)
+            if shutdown:
+                try:
+                    shutdown()
+                except Exception as e:
+                    log('cannot shut %s down: %s' % (peer.name, e))
+
+    out = {'size': args.size, 'block': args.block,
+           'random_writes': args.random_writes,
+           'iterations': args.iterations, 'runs': args.runs,
+           'granularity': args.granularity,
+           'peers': {n: (peers[n].describe()
+                         if hasattr(peers[n], 'describe') else {})
+                     for n in peers},
+           'refused': refused, 'workloads': {}}
+    checks.require_true('blobcr-local ran', 'blobcr-local' in peers or
+                        'blobcr-local' not in args.peers,
+                        'BlobCR on the local store is the reference',
+                        value=refused.get('blobcr-local'))
+    for w in chosen:
+        res = results[w.name]
+        out['workloads'][w.name] = {
+            'block': w.block, 'writes_per_pass': len(w.offsets),
+            'peers': {n: aggregate(peers[n], res[n]) for n in res},
+            'ratios': {'vs_' + ref.replace('-', '_'): ratios(res, ref)
+                       for ref in REFERENCES if ref in res},
+        }
+        for n in res:
+            check(checks, n, w.name, res[n])
+    out['checks'] = checks.as_list()
+    if args.plot:
+        plot(out, args.plot)
+    return out
+
+
+def plot(result, path):
+    """One row per workload: ack, pause, slowdown, to durable, bytes per
+    checkpoint, restart (medians, p10-p90).
+    """
+    import matplotlib
+    matplotlib.use('Agg')
+    from matplotlib import pyplot
+
+    panels = [('ack_ms', 'request to ack (ms)', '#2a7ab9', True),
+              ('pause_ms', 'guest-visible pause (ms)', '#8e6bbf', True),
+              ('slowdown_s', 'application slowdown (s)', '#d9822b', False),
+              ('durable_s', 'request to durable (s)', '#999999', False),
+              ('stored_mib', 'MiB stored per checkpoint', '#4f9a4f', False),
+              ('restart_s', 'restart: open + read (s)', '#b94a48', False)]
+    rows = list(result['workloads'])
+    fig, axes = pyplot.subplots(len(rows), len(panels),
+                                figsize=(20, 4.2 * len(rows)), squeeze=False)
+    for row, wname in zip(axes, rows):
+        peers = result['workloads'][wname]['peers']
+        names = list(peers)
+        for ax, (key, title, color, log_scale) in zip(row, panels):
+            if key == 'stored_mib':
+                values = [_scaled(peers[n]['stored_bytes_per_checkpoint'],
+                                  common.MIB) for n in names]
+            else:
+                values = [peers[n][key] for n in names]
+            checkpoint._bars(ax, names, values, '%s: %s' % (wname, title),
+                             color)
+            if log_scale:
+                ax.set_yscale('log')
+    fig.suptitle('blobcr-bench peers: %d MiB disk, %d checkpoints per run, '
+                 '%d runs (bars: median, whiskers: p10-p90)'
+                 % (result['size'] >> 20, result['iterations'],
+                    result['runs']))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def _scaled(s, scale):
+    if not s:
+        return s
+    return {k: (v / scale if k != 'n' else v) for k, v in s.items()}

@@ -1,0 +1,118 @@
+"""What the peers of ``blobcr-bench peers`` share: the interface the
+orchestrator (peers.py) drives, and a worker that copies checkpoints out
+in order behind the application.
+
+A peer opens a fresh disk of ``size`` bytes, takes ``write(offset,
+data)`` from the application's thread, and answers ``checkpoint()`` from
+the orchestrator's once the point in time is fixed (the ack); the
+copy-out then runs behind the application and ``durable()`` records when
+it is on its durable medium, with the bytes it copied (what proves the
+path ran) and the bytes it stored.
+"""
+
+import queue
+import threading
+import time
+
+
+class PeerRefused(Exception):
+    """This peer cannot run here; the message says what refused."""
+
+
+class Peer(object):
+    name = None
+    # Where this peer's checkpoint is durable, for the report.
+    durable_at = None
+
+    def __init__(self, args):
+        self.args = args
+        self.worker = None
+
+    def open(self, workdir, size):
+        raise NotImplementedError
+
+    def write(self, offset, data):
+        raise NotImplementedError
+
+    def checkpoint(self):
+        raise NotImplementedError
+
+    def restart_open(self, cp):
+        """A reader (``read(offset, length)``, ``close()``) of the disk as
+        it was at ``cp``, opened as a restart would.
+        """
+        raise NotImplementedError
+
+    def counters(self):
+        """Counters of the peer's own machinery over the run, if any."""
+        return {}
+
+    def close(self):
+        pass
+
+    @staticmethod
+    def acked(t0, **fields):
+        """A checkpoint acknowledged now, requested at ``t0``
+        (perf_counter).
+        """
+        now = time.perf_counter()
+        cp = {'t_req': t0, 't_ack': now, 'ack_ms': (now - t0) * 1000,
+              'durable_s': None, 'copied_bytes': None,
+              'stored_bytes': None}
+        cp.update(fields)
+        return cp
+
+    @staticmethod
+    def durable(cp, copied, stored, at=None):
+        """``cp``'s copy-out is durable (now, or at perf_counter ``at``)."""
+        at = time.perf_counter() if at is None else at
+        cp.update(durable_s=at - cp['t_req'], copied_bytes=copied,
+                  stored_bytes=stored)
+
+    def settle(self, checkpoints):
+        """Wait until every checkpoint is durable."""
+        if self.worker is not None:
+            self.worker.drain()
+        missing = [cp['index'] for cp in checkpoints
+                   if cp['durable_s'] is None]
+        if missing:
+            raise RuntimeError('%s: checkpoints %s never became durable'
+                               % (self.name, missing))
+
+
+class CopyOutWorker(object):
+    """Runs copy-out tasks one after the other, in checkpoint order, on a
+    thread of its own; the first error is raised by ``drain``.
+    """
+
+    def __init__(self, name):
+        self.tasks = queue.Queue()
+        self.error = None
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       name='copy-out-%s' % name)
+        self.thread.start()
+
+    def _run(self):
+        while True:
+            task = self.tasks.get()
+            try:
+                if task is None:
+                    return
+                if self.error is None:
+                    task()
+            except Exception as e:
+                self.error = e
+            finally:
+                self.tasks.task_done()
+
+    def put(self, task):
+        self.tasks.put(task)
+
+    def drain(self):
+        self.tasks.join()
+        if self.error is not None:
+            raise self.error
+
+    def stop(self):
+        self.tasks.put(None)
+        self.thread.join(timeout=120)

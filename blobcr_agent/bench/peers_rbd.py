@@ -1,0 +1,199 @@
+"""The Ceph RBD peer of ``blobcr-bench peers``: an image in a replicated
+pool with its data in an erasure-coded pool (overwrites enabled), in the
+same cluster as BlobCR-on-Ceph, written through librbd by the
+application's own client.
+
+A checkpoint is a snapshot made by a second client (the orchestrator's,
+as an operator's ``rbd snap create`` would be): with the exclusive-lock
+feature librbd asks the lock owner, the application's client, to take
+it, which holds its writes for that time. The snapshot is in RADOS when
+acknowledged (its durable point); ``rbd export-diff`` from the previous
+snapshot, fsync'ed, is its copy-out, timed apart. A restart opens the
+image at the snapshot and reads it, as a clone of it would.
+"""
+
+import json
+import os
+import subprocess
+import time
+
+from blobcr_agent.bench import cinder
+from blobcr_agent.bench import peers_common
+
+EC_PROFILE = 'blobcr_k2m1'
+
+
+def _mon(cluster, **command):
+    ret, out, err = cluster.mon_command(json.dumps(command), b'', timeout=30)
+    if ret:
+        raise RuntimeError('ceph %s: %s (%d)' % (command['prefix'], err, ret))
+    return out
+
+
+def ensure_ec_data_pool(conffile, pool, profile=EC_PROFILE, pg_num=8):
+    """An erasure-coded pool that RBD can keep data in (overwrites on);
+    returns None, or why it cannot be had.
+    """
+    import rados
+    cluster = rados.Rados(conffile=conffile)
+    cluster.connect(timeout=10)
+    try:
+        if not cluster.pool_exists(pool):
+            _mon(cluster, prefix='osd pool create', pool=pool,
+                 pg_num=pg_num, pgp_num=pg_num, pool_type='erasure',
+                 erasure_code_profile=profile)
+            _mon(cluster, prefix='osd pool application enable', pool=pool,
+                 app='rbd')
+        _mon(cluster, prefix='osd pool set', pool=pool,
+             var='allow_ec_overwrites', val='true')
+        return None
+    except Exception as e:
+        return str(e)
+    finally:
+        cluster.shutdown()
+
+
+class RbdPeer(peers_common.Peer):
+    name = 'rbd-snap'
+    durable_at = 'snapshot in RADOS (ack); export-diff file fsync\'ed'
+
+    def __init__(self, args):
+        super().__init__(args)
+        try:
+            import rados
+            import rbd
+        except ImportError as e:
+            raise peers_common.PeerRefused('no librbd binding: %s' % e)
+        self.rbd = rbd
+        if not os.path.exists(args.ceph_conf):
+            raise peers_common.PeerRefused('no Ceph cluster: %s is missing'
+                                           % args.ceph_conf)
+        try:
+            cinder.ensure_rbd_pool(args.ceph_conf, args.rbd_pool)
+        except Exception as e:
+            raise peers_common.PeerRefused('cannot have the RBD pool %s: %s'
+                                           % (args.rbd_pool, e))
+        self.data_pool = args.rbd_data_pool or None
+        self.data_pool_refused = None
+        if self.data_pool:
+            self.data_pool_refused = ensure_ec_data_pool(args.ceph_conf,
+                                                         self.data_pool)
+            if self.data_pool_refused:
+                self.data_pool = None
+        # Two clients: the application's (it owns the exclusive lock) and
+        # the orchestrator's, which asks for snapshots.
+        self.clients = []
+        for _ in range(2):
+            c = rados.Rados(conffile=args.ceph_conf)
+            c.connect(timeout=10)
+            self.clients.append(c)
+        self.app_io = self.clients[0].open_ioctx(args.rbd_pool)
+        self.admin_io = self.clients[1].open_ioctx(args.rbd_pool)
+        self.image = self.admin = None
+
+    def open(self, workdir, size):
+        self.workdir = workdir
+        self.size = size
+        self.index = 0
+        self.image_name = 'blobcr-peers-%d-%d' % (os.getpid(),
+                                                  int(time.time() * 1000))
+        rbd = self.rbd
+        features = (rbd.RBD_FEATURE_LAYERING | rbd.RBD_FEATURE_EXCLUSIVE_LOCK
+                    | rbd.RBD_FEATURE_OBJECT_MAP | rbd.RBD_FEATURE_FAST_DIFF)
+        order = self.args.granularity.bit_length() - 1
+        rbd.RBD().create(self.app_io, self.image_name, size, order=order,
+                         old_format=False, features=features,
+                         data_pool=self.data_pool)
+        self.image = rbd.Image(self.app_io, self.image_name)
+        self.admin = rbd.Image(self.admin_io, self.image_name)
+        self.worker = peers_common.CopyOutWorker(self.name)
+
+    def write(self, offset, data):
+        self.image.write(bytes(data), offset)
+
+    def checkpoint(self):
+        t0 = time.perf_counter()
+        snap = 'cp-%d' % self.index
+        self.admin.create_snap(snap)
+        cp = self.acked(t0, index=self.index, snap=snap)
+        # In RADOS at the ack: durable there; the export-diff is timed as
+        # its copy-out.
+        cp['durable_s'] = cp['ack_ms'] / 1000.0
+        previous = 'cp-%d' % (self.index - 1) if self.index else None
+        self.index += 1
+        self.worker.put(lambda: self._export(cp, previous))
+        return cp
+
+    def _export(self, cp, previous):
+        path = os.path.join(self.workdir, '%s.diff' % cp['snap'])
+        command = ['rbd', '--conf', self.args.ceph_conf, 'export-diff']
+        if previous:
+            command += ['--from-snap', previous]
+        command += ['%s/%s@%s' % (self.args.rbd_pool, self.image_name,
+                                  cp['snap']), path]
+        proc = subprocess.run(command, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL)
+        if proc.returncode:
+            raise RuntimeError('%s: %s' % (' '.join(command),
+                                           proc.stderr.strip()))
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        size = os.path.getsize(path)
+        cp['copy_out_s'] = time.perf_counter() - cp['t_req']
+        cp.update(copied_bytes=size, stored_bytes=size)
+
+    def settle(self, checkpoints):
+        super().settle(checkpoints)
+        missing = [cp['index'] for cp in checkpoints
+                   if cp.get('copy_out_s') is None]
+        if missing:
+            raise RuntimeError('rbd export-diff of %s never ran' % missing)
+
+    def restart_open(self, cp):
+        return _SnapshotReader(self.rbd.Image(self.admin_io, self.image_name,
+                                              snapshot=cp['snap'],
+                                              read_only=True))
+
+    def close(self):
+        if self.worker is not None:
+            self.worker.stop()
+            self.worker = None
+        for image in (self.image, self.admin):
+            if image is not None:
+                image.close()
+        self.image = self.admin = None
+        if getattr(self, 'image_name', None):
+            img = self.rbd.Image(self.app_io, self.image_name)
+            try:
+                for s in list(img.list_snaps()):
+                    img.remove_snap(s['name'])
+            finally:
+                img.close()
+            self.rbd.RBD().remove(self.app_io, self.image_name)
+            self.image_name = None
+
+    def shutdown(self):
+        for io in (self.app_io, self.admin_io):
+            io.close()
+        for c in self.clients:
+            c.shutdown()
+
+    def describe(self):
+        return {'pool': self.args.rbd_pool, 'data_pool': self.data_pool,
+                'data_pool_refused': self.data_pool_refused,
+                'object_size': self.args.granularity,
+                'features': 'layering,exclusive-lock,object-map,fast-diff'}
+
+
+class _SnapshotReader(object):
+    def __init__(self, image):
+        self.image = image
+
+    def read(self, offset, length):
+        return self.image.read(offset, length)
+
+    def close(self):
+        self.image.close()
