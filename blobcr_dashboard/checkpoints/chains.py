@@ -1,0 +1,114 @@
+"""The project's checkpoint chains and group checkpoints, from Cinder
+through Horizon's API layer (openstack_dashboard.api.cinder).
+
+The tree itself is blobcr_cinder.osc.chain's (the OSC plugin draws the
+same one); this module only fetches, picks the roots and adds what the
+panel's actions need (which checkpoint a volume can revert to).
+"""
+
+import collections
+import dataclasses
+import typing
+
+from openstack_dashboard.api import cinder
+
+from blobcr_cinder.osc import chain
+from blobcr_nova import restart
+
+
+@dataclasses.dataclass
+class Row(object):
+    tree: str                   # the tree's drawing, as the CLI prints it
+    node: chain.Node
+    volume_id: str              # a checkpoint's volume, or the volume
+    state: str
+    made_by: str = ''
+    revertible: bool = False    # the volume's newest snapshot (Cinder's rule)
+
+
+@dataclasses.dataclass
+class GroupCheckpoint(object):
+    id: str
+    name: str
+    group_id: str
+    status: str
+    created: str
+    members: typing.List[chain.Node]
+    stable: int                 # members whose version is stable
+    incomplete: typing.Optional[str]    # why it cannot be restarted
+
+
+def _newest_per_volume(snapshots):
+    newest = {}
+    for s in snapshots:
+        held = newest.get(s.volume_id)
+        if held is None or (s.created_at or '') > (held.created_at or ''):
+            newest[s.volume_id] = s
+    return {s.id for s in newest.values() if s.status == 'available'}
+
+
+def _roots(volumes, snapshots):
+    """Volumes that are not clones of something the user sees."""
+    seen_volumes = {v.id for v in volumes}
+    seen_snapshots = {s.id for s in snapshots}
+    return [v for v in volumes
+            if v.snapshot_id not in seen_snapshots
+            and chain.source_volume_of(v) not in seen_volumes]
+
+
+def rows(volumes, snapshots):
+    """The chains of ``volumes`` as table rows, depth first."""
+    by_volume = collections.defaultdict(list)
+    volume_of = {}
+    for s in snapshots:
+        by_volume[s.volume_id].append(s)
+        volume_of[s.id] = s.volume_id
+    revertible = _newest_per_volume(snapshots)
+    roots = sorted(_roots(volumes, snapshots),
+                   key=lambda v: (v.created_at or '', v.id))
+    result = []
+    for volume in roots:
+        root = chain.build(volume, lambda vid: by_volume.get(vid, []),
+                           volumes)
+        for text, node in chain.walk(root):
+            if node.kind == 'volume':
+                result.append(Row(text, node, node.id, node.status))
+            else:
+                result.append(Row(text, node, volume_of[node.id],
+                                  chain.state_of(node), chain.made_by(node),
+                                  node.id in revertible))
+    return result
+
+
+def _as_dict(snapshot):
+    return {'id': snapshot.id, 'status': snapshot.status,
+            'metadata': snapshot.metadata or {}}
+
+
+def groups(group_snapshots, snapshots):
+    """Group checkpoints (Cinder group snapshots), newest first, with
+    their members and whether they are complete as blobcr-restart sees it.
+    """
+    members = collections.defaultdict(list)
+    for s in snapshots:
+        if getattr(s, 'group_snapshot_id', None):
+            members[s.group_snapshot_id].append(s)
+    result = []
+    for gs in group_snapshots:
+        mine = sorted(members.get(gs.id, []), key=lambda s: s.volume_id)
+        nodes = [chain.checkpoint_node(s) for s in mine]
+        result.append(GroupCheckpoint(
+            gs.id, gs.name or gs.id, gs.group_id, gs.status,
+            gs.created_at or '', nodes,
+            sum(1 for n in nodes if chain.state_of(n) == 'stable'),
+            restart.complete({'status': gs.status},
+                             [_as_dict(s) for s in mine])))
+    return sorted(result, key=lambda g: g.created, reverse=True)
+
+
+def load(request):
+    """(rows, group checkpoints) of the request's project."""
+    volumes = cinder.volume_list(request)
+    snapshots = cinder.volume_snapshot_list(request)
+    group_snapshots = cinder.group_snapshot_list(request)
+    return rows(volumes, snapshots), groups(group_snapshots, snapshots)

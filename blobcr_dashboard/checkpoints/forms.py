@@ -1,0 +1,150 @@
+"""The panel's actions, each a Cinder call through Horizon's API layer
+(the group restart: blobcr_nova.restart, as blobcr-restart runs it).
+"""
+
+import io
+import logging
+import threading
+
+from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
+from horizon import exceptions
+from horizon import forms
+from horizon import messages
+from openstack_dashboard.api import cinder
+
+from blobcr_dashboard.checkpoints import restarts
+
+LOG = logging.getLogger(__name__)
+# Volume revert (POST /volumes/{id}/action revert).
+REVERT_MICROVERSION = '3.40'
+
+
+def _index():
+    return reverse('horizon:project:checkpoints:index')
+
+
+class TakeCheckpoint(forms.SelfHandlingForm):
+    name = forms.CharField(max_length=255, label=_("Checkpoint Name"))
+    description = forms.CharField(max_length=255, required=False,
+                                  widget=forms.Textarea(attrs={'rows': 3}),
+                                  label=_("Description"))
+
+    def handle(self, request, data):
+        volume_id = self.initial['volume_id']
+        try:
+            volume = cinder.volume_get(request, volume_id)
+            # An attached volume: a live checkpoint (API < 3.66 asks for
+            # force; the driver holds the guest as its quiesce mode says).
+            snapshot = cinder.volume_snapshot_create(
+                request, volume_id, data['name'], data['description'],
+                force=volume.status == 'in-use')
+        except Exception:
+            exceptions.handle(request, _('Unable to take a checkpoint of '
+                                         'volume %s.') % volume_id,
+                              redirect=_index())
+            return False
+        messages.info(request, _('Taking checkpoint "%s".') % data['name'])
+        return snapshot
+
+
+class CreateVolume(forms.SelfHandlingForm):
+    name = forms.CharField(max_length=255, label=_("Volume Name"))
+    size = forms.IntegerField(min_value=1, label=_("Size (GiB)"))
+
+    def clean_size(self):
+        size = self.cleaned_data['size']
+        if size < self.initial['snapshot_size']:
+            raise forms.ValidationError(
+                _('At least the checkpoint\'s size, %d GiB.')
+                % self.initial['snapshot_size'])
+        return size
+
+    def handle(self, request, data):
+        snapshot_id = self.initial['snapshot_id']
+        try:
+            volume = cinder.volume_create(request, data['size'],
+                                          data['name'], '', None,
+                                          snapshot_id=snapshot_id)
+        except Exception:
+            exceptions.handle(request, _('Unable to create a volume from '
+                                         'checkpoint %s.') % snapshot_id,
+                              redirect=_index())
+            return False
+        messages.info(request, _('Creating volume "%s".') % data['name'])
+        return volume
+
+
+class Revert(forms.SelfHandlingForm):
+
+    def handle(self, request, data):
+        snapshot_id = self.initial['snapshot_id']
+        volume_id = self.initial['volume_id']
+        try:
+            client = cinder.cinderclient(request, REVERT_MICROVERSION)
+            client.volumes.revert_to_snapshot(volume_id, snapshot_id)
+        except Exception:
+            exceptions.handle(request, _('Unable to revert volume %(v)s to '
+                                         'checkpoint %(s)s.')
+                              % {'v': volume_id, 's': snapshot_id},
+                              redirect=_index())
+            return False
+        messages.info(request, _('Reverting volume %s.') % volume_id)
+        return True
+
+
+class Delete(forms.SelfHandlingForm):
+
+    def handle(self, request, data):
+        snapshot_id = self.initial['snapshot_id']
+        try:
+            cinder.volume_snapshot_delete(request, snapshot_id)
+        except Exception:
+            exceptions.handle(request, _('Unable to delete checkpoint %s.')
+                              % snapshot_id, redirect=_index())
+            return False
+        messages.info(request, _('Deleting checkpoint %s.') % snapshot_id)
+        return True
+
+
+class RestartGroup(forms.SelfHandlingForm):
+    name_prefix = forms.CharField(
+        max_length=200, required=False, label=_("Name Prefix"),
+        help_text=_('Volumes and servers are named PREFIX-0, PREFIX-1... '
+                    '(default restart-<group name>).'))
+    boot = forms.BooleanField(
+        required=False, initial=True, label=_("Boot Servers"),
+        help_text=_('Unticked: create the volumes only.'))
+    flavor = forms.CharField(max_length=255, required=False,
+                             label=_("Flavor (name or ID)"))
+
+    def clean(self):
+        data = super().clean()
+        if data.get('boot') and not data.get('flavor'):
+            raise forms.ValidationError(_('A flavor is needed to boot the '
+                                          'servers.'))
+        return data
+
+    def handle(self, request, data):
+        group_id = self.initial['group_id']
+        try:
+            cloud = restarts.cloud_of(request)
+            plan = restarts.plan(cloud, group_id, data['name_prefix'])
+        except restarts.RestartError as exc:
+            messages.error(request, _('Cannot restart group %(g)s: %(e)s')
+                           % {'g': group_id, 'e': exc})
+            return False
+        except Exception:
+            exceptions.handle(request, _('Unable to plan the restart of '
+                                         'group %s.') % group_id,
+                              redirect=_index())
+            return False
+        threading.Thread(target=restarts.run, name='restart-%s' % group_id,
+                         args=(cloud, plan, data['flavor'], data['boot'],
+                               io.StringIO()),
+                         daemon=True).start()
+        messages.info(request, _('Restarting group %(g)s from group '
+                                 'checkpoint %(c)s: %(n)d volumes.')
+                      % {'g': group_id, 'c': plan['group_snapshot'],
+                         'n': len(plan['members'])})
+        return plan

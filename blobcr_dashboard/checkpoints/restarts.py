@@ -1,0 +1,45 @@
+"""Group restart from the panel: blobcr-restart's plan and steps
+(blobcr_nova.restart), on a session of the Horizon user's token.
+"""
+
+import logging
+
+from django.conf import settings
+from keystoneauth1.identity import v3
+from keystoneauth1 import session as ks_session
+from openstack_dashboard.api import base
+
+from blobcr_nova import restart
+
+LOG = logging.getLogger(__name__)
+RestartError = restart.RestartError
+plan = restart.plan
+
+
+def cloud_of(request):
+    """blobcr-restart's Cloud acting as the request's user."""
+    auth = v3.Token(auth_url=base.url_for(request, 'identity'),
+                    token=request.user.token.id,
+                    project_id=request.user.project_id)
+    session = ks_session.Session(
+        auth=auth, verify=not getattr(settings, 'OPENSTACK_SSL_NO_VERIFY',
+                                      False))
+    return restart.Cloud(session, region=request.user.services_region)
+
+
+def run(cloud, the_plan, flavor, boot, stream):
+    """The restart's steps (to run in a thread: they wait for volumes
+    and servers); progress as blobcr-restart's JSON lines, logged.
+    """
+    try:
+        made = restart.restart(cloud, the_plan, flavor,
+                               restart.Progress(stream, tty=False),
+                               boot=boot)
+    except Exception:
+        LOG.exception('restart of group %s from %s failed; progress:\n%s',
+                      the_plan['group'], the_plan['group_snapshot'],
+                      stream.getvalue())
+        return None
+    LOG.info('restart of group %s from %s: %s', the_plan['group'],
+             the_plan['group_snapshot'], made)
+    return made

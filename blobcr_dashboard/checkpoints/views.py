@@ -1,0 +1,197 @@
+"""The Checkpoints page and its action dialogs."""
+
+from django.urls import reverse
+from django.urls import reverse_lazy
+from django.utils.translation import gettext_lazy as _
+from horizon import exceptions
+from horizon import forms
+from horizon import views
+from openstack_dashboard.api import cinder
+from openstack_dashboard import policy
+
+from blobcr_dashboard.checkpoints import chains
+from blobcr_dashboard.checkpoints import forms as checkpoint_forms
+from blobcr_dashboard.checkpoints import rules
+
+INDEX = reverse_lazy('horizon:project:checkpoints:index')
+
+
+class IndexView(views.HorizonTemplateView):
+    template_name = 'project/checkpoints/index.html'
+    page_title = _("Checkpoints")
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        context['rows'], context['groups'] = [], []
+        try:
+            volumes = cinder.volume_list(self.request)
+            snapshots = cinder.volume_snapshot_list(self.request)
+            context['rows'] = chains.rows(volumes, snapshots)
+        except Exception:
+            exceptions.handle(self.request,
+                              _('Unable to retrieve the checkpoint chains.'))
+            return context
+        try:
+            context['groups'] = chains.groups(
+                cinder.group_snapshot_list(self.request), snapshots)
+        except Exception:
+            exceptions.handle(self.request,
+                              _('Unable to retrieve group checkpoints.'))
+        context['allowed'] = rules.allowed(self.request)
+        return context
+
+
+class _ActionView(forms.ModalFormView):
+    """A dialog on one object (``key`` of the URL); refused unless the
+    user has ``rules`` (the buttons of the page are hidden then too).
+    """
+    template_name = 'project/checkpoints/action.html'
+    success_url = INDEX
+    cancel_url = INDEX
+    key = None
+    url_name = None
+    policy_rules = ()
+    help_text = ''
+
+    def dispatch(self, request, *args, **kwargs):
+        if not policy.check(self.policy_rules, request):
+            raise exceptions.NotAuthorized(_('You may not do this.'))
+        return super().dispatch(request, *args, **kwargs)
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        context['submit_url'] = reverse(
+            'horizon:project:checkpoints:%s' % self.url_name,
+            args=(self.kwargs[self.key],))
+        context['help_text'] = self.help_text
+        context['notes'] = self.notes()
+        return context
+
+    def notes(self):
+        return []
+
+    def _snapshot(self):
+        try:
+            return cinder.volume_snapshot_get(self.request,
+                                              self.kwargs['snapshot_id'])
+        except Exception:
+            exceptions.handle(self.request,
+                              _('Unable to retrieve the checkpoint.'),
+                              redirect=INDEX)
+
+
+class TakeCheckpointView(_ActionView):
+    form_class = checkpoint_forms.TakeCheckpoint
+    key, url_name, policy_rules = 'volume_id', 'take', rules.TAKE
+    page_title = _("Take Checkpoint")
+    submit_label = _("Take Checkpoint")
+    help_text = _('A live, incremental snapshot of the volume\'s disk. On '
+                  'an attached volume the guest is held still as the '
+                  'volume type\'s blobcr:quiesce extra spec says (fsfreeze, '
+                  'suspend or none), else as the backend\'s default; the '
+                  'chain shows the mode each checkpoint used.')
+
+    def _volume(self):
+        if not hasattr(self, '_volume_cache'):
+            try:
+                self._volume_cache = cinder.volume_get(
+                    self.request, self.kwargs['volume_id'])
+            except Exception:
+                exceptions.handle(self.request,
+                                  _('Unable to retrieve the volume.'),
+                                  redirect=INDEX)
+        return self._volume_cache
+
+    def notes(self):
+        volume = self._volume()
+        notes = [_('Volume: %(name)s (%(status)s, type %(type)s)')
+                 % {'name': volume.name, 'status': volume.status,
+                    'type': volume.volume_type or '-'}]
+        quiesce = _quiesce_of(self.request, volume)
+        notes.append(_('Quiesce mode: %s') % (
+            quiesce or _('the backend\'s default (volume type extra specs '
+                         'not visible to you, or none set)')))
+        return notes
+
+    def get_initial(self):
+        volume = self._volume()
+        return {'volume_id': volume.id,
+                'name': '%s-checkpoint' % (volume.name or volume.id)}
+
+
+def _quiesce_of(request, volume):
+    """The volume type's blobcr:quiesce, where the user may read it."""
+    try:
+        types = {t.name: t for t in cinder.volume_type_list(request)}
+        vtype = types.get(volume.volume_type)
+        if vtype is None:
+            return None
+        specs = cinder.volume_type_extra_get(request, vtype.id, raw=True)
+        return specs.get('blobcr:quiesce')
+    except Exception:
+        return None
+
+
+class CreateVolumeView(_ActionView):
+    form_class = checkpoint_forms.CreateVolume
+    key, url_name = 'snapshot_id', 'create_volume'
+    policy_rules = rules.CREATE_VOLUME
+    page_title = _("Create Volume from Checkpoint")
+    submit_label = _("Create Volume")
+    help_text = _('A clone of the checkpoint\'s version: it shares every '
+                  'chunk with it, and nothing is copied.')
+
+    def get_initial(self):
+        snapshot = self._snapshot()
+        return {'snapshot_id': snapshot.id, 'snapshot_size': snapshot.size,
+                'size': snapshot.size,
+                'name': '%s-volume' % snapshot.name}
+
+
+class RevertView(_ActionView):
+    form_class = checkpoint_forms.Revert
+    key, url_name, policy_rules = 'snapshot_id', 'revert', rules.REVERT
+    page_title = _("Revert Volume to Checkpoint")
+    submit_label = _("Revert")
+    help_text = _('The volume gets a new version equal to the checkpoint; '
+                  'the later versions stay. Cinder reverts only to a '
+                  'volume\'s newest checkpoint, and only while the volume '
+                  'is detached.')
+
+    def get_initial(self):
+        snapshot = self._snapshot()
+        return {'snapshot_id': snapshot.id, 'volume_id': snapshot.volume_id}
+
+    def notes(self):
+        return [_('Checkpoint: %s') % self.kwargs['snapshot_id']]
+
+
+class DeleteView(_ActionView):
+    form_class = checkpoint_forms.Delete
+    key, url_name, policy_rules = 'snapshot_id', 'delete', rules.DELETE
+    page_title = _("Delete Checkpoint")
+    submit_label = _("Delete")
+    help_text = _('The version becomes obsolete; what later versions and '
+                  'clones share with it stays.')
+
+    def get_initial(self):
+        return {'snapshot_id': self.kwargs['snapshot_id']}
+
+    def notes(self):
+        return [_('Checkpoint: %s') % self.kwargs['snapshot_id']]
+
+
+class RestartGroupView(_ActionView):
+    form_class = checkpoint_forms.RestartGroup
+    key, url_name, policy_rules = 'group_id', 'restart', rules.RESTART
+    page_title = _("Restart Group")
+    submit_label = _("Restart")
+    help_text = _('From the group\'s newest complete group checkpoint '
+                  '(as blobcr-restart): one volume from each member, then '
+                  'one server booted from each volume, without network.')
+
+    def get_initial(self):
+        return {'group_id': self.kwargs['group_id']}
+
+    def notes(self):
+        return [_('Volume group: %s') % self.kwargs['group_id']]

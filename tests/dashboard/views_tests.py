@@ -1,0 +1,287 @@
+"""The Checkpoints panel's views, with Horizon's own test helpers
+(openstack_dashboard.test.helpers): Django's test client renders the
+pages; the Cinder calls of openstack_dashboard.api.cinder are mocked as
+Horizon's own panel tests mock them (a real Cinder answers in
+tests/integration/test_dashboard_browser.py). Run by
+tests/unit/test_dashboard_views.py through Django's test runner.
+"""
+
+import re
+from unittest import mock
+
+from cinderclient.v3 import group_snapshots
+from cinderclient.v3 import volume_snapshots
+from cinderclient.v3 import volumes
+from django.test.utils import override_settings
+from django.urls import reverse
+from openstack_dashboard import api
+from openstack_dashboard.test import helpers
+
+from blobcr_dashboard.checkpoints import restarts
+
+INDEX = reverse('horizon:project:checkpoints:index')
+
+
+def volume(id, status='available', snapshot_id=None, source=None,
+           created='2026-11-24T01:00:00', size=1):
+    return api.cinder.Volume(volumes.Volume(volumes.VolumeManager(None), {
+        'id': id, 'name': id, 'status': status, 'size': size,
+        'created_at': created, 'snapshot_id': snapshot_id,
+        'source_volid': source, 'volume_type': 'blobcr',
+        'attachments': [], 'bootable': 'false', 'metadata': {}}))
+
+
+def snapshot(id, volume_id, version, parent, status='available',
+             host='compute-a', group_snapshot=None, **meta):
+    metadata = {'blobcr:version': str(version),
+                'blobcr:parent': str(parent), 'blobcr:quiesce': 'fsfreeze',
+                'blobcr:bytes_written': '262144', 'blobcr:ack_ms': '12.5',
+                'blobcr:held_ms': '9.0'}
+    if host:
+        metadata['blobcr:host'] = host
+    metadata.update({'blobcr:' + k: v for k, v in meta.items()})
+    return api.cinder.VolumeSnapshot(volume_snapshots.Snapshot(
+        volume_snapshots.SnapshotManager(None), {
+            'id': id, 'name': id, 'status': status, 'size': 1,
+            'volume_id': volume_id, 'metadata': metadata,
+            'created_at': '2026-11-24T01:%02d:00' % version,
+            'group_snapshot_id': group_snapshot}))
+
+
+def group_snapshot(id, group_id, status='available'):
+    return api.cinder.GroupSnapshot(group_snapshots.GroupSnapshot(
+        group_snapshots.GroupSnapshotManager(None), {
+            'id': id, 'name': id, 'group_id': group_id, 'status': status,
+            'created_at': '2026-11-24T02:00:00'}))
+
+
+def rows_of(content):
+    """(kind, id, state) of each row of the chains table, in order."""
+    return re.findall(r'data-kind="(\w+)" data-id="([\w-]+)"'
+                      r'(?:\s+data-version="\d*" data-state="(\w+)")?',
+                      content)
+
+
+def _denying(*denied):
+    """A POLICY_CHECK_FUNCTION refusing the ``denied`` rules."""
+    def check(actions, request, target=None):
+        return not any(rule in denied for _, rule in actions)
+    return check
+
+
+class IndexTests(helpers.TestCase):
+
+    def _show(self, vols, snaps, groups=()):
+        self.mock_volume_list.return_value = vols
+        self.mock_volume_snapshot_list.return_value = snaps
+        self.mock_group_snapshot_list.return_value = list(groups)
+        res = self.client.get(INDEX)
+        self.assertTemplateUsed(res, 'project/checkpoints/index.html')
+        return res, res.content.decode()
+
+    @helpers.create_mocks({api.cinder: ['volume_list', 'volume_snapshot_list',
+                                        'group_snapshot_list']})
+    def test_chain_drawn_as_tree_with_states_and_clones(self):
+        snaps = [snapshot('s4', 'vol', 4, 3, status='creating'),
+                 snapshot('s2', 'vol', 2, 1),
+                 snapshot('s3', 'vol', 3, 2, host=None),     # a guest's
+                 snapshot('s5', 'vol', 5, 4, status='error'),
+                 snapshot('c2', 'clone', 2, 1)]
+        vols = [volume('vol'), volume('clone', snapshot_id='s3')]
+        res, content = self._show(vols, snaps)
+        self.assertEqual(rows_of(content), [
+            ('volume', 'vol', ''), ('checkpoint', 's2', 'stable'),
+            ('checkpoint', 's3', 'stable'), ('checkpoint', 's4', 'pending'),
+            ('checkpoint', 's5', 'failed'), ('volume', 'clone', ''),
+            ('checkpoint', 'c2', 'stable')])
+        made_by = {r.node.id: r.made_by for r in res.context['rows']
+                   if r.node.kind == 'checkpoint'}
+        self.assertEqual(made_by, {'s2': 'operator', 's3': 'guest',
+                                   's4': 'operator', 's5': 'operator',
+                                   'c2': 'operator'})
+        # The clone hangs under v3 in the drawing, and links to its volume.
+        trees = [r.tree for r in res.context['rows']]
+        self.assertEqual(trees[5], '      └─ volume clone')
+        self.assertIn(reverse('horizon:project:volumes:detail',
+                              args=['clone']), content)
+        # Revert only to a volume's newest snapshot, and when it is
+        # stable: vol's newest (s5) failed, the clone's is c2.
+        self.assertNotIn(reverse('horizon:project:checkpoints:revert',
+                                 args=['s2']), content)
+        self.assertIn(reverse('horizon:project:checkpoints:revert',
+                              args=['c2']), content)
+        # No volume from a checkpoint that is not stable.
+        self.assertNotIn(reverse('horizon:project:checkpoints:create_volume',
+                                 args=['s4']), content)
+        self.assertIn(reverse('horizon:project:checkpoints:create_volume',
+                              args=['s3']), content)
+
+    @helpers.create_mocks({api.cinder: ['volume_list', 'volume_snapshot_list',
+                                        'group_snapshot_list']})
+    def test_group_checkpoints_with_completeness(self):
+        snaps = [snapshot('a1', 'a', 2, 1, group_snapshot='g1', group='G1'),
+                 snapshot('b1', 'b', 2, 1, group_snapshot='g1', group='G1'),
+                 snapshot('a2', 'a', 3, 2, group_snapshot='g2', group='G2'),
+                 snapshot('b2', 'b', 3, 2, group_snapshot='g2', group='G2',
+                          status='creating')]
+        groups = [group_snapshot('g1', 'job'),
+                  group_snapshot('g2', 'job', status='creating')]
+        res, content = self._show([volume('a'), volume('b')], snaps, groups)
+        shown = {g.id: (g.stable, len(g.members), g.incomplete)
+                 for g in res.context['groups']}
+        self.assertEqual(shown['g1'], (2, 2, None))
+        self.assertEqual(shown['g2'][:2], (1, 2))
+        self.assertIn('creating', shown['g2'][2])
+        self.assertIn('data-id="g1" data-complete="yes"', content)
+        self.assertIn('data-id="g2" data-complete="no"', content)
+        self.assertIn(reverse('horizon:project:checkpoints:restart',
+                              args=['job']), content)
+
+    @override_settings(POLICY_CHECK_FUNCTION=_denying(
+        'volume:create_snapshot', 'volume:revert_to_snapshot'))
+    @helpers.create_mocks({api.cinder: ['volume_list', 'volume_snapshot_list',
+                                        'group_snapshot_list']})
+    def test_actions_follow_the_volume_policy_rules(self):
+        res, content = self._show([volume('vol')],
+                                  [snapshot('s2', 'vol', 2, 1)])
+        self.assertEqual(rows_of(content), [('volume', 'vol', ''),
+                                            ('checkpoint', 's2', 'stable')])
+        self.assertEqual(res.context['allowed'], {
+            'take': False, 'create_volume': True, 'revert': False,
+            'delete': True, 'restart': True})
+        self.assertNotIn('blobcr-take', content)
+        self.assertNotIn('/s2/revert/', content)
+        self.assertIn('/s2/delete/', content)
+        res = self.client.get(reverse('horizon:project:checkpoints:take',
+                                      args=['vol']))
+        self.assertEqual(res.status_code, 403)      # NotAuthorized
+
+
+class ActionTests(helpers.TestCase):
+
+    @helpers.create_mocks({api.cinder: ['volume_get',
+                                        'volume_snapshot_create',
+                                        'volume_type_list',
+                                        'volume_type_extra_get']})
+    def test_take_checkpoint_of_attached_volume(self):
+        self.mock_volume_get.return_value = volume('vol', status='in-use')
+        self.mock_volume_type_list.return_value = []
+        self.mock_volume_snapshot_create.return_value = snapshot(
+            'new', 'vol', 3, 2, status='creating')
+        url = reverse('horizon:project:checkpoints:take', args=['vol'])
+        res = self.client.get(url)
+        self.assertEqual(res.context['form'].initial['name'],
+                         'vol-checkpoint')
+        self.assertContains(res, 'Quiesce mode')
+        res = self.client.post(url, {'name': 'cp-1', 'description': ''})
+        self.assertNoFormErrors(res)
+        self.assertRedirectsNoFollow(res, INDEX)
+        self.mock_volume_snapshot_create.assert_called_once_with(
+            helpers.IsHttpRequest(), 'vol', 'cp-1', '', force=True)
+
+    @helpers.create_mocks({api.cinder: ['volume_snapshot_get',
+                                        'volume_create']})
+    def test_create_volume_from_checkpoint(self):
+        self.mock_volume_snapshot_get.return_value = snapshot('s2', 'vol',
+                                                              2, 1)
+        self.mock_volume_create.return_value = volume('new')
+        url = reverse('horizon:project:checkpoints:create_volume',
+                      args=['s2'])
+        res = self.client.post(url, {'name': 'small', 'size': 0})
+        self.assertFormErrors(res, 1)
+        self.mock_volume_create.assert_not_called()
+        res = self.client.post(url, {'name': 'new', 'size': 2})
+        self.assertNoFormErrors(res)
+        self.mock_volume_create.assert_called_once_with(
+            helpers.IsHttpRequest(), 2, 'new', '', None, snapshot_id='s2')
+
+    @helpers.create_mocks({api.cinder: ['volume_snapshot_get',
+                                        'cinderclient']})
+    def test_revert_to_checkpoint(self):
+        self.mock_volume_snapshot_get.return_value = snapshot('s2', 'vol',
+                                                              2, 1)
+        url = reverse('horizon:project:checkpoints:revert', args=['s2'])
+        res = self.client.post(url, {})
+        self.assertNoFormErrors(res)
+        self.mock_cinderclient.assert_called_once_with(
+            helpers.IsHttpRequest(), '3.40')
+        client = self.mock_cinderclient.return_value
+        client.volumes.revert_to_snapshot.assert_called_once_with('vol',
+                                                                  's2')
+
+    @helpers.create_mocks({api.cinder: ['volume_snapshot_delete']})
+    def test_delete_checkpoint(self):
+        url = reverse('horizon:project:checkpoints:delete', args=['s2'])
+        res = self.client.post(url, {})
+        self.assertNoFormErrors(res)
+        self.mock_volume_snapshot_delete.assert_called_once_with(
+            helpers.IsHttpRequest(), 's2')
+
+    @helpers.create_mocks({api.cinder: ['volume_snapshot_delete']})
+    def test_failed_delete_says_so(self):
+        self.mock_volume_snapshot_delete.side_effect = self.exceptions.cinder
+        url = reverse('horizon:project:checkpoints:delete', args=['s2'])
+        res = self.client.post(url, {})
+        self.assertRedirectsNoFollow(res, INDEX)
+        self.assertMessageCount(error=1)
+
+
+class StubCloud(object):
+    """blobcr-restart's Cloud for the view test (mock: the group part of
+    Cinder; tests/integration/test_restart.py runs it on a real one).
+    """
+
+    def __init__(self):
+        self.created = []
+
+    def group(self, group_id):
+        return {'id': group_id, 'name': 'job'}
+
+    def group_snapshots(self, group_id):
+        return [{'id': 'old', 'status': 'available',
+                 'created_at': '2026-11-24T01:00:00'},
+                {'id': 'new', 'status': 'error',
+                 'created_at': '2026-11-24T02:00:00'}]
+
+    def snapshots_of(self, group_snapshot_id):
+        return [{'id': '%s-%s' % (group_snapshot_id, v), 'volume_id': v,
+                 'size': 1, 'status': 'available',
+                 'metadata': {'blobcr:group': group_snapshot_id}}
+                for v in ('a', 'b')]
+
+    def create_volume(self, snapshot, name):
+        self.created.append((snapshot['id'], name))
+        return {'id': 'vol-' + name}
+
+    def get_volume(self, volume_id):
+        return {'status': 'available'}
+
+    def set_bootable(self, volume_id):
+        pass
+
+
+class RestartTests(helpers.TestCase):
+
+    def test_restart_group_without_boot(self):
+        cloud = StubCloud()
+        url = reverse('horizon:project:checkpoints:restart', args=['job'])
+        with mock.patch.object(restarts, 'cloud_of', return_value=cloud), \
+                mock.patch('threading.Thread') as thread:
+            res = self.client.post(url, {'name_prefix': 'again',
+                                         'flavor': ''})
+            self.assertNoFormErrors(res)
+            target = thread.call_args.kwargs['target']
+            args = thread.call_args.kwargs['args']
+            made = target(*args)        # the thread's work, here
+        # The newest complete group checkpoint ('new' failed).
+        self.assertEqual(cloud.created, [('old-a', 'again-0'),
+                                         ('old-b', 'again-1')])
+        self.assertEqual([m['volume'] for m in made],
+                         ['vol-again-0', 'vol-again-1'])
+
+    def test_restart_needs_a_flavor_to_boot(self):
+        url = reverse('horizon:project:checkpoints:restart', args=['job'])
+        with mock.patch.object(restarts, 'cloud_of') as cloud_of:
+            res = self.client.post(url, {'boot': 'on', 'flavor': ''})
+        self.assertFormErrors(res, 1)
+        cloud_of.assert_not_called()
