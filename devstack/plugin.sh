@@ -1,0 +1,386 @@
+#!/bin/bash
+# plugin.sh: the BlobCR devstack plugin.
+#
+# devstack sources this file as "plugin.sh MODE [PHASE]" at fixed points of
+# stack.sh, unstack.sh and clean.sh, in its own shell: the functions below
+# stay defined afterwards, and lib/cinder calls configure_cinder_backend_blobcr
+# NAME for every blobcr:NAME of CINDER_ENABLED_BACKENDS (before the
+# "install" phase, so the function is defined at file level, outside the
+# dispatch at the end).
+#
+# What runs when:
+#   stack pre-install  check the settings, Debian packages
+#   stack install      this tree into devstack's Python (builds the C core)
+#   stack post-config  configuration files, data directories, Ceph pools
+#                      (or the micro cluster), Nova and Horizon settings;
+#                      then blobcr-agent starts: cinder-volume, which stack.sh
+#                      starts next, asks it for its status when it starts
+#   stack extra        the optional services (vendordata, listener, sync)
+#   stack test-config  Tempest's volume feature flags
+#   unstack            stop the services (and the micro cluster)
+#   clean              unmount, remove state, configuration, enabled files
+#
+# Settings (and their defaults) are in devstack/settings; doc/source/devstack.rst
+# has a local.conf.
+
+BLOBCR_SERVICES="blobcr-agent blobcr-vendordata blobcr-nova-listener blobcr-cinder-sync"
+
+# The directory devstack installs console scripts into (its venv's bin).
+function blobcr_bindir {
+    get_python_exec_prefix
+}
+
+# Fail early, with the setting's name, on a value nothing downstream takes.
+function blobcr_check_settings {
+    local name value allowed
+    for name in BLOBCR_BACKEND BLOBCR_CEPH_CLUSTER BLOBCR_QUIESCE \
+            BLOBCR_CEPH_DATA_POOL_TYPE; do
+        value=${!name}
+        case $name in
+            BLOBCR_BACKEND) allowed="local ceph" ;;
+            BLOBCR_CEPH_CLUSTER) allowed="devstack-plugin-ceph micro" ;;
+            BLOBCR_QUIESCE) allowed="none fsfreeze suspend" ;;
+            BLOBCR_CEPH_DATA_POOL_TYPE) allowed="auto erasure replicated" ;;
+        esac
+        if [[ " $allowed " != *" $value "* ]]; then
+            die $LINENO "BlobCR: $name=$value is not one of: $allowed"
+        fi
+    done
+    if [[ -n $BLOBCR_CINDER_QUIESCE && " none fsfreeze suspend " != *" $BLOBCR_CINDER_QUIESCE "* ]]; then
+        die $LINENO "BlobCR: BLOBCR_CINDER_QUIESCE=$BLOBCR_CINDER_QUIESCE is not one of: none fsfreeze suspend"
+    fi
+    if [[ $BLOBCR_BACKEND == ceph && $BLOBCR_CEPH_CLUSTER == devstack-plugin-ceph ]] \
+            && ! is_plugin_enabled devstack-plugin-ceph && [[ ! -r $BLOBCR_CEPH_CONF ]]; then
+        die $LINENO "BlobCR: BLOBCR_BACKEND=ceph needs a cluster: enable_plugin devstack-plugin-ceph before blobcr, set BLOBCR_CEPH_CLUSTER=micro, or point BLOBCR_CEPH_CONF at an existing cluster's ceph.conf (no $BLOBCR_CEPH_CONF)"
+    fi
+    if [[ -z $BLOBCR_HOST_SECRET ]]; then
+        die $LINENO "BlobCR: BLOBCR_HOST_SECRET is empty (its default is SERVICE_PASSWORD)"
+    fi
+}
+
+function install_blobcr_packages {
+    # FUSE and the C core's build, libvirt-python's build, qemu-img for the
+    # Cinder driver's image copies.
+    install_package fuse3 libfuse3-dev pkg-config build-essential python3-dev \
+        libvirt-dev qemu-utils
+    if [[ $BLOBCR_BACKEND == ceph ]]; then
+        # The ceph CLI makes the pools; the agent uses the rados binding
+        # (devstack's venv sees the system's site-packages).
+        install_package ceph-common python3-rados
+        if [[ $BLOBCR_CEPH_CLUSTER == micro ]]; then
+            install_package ceph-mon ceph-osd ceph-mgr
+        fi
+    fi
+}
+
+function install_blobcr {
+    setup_develop "$BLOBCR_DIR"
+    if [[ $BLOBCR_BACKEND == ceph ]] && ! "$(blobcr_bindir)/python3" -c 'import rados' 2>/dev/null; then
+        die $LINENO "BlobCR: $(blobcr_bindir)/python3 cannot import rados (python3-rados): use devstack's global venv, which sees the system's site-packages"
+    fi
+}
+
+# configure_cinder_backend_blobcr NAME: the [NAME] section of cinder.conf.
+# lib/cinder lists NAME in enabled_backends and makes a volume type NAME
+# whose volume_backend_name is NAME.
+function configure_cinder_backend_blobcr {
+    local be_name=$1
+    iniset "$CINDER_CONF" "$be_name" volume_driver blobcr_cinder.driver.BlobCRDriver
+    iniset "$CINDER_CONF" "$be_name" volume_backend_name "$be_name"
+    # Detached volumes go to this host's agent.
+    iniset "$CINDER_CONF" "$be_name" blobcr_agent_host "$BLOBCR_AGENT_HOST"
+    iniset "$CINDER_CONF" "$be_name" blobcr_exchange_dir "$BLOBCR_EXPORT_DIR"
+    iniset "$CINDER_CONF" "$be_name" blobcr_rpc_timeout "$BLOBCR_RPC_TIMEOUT"
+    if [[ -n $BLOBCR_CINDER_QUIESCE ]]; then
+        iniset "$CINDER_CONF" "$be_name" blobcr_default_quiesce "$BLOBCR_CINDER_QUIESCE"
+    fi
+}
+
+# The cinder-volume services (host@NAME) of the blobcr backends.
+function blobcr_cinder_backends {
+    local host be list=""
+    host=$(iniget "$CINDER_CONF" DEFAULT host)
+    host=${host:-$(hostname)}
+    for be in ${CINDER_ENABLED_BACKENDS//,/ }; do
+        if [[ ${be%%:*} == blobcr ]]; then
+            list+=",$host@${be##*:}"
+        fi
+    done
+    echo "${list#,}"
+}
+
+function blobcr_ceph {
+    sudo timeout 120 ceph -c "$BLOBCR_CEPH_CONF" --name "$BLOBCR_CEPH_CLIENT" \
+        --connect-timeout 30 "$@"
+}
+
+function blobcr_ceph_has_pool {
+    blobcr_ceph osd pool ls | grep -qxF "$1"
+}
+
+# The data pool (erasure-coded when the cluster has the OSDs for it) and
+# the metadata pool; existing pools are left as they are.
+function init_blobcr_ceph {
+    if [[ $BLOBCR_CEPH_CLUSTER == micro ]]; then
+        sudo bash "$BLOBCR_DIR/tools/ceph-cluster.sh" start "$BLOBCR_CEPH_DIR"
+    fi
+    local kind=$BLOBCR_CEPH_DATA_POOL_TYPE pg=$BLOBCR_CEPH_PG_NUM up
+    if [[ $kind == auto ]]; then
+        up=$(blobcr_ceph osd stat -f json | python3 -c \
+            'import json, sys; print(json.load(sys.stdin)["num_up_osds"])')
+        kind=replicated
+        if (( up >= BLOBCR_CEPH_EC_K + BLOBCR_CEPH_EC_M )); then
+            kind=erasure
+        fi
+    fi
+    if ! blobcr_ceph_has_pool "$BLOBCR_CEPH_DATA_POOL"; then
+        if [[ $kind == erasure ]]; then
+            local profile=blobcr_k${BLOBCR_CEPH_EC_K}m${BLOBCR_CEPH_EC_M}
+            blobcr_ceph osd erasure-code-profile set "$profile" \
+                "k=$BLOBCR_CEPH_EC_K" "m=$BLOBCR_CEPH_EC_M" crush-failure-domain=osd
+            blobcr_ceph osd pool create "$BLOBCR_CEPH_DATA_POOL" "$pg" "$pg" erasure "$profile"
+        else
+            blobcr_ceph osd pool create "$BLOBCR_CEPH_DATA_POOL" "$pg" "$pg" replicated
+        fi
+        blobcr_ceph osd pool application enable "$BLOBCR_CEPH_DATA_POOL" blobcr
+    fi
+    if ! blobcr_ceph_has_pool "$BLOBCR_CEPH_META_POOL"; then
+        blobcr_ceph osd pool create "$BLOBCR_CEPH_META_POOL" "$pg" "$pg" replicated
+        blobcr_ceph osd pool application enable "$BLOBCR_CEPH_META_POOL" blobcr
+    fi
+}
+
+# blobcr.conf, the agent's configuration, written anew.
+function configure_blobcr_agent {
+    local conf=$BLOBCR_CONF
+    rm -f "$conf"
+    iniset "$conf" DEFAULT debug "$ENABLE_DEBUG_LOG_LEVEL"
+    iniset_rpc_backend blobcr "$conf"
+    iniset "$conf" agent host "$BLOBCR_AGENT_HOST"
+    iniset "$conf" agent state_path "$BLOBCR_STATE_DIR"
+    iniset "$conf" agent mountpoint "$BLOBCR_MOUNTPOINT"
+    iniset "$conf" agent admin_socket "$BLOBCR_ADMIN_SOCKET"
+    # blobcr-manage works for the stack user without sudo.
+    iniset "$conf" agent admin_group "$(id -gn "$STACK_USER")"
+    iniset "$conf" agent export_dir "$BLOBCR_EXPORT_DIR"
+    iniset "$conf" agent quiesce "$BLOBCR_QUIESCE"
+    iniset "$conf" agent libvirt_uri "$BLOBCR_LIBVIRT_URI"
+    iniset "$conf" proxy listen "$BLOBCR_PROXY_LISTEN"
+    iniset "$conf" proxy port "$BLOBCR_PROXY_PORT"
+    iniset "$conf" proxy host_secret "$BLOBCR_HOST_SECRET"
+    if [[ -n $BLOBCR_METADATA_SECRET ]]; then
+        iniset "$conf" proxy metadata_proxy_shared_secret "$BLOBCR_METADATA_SECRET"
+    fi
+    if [[ $BLOBCR_BACKEND == ceph ]]; then
+        iniset "$conf" repository backend rados
+        iniset "$conf" rados conffile "$BLOBCR_CEPH_CONF"
+        iniset "$conf" rados client_name "$BLOBCR_CEPH_CLIENT"
+        iniset "$conf" rados data_pool "$BLOBCR_CEPH_DATA_POOL"
+        iniset "$conf" rados meta_pool "$BLOBCR_CEPH_META_POOL"
+        if [[ -n $BLOBCR_CEPH_NAMESPACE ]]; then
+            iniset "$conf" rados namespace "$BLOBCR_CEPH_NAMESPACE"
+        fi
+    else
+        iniset "$conf" repository backend local
+        iniset "$conf" local_store path "$BLOBCR_STORE_DIR"
+    fi
+}
+
+function configure_blobcr_vendordata {
+    local conf=$BLOBCR_VENDORDATA_CONF
+    rm -f "$conf"
+    iniset "$conf" DEFAULT debug "$ENABLE_DEBUG_LOG_LEVEL"
+    iniset "$conf" vendordata listen "$BLOBCR_VENDORDATA_LISTEN"
+    iniset "$conf" vendordata port "$BLOBCR_VENDORDATA_PORT"
+    iniset "$conf" vendordata token_secret "$BLOBCR_HOST_SECRET"
+    create_service_user "$BLOBCR_SERVICE_USER"
+    configure_keystone_authtoken_middleware "$conf" "$BLOBCR_SERVICE_USER"
+    if is_service_enabled nova; then
+        # Nova's metadata API asks blobcr-vendordata, as its own user
+        # (which has the service role blobcr-vendordata asks for).
+        iniset "$NOVA_CONF" api vendordata_providers StaticJSON,DynamicJSON
+        iniset "$NOVA_CONF" api vendordata_dynamic_targets \
+            "blobcr@http://$BLOBCR_VENDORDATA_LISTEN:$BLOBCR_VENDORDATA_PORT/"
+        configure_keystoneauth "$NOVA_CONF" nova vendordata_dynamic_auth
+    fi
+}
+
+function configure_blobcr_listener {
+    local conf=$BLOBCR_LISTENER_CONF nova_file
+    rm -f "$conf"
+    iniset "$conf" DEFAULT debug "$ENABLE_DEBUG_LOG_LEVEL"
+    iniset_rpc_backend blobcr "$conf"
+    iniset "$conf" oslo_messaging_notifications transport_url "$(get_notification_url)"
+    if is_service_enabled nova; then
+        # Versioned notifications, with the volumes of each instance.
+        for nova_file in "$NOVA_CONF" "$NOVA_CPU_CONF"; do
+            [[ -f $nova_file ]] || continue
+            iniset "$nova_file" notifications notification_format both
+            iniset "$nova_file" notifications bdms_in_notifications True
+            iniset "$nova_file" oslo_messaging_notifications driver messagingv2
+        done
+    fi
+}
+
+function configure_blobcr_sync {
+    local conf=$BLOBCR_SYNC_CONF backends
+    backends=$(blobcr_cinder_backends)
+    if [[ -z $backends ]]; then
+        die $LINENO "BlobCR: blobcr-cinder-sync is enabled but CINDER_ENABLED_BACKENDS=$CINDER_ENABLED_BACKENDS has no blobcr:NAME"
+    fi
+    rm -f "$conf"
+    iniset "$conf" DEFAULT debug "$ENABLE_DEBUG_LOG_LEVEL"
+    iniset "$conf" blobcr_sync backends "$backends"
+    # Cinder's user: devstack gives it the admin role, which manage needs.
+    configure_keystoneauth "$conf" cinder blobcr_sync
+}
+
+# The panel's enabled files into Horizon (its collectstatic runs after
+# post-config).
+function configure_blobcr_horizon {
+    local enabled_dir=$HORIZON_DIR/openstack_dashboard/local/enabled file copied=0
+    for file in "$BLOBCR_DIR"/blobcr_dashboard/enabled/_[0-9]*.py; do
+        [[ -f $file ]] || continue
+        cp "$file" "$enabled_dir/"
+        copied=$((copied + 1))
+    done
+    if (( copied == 0 )); then
+        warn $LINENO "BlobCR: no Horizon enabled file in $BLOBCR_DIR/blobcr_dashboard/enabled: no Checkpoints panel"
+    fi
+}
+
+function blobcr_horizon_wanted {
+    [[ $BLOBCR_ENABLE_HORIZON == True ]] && is_service_enabled horizon
+}
+
+function configure_blobcr {
+    sudo install -d -o "$STACK_USER" -m 0755 "$BLOBCR_CONF_DIR"
+    sudo install -d -m 0755 "$BLOBCR_DATA_DIR" "$BLOBCR_MOUNTPOINT"
+    sudo install -d -m 0700 "$BLOBCR_STATE_DIR"
+    # cinder-volume (the stack user) converts Glance images into it; the
+    # agent (root) imports and exports there.
+    sudo install -d -o "$STACK_USER" -m 0700 "$BLOBCR_EXPORT_DIR"
+    if [[ $BLOBCR_BACKEND == ceph ]]; then
+        init_blobcr_ceph
+    else
+        sudo install -d -m 0700 "$BLOBCR_STORE_DIR"
+    fi
+    configure_blobcr_agent
+    if is_service_enabled blobcr-vendordata; then
+        configure_blobcr_vendordata
+    fi
+    if is_service_enabled blobcr-nova-listener; then
+        configure_blobcr_listener
+    fi
+    if is_service_enabled blobcr-cinder-sync; then
+        configure_blobcr_sync
+    fi
+    if blobcr_horizon_wanted; then
+        configure_blobcr_horizon
+    fi
+}
+
+# Wait until the agent answers on its admin socket (it mounts first).
+function wait_for_blobcr_agent {
+    local deadline=$((SECONDS + BLOBCR_START_TIMEOUT))
+    until sudo "$(blobcr_bindir)/blobcr-manage" --config-file "$BLOBCR_CONF" status >/dev/null 2>&1; do
+        if (( SECONDS >= deadline )); then
+            die $LINENO "BlobCR: blobcr-agent does not answer on $BLOBCR_ADMIN_SOCKET after $BLOBCR_START_TIMEOUT s (its log: journalctl -u devstack@blobcr-agent)"
+        fi
+        sleep 1
+    done
+}
+
+# The agent runs as root: it mounts the FUSE mirror and drives libvirt.
+function start_blobcr_agent {
+    run_process blobcr-agent "$(blobcr_bindir)/blobcr-agent --config-file $BLOBCR_CONF" "" root
+    if is_service_enabled blobcr-agent; then
+        wait_for_blobcr_agent
+    fi
+}
+
+function start_blobcr_services {
+    local bin
+    bin=$(blobcr_bindir)
+    run_process blobcr-vendordata "$bin/blobcr-vendordata --config-file $BLOBCR_VENDORDATA_CONF"
+    run_process blobcr-nova-listener "$bin/blobcr-nova-listener --config-file $BLOBCR_LISTENER_CONF"
+    run_process blobcr-cinder-sync "$bin/blobcr-cinder-sync --config-file $BLOBCR_SYNC_CONF"
+}
+
+function stop_blobcr {
+    local service
+    for service in $BLOBCR_SERVICES; do
+        stop_process "$service"
+    done
+    if [[ $BLOBCR_BACKEND == ceph && $BLOBCR_CEPH_CLUSTER == micro ]]; then
+        sudo bash "$BLOBCR_DIR/tools/ceph-cluster.sh" stop "$BLOBCR_CEPH_DIR"
+    fi
+}
+
+function cleanup_blobcr {
+    local path file
+    # A mount left by an agent that died: remove nothing through it.
+    for path in "$BLOBCR_MOUNTPOINT/images" "$BLOBCR_MOUNTPOINT/versions" "$BLOBCR_MOUNTPOINT"; do
+        if mountpoint -q "$path"; then
+            sudo fusermount3 -u -z "$path"
+        fi
+    done
+    if mountpoint -q "$BLOBCR_MOUNTPOINT"; then
+        die $LINENO "BlobCR: $BLOBCR_MOUNTPOINT is still mounted: not removing $BLOBCR_DATA_DIR"
+    fi
+    sudo rm -rf --one-file-system "$BLOBCR_DATA_DIR"
+    sudo rm -f "$BLOBCR_CONF" "$BLOBCR_VENDORDATA_CONF" "$BLOBCR_LISTENER_CONF" "$BLOBCR_SYNC_CONF"
+    if [[ -d $HORIZON_DIR/openstack_dashboard/local/enabled ]]; then
+        for file in "$BLOBCR_DIR"/blobcr_dashboard/enabled/_[0-9]*.py; do
+            [[ -f $file ]] || continue
+            rm -f "$HORIZON_DIR/openstack_dashboard/local/enabled/${file##*/}"
+        done
+    fi
+}
+
+function configure_blobcr_tempest {
+    # What the driver supports (doc/source/cinder.rst); no online extend.
+    iniset "$TEMPEST_CONFIG" volume-feature-enabled snapshot True
+    iniset "$TEMPEST_CONFIG" volume-feature-enabled clone True
+    iniset "$TEMPEST_CONFIG" volume-feature-enabled volume_revert True
+    iniset "$TEMPEST_CONFIG" volume-feature-enabled manage_volume True
+    iniset "$TEMPEST_CONFIG" volume-feature-enabled manage_snapshot True
+    iniset "$TEMPEST_CONFIG" volume-feature-enabled extend_attached_volume False
+    iniset "$TEMPEST_CONFIG" volume storage_protocol BLOBCR
+    iniset "$TEMPEST_CONFIG" volume vendor_name "BlobCR for OpenStack"
+}
+
+# shellcheck disable=SC2086  # BLOBCR_SERVICES is a list of words
+if is_service_enabled $BLOBCR_SERVICES; then
+    case "$1/${2:-}" in
+        stack/pre-install)
+            echo_summary "BlobCR: checking settings, installing packages"
+            blobcr_check_settings
+            install_blobcr_packages
+            ;;
+        stack/install)
+            echo_summary "BlobCR: installing"
+            install_blobcr
+            ;;
+        stack/post-config)
+            echo_summary "BlobCR: configuring, starting blobcr-agent"
+            configure_blobcr
+            start_blobcr_agent
+            ;;
+        stack/extra)
+            echo_summary "BlobCR: starting the optional services"
+            start_blobcr_services
+            ;;
+        stack/test-config)
+            if is_service_enabled tempest; then
+                configure_blobcr_tempest
+            fi
+            ;;
+        unstack/*)
+            stop_blobcr
+            ;;
+        clean/*)
+            cleanup_blobcr
+            ;;
+    esac
+fi

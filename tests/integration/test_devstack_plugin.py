@@ -1,0 +1,498 @@
+"""The devstack plugin (devstack/), run phase by phase without devstack.
+
+devstack's function library is not on any package registry, so the
+plugin runs on the harness's stand-ins (tests/devstack_harness: real
+config edits and real processes, recorded package installs and Keystone
+accounts). What the phases write is then given to the real services:
+
+* the agent that post-config starts (run_process, as root) answers on
+  its admin socket and over RPC on the session's RabbitMQ;
+* cinder.conf, the test stack's own with the backend section
+  configure_cinder_backend_blobcr wrote (lib/cinder's loop, in the
+  harness), runs a second cinder-volume that joins the stack's database
+  and broker: it reports up, and a volume of devstack's type for that
+  backend is created in the agent's store;
+* blobcr-cinder-sync with its generated file logs in to the real
+  Keystone and asks the real Cinder (one round, no error);
+  blobcr-vendordata answers with keystonemiddleware in front (401
+  without a token); blobcr-nova-listener listens; nova.conf's settings
+  parse with Nova's own options; the Horizon enabled files are copied;
+* unstack stops all of them and unmounts; clean removes what the plugin
+  made.
+
+Also: shellcheck on the plugin's files, settings refused with a message
+that names them, and the Ceph option on the session's micro cluster
+(pools made by the plugin, an agent on them).
+"""
+
+import configparser
+import glob
+import json
+import os
+import pwd
+import re
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+import requests
+
+from blobcr_agent.rpc import api as rpc_api
+from tests import agent_rpc
+from tests import devstack_harness as harness
+from tests import openstack_stack as stack_module
+
+BIN = os.path.dirname(os.path.abspath(sys.executable))
+BACKEND = 'blobcr'  # override-defaults: CINDER_ENABLED_BACKENDS=blobcr:blobcr
+ENABLED_FILES = sorted(glob.glob(os.path.join(
+    harness.TREE, 'blobcr_dashboard', 'enabled', '_[0-9]*.py')))
+
+
+def read_conf(path):
+    parser = configparser.ConfigParser(interpolation=None)
+    with open(path) as f:
+        parser.read_file(f)
+    return parser
+
+
+def devstack_env(tmp_path, transport_url, **settings):
+    """devstack's globals (stackrc's, as the plugin reads them) in a
+    directory of the test's own, and the harness's variables.
+    """
+    work = str(tmp_path)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(('BLOBCR_', 'CINDER_', 'OS_'))}
+    env.update({
+        'PATH': BIN + os.pathsep + env.get('PATH', ''),
+        'HARNESS_DIR': work,
+        'HARNESS_BINDIR': BIN,
+        'HARNESS_TRANSPORT_URL': transport_url,
+        'DEST': os.path.join(work, 'opt-stack'),
+        'DATA_DIR': os.path.join(work, 'data'),
+        'STACK_USER': pwd.getpwuid(os.getuid()).pw_name,
+        'HOST_IP': '127.0.0.1',
+        'ENABLE_DEBUG_LOG_LEVEL': 'True',
+        'SERVICE_PROJECT_NAME': 'service',
+        'SERVICE_DOMAIN_NAME': 'Default',
+        'SERVICE_PASSWORD': 'devstack-secret',
+        'DEVSTACK_PLUGINS': 'blobcr',
+        'ENABLED_SERVICES': 'c-vol',
+        'CINDER_CONF': os.path.join(work, 'cinder.conf'),
+        'NOVA_CONF': os.path.join(work, 'nova.conf'),
+        'NOVA_CPU_CONF': os.path.join(work, 'nova-cpu.conf'),
+        'HORIZON_DIR': os.path.join(work, 'horizon'),
+        'TEMPEST_CONFIG': os.path.join(work, 'tempest.conf'),
+        # Paths and ports of the test's own, one agent per test.
+        'BLOBCR_CONF_DIR': os.path.join(work, 'etc-blobcr'),
+        'BLOBCR_ADMIN_SOCKET': os.path.join(work, 'run', 'agent.sock'),
+        'BLOBCR_AGENT_HOST': 'devstack-' + uuid.uuid4().hex[:8],
+        'BLOBCR_PROXY_LISTEN': '127.0.0.1',
+        'BLOBCR_PROXY_PORT': '0',
+        'BLOBCR_QUIESCE': 'none',
+        'BLOBCR_LIBVIRT_URI': 'test:///default',
+        'BLOBCR_START_TIMEOUT': '60',
+    })
+    env.update(settings)
+    return env
+
+
+def mounted(path):
+    with open('/proc/mounts') as f:
+        return any(line.split()[1] == path for line in f)
+
+
+@pytest.fixture
+def cleanup_services(tmp_path):
+    """Whatever run_process started and no unstack stopped, and a mirror
+    left mounted, are gone at the end.
+    """
+    yield
+    harness.kill_services(str(tmp_path))
+    mnt = os.path.join(str(tmp_path), 'data', 'blobcr', 'mnt')
+    for path in (mnt + '/images', mnt + '/versions', mnt):
+        if mounted(path):
+            subprocess.run(['fusermount3', '-u', '-z', path], check=False)
+
+
+def test_shellcheck_clean():
+    """The plugin's files and the harness pass shellcheck (bash)."""
+    files = harness.PLUGIN_FILES + [harness.FUNCTIONS]
+    done = subprocess.run(['shellcheck', '-s', 'bash', '-x'] + files,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize('settings, message', [
+    ({'BLOBCR_BACKEND': 'nfs'},
+     'BLOBCR_BACKEND=nfs is not one of: local ceph'),
+    ({'BLOBCR_QUIESCE': 'pause'},
+     'BLOBCR_QUIESCE=pause is not one of: none fsfreeze suspend'),
+    ({'BLOBCR_BACKEND': 'ceph', 'BLOBCR_CEPH_CONF': '/nonexistent/ceph.conf'},
+     'BLOBCR_BACKEND=ceph needs a cluster'),
+    ({'BLOBCR_BACKEND': 'ceph', 'BLOBCR_CEPH_CLUSTER': 'rook'},
+     'BLOBCR_CEPH_CLUSTER=rook is not one of'),
+])
+def test_bad_settings_stop_pre_install(tmp_path, settings, message):
+    env = devstack_env(tmp_path, 'rabbit://unused', **settings)
+    shell = harness.DevstackShell(env)
+    try:
+        with pytest.raises(harness.PhaseFailed) as failed:
+            shell.run('harness_stack_configure')
+    finally:
+        shell.close()
+    assert message in str(failed.value)
+    # Nothing was installed, configured or started.
+    done = [c[0] for c in harness.calls(str(tmp_path))]
+    assert 'die' in done
+    for name in ('install_package', 'setup_develop', 'run_process'):
+        assert name not in done
+
+
+def cinder_conf_from_stack(stack, path, host):
+    """The stack's cinder.conf, as devstack's configure_cinder leaves it
+    for the backend loop: its own backends gone, another host name.
+    """
+    parser = read_conf(stack.path('cinder.conf'))
+    for section in stack.backends:
+        parser.remove_section(section)
+    for option in ('enabled_backends', 'default_volume_type'):
+        parser.remove_option('DEFAULT', option)
+    parser.set('DEFAULT', 'host', host)
+    with open(path, 'w') as f:
+        parser.write(f)
+
+
+def wait_for(what, check, timeout, process=None):
+    deadline = time.monotonic() + timeout
+    while True:
+        if process is not None:
+            process.check_running()
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError('%s not reached in %s s' % (what, timeout))
+        time.sleep(0.5)
+
+
+def volume_service_state(admin, host):
+    services = admin.get('/os-services?binary=cinder-volume').json()[
+        'services']
+    return {s['host']: s['state'] for s in services}.get(host)
+
+
+def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
+                                         openstack_cloud, cleanup_services):
+    stack = openstack_cloud
+    work = str(tmp_path)
+    cinder_host = 'devstack-cinder-' + uuid.uuid4().hex[:6]
+    vendordata_port = stack_module.free_port()
+    env = devstack_env(
+        tmp_path, rabbitmq_url,
+        ENABLED_SERVICES='c-vol,c-api,n-api,horizon,tempest,'
+                         'blobcr-vendordata,blobcr-nova-listener,'
+                         'blobcr-cinder-sync',
+        # The stack's Keystone, its unversioned root as devstack names
+        # it; the stack's Cinder user is devstack's "cinder" service user.
+        KEYSTONE_SERVICE_URI=stack.auth_url.rsplit('/v3', 1)[0],
+        SERVICE_PASSWORD=stack_module.PASSWORDS['cinder'],
+        BLOBCR_VENDORDATA_LISTEN='127.0.0.1',
+        BLOBCR_VENDORDATA_PORT=str(vendordata_port))
+    cinder_conf_from_stack(stack, env['CINDER_CONF'], cinder_host)
+    # nova.conf as lib/nova leaves it before post-config.
+    with open(env['NOVA_CONF'], 'w') as f:
+        f.write('[DEFAULT]\ntransport_url = %s\n' % rabbitmq_url)
+    os.makedirs(os.path.join(env['HORIZON_DIR'], 'openstack_dashboard',
+                             'local', 'enabled'))
+    data = os.path.join(env['DATA_DIR'], 'blobcr')
+    host = env['BLOBCR_AGENT_HOST']
+    admin = stack.block_storage('admin')
+    api = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=30)
+    volume_service = None
+    type_id = None
+    shell = harness.DevstackShell(env)
+    try:
+        shell.run('harness_stack_configure')
+
+        # -- what post-config left: the agent, up -----------------------
+        assert harness.alive(harness.service_pid(work, 'blobcr-agent'))
+        status = json.loads(subprocess.run(
+            [os.path.join(BIN, 'blobcr-manage'), '--config-file',
+             os.path.join(env['BLOBCR_CONF_DIR'], 'blobcr.conf'),
+             'status', '--json'],
+            capture_output=True, text=True, check=True).stdout)
+        assert status['host'] == host
+        assert status['mountpoint'] == os.path.join(data, 'mnt')
+        assert 'local' in json.dumps(status['backend'])
+        assert os.path.join(data, 'repository') in json.dumps(
+            status['backend'])
+        assert mounted(os.path.join(data, 'mnt')) or mounted(
+            os.path.join(data, 'mnt', 'versions'))
+        assert agent_rpc.wait_rpc(api, host)['host'] == host
+
+        # -- stack.sh's "Launch Services": cinder-volume with the
+        # generated cinder.conf joins the stack, and devstack's
+        # create_volume_types makes type NAME for backend NAME.
+        conf = read_conf(env['CINDER_CONF'])
+        assert conf.get('DEFAULT', 'enabled_backends') == BACKEND
+        section = dict(conf.items(BACKEND))
+        assert section['volume_driver'] == \
+            'blobcr_cinder.driver.BlobCRDriver'
+        assert section['volume_backend_name'] == BACKEND
+        assert section['blobcr_agent_host'] == host
+        assert section['blobcr_exchange_dir'] == os.path.join(data,
+                                                              'exports')
+        volume_service = stack_module.ServiceProcess(
+            'cinder-volume-devstack',
+            [os.path.join(BIN, 'cinder-volume'), '--config-file',
+             env['CINDER_CONF']], dict(os.environ),
+            os.path.join(work, 'cinder-volume.log')).start()
+        backend_host = '%s@%s' % (cinder_host, BACKEND)
+        wait_for('cinder-volume %s up' % backend_host,
+                 lambda: volume_service_state(admin, backend_host) == 'up',
+                 90, volume_service)
+        type_id = admin.post('/types', json={'volume_type': {
+            'name': BACKEND, 'os-volume-type-access:is_public': True,
+            'extra_specs': {'volume_backend_name': BACKEND}}}).json()[
+                'volume_type']['id']
+        wait_for('scheduler pool %s' % backend_host, lambda: any(
+            p['name'].startswith(backend_host + '#') for p in admin.get(
+                '/scheduler-stats/get_pools').json()['pools']),
+            90, volume_service)
+        volume = stack.block_storage('demo').post('/volumes', json={
+            'volume': {'size': 1, 'volume_type': BACKEND,
+                       'name': 'devstack-plugin'}}).json()['volume']
+        created = stack.wait_status('volume', volume['id'], 'available',
+                                    timeout=90)
+        assert created['os-vol-host-attr:host'].startswith(backend_host)
+        images = {i['name'] for i in api.list_images(host)}
+        assert 'volume-%s' % volume['id'] in images
+
+        # -- the optional services, started by the extra phase ----------
+        shell.run('harness_stack_finish')
+        shell.close()
+
+        vendordata = 'http://127.0.0.1:%d/' % vendordata_port
+        # keystonemiddleware in front: no token, no answer.
+        answer = wait_for('blobcr-vendordata answering', lambda: _post(
+            vendordata), 30)
+        assert answer.status_code == 401, answer.text
+
+        sync_conf = os.path.join(env['BLOBCR_CONF_DIR'],
+                                 'blobcr-cinder-sync.conf')
+        assert read_conf(sync_conf).get('blobcr_sync', 'backends') == \
+            backend_host
+        once = subprocess.run(
+            [os.path.join(BIN, 'blobcr-cinder-sync'), '--config-file',
+             sync_conf, '--once'], capture_output=True, text=True,
+            timeout=120)
+        assert once.returncode == 0, once.stdout + once.stderr
+        assert 'sync round: 0 registered, 0 deferred, 0 failed' in \
+            once.stdout + once.stderr
+
+        wait_for('blobcr-nova-listener listening', lambda: re.search(
+            r'listening on versioned_notifications \(exchange nova',
+            harness.service_log(work, 'blobcr-nova-listener')), 30)
+        for service in ('blobcr-agent', 'blobcr-vendordata',
+                        'blobcr-nova-listener', 'blobcr-cinder-sync'):
+            assert harness.alive(harness.service_pid(work, service)), \
+                harness.service_log(work, service)
+
+        check_nova_conf(env['NOVA_CONF'], vendordata_port)
+        check_tempest_conf(env['TEMPEST_CONFIG'])
+        check_horizon(env['HORIZON_DIR'], work)
+        check_recorded(work, env)
+
+        # The volume goes as it came, through the agent.
+        stack.block_storage('demo').delete('/volumes/%s' % volume['id'])
+        stack.wait_status('volume', volume['id'], 'deleted', timeout=90)
+    finally:
+        shell.close()
+        if type_id:
+            admin.delete('/types/%s' % type_id, raise_exc=False)
+        if volume_service:
+            volume_service.stop()
+            subprocess.run(
+                [os.path.join(BIN, 'cinder-manage'), '--config-file',
+                 env['CINDER_CONF'], 'service', 'remove', 'cinder-volume',
+                 '%s@%s' % (cinder_host, BACKEND)],
+                capture_output=True, check=False, timeout=60)
+        api.cleanup()
+
+    pids = {service: harness.service_pid(work, service) for service in (
+        'blobcr-agent', 'blobcr-vendordata', 'blobcr-nova-listener',
+        'blobcr-cinder-sync')}
+    unstack = harness.DevstackShell(env, errexit=False)
+    try:
+        unstack.run('harness_unstack', timeout=120)
+    finally:
+        unstack.close()
+    for service, pid in pids.items():
+        assert not harness.alive(pid), '%s still runs' % service
+    assert not mounted(os.path.join(data, 'mnt'))
+    assert os.path.isdir(os.path.join(data, 'repository'))
+
+    clean = harness.DevstackShell(env, errexit=False)
+    try:
+        clean.run('harness_clean', timeout=120)
+    finally:
+        clean.close()
+    assert not os.path.exists(data)
+    assert not os.path.exists(os.path.join(env['BLOBCR_CONF_DIR'],
+                                           'blobcr.conf'))
+    assert os.listdir(os.path.join(env['HORIZON_DIR'], 'openstack_dashboard',
+                                   'local', 'enabled')) == []
+
+
+def _post(url):
+    try:
+        return requests.post(url, json={}, timeout=5)
+    except requests.ConnectionError:
+        return None
+
+
+def check_nova_conf(path, port):
+    """Nova's own options read what post-config wrote."""
+    code = (
+        'import json, sys\n'
+        'import nova.conf\n'
+        'conf = nova.conf.CONF\n'
+        'conf(["--config-file", sys.argv[1]], project="nova")\n'
+        'from keystoneauth1 import loading\n'
+        'auth = loading.load_auth_from_conf_options(\n'
+        '    conf, "vendordata_dynamic_auth")\n'
+        'print(json.dumps({\n'
+        '    "providers": conf.api.vendordata_providers,\n'
+        '    "targets": conf.api.vendordata_dynamic_targets,\n'
+        '    "format": conf.notifications.notification_format,\n'
+        '    "bdms": conf.notifications.bdms_in_notifications,\n'
+        '    "driver": conf.oslo_messaging_notifications.driver,\n'
+        '    "auth": type(auth).__name__}))\n')
+    done = subprocess.run([sys.executable, '-c', code, path],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    nova = json.loads(done.stdout)
+    assert nova == {
+        'providers': ['StaticJSON', 'DynamicJSON'],
+        'targets': ['blobcr@http://127.0.0.1:%d/' % port],
+        'format': 'both', 'bdms': True, 'driver': ['messagingv2'],
+        'auth': 'Password'}
+
+
+def check_tempest_conf(path):
+    conf = read_conf(path)
+    assert conf.get('volume', 'storage_protocol') == 'BLOBCR'
+    assert conf.get('volume', 'vendor_name') == 'BlobCR for OpenStack'
+    assert conf.getboolean('volume-feature-enabled', 'volume_revert')
+    assert not conf.getboolean('volume-feature-enabled',
+                               'extend_attached_volume')
+
+
+def check_horizon(horizon_dir, work):
+    """The tree's enabled files, copied; each defines a panel whose
+    modules can be found. None in the tree yet: a warning says so.
+    """
+    enabled = os.path.join(horizon_dir, 'openstack_dashboard', 'local',
+                           'enabled')
+    assert sorted(os.listdir(enabled)) == [os.path.basename(f)
+                                           for f in ENABLED_FILES]
+    warnings = [c[1] for c in harness.calls(work, 'warn')]
+    if not ENABLED_FILES:
+        assert any('no Horizon enabled file' in w for w in warnings)
+        return
+    import importlib.util
+    for name in os.listdir(enabled):
+        spec = importlib.util.spec_from_file_location(
+            'enabled_' + name[:-3], os.path.join(enabled, name))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert getattr(module, 'PANEL_DASHBOARD', None)
+        panel = getattr(module, 'ADD_PANEL', None)
+        if panel:
+            assert importlib.util.find_spec(panel.rsplit('.', 1)[0]), panel
+        for app in getattr(module, 'ADD_INSTALLED_APPS', []):
+            assert importlib.util.find_spec(app), app
+
+
+def check_recorded(work, env):
+    recorded = harness.calls(work)
+    names = [c[0] for c in recorded]
+    assert ('define_plugin', 'blobcr') in recorded
+    assert ('enable_service', 'blobcr-agent') in recorded
+    assert ('setup_develop', harness.TREE) in recorded
+    assert ('create_service_user', 'blobcr') in recorded
+    # The agent runs as root with the generated file; the others as the
+    # stack user.
+    agent = [c for c in recorded if c[:2] == ('run_process', 'blobcr-agent')]
+    assert agent == [('run_process', 'blobcr-agent', '%s --config-file %s'
+                      % (os.path.join(BIN, 'blobcr-agent'), os.path.join(
+                          env['BLOBCR_CONF_DIR'], 'blobcr.conf')),
+                      '', 'root')]
+    # Phases in stack.sh's order: configure (post-config) before any
+    # optional service starts (extra).
+    assert names.index('setup_develop') < names.index('run_process')
+    packages = {p for c in harness.calls(work, 'install_package')
+                for p in c[1:]}
+    assert {'fuse3', 'libfuse3-dev', 'qemu-utils'} <= packages
+    # Every package named is one Debian has.
+    known = subprocess.run(['apt-cache', 'show', '--no-all-versions'] +
+                           sorted(packages), capture_output=True, text=True)
+    found = set(re.findall(r'^Package: (\S+)$', known.stdout, re.M))
+    assert found == packages, packages - found
+
+
+def test_stack_ceph_option_on_micro_cluster(tmp_path, rabbitmq_url,
+                                            ceph_cluster, cleanup_services):
+    """BLOBCR_BACKEND=ceph on an existing cluster (its ceph.conf, as
+    devstack-plugin-ceph leaves /etc/ceph/ceph.conf): post-config makes
+    the pools, erasure-coded data with 3 OSDs up, and the agent it
+    starts uses them.
+    """
+    work = str(tmp_path)
+    suffix = uuid.uuid4().hex[:6]
+    pools = ('devstack-data-' + suffix, 'devstack-meta-' + suffix)
+    env = devstack_env(
+        tmp_path, rabbitmq_url, ENABLED_SERVICES='',
+        BLOBCR_BACKEND='ceph', BLOBCR_CEPH_CONF=ceph_cluster.conffile,
+        BLOBCR_CEPH_DATA_POOL=pools[0], BLOBCR_CEPH_META_POOL=pools[1],
+        BLOBCR_CEPH_NAMESPACE='devstack')
+    shell = harness.DevstackShell(env)
+    try:
+        shell.run('harness_stack_configure', timeout=240)
+        shell.run('harness_stack_finish')
+        detail = subprocess.run(
+            ['ceph', '-c', ceph_cluster.conffile, 'osd', 'pool', 'ls',
+             'detail', '-f', 'json'], capture_output=True, text=True,
+            check=True, timeout=60).stdout
+        kinds = {p['pool_name']: p for p in json.loads(detail)}
+        # Pool type 3 is erasure, 1 replicated (Ceph's pg_pool_t).
+        assert kinds[pools[0]]['type'] == 3
+        assert kinds[pools[1]]['type'] == 1
+        assert 'blobcr' in kinds[pools[0]]['application_metadata']
+        conf = read_conf(os.path.join(env['BLOBCR_CONF_DIR'],
+                                      'blobcr.conf'))
+        assert conf.get('repository', 'backend') == 'rados'
+        status = json.loads(subprocess.run(
+            [os.path.join(BIN, 'blobcr-manage'), '--config-file',
+             os.path.join(env['BLOBCR_CONF_DIR'], 'blobcr.conf'),
+             'status', '--json'],
+            capture_output=True, text=True, check=True).stdout)
+        assert pools[0] in json.dumps(status['backend'])
+        packages = {p for c in harness.calls(work, 'install_package')
+                    for p in c[1:]}
+        assert {'ceph-common', 'python3-rados'} <= packages
+    finally:
+        shell.close()
+        unstack = harness.DevstackShell(env, errexit=False)
+        try:
+            unstack.run('harness_clean', timeout=120)
+        finally:
+            unstack.close()
+        for pool in pools:
+            subprocess.run(['ceph', '-c', ceph_cluster.conffile, 'osd',
+                            'pool', 'rm', pool, pool,
+                            '--yes-i-really-really-mean-it'],
+                           capture_output=True, check=False, timeout=60)
+    assert not os.path.exists(os.path.join(env['DATA_DIR'], 'blobcr'))
