@@ -9,6 +9,7 @@ resumes it; the version is persisted in the background.
 
 import logging
 import os
+import threading
 import time
 
 from blobcr_agent import exception
@@ -28,7 +29,11 @@ OPERATIONS = ('attach', 'detach', 'checkpoint', 'state', 'wait_stable',
               'clone', 'list_versions', 'obsolete', 'gc', 'status',
               'export', 'group_state', 'create_image', 'delete_image',
               'extend_image', 'snapshot', 'revert', 'import_file',
-              'capacity', 'delete_snapshot')
+              'capacity', 'delete_snapshot', 'handoff')
+# A handoff asked to wait for the guest to stop waits this long at most
+# per call (the destination asks again).
+HANDOFF_WAIT_MAX = 10.0
+HANDOFF_LABEL = 'migrate'
 
 
 def _version_dict(v):
@@ -60,6 +65,7 @@ class AgentManager(object):
         self.default_quiesce = quiesce
         self.hypervisor = hypervisor
         self.holds = timed_hold.HoldTable()
+        self._handoff_lock = threading.Lock()
         self.started = time.time()
         self.proxy_url = None
 
@@ -67,18 +73,33 @@ class AgentManager(object):
     def from_conf(cls, conf, repo, hypervisor=None):
         if hypervisor is None:
             hypervisor = domains.Hypervisor(conf.agent.libvirt_uri)
-        return cls(repo, conf.agent.state_path, conf.agent.mountpoint,
-                   conf.agent.host, mirror_mode=conf.agent.mirror_mode,
-                   cow_chunks=conf.agent.cow_chunks,
-                   quiesce=conf.agent.quiesce, hypervisor=hypervisor)
+        manager = cls(repo, conf.agent.state_path, conf.agent.mountpoint,
+                      conf.agent.host, mirror_mode=conf.agent.mirror_mode,
+                      cow_chunks=conf.agent.cow_chunks,
+                      quiesce=conf.agent.quiesce, hypervisor=hypervisor)
+        manager.mirror.handoff_timeout = conf.agent.handoff_timeout
+        return manager
 
     # -- attach / detach -----------------------------------------------
 
-    def attach(self, image, version=None, instance=None, project=None):
+    def set_peers(self, peers):
+        """``peers``: the RPC client (rpc.api.AgentAPI) this agent asks
+        other hosts' agents with (the handoff of a live migration).
+        """
+        self.mirror.handoff_asker = lambda source, image, wait: \
+            peers.handoff(source, image, self.host, wait=wait,
+                          rpc_timeout=wait + 30)
+
+    def attach(self, image, version=None, instance=None, project=None,
+               migrate_from=None):
         """Mirror ``image`` (from ``version``, default its newest stable
         one) and return the raw file the hypervisor opens. ``instance``
         is bound to the image once it is attached (a failed attach binds
         nothing), with its ``project`` (the scope of its groups).
+        ``migrate_from``: the host the image is live-migrated from, where
+        it is still attached and written; it is attached here incoming
+        (mirror/handoff.py) and takes that host's last version when the
+        guest starts here.
         """
         header = self.repo.image(image)
         if project is not None and instance is None:
@@ -86,8 +107,16 @@ class AgentManager(object):
         groups.check_project(project)
         if instance is not None:
             self._check_binding(instance, header.id)
+        if migrate_from is not None and (
+                migrate_from == self.host or version is not None or
+                not isinstance(migrate_from, str)):
+            raise exception.InvalidInput(
+                'an image migrates from another host, from its newest '
+                'state (migrate_from %r, version %r)'
+                % (migrate_from, version))
         was_attached = header.id in self.mirror.attached
-        path = self.mirror.attach(header.id, version=version)
+        path = self.mirror.attach(header.id, version=version,
+                                  incoming_from=migrate_from)
         if instance is not None:
             try:
                 self.instances.bind(instance, header.id, project)
@@ -139,6 +168,54 @@ class AgentManager(object):
             raise exception.InvalidInput(
                 'domain %s is running on image %s; stop it or detach with '
                 'force' % (domain.name(), image_id))
+
+    def handoff(self, image, dest, wait=0):
+        """A live migration of ``image`` to host ``dest``: once no guest
+        runs on it here, commit what is left, detach it and return
+        ``{'version': N}``, the version that holds every write made here
+        (the destination's base, mirror/handoff.py). While a guest still
+        runs on it (waited for up to ``wait`` s): ``{'running': True}``.
+        An image not attached here (handed off already, or released by
+        Cinder): its newest stable version.
+        """
+        header = self.repo.image(image)
+        if not isinstance(dest, str) or not dest or dest == self.host:
+            raise exception.InvalidInput('a handoff goes to another host')
+        deadline = time.monotonic() + max(0.0, min(float(wait or 0),
+                                                   HANDOFF_WAIT_MAX))
+        with self._handoff_lock:
+            if header.id not in self.mirror.attached:
+                return {'image': header.id, 'running': False,
+                        'version': header.stable_version().number}
+            while self._guest_running(header.id):
+                if time.monotonic() >= deadline:
+                    return {'image': header.id, 'running': True}
+                time.sleep(0.05)
+            started = time.monotonic()
+            result = self.checkpoint(header.id, quiesce='none',
+                                     label=HANDOFF_LABEL)
+            version = result['version']
+            self.mirror.wait_stable(header.id, version)
+            # The guest is stopped (or gone): its domain may still hold
+            # the file open, paused after the migration.
+            self.detach(header.id, force=True)
+        LOG.info('handed %s off to %s at version %s (%d chunks, %.1f ms)',
+                 header.id, dest, version, result['chunks'],
+                 (time.monotonic() - started) * 1000)
+        return {'image': header.id, 'running': False, 'version': version,
+                'chunks': result['chunks']}
+
+    def _guest_running(self, image_id):
+        """Whether a domain runs (not paused, not off) on the image;
+        True when libvirt cannot tell (wait rather than guess).
+        """
+        try:
+            domain = self._domain(image_id)
+            return domain is not None and self.hypervisor.is_running(domain)
+        except exception.BackendUnavailable as e:
+            LOG.warning('cannot ask libvirt whether a guest runs on %s: %s',
+                        image_id, e)
+            return True
 
     # -- checkpoint --------------------------------------------------------
 

@@ -31,6 +31,8 @@ typedef struct {
     fuse_ino_t ino;
     Mirror *mirror;          /* strong reference, released on remove */
     PyObject *fetch;         /* fetch(list of chunk indices) */
+    PyObject *gate;          /* gate(offset, length, writing) or NULL */
+    int gated;               /* every request passes the gate first */
     int inflight;            /* requests using it right now */
 } Entry;
 
@@ -110,6 +112,56 @@ fetch(Entry *e, int64_t *missing, int64_t n)
     Py_XDECREF(list);
     PyGILState_Release(gil);
     return err;
+}
+
+/* An image attached for an incoming live migration (mirror/handoff.py):
+ * every request asks Python first, until ungate(). The gate returns
+ * None (go on to the core), or for a read the bytes to answer with
+ * (served from the repository, not installed), or raises (an OSError's
+ * errno, else EIO). 0 or an errno; *served when buf holds the answer. */
+static int
+pass_gate(Entry *e, long long off, long long len, int writing, char *buf,
+          int *served)
+{
+    int err = 0;
+    *served = 0;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *r = PyObject_CallFunction(e->gate, "LLi", off, len, writing);
+    if (!r) {
+        err = EIO;
+        if (PyErr_ExceptionMatches(PyExc_OSError)) {
+            PyObject *type, *value, *tb, *code = NULL;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            if (value)
+                code = PyObject_GetAttrString(value, "errno");
+            if (code && PyLong_Check(code) && PyLong_AsLong(code) > 0)
+                err = (int)PyLong_AsLong(code);
+            PyErr_Clear();
+            Py_XDECREF(code);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+        } else {
+            PyErr_WriteUnraisable(e->gate);
+        }
+    } else if (r != Py_None) {
+        if (!writing && PyBytes_Check(r) && PyBytes_GET_SIZE(r) == len) {
+            memcpy(buf, PyBytes_AS_STRING(r), (size_t)len);
+            *served = 1;
+        } else {
+            err = EIO;
+        }
+    }
+    Py_XDECREF(r);
+    PyGILState_Release(gil);
+    return err;
+}
+
+static int
+is_gated(Entry *e)
+{
+    return __atomic_load_n(&e->gated, __ATOMIC_ACQUIRE);
 }
 
 /* ---- FUSE operations ------------------------------------------------ */
@@ -253,6 +305,17 @@ op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     missing = mc_index_buffer(m, off, len);
     if (!buf || !missing)
         err = ENOMEM;
+    if (!err && is_gated(e)) {
+        int served;
+        err = pass_gate(e, off, len, 0, buf, &served);
+        if (!err && served) {
+            release(fl, e);
+            fuse_reply_buf(req, buf, (size_t)len);
+            free(buf);
+            free(missing);
+            return;
+        }
+    }
     while (!err) {
         err = mc_read(m, buf, off, len, missing, &nmissing);
         if (err || !nmissing)
@@ -297,6 +360,10 @@ op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size,
         scratch = malloc((size_t)m->chunk_size);
     if (!missing || (m->mode == MODE_LIVE_COW && !scratch))
         err = ENOMEM;
+    if (!err && is_gated(e)) {
+        int served;
+        err = pass_gate(e, off, (long long)size, 1, NULL, &served);
+    }
     while (!err) {
         err = mc_write(m, data, off, (long long)size, 0, scratch,
                                 missing, &nmissing, &busy);
@@ -398,11 +465,11 @@ static PyObject *
 FuseLoop_add(FuseLoop *fl, PyObject *args)
 {
     const char *name;
-    PyObject *mirror, *fetch_fn;
+    PyObject *mirror, *fetch_fn, *gate_fn = Py_None;
     Entry *e;
     int slot = -1;
-    if (!PyArg_ParseTuple(args, "sO!O:add", &name, &MirrorType, &mirror,
-                          &fetch_fn))
+    if (!PyArg_ParseTuple(args, "sO!O|O:add", &name, &MirrorType, &mirror,
+                          &fetch_fn, &gate_fn))
         return NULL;
     if (strlen(name) >= sizeof e->name || strchr(name, '/')) {
         PyErr_SetString(PyExc_ValueError, "bad file name");
@@ -416,6 +483,11 @@ FuseLoop_add(FuseLoop *fl, PyObject *args)
     Py_INCREF(fetch_fn);
     e->mirror = (Mirror *)mirror;
     e->fetch = fetch_fn;
+    if (gate_fn != Py_None) {
+        Py_INCREF(gate_fn);
+        e->gate = gate_fn;      /* kept until remove: a request may be in it */
+        e->gated = 1;
+    }
     pthread_mutex_lock(&fl->lock);
     for (int k = 0; k < MAX_ENTRIES; k++) {
         if (fl->entries[k] && strcmp(fl->entries[k]->name, name) == 0) {
@@ -433,6 +505,7 @@ FuseLoop_add(FuseLoop *fl, PyObject *args)
     if (slot < 0) {
         Py_DECREF(mirror);
         Py_DECREF(fetch_fn);
+        Py_XDECREF(e->gate);
         free(e);
         PyErr_SetString(PyExc_ValueError, slot == -2 ? "already served"
                                                      : "too many images");
@@ -467,7 +540,32 @@ FuseLoop_remove(FuseLoop *fl, PyObject *args)
     }
     Py_DECREF((PyObject *)e->mirror);
     Py_DECREF(e->fetch);
+    Py_XDECREF(e->gate);
     free(e);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+FuseLoop_ungate(FuseLoop *fl, PyObject *args)
+{
+    const char *name;
+    int found = 0;
+    if (!PyArg_ParseTuple(args, "s:ungate", &name))
+        return NULL;
+    pthread_mutex_lock(&fl->lock);
+    for (int k = 0; k < MAX_ENTRIES; k++) {
+        Entry *e = fl->entries[k];
+        if (e && strcmp(e->name, name) == 0) {
+            __atomic_store_n(&e->gated, 0, __ATOMIC_RELEASE);
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&fl->lock);
+    if (!found) {
+        PyErr_Format(PyExc_KeyError, "%s is not served", name);
+        return NULL;
+    }
     Py_RETURN_NONE;
 }
 
@@ -495,6 +593,7 @@ FuseLoop_dealloc(FuseLoop *fl)
         if (fl->entries[k]) {
             Py_DECREF((PyObject *)fl->entries[k]->mirror);
             Py_DECREF(fl->entries[k]->fetch);
+            Py_XDECREF(fl->entries[k]->gate);
             free(fl->entries[k]);
         }
     }
@@ -503,7 +602,10 @@ FuseLoop_dealloc(FuseLoop *fl)
 
 static PyMethodDef FuseLoop_methods[] = {
     {"add", (PyCFunction)FuseLoop_add, METH_VARARGS,
-     "add(name, mirror, fetch): serve an attached image as a file."},
+     "add(name, mirror, fetch[, gate]): serve an attached image as a "
+     "file; with a gate, every request passes it until ungate()."},
+    {"ungate", (PyCFunction)FuseLoop_ungate, METH_VARARGS,
+     "ungate(name): requests go straight to the core from now on."},
     {"remove", (PyCFunction)FuseLoop_remove, METH_VARARGS,
      "remove(name): stop serving it, once its requests are done."},
     {"stop", (PyCFunction)FuseLoop_stop, METH_NOARGS,

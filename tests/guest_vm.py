@@ -130,7 +130,10 @@ class SessionLibvirt(object):
     (108 bytes at most) below it.
     """
 
-    def __init__(self, directory=None):
+    def __init__(self, directory=None, host_uuid=None):
+        # host_uuid: another "host" on this machine (libvirt refuses to
+        # migrate a domain to a daemon with its own host UUID).
+        self.host_uuid = host_uuid
         self._own_dir = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix='blobcr-lv-')
         self.socket = os.path.join(self.directory, 'run', 'libvirt',
@@ -148,6 +151,10 @@ class SessionLibvirt(object):
         with open(os.path.join(self.directory, 'config', 'libvirt',
                                'qemu.conf'), 'w') as f:
             f.write('stdio_handler = "file"\nseccomp_sandbox = 0\n')
+        if self.host_uuid:
+            with open(os.path.join(self.directory, 'config', 'libvirt',
+                                   'libvirtd.conf'), 'w') as f:
+                f.write('host_uuid = "%s"\n' % self.host_uuid)
         env = {
             'PATH': '/usr/sbin:/usr/bin:/sbin:/bin',
             'HOME': os.path.join(self.directory, 'home'),

@@ -31,6 +31,7 @@ from blobcr_agent import manager as manager_mod
 from blobcr_agent.proxy import auth
 from blobcr_agent.proxy import server as proxy_server
 from blobcr_agent.repository import repository
+from blobcr_agent.rpc import api as rpc_api
 from blobcr_agent.rpc import server as rpc_server
 
 CONF = blobcr_conf.CONF
@@ -137,6 +138,10 @@ class Agent(object):
                 GroupOperations(self.manager, self.conf.agent.export_dir),
                 manager_mod.OPERATIONS))
         self._admin_inode = os.stat(self.conf.agent.admin_socket).st_ino
+        if self.conf.agent.rpc_enabled:
+            # Other hosts' agents: the handoff of a live migration (an
+            # incoming image re-attached by recover() asks it too).
+            self.manager.set_peers(rpc_api.AgentAPI(self.conf))
         self.manager.mirror.recover()
         # Making a transport registers its options (transport_url among
         # them) and connects to nothing yet.

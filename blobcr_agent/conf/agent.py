@@ -49,6 +49,12 @@ agent_opts = [
                help='How a checkpoint snapshots an image: selective-cow '
                     'copies a chunk aside only if the guest rewrites it '
                     'before it is persisted (the BlobCR scheme).'),
+    cfg.FloatOpt('handoff_timeout', default=120.0, min=1.0,
+                 help='Live migration to this host: how long the guest\'s '
+                      'first requests here wait for the source host to '
+                      'hand its image off (commit what it wrote last) '
+                      'before they fail with EIO. The source still holds '
+                      'every write then.'),
     cfg.IntOpt('cow_chunks', default=64, min=1,
                help='Chunks of memory per image for copy-on-write copies; '
                     'when full, guest writes to unpersisted chunks wait.'),

@@ -250,6 +250,19 @@ class Hypervisor(object):
             return None if domain is None else self.nova_project(domain)
         return self._ask('read the metadata of domain %s' % instance, ask)
 
+    def is_running(self, domain):
+        """Whether ``domain`` runs (not paused, shut off or gone)."""
+        libvirt = _libvirt()
+
+        def ask(conn):
+            try:
+                return domain.state()[0] in _running_states(libvirt)
+            except libvirt.libvirtError as e:
+                if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                    return False
+                raise
+        return self._ask('read the state of domain %s' % domain.name(), ask)
+
     def domain_for(self, path):
         """The active domain that has ``path`` as a disk, or None. Disks
         are compared by real path; of ``path`` itself (a mirror file) only

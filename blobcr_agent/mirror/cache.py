@@ -55,6 +55,17 @@ def boot_time():
     raise OSError('no btime in /proc/stat')
 
 
+def incoming_source(cache_dir):
+    """The host whose handoff a cache's image waits for (a live
+    migration under way, handoff.py), or None.
+    """
+    try:
+        with open(os.path.join(cache_dir, META)) as f:
+            return json.load(f).get('incoming')
+    except (OSError, ValueError):
+        return None
+
+
 def stamp(meta):
     """Record the current boot in new cache metadata; returns it."""
     meta['boot_id'] = boot_id()

@@ -253,11 +253,26 @@ class MirrorFS(pyfuse3.Operations):
             return await trio.to_thread.run_sync(
                 self._read_version, key[1], key[2], offset, size)
         image = self._image(key[1])
+        early = await self._pass_gate(image, offset, size, False)
+        if early is not None:
+            return early
         result = image.core.read(offset, size)
         if isinstance(result, list):
             # Absent chunks: fetch them off the event loop.
             return await trio.to_thread.run_sync(image.read, offset, size)
         return result
+
+    @staticmethod
+    async def _pass_gate(image, offset, size, writing):
+        """An incoming image's gate (handoff.py), as the native loop's
+        pass_gate: None, or the bytes of an early read.
+        """
+        incoming = image.incoming
+        if incoming is None or incoming.done.is_set():
+            return None
+        size = max(0, min(size, image.size - offset))
+        return await trio.to_thread.run_sync(incoming.gate, offset, size,
+                                             writing)
 
     def _read_version(self, image_id, number, offset, size):
         repo = self.service.repo
@@ -284,6 +299,7 @@ class MirrorFS(pyfuse3.Operations):
         image = self._image(key[1])
         if offset + len(buf) > image.size:
             raise pyfuse3.FUSEError(errno.ENOSPC)
+        await self._pass_gate(image, offset, len(buf), True)
         try:
             result = image.core.write(offset, buf, True)
         except image_mod.BusyError:

@@ -58,7 +58,7 @@ class AttachedImage(object):
 
     def __init__(self, repo, image, version, cache_dir, mode='selective-cow',
                  cow_chunks=64, adaptive=True, prefetch=True,
-                 reserve=None):
+                 reserve=None, incoming=False):
         if mode not in MODES:
             raise exception.InvalidInput('unknown mirror mode %r (choose '
                                          'from %s)' % (mode, ', '.join(MODES)))
@@ -119,8 +119,12 @@ class AttachedImage(object):
         # other modes register it in the checkpoint, as before.
         if reserve is None:
             reserve = reserve_ahead_default()
+        # Incoming (handoff.py): nothing is registered or prefetched
+        # from a base the handoff replaces; rebase() starts both.
+        self._wanted = {'reserve': self.max_in_flight > 1 and reserve,
+                        'prefetch': prefetch}
         self.reserver = reserve_mod.Reserver(
-            self, enabled=self.max_in_flight > 1 and reserve)
+            self, enabled=self._wanted['reserve'] and not incoming)
         self._closing = False
         self.fetched_chunks = 0
         self.fetched_bytes = 0
@@ -131,12 +135,14 @@ class AttachedImage(object):
         # itself, the version aborted).
         self.busy_prechecked = 0
         self.busy_aborted = 0
+        self.incoming = None        # handoff.Incoming, set by the service
         self.versions = {}          # version -> 'pending'|'stable'|'failed'
         self.timing = {}            # version -> {committed, done} (time)
         self.last_error = None
         self._save_meta()
         recovery.recover(self)
-        self._prefetcher = prefetch_mod.start(self) if prefetch else None
+        self._prefetcher = prefetch_mod.start(self) \
+            if prefetch and not incoming else None
         self.reserver.request()
 
     # -- metadata --------------------------------------------------------
@@ -161,6 +167,51 @@ class AttachedImage(object):
         return self.meta['attached']
 
     # -- I/O -------------------------------------------------------------
+
+    def read_base(self, offset, length):
+        """Bytes of the version attached from, read from the repository
+        and not installed (an incoming image's early reads).
+        """
+        if self.attached_version is None:
+            return bytes(length)
+        return self.repo.read(self.id, self.attached_version, offset, length)
+
+    def record_incoming(self, source):
+        """Remember (None: forget) that the image waits for ``source``'s
+        handoff, so that a restarted agent keeps it incoming.
+        """
+        with self._meta_lock:
+            self.meta['incoming'] = source
+            self._save_meta()
+
+    def rebase(self, version):
+        """Take stable ``version`` as the base of an image nothing was
+        written to, fetched into or checkpointed since its attach (the
+        handoff of a live migration): its chunks are read from there on.
+        """
+        with self._commit_lock, self._fetch_lock:
+            stats = self.core.stats()
+            if stats['present'] or stats['dirty'] or self._fetching or \
+                    self.persister.versions() or \
+                    self.meta['last'] != self.meta['attached']:
+                raise exception.InvalidInput(
+                    'image %s was used since its attach (%d chunks '
+                    'present): it cannot take version %s as its base'
+                    % (self.id, stats['present'], version))
+            header = self.repo.image(self.id)
+            number = header.stable_version(version).number
+            old = self.meta['attached']
+            self.repo.pin(self.id, number, self.holder)
+            with self._meta_lock:
+                self.meta.update(attached=number, last=number)
+                self._save_meta()
+            self.header = header
+            if old not in (None, number):
+                self.repo.unpin_quietly(self.id, old, self.holder)
+        self.reserver.enabled = self._wanted['reserve']
+        self.reserver.request()
+        if self._wanted['prefetch'] and self._prefetcher is None:
+            self._prefetcher = prefetch_mod.start(self)
 
     def read(self, offset, length):
         while True:
@@ -444,7 +495,9 @@ class AttachedImage(object):
                  attached_version=self.attached_version,
                  last_version=self.meta['last'],
                  persisting=self.meta['persisting'],
-                 in_flight=self.persister.versions())
+                 in_flight=self.persister.versions(),
+                 incoming=None if self.incoming is None
+                 else self.incoming.status())
         return s
 
     def close(self, timeout=None):

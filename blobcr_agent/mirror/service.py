@@ -25,6 +25,7 @@ from blobcr_agent import control
 from blobcr_agent import exception
 from blobcr_agent.mirror import cache
 from blobcr_agent.mirror import fs
+from blobcr_agent.mirror import handoff
 from blobcr_agent.mirror import image as image_mod
 
 LOG = logging.getLogger(__name__)
@@ -57,6 +58,11 @@ class MirrorService(object):
         self._lock = threading.Lock()
         # Set by unmount(): a FUSE loop that ends then is not remounted.
         self._stopping = threading.Event()
+        # ask(source, image_id, wait) -> the source agent's handoff
+        # answer (the manager sets it; handoff.py): what incoming images
+        # (attached for a live migration) wait for.
+        self.handoff_asker = None
+        self.handoff_timeout = 120.0
         os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
 
     # -- operations ----------------------------------------------------
@@ -82,8 +88,14 @@ class MirrorService(object):
                     LOG.exception('cannot re-attach %s', image_id)
 
     def attach(self, image, version=None, mode=None, cow_chunks=None,
-               adaptive=None, prefetch=True):
+               adaptive=None, prefetch=True, incoming_from=None):
+        """Mirror ``image``; with ``incoming_from`` (a host), for a live
+        migration from there: its requests wait for that host's handoff
+        (handoff.py). An incoming image stays incoming across restarts of
+        the agent until its handoff.
+        """
         header = self.repo.image(image)
+        cache_dir = os.path.join(self.cache_dir, header.id)
         with self._lock:
             current = self.attached.get(header.id)
             if current is not None:
@@ -92,17 +104,53 @@ class MirrorService(object):
                     raise exception.InvalidInput(
                         'image %s is attached from version %d already'
                         % (header.id, current.attached_version))
+                if incoming_from is not None and \
+                        current.incoming is None:
+                    raise exception.InvalidInput(
+                        'image %s is attached here already; it cannot '
+                        'come from %s' % (header.id, incoming_from))
                 return self.path_of(header.id)
-            self.attached[header.id] = image_mod.AttachedImage(
-                self.repo, header.id, version,
-                os.path.join(self.cache_dir, header.id),
+            if incoming_from is None:
+                incoming_from = cache.incoming_source(cache_dir)
+            if incoming_from is not None and self.handoff_asker is None:
+                raise exception.InvalidInput(
+                    'this agent cannot take an image from %s: it has no '
+                    'RPC to ask that host for the handoff' % incoming_from)
+            attached = image_mod.AttachedImage(
+                self.repo, header.id, version, cache_dir,
                 mode=mode or self.mode,
                 cow_chunks=cow_chunks or self.cow_chunks,
                 adaptive=self.adaptive if adaptive is None else adaptive,
-                prefetch=prefetch)
-            self._serve(self.attached[header.id])
-        LOG.info('attached %s at %s', header.id, self.path_of(header.id))
+                prefetch=prefetch, incoming=incoming_from is not None)
+            if incoming_from is not None:
+                self._make_incoming(attached, incoming_from)
+            self.attached[header.id] = attached
+            self._serve(attached)
+        LOG.info('attached %s at %s%s', header.id, self.path_of(header.id),
+                 '' if incoming_from is None
+                 else ' (incoming from %s)' % incoming_from)
         return self.path_of(header.id)
+
+    def _make_incoming(self, attached, source):
+        asker = self.handoff_asker
+        incoming = handoff.Incoming(
+            attached, source,
+            lambda wait: asker(source, attached.id, wait),
+            timeout=self.handoff_timeout)
+        attached.incoming = incoming
+        attached.record_incoming(source)
+
+        def opened():
+            # In a request, which a detach's remove() waits for: no
+            # self._lock here.
+            attached.record_incoming(None)
+            loop = self.native_loop
+            if loop is not None:
+                try:
+                    loop.ungate(attached.id)
+                except KeyError:
+                    pass                    # detached meanwhile
+        incoming.on_done = opened
 
     def get(self, image):
         """The AttachedImage of an image; an error if not attached."""
@@ -221,7 +269,13 @@ class MirrorService(object):
 
     def _serve(self, attached):
         if self.native_loop is not None:
-            self.native_loop.add(attached.id, attached.core, attached.fetch)
+            incoming = attached.incoming
+            if incoming is not None and not incoming.done.is_set():
+                self.native_loop.add(attached.id, attached.core,
+                                     attached.fetch, incoming.gate)
+            else:
+                self.native_loop.add(attached.id, attached.core,
+                                     attached.fetch)
 
     @property
     def fuse_mountpoint(self):

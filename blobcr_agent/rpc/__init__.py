@@ -20,10 +20,14 @@ side. Version history of the API:
   to list).
 * 1.5 - hold, release: a guest held still across calls (phase one of a
   group checkpoint over several hosts).
+* 1.6 - migrate_from= for attach (an image live-migrated from another
+  host, attached incoming until that host's handoff), handoff (asked by
+  the destination's agent: the version that holds the source's writes,
+  once its guest stopped).
 """
 
 TOPIC = 'blobcr-agent'
 # Named in every target, so that callers whatever their own
 # control_exchange (cinder, nova) reach the agents.
 EXCHANGE = 'blobcr'
-VERSION = '1.5'
+VERSION = '1.6'

@@ -96,10 +96,17 @@ class AgentAPI(object):
         return given
 
     def attach(self, host, image, version=None, instance=None,
-               project=None):
+               project=None, migrate_from=None):
         """``project`` (API 1.2): the instance's, the scope of the
-        group ids its guest uses.
+        group ids its guest uses. ``migrate_from`` (API 1.6): the host
+        the image is live-migrated from (attached incoming until its
+        handoff).
         """
+        if migrate_from is not None:
+            return self._call(host, 'attach', api_version='1.6',
+                              image=image, version=version,
+                              instance=instance, project=project,
+                              migrate_from=migrate_from)
         return self._call(host, 'attach', image=image, version=version,
                           instance=instance,
                           **self._since('1.2', project=project))
@@ -236,6 +243,17 @@ class AgentAPI(object):
 
     def release(self, host, image):
         return self._call(host, 'release', api_version='1.5', image=image)
+
+    # -- 1.6 -----------------------------------------------------------------
+
+    def handoff(self, host, image, dest, wait=0, rpc_timeout=None):
+        """Asked by ``dest``'s agent: ``host`` hands ``image`` off once
+        its guest stopped (``{'version': N}``), or says it still runs
+        (``{'running': True}``) after waiting ``wait`` s.
+        """
+        return self._call(host, 'handoff', api_version='1.6',
+                          rpc_timeout=rpc_timeout, image=image, dest=dest,
+                          wait=wait)
 
     def cleanup(self):
         self.transport.cleanup()

@@ -57,7 +57,7 @@ def confined_export_path(export_dir, path, who):
 
 
 class AgentEndpoint(object):
-    """Every public method is an RPC call (API version 1.3)."""
+    """Every public method is an RPC call (API version: rpc.VERSION)."""
 
     target = messaging.Target(version=rpc.VERSION)
 
@@ -71,9 +71,13 @@ class AgentEndpoint(object):
 
     @_expected
     def attach(self, ctxt, image, version=None, instance=None,
-               project=None):
+               project=None, migrate_from=None):
         return self.manager.attach(image, version=version, instance=instance,
-                                   project=project)
+                                   project=project, migrate_from=migrate_from)
+
+    @_expected
+    def handoff(self, ctxt, image, dest, wait=0):
+        return self.manager.handoff(image, dest, wait=wait)
 
     @_expected
     def detach(self, ctxt, image, discard=False, force=False):
