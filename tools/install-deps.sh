@@ -16,6 +16,8 @@ packages=(
     # cinder) and the benchmark's own writes and snapshot checks.
     python3-rbd
     fuse3 libfuse3-dev fio qemu-utils libvirt-dev
+    # qemu-storage-daemon: the QEMU peers of blobcr-bench peers.
+    qemu-system-common
     # A boot disk in a BlobCR volume for the real Nova test
     # (tests/nova_stack.py make_boot_disk: FAT + syslinux, no mount).
     dosfstools mtools syslinux
