@@ -36,13 +36,14 @@ Per checkpoint:
 * ``durable_s``: request to the copy being durable where the peer keeps
   it (``durable_at`` says where); RBD's ``copy_out_s`` apart;
 * ``stored_bytes`` per checkpoint and in total with the first (full)
-  copy; and per run ``slowdown_s`` (run time minus the baseline's) and
-  ``restart_s``: open the last checkpoint as a restart does (BlobCR: a
-  second mirror attaches the version lazily; QEMU, qcow2: a daemon opens
-  the copied chain; RBD: the image at its snapshot) and read every block
-  the workload writes. The data read must be a point in time of the
-  application's writes (every block of a pass, then a prefix of the
-  next one), or the restart is counted inconsistent.
+  copy; and per run ``slowdown_s`` (run time minus the baseline's),
+  ``run_over_baseline`` (their ratio) and ``restart_s``: open the last
+  checkpoint as a restart does (BlobCR: a second mirror attaches the
+  version lazily; QEMU, qcow2: a daemon opens the copied chain; RBD: the
+  image at its snapshot) and read every block the workload writes. The
+  data read must be a point in time of the application's writes (every
+  block of a pass, then a prefix of the next one), or the restart is
+  counted inconsistent.
 
 ``ratios`` divide each peer's per-run medians by BlobCR's of the same
 run (``vs_blobcr_local``, ``vs_blobcr_ceph``). Each peer proves its
@@ -68,9 +69,10 @@ PEERS = ('blobcr-local', 'blobcr-ceph', 'qemu-backup', 'rbd-snap',
          'qcow2-layers')
 WORKLOADS = ('checkpoint', 'random4k')
 REFERENCES = ('blobcr-local', 'blobcr-ceph')
-RATIO_KEYS = ('ack_ms', 'pause_ms', 'slowdown_s', 'durable_s',
-              'stored_bytes', 'restart_s')
+RATIO_KEYS = ('ack_ms', 'pause_ms', 'slowdown_s', 'run_over_baseline',
+              'durable_s', 'stored_bytes', 'restart_s')
 SMALL_WRITE = 4096
+SUN_PATH = 108          # a Unix socket's path, its NUL included
 
 
 def add_arguments(p, size_type=int):
@@ -434,6 +436,7 @@ def per_run_figures(r):
     return {'ack_ms': _median([c['ack_ms'] for c in cps]),
             'pause_ms': _median([c['pause_ms'] for c in cps]),
             'slowdown_s': r['slowdown_s'],
+            'run_over_baseline': common.ratio(r['run_s'], r['baseline_s']),
             'durable_s': _median([c['durable_s'] for c in cps]),
             'stored_bytes': _median([c['stored_bytes'] for c in cps]),
             'restart_s': r['restart_s']}
@@ -447,7 +450,7 @@ def aggregate(peer, runs):
         'baseline_write_p99_ms': common.summary(
             [r['baseline_write_p99_ms'] for r in runs], 2),
         'slowdown_s': common.summary([r['slowdown_s'] for r in runs]),
-        'slowdown_ratio': common.summary(
+        'run_over_baseline': common.summary(
             [common.ratio(r['run_s'], r['baseline_s']) for r in runs]),
         'run_s': common.summary([r['run_s'] for r in runs]),
         'baseline_s': common.summary([r['baseline_s'] for r in runs]),
@@ -537,6 +540,14 @@ def run(args, log, open_repository):
                          '256K; --block a multiple of 4K')
     if args.iterations < 1 or args.runs < 1:
         raise SystemExit('--iterations and --runs must be at least 1')
+    # The deepest socket the peers make (a restart daemon's QMP).
+    deepest = os.path.join(args.workdir, 'runs', 'qcow2-layers-random4k-%d'
+                           % args.runs, 'restart-%d' % args.iterations,
+                           'qmp.sock')
+    if len(deepest) >= SUN_PATH:
+        raise SystemExit('--workdir is too long: the sockets below it (up '
+                         'to %s) must be shorter than %d bytes'
+                         % (deepest, SUN_PATH))
     chosen = workloads(args)
     passes = args.iterations + 1
     epochs_per_run = 2 * passes + 1

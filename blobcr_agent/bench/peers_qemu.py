@@ -65,14 +65,17 @@ class QMP(object):
         self.call('qmp_capabilities')
 
     def _read(self):
-        for line in self.file:
-            msg = json.loads(line)
-            if 'event' in msg:
-                with self.cond:
-                    self.events.append(msg)
-                    self.cond.notify_all()
-            else:
-                self.replies.put(msg)
+        try:
+            for line in self.file:
+                msg = json.loads(line)
+                if 'event' in msg:
+                    with self.cond:
+                        self.events.append(msg)
+                        self.cond.notify_all()
+                else:
+                    self.replies.put(msg)
+        except OSError:
+            pass                    # the daemon quit: closed below
         self.replies.put({'error': {'desc': 'QMP connection closed'}})
         with self.cond:
             self.events.append(None)

@@ -105,6 +105,9 @@ class RbdPeer(peers_common.Peer):
                          old_format=False, features=features,
                          data_pool=self.data_pool)
         self.image = rbd.Image(self.app_io, self.image_name)
+        # librbd caches writes through until the first flush, which a
+        # guest (and QEMU's rbd driver) sends at once: send it too.
+        self.image.flush()
         self.admin = rbd.Image(self.admin_io, self.image_name)
         self.worker = peers_common.CopyOutWorker(self.name)
 

@@ -1,0 +1,99 @@
+"""``blobcr-bench peers`` with a tiny workload: BlobCR on the local store
+and on the session's Ceph cluster, QEMU incremental backup and qcow2
+layers on real qemu-storage-daemons, RBD snapshots on the same cluster.
+
+The benchmark runs as an operator runs it, in its own process. Only the
+structure and what proves each path ran are asserted (bytes copied out,
+writes during each checkpoint, a restart reading a point in time,
+BlobCR's copy-on-write), no timing. A peer that cannot run must say
+what refused.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from blobcr_agent.bench import peers
+
+BENCH = os.path.join(os.path.dirname(sys.executable), 'blobcr-bench')
+ITERATIONS = 2
+FIGURES = ('ack_ms', 'pause_ms', 'slowdown_s', 'durable_s',
+           'stored_bytes_per_checkpoint', 'stored_total_bytes', 'restart_s')
+
+
+@pytest.fixture
+def workdir():
+    # Short: the control and QMP sockets below it must fit in sun_path.
+    path = tempfile.mkdtemp(prefix='peers-', dir='/tmp')
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _bench(workdir, *argv):
+    command = [BENCH, 'peers', '--json', '--workdir', workdir,
+               '--size', '8M', '--block', '1M', '--random-writes', '256',
+               '--iterations', str(ITERATIONS), '--runs', '1'] + list(argv)
+    return subprocess.run(command, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_every_peer_runs_or_says_why(ceph_cluster, workdir, tmp_path):
+    plot = tmp_path / 'peers.png'
+    proc = _bench(workdir, '--ceph-conf', ceph_cluster.conffile,
+                  '--plot', str(plot))
+    assert proc.returncode == 0, (proc.returncode, proc.stdout[-4000:],
+                                  proc.stderr[-4000:])
+    result = json.loads(proc.stdout)
+    assert result['valid'] is True
+    assert all(c['ok'] for c in result['checks']), result['checks']
+    ran = set(result['peers'])
+    assert ran | set(result['refused']) == set(peers.PEERS)
+    for name, why in result['refused'].items():
+        assert why, name
+    # Both BlobCR references run here, and the QEMU peers with the
+    # qemu-storage-daemon install-deps.sh installs.
+    assert {'blobcr-local', 'blobcr-ceph', 'qemu-backup',
+            'qcow2-layers'} <= ran
+    if 'rbd-snap' in ran:
+        assert result['peers']['rbd-snap']['data_pool'] or \
+            result['peers']['rbd-snap']['data_pool_refused']
+
+    assert set(result['workloads']) == set(peers.WORKLOADS)
+    for wname, w in result['workloads'].items():
+        assert set(w['peers']) == ran
+        for name, figures in w['peers'].items():
+            assert figures['checkpoints'] == ITERATIONS, (wname, name)
+            for key in FIGURES:
+                assert figures[key]['n'] >= 1, (wname, name, key)
+            assert figures['restart_consistent'] == [True]
+            assert figures['copied_bytes_per_checkpoint']['min'] > 0
+        ratios = w['ratios']['vs_blobcr_local']
+        assert set(ratios) == ran - {'blobcr-local'}
+        for name, per_key in ratios.items():
+            assert set(per_key) == set(peers.RATIO_KEYS)
+            assert per_key['stored_bytes']['median'] > 0
+        # Each peer's copy-out proof is among the checks.
+        for name in ran:
+            assert any(c['what'].startswith('%s/%s: bytes copied out'
+                                            % (name, wname))
+                       for c in result['checks'])
+    assert plot.stat().st_size > 0
+    assert 'event=run' in proc.stderr
+
+
+def test_a_peer_that_cannot_run_says_what_refused(workdir, tmp_path):
+    missing = tmp_path / 'no-such-ceph.conf'
+    proc = _bench(workdir, '--peers', 'blobcr-local', 'blobcr-ceph',
+                  'rbd-snap', '--workloads', 'checkpoint',
+                  '--ceph-conf', str(missing))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout)
+    assert set(result['peers']) == {'blobcr-local'}
+    for name in ('blobcr-ceph', 'rbd-snap'):
+        assert str(missing) in result['refused'][name]
+    assert 'event=refused' in proc.stderr

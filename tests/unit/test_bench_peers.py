@@ -1,0 +1,99 @@
+"""The pure parts of ``blobcr-bench peers``: recognising a point in time
+of the application's writes in what a restart read, per-run ratios
+against BlobCR, and the checks that make a run invalid.
+"""
+
+import argparse
+
+from blobcr_agent.bench import common
+from blobcr_agent.bench import peers
+
+
+class _Pattern(object):
+    """Block k of epoch e is (k, e): enough to tell epochs apart."""
+
+    def block(self, offset, length, epoch):
+        return (offset, length, epoch)
+
+
+def _expected(low, high, n=5):
+    workload = peers.Workload('w', 1, list(range(n)))
+    return peers._Expected(_Pattern(), workload, low, high)
+
+
+def _state(expected, epoch, written):
+    """Blocks [0, written) of ``epoch``, the rest of ``epoch - 1``."""
+    n = len(expected.workload.offsets)
+    return [expected(k, epoch if k < written else epoch - 1)
+            for k in range(n)]
+
+
+def test_state_epoch_finds_a_prefix_of_the_next_pass():
+    expected = _expected(10, 13)
+    for epoch in (11, 12, 13):
+        for written in (1, 3, 5):
+            assert peers.state_epoch(_state(expected, epoch, written),
+                                     expected) == epoch
+
+
+def test_state_epoch_refuses_a_torn_state():
+    expected = _expected(10, 13)
+    blocks = _state(expected, 12, 2)
+    blocks[3] = expected(3, 12)          # a later write without an earlier
+    blocks[2] = expected(2, 11)
+    blocks[1] = expected(1, 11)
+    assert peers.state_epoch(blocks, expected) is None
+    blocks = _state(expected, 12, 5)
+    blocks[4] = expected(4, 9)           # two passes behind
+    assert peers.state_epoch(blocks, expected) is None
+    assert peers.state_epoch([b'zeros'] * 5, expected) is None
+
+
+def _run(ack_ms, stored, slowdown=1.0, restart=0.5, copied=1):
+    cps = [{'ack_ms': a, 'pause_ms': a / 2, 'durable_s': 1.0,
+            'stored_bytes': stored, 'copied_bytes': copied} for a in ack_ms]
+    return {'checkpoints': cps, 'slowdown_s': slowdown, 'run_s': 2.0,
+            'baseline_s': 1.0, 'restart_s': restart,
+            'restart_consistent': True, 'restart_epoch_lag': 0,
+            'counters': {'cow_copies': 3, 'waits': 0}}
+
+
+def test_ratios_pair_runs_with_the_reference():
+    results = {'blobcr-local': [_run([1, 3], 100), _run([2, 2], 100)],
+               'qemu-backup': [_run([4, 8], 150), _run([10, 10], 50)]}
+    out = peers.ratios(results, 'blobcr-local')
+    assert set(out) == {'qemu-backup'}
+    # per-run medians over the reference: 6/2 = 3 and 10/2 = 5
+    assert out['qemu-backup']['ack_ms']['median'] == 4.0
+    assert out['qemu-backup']['stored_bytes']['min'] == 0.5
+    assert out['qemu-backup']['stored_bytes']['max'] == 1.5
+    assert peers.ratios(results, 'blobcr-ceph') is None
+
+
+def test_checks_fail_when_a_path_did_not_run():
+    checks = common.Checks()
+    peers.check(checks, 'qemu-backup', 'checkpoint', [_run([1], 10)])
+    assert not checks.failed
+    nothing = _run([1], 10, copied=0)
+    nothing['checkpoints'][0]['pause_ms'] = None
+    nothing['restart_consistent'] = False
+    nothing['counters'] = {'cow_copies': 0, 'waits': 0}
+    checks = common.Checks()
+    peers.check(checks, 'blobcr-local', 'random4k', [nothing])
+    failed = {c['what'] for c in checks.failed}
+    assert failed == {
+        'blobcr-local/random4k: bytes copied out per checkpoint (min)',
+        'blobcr-local/random4k: checkpoints the application wrote through',
+        'blobcr-local/random4k: restarts at a point in time',
+        'blobcr-local/random4k: cow_copies + waits (sum over runs)'}
+
+
+def test_workloads_write_fixed_distinct_offsets():
+    args = argparse.Namespace(workloads=['checkpoint', 'random4k'],
+                              size=4 << 20, block=1 << 20, seed=1,
+                              random_writes=64)
+    seq, rnd = peers.workloads(args)
+    assert seq.offsets == [0, 1 << 20, 2 << 20, 3 << 20]
+    assert len(set(rnd.offsets)) == 64 and rnd.block == 4096
+    assert all(o % 4096 == 0 and o < 4 << 20 for o in rnd.offsets)
+    assert peers.workloads(args)[1].offsets == rnd.offsets
