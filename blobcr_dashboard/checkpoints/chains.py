@@ -106,9 +106,8 @@ def groups(group_snapshots, snapshots):
     return sorted(result, key=lambda g: g.created, reverse=True)
 
 
-def load(request):
-    """(rows, group checkpoints) of the request's project."""
-    volumes = cinder.volume_list(request)
-    snapshots = cinder.volume_snapshot_list(request)
-    group_snapshots = cinder.group_snapshot_list(request)
-    return rows(volumes, snapshots), groups(group_snapshots, snapshots)
+def volume_get(request, volume_id):
+    """One volume, without its servers' names: Horizon's volume_get asks
+    Nova for them, and the panel needs none (nor a Nova).
+    """
+    return cinder.Volume(cinder.cinderclient(request).volumes.get(volume_id))

@@ -13,6 +13,7 @@ from horizon import forms
 from horizon import messages
 from openstack_dashboard.api import cinder
 
+from blobcr_dashboard.checkpoints import chains
 from blobcr_dashboard.checkpoints import restarts
 
 LOG = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ class TakeCheckpoint(forms.SelfHandlingForm):
     def handle(self, request, data):
         volume_id = self.initial['volume_id']
         try:
-            volume = cinder.volume_get(request, volume_id)
+            volume = chains.volume_get(request, volume_id)
             # An attached volume: a live checkpoint (API < 3.66 asks for
             # force; the driver holds the guest as its quiesce mode says).
             snapshot = cinder.volume_snapshot_create(

@@ -94,7 +94,7 @@ class TakeCheckpointView(_ActionView):
     def _volume(self):
         if not hasattr(self, '_volume_cache'):
             try:
-                self._volume_cache = cinder.volume_get(
+                self._volume_cache = chains.volume_get(
                     self.request, self.kwargs['volume_id'])
             except Exception:
                 exceptions.handle(self.request,

@@ -17,6 +17,7 @@ from django.urls import reverse
 from openstack_dashboard import api
 from openstack_dashboard.test import helpers
 
+from blobcr_dashboard.checkpoints import chains
 from blobcr_dashboard.checkpoints import restarts
 
 INDEX = reverse('horizon:project:checkpoints:index')
@@ -159,8 +160,8 @@ class IndexTests(helpers.TestCase):
 
 class ActionTests(helpers.TestCase):
 
-    @helpers.create_mocks({api.cinder: ['volume_get',
-                                        'volume_snapshot_create',
+    @helpers.create_mocks({chains: ['volume_get'],
+                           api.cinder: ['volume_snapshot_create',
                                         'volume_type_list',
                                         'volume_type_extra_get']})
     def test_take_checkpoint_of_attached_volume(self):

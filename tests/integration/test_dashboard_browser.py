@@ -1,0 +1,305 @@
+"""The Checkpoints panel in a real browser against the real stack.
+
+Horizon 27 with the BlobCR panel (tests/dashboard/live_settings.py) runs
+under Django's runserver in a process of its own, on the session's real
+Keystone and Cinder (tests/openstack_stack.py) with the BlobCR local
+backend and its real agents (tests/cinder_hosts.py). Debian's headless
+Chromium, driven by selenium through chromium-driver, logs in as demo,
+opens the panel, takes a live checkpoint of an attached volume with the
+panel's action, and restarts a volume group (volumes only: the stack has
+no Nova) from its group checkpoint. The chains and groups are checked in
+the DOM, and a screenshot of the page is checked to be a real image
+(BLOBCR_DASHBOARD_SCREENSHOT=PATH also copies it there: the docs' one,
+doc/source/_static/dashboard-checkpoints.png, is made that way).
+"""
+
+import io
+import os
+import secrets
+import shutil
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from tests.integration.test_restart import Job
+from tests.nova_attach import Attachment
+from tests import openstack_stack as stack_module
+
+TOP = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+CHROMIUM = '/usr/bin/chromium'
+CHROMEDRIVER = '/usr/bin/chromedriver'
+SCREENSHOT_ENV = 'BLOBCR_DASHBOARD_SCREENSHOT'
+
+
+@pytest.fixture(scope='module')
+def horizon(openstack_cloud, tmp_path_factory):
+    """The base URL of a Horizon server on the stack's Keystone."""
+    workdir = tmp_path_factory.mktemp('horizon')
+    port = stack_module.free_port()
+    env = dict(os.environ,
+               PYTHONPATH=os.pathsep.join(
+                   [os.path.join(TOP, 'tests', 'dashboard', 'live'), TOP]),
+               DJANGO_SETTINGS_MODULE='tests.dashboard.live_settings',
+               PYTHONWARNINGS='ignore',
+               BLOBCR_HORIZON_SECRET_KEY=secrets.token_hex(32),
+               BLOBCR_HORIZON_KEYSTONE_URL=openstack_cloud.auth_url,
+               BLOBCR_HORIZON_STATIC_ROOT=str(workdir / 'static'))
+    log = str(workdir / 'horizon.log')
+    # --insecure: runserver serves the static files (and the compressed
+    # ones, through Horizon's finders) with DEBUG off.
+    server = stack_module.ServiceProcess(
+        'horizon', [sys.executable, '-m', 'django', 'runserver',
+                    '--noreload', '--insecure', '127.0.0.1:%d' % port],
+        env, log, cwd=TOP).start()
+    url = 'http://127.0.0.1:%d' % port
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            server.check_running()
+            try:
+                urllib.request.urlopen(url + '/auth/login/', timeout=5)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise AssertionError('Horizon not up after 60 s:\n'
+                                         + stack_module.tail(log))
+                time.sleep(0.5)
+        yield url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope='module')
+def browser(tmp_path_factory):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    for path in (CHROMIUM, CHROMEDRIVER):
+        assert os.access(path, os.X_OK), (
+            '%s missing: tools/install-deps.sh installs chromium and '
+            'chromium-driver' % path)
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ('--headless=new', '--no-sandbox', '--disable-gpu',
+                '--disable-dev-shm-usage', '--window-size=1500,1100',
+                '--user-data-dir=%s' % tmp_path_factory.mktemp('chromium')):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(120)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for(what, check, timeout=60, every=0.5, driver=None):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, 'no %s after %s s%s' % (
+            what, timeout, '' if driver is None else
+            ' at %s; page text:\n%s' % (
+                driver.current_url,
+                driver.find_element('tag name', 'body').text[-3000:]))
+        time.sleep(every)
+
+
+def login(driver, url, user='demo'):
+    from selenium.webdriver.common.by import By
+    driver.get(url + '/auth/login/?next=/project/checkpoints/')
+    driver.find_element(By.ID, 'id_username').send_keys(user)
+    driver.find_element(By.ID, 'id_password').send_keys(
+        stack_module.PASSWORDS[user])
+    driver.find_element(By.ID, 'loginBtn').click()
+    wait_for('panel after login',
+             lambda: driver.find_elements(By.ID, 'blobcr-chains'),
+             driver=driver)
+
+
+def rows(driver):
+    """{id: (kind, state, tree text, name)} of the chains table."""
+    from selenium.webdriver.common.by import By
+    found = {}
+    for tr in driver.find_elements(By.CSS_SELECTOR, '#blobcr-chains tbody '
+                                   'tr[data-id]'):
+        found[tr.get_attribute('data-id')] = (
+            tr.get_attribute('data-kind'), tr.get_attribute('data-state'),
+            tr.find_element(By.CSS_SELECTOR, 'td.blobcr-tree').text,
+            tr.get_attribute('data-version'))
+    return found
+
+
+def submit_modal(driver, fields):
+    """Fill the action's dialog (or page) and submit it."""
+    from selenium.webdriver.common.by import By
+    form = wait_for('action form', lambda: [
+        f for f in driver.find_elements(By.CSS_SELECTOR, 'form')
+        if f.is_displayed() and f.find_elements(
+            By.CSS_SELECTOR, 'input[type=submit]')], driver=driver)[0]
+    for name, value in fields.items():
+        field = form.find_element(By.NAME, name)
+        if field.get_attribute('type') == 'checkbox':
+            # Horizon's themed checkbox hides the input behind its label.
+            if field.is_selected() != value:
+                driver.execute_script('arguments[0].click();', field)
+        else:
+            field.clear()
+            field.send_keys(value)
+    form.find_element(By.CSS_SELECTOR, 'input[type=submit]').click()
+
+
+def check_png(png):
+    """A real, non-blank image of the page: its size, and enough
+    different colours in the table's part of it.
+    """
+    from PIL import Image
+    image = Image.open(io.BytesIO(png))
+    image.load()
+    assert image.format == 'PNG'
+    assert image.width >= 1000 and image.height >= 600, image.size
+    colours = image.convert('RGB').getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 50, len(colours or ())
+    top = max(count for count, _ in colours)
+    # Not one colour over (nearly) the whole page.
+    assert top < 0.97 * image.width * image.height
+
+
+def make_chain(stack, api, job):
+    """A group checkpoint of the job and a clone of one member's
+    checkpoint; returns ({volume: member snapshot}, group snapshot, clone).
+    """
+    group_snapshot = job.checkpoint('cp-%s' % job.suffix)
+    members = {s['volume_id']: s for s in api.get(
+        '/snapshots/detail', microversion='3.14').json()['snapshots']
+        if s.get('group_snapshot_id') == group_snapshot}
+    clone = api.post('/volumes', json={'volume': {
+        'name': 'clone-%s' % job.suffix, 'size': 1,
+        'snapshot_id': members[job.volumes[0]]['id']}}).json()['volume']
+    stack.wait_status('volume', clone['id'], 'available', timeout=120)
+    return members, group_snapshot, clone['id']
+
+
+def check_chain(browser, job, members, group_snapshot, clone):
+    from selenium.webdriver.common.by import By
+    shown = rows(browser)
+    first, member = job.volumes[0], members[job.volumes[0]]['id']
+    assert shown[first][0] == 'volume'
+    assert shown[member][:2] == ('checkpoint', 'stable')
+    assert shown[clone][0] == 'volume'
+    # The clone is drawn under the checkpoint it was made from.
+    ids = list(shown)
+    assert ids.index(clone) == ids.index(member) + 1
+    assert shown[clone][2].endswith('volume clone-%s' % job.suffix)
+    group_row = browser.find_element(
+        By.CSS_SELECTOR, '#blobcr-groups tr[data-id="%s"]' % group_snapshot)
+    assert group_row.get_attribute('data-complete') == 'yes'
+    assert '2/2 stable' in group_row.text
+
+
+def take_checkpoint(browser, horizon, volume, name):
+    """Take one with the panel's action; its row once it is stable."""
+    from selenium.webdriver.common.by import By
+    browser.find_element(By.CSS_SELECTOR, 'tr[data-id="%s"] a.blobcr-take'
+                         % volume).click()
+    submit_modal(browser, {'name': name})
+
+    def stable():
+        browser.get(horizon + '/project/checkpoints/')
+        for tr in browser.find_elements(By.CSS_SELECTOR,
+                                        '#blobcr-chains tr.blobcr-checkpoint'):
+            if name in tr.text and tr.get_attribute('data-state') == 'stable':
+                return tr
+    return wait_for('checkpoint %s stable' % name, stable, timeout=120,
+                    driver=browser)
+
+
+def restart_group(browser, horizon, api, job, prefix):
+    """Restart the job from the panel (no boot); the new volumes."""
+    from selenium.webdriver.common.by import By
+    before = {v['id'] for v in api.get('/volumes').json()['volumes']}
+    browser.get(horizon + '/project/checkpoints/')
+    browser.find_element(By.CSS_SELECTOR, 'a[href$="/group/%s/restart/"]'
+                         % job.group).click()
+    submit_modal(browser, {'name_prefix': prefix, 'boot': False})
+
+    def made():
+        found = [v for v in api.get('/volumes/detail').json()['volumes']
+                 if v['id'] not in before and v['name'].startswith(prefix)]
+        if len(found) == 2 and all(v['status'] == 'available' and
+                                   v['bootable'] == 'true' for v in found):
+            return found
+    return wait_for('restarted volumes', made, timeout=120, driver=browser)
+
+
+def clean_up(stack, api, job):
+    """What the test made beside the job: the job's group goes only
+    without other snapshots of its volumes, and clones of them.
+    """
+    snapshots = [s['id'] for s in api.get(
+        '/snapshots/detail', microversion='3.14').json()['snapshots']
+        if s['volume_id'] in job.volumes and not s.get('group_snapshot_id')]
+    volumes = [v['id'] for v in api.get('/volumes/detail').json()['volumes']
+               if job.suffix in (v['name'] or '')
+               and v['id'] not in job.volumes]
+    for snapshot in snapshots:
+        api.delete('/snapshots/%s' % snapshot)
+    for volume in volumes:
+        api.delete('/volumes/%s' % volume)
+    for snapshot in snapshots:
+        stack.wait_status('snapshot', snapshot, 'deleted')
+    for volume in volumes:
+        stack.wait_status('volume', volume, 'deleted')
+
+
+def test_panel_draws_chains_takes_a_checkpoint_and_restarts(
+        openstack_cloud, cinder_hosts, horizon, browser, tmp_path):
+    stack, hosts = openstack_cloud, cinder_hosts['local']
+    api = stack.block_storage()
+    with Job(stack, hosts) as job:
+        try:
+            members, group_snapshot, clone = make_chain(stack, api, job)
+            first = job.volumes[0]
+            attachment = Attachment(stack, first, hosts.compute[0])
+            try:
+                with open(attachment.path, 'r+b') as f:
+                    f.write(b'after the group checkpoint'.ljust(4096))
+                    f.flush()
+                    os.fsync(f.fileno())
+                login(browser, horizon)
+                check_chain(browser, job, members, group_snapshot, clone)
+                # Live: the volume is attached.
+                row = take_checkpoint(browser, horizon, first,
+                                      'browser-%s' % job.suffix)
+                cells = [td.text for td in row.find_elements('tag name',
+                                                             'td')]
+                png = browser.get_screenshot_as_png()
+            finally:
+                attachment.detach()
+            # The version after the group's, taken by the operator, with
+            # the driver's ack time and quiesce mode.
+            parent = int(members[first]['metadata']['blobcr:version'])
+            assert row.get_attribute('data-version') == str(parent + 1)
+            assert cells[7] == 'operator'
+            assert float(cells[4]) > 0
+            assert cells[6] in ('fsfreeze', 'suspend', 'none')
+            taken = api.get('/snapshots/%s' % row.get_attribute(
+                'data-id')).json()['snapshot']
+            assert taken['volume_id'] == first
+            assert taken['metadata']['blobcr:host'] == hosts.compute[0]
+            (tmp_path / 'dashboard-checkpoints.png').write_bytes(png)
+            check_png(png)
+            if os.environ.get(SCREENSHOT_ENV):
+                shutil.copyfile(tmp_path / 'dashboard-checkpoints.png',
+                                os.environ[SCREENSHOT_ENV])
+
+            stack.wait_status('volume', first, 'available')
+            found = restart_group(browser, horizon, api, job,
+                                  'again-%s' % job.suffix)
+            assert {v['metadata']['blobcr:restart_snapshot']
+                    for v in found} == {s['id'] for s in members.values()}
+        finally:
+            clean_up(stack, api, job)
