@@ -23,7 +23,9 @@ class Row(object):
     volume_id: str              # a checkpoint's volume, or the volume
     state: str
     made_by: str = ''
-    revertible: bool = False    # the volume's newest snapshot (Cinder's rule)
+    # The volume's newest snapshot, and the volume detached (Cinder's
+    # rules for a revert).
+    revertible: bool = False
 
 
 @dataclasses.dataclass
@@ -33,7 +35,7 @@ class GroupCheckpoint(object):
     group_id: str
     status: str
     created: str
-    members: typing.List[chain.Node]
+    members: typing.List[typing.Tuple[str, chain.Node]]  # (volume, node)
     stable: int                 # members whose version is stable
     incomplete: typing.Optional[str]    # why it cannot be restarted
 
@@ -64,6 +66,7 @@ def rows(volumes, snapshots):
         by_volume[s.volume_id].append(s)
         volume_of[s.id] = s.volume_id
     revertible = _newest_per_volume(snapshots)
+    detached = {v.id for v in volumes if v.status == 'available'}
     roots = sorted(_roots(volumes, snapshots),
                    key=lambda v: (v.created_at or '', v.id))
     result = []
@@ -76,7 +79,8 @@ def rows(volumes, snapshots):
             else:
                 result.append(Row(text, node, volume_of[node.id],
                                   chain.state_of(node), chain.made_by(node),
-                                  node.id in revertible))
+                                  node.id in revertible
+                                  and volume_of[node.id] in detached))
     return result
 
 
@@ -85,10 +89,12 @@ def _as_dict(snapshot):
             'metadata': snapshot.metadata or {}}
 
 
-def groups(group_snapshots, snapshots):
+def groups(group_snapshots, snapshots, volumes=()):
     """Group checkpoints (Cinder group snapshots), newest first, with
-    their members and whether they are complete as blobcr-restart sees it.
+    their members (by volume name, where ``volumes`` has it) and whether
+    they are complete as blobcr-restart sees it.
     """
+    names = {v.id: v.name for v in volumes}
     members = collections.defaultdict(list)
     for s in snapshots:
         if getattr(s, 'group_snapshot_id', None):
@@ -96,11 +102,12 @@ def groups(group_snapshots, snapshots):
     result = []
     for gs in group_snapshots:
         mine = sorted(members.get(gs.id, []), key=lambda s: s.volume_id)
-        nodes = [chain.checkpoint_node(s) for s in mine]
+        nodes = [(names.get(s.volume_id, s.volume_id),
+                  chain.checkpoint_node(s)) for s in mine]
         result.append(GroupCheckpoint(
             gs.id, gs.name or gs.id, gs.group_id, gs.status,
             gs.created_at or '', nodes,
-            sum(1 for n in nodes if chain.state_of(n) == 'stable'),
+            sum(1 for _, n in nodes if chain.state_of(n) == 'stable'),
             restart.complete({'status': gs.status},
                              [_as_dict(s) for s in mine])))
     return sorted(result, key=lambda g: g.created, reverse=True)

@@ -33,7 +33,8 @@ class IndexView(views.HorizonTemplateView):
             return context
         try:
             context['groups'] = chains.groups(
-                cinder.group_snapshot_list(self.request), snapshots)
+                cinder.group_snapshot_list(self.request), snapshots,
+                volumes)
         except Exception:
             exceptions.handle(self.request,
                               _('Unable to retrieve group checkpoints.'))

@@ -84,22 +84,25 @@ class IndexTests(helpers.TestCase):
                                         'group_snapshot_list']})
     def test_chain_drawn_as_tree_with_states_and_clones(self):
         snaps = [snapshot('s4', 'vol', 4, 3, status='creating'),
+                 snapshot('d2', 'busy', 2, 1),
                  snapshot('s2', 'vol', 2, 1),
                  snapshot('s3', 'vol', 3, 2, host=None),     # a guest's
                  snapshot('s5', 'vol', 5, 4, status='error'),
                  snapshot('c2', 'clone', 2, 1)]
-        vols = [volume('vol'), volume('clone', snapshot_id='s3')]
+        vols = [volume('vol'), volume('clone', snapshot_id='s3'),
+                volume('busy', status='in-use', created='2026-11-24T03:00')]
         res, content = self._show(vols, snaps)
         self.assertEqual(rows_of(content), [
             ('volume', 'vol', ''), ('checkpoint', 's2', 'stable'),
             ('checkpoint', 's3', 'stable'), ('checkpoint', 's4', 'pending'),
             ('checkpoint', 's5', 'failed'), ('volume', 'clone', ''),
-            ('checkpoint', 'c2', 'stable')])
+            ('checkpoint', 'c2', 'stable'), ('volume', 'busy', ''),
+            ('checkpoint', 'd2', 'stable')])
         made_by = {r.node.id: r.made_by for r in res.context['rows']
                    if r.node.kind == 'checkpoint'}
         self.assertEqual(made_by, {'s2': 'operator', 's3': 'guest',
                                    's4': 'operator', 's5': 'operator',
-                                   'c2': 'operator'})
+                                   'c2': 'operator', 'd2': 'operator'})
         # The clone hangs under v3 in the drawing, and links to its volume.
         trees = [r.tree for r in res.context['rows']]
         self.assertEqual(trees[5], '      └─ volume clone')
@@ -111,6 +114,10 @@ class IndexTests(helpers.TestCase):
                                  args=['s2']), content)
         self.assertIn(reverse('horizon:project:checkpoints:revert',
                               args=['c2']), content)
+        # Nor while the volume is attached.
+        self.assertNotIn(reverse('horizon:project:checkpoints:revert',
+                                 args=['d2']), content)
+        self.assertIn('256.0\xa0KB', content)      # bytes written
         # No volume from a checkpoint that is not stable.
         self.assertNotIn(reverse('horizon:project:checkpoints:create_volume',
                                  args=['s4']), content)
@@ -130,6 +137,9 @@ class IndexTests(helpers.TestCase):
         res, content = self._show([volume('a'), volume('b')], snaps, groups)
         shown = {g.id: (g.stable, len(g.members), g.incomplete)
                  for g in res.context['groups']}
+        members = {g.id: [(v, n.id) for v, n in g.members]
+                   for g in res.context['groups']}
+        self.assertEqual(members['g1'], [('a', 'a1'), ('b', 'b1')])
         self.assertEqual(shown['g1'], (2, 2, None))
         self.assertEqual(shown['g2'][:2], (1, 2))
         self.assertIn('creating', shown['g2'][2])
