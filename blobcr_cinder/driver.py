@@ -192,6 +192,25 @@ class BlobCRDriver(driver.VolumeDriver):
                                                        sorted(hosts)))
         return hosts.pop() if hosts else None
 
+    @staticmethod
+    def _migrating_instance(volume, source):
+        """The instance attached on ``source`` when every other
+        attachment of the volume is a pending one of that same instance
+        (what Nova's live migration makes); else None. Read from the
+        database: the volume Cinder passes may predate the attachment
+        being connected.
+        """
+        attachments = objects.VolumeAttachmentList.get_all_by_volume_id(
+            cinder_context.get_admin_context(), volume.id)
+        there = {a.instance_uuid for a in attachments
+                 if a.attach_status == 'attached' and
+                 a.attached_host == source}
+        pending = {a.instance_uuid for a in attachments
+                   if a.attach_status not in ('attached', 'detached')}
+        if len(there) == 1 and None not in there and pending == there:
+            return there.pop()
+        return None
+
     # -- volumes -----------------------------------------------------------
 
     def create_volume(self, volume):
@@ -396,24 +415,27 @@ class BlobCRDriver(driver.VolumeDriver):
                 missing='host (the compute host whose BlobCR agent '
                         'serves the volume)')
         elsewhere = self._attached_host(volume)
+        migrate_from = None
         if elsewhere not in (None, host):
-            # A second host is live migration (Nova attaches on the
-            # destination before the switch): its mirror would start
-            # from the last persisted version and miss what the guest
-            # writes on the source until the switch. Refused, the guest
-            # stays where it runs; cold migration and shelve move it.
-            raise exception.VolumeBackendAPIException(
-                data='volume %s is attached on %s: a BlobCR volume is '
-                     'mirrored on one host at a time, and %s cannot take '
-                     'it over live (use cold migration or shelve)'
-                     % (volume.id, elsewhere, host))
+            if self._migrating_instance(volume, elsewhere) is None:
+                raise exception.VolumeBackendAPIException(
+                    data='volume %s is attached on %s: a BlobCR volume is '
+                         'mirrored on one host at a time; only its own '
+                         'instance live-migrating can connect it on %s'
+                         % (volume.id, elsewhere, host))
+            # Nova's live migration (pre_live_migration on the
+            # destination, the guest still writing on the source): the
+            # destination's mirror waits for the source's handoff
+            # (blobcr_agent/mirror/handoff.py).
+            migrate_from = elsewhere
         instance = next((a.instance_uuid for a in
                          (volume.volume_attachment or [])
                          if a.instance_uuid and
                          a.attach_status != 'detached'), None)
         attached = self._call(
             host, 'attach', self._image_of(volume), instance=instance,
-            project=volume.project_id if instance else None)
+            project=volume.project_id if instance else None,
+            migrate_from=migrate_from)
         return {'driver_volume_type': self.DRIVER_VOLUME_TYPE,
                 'data': {'device_path': attached['path'],
                          'name': image_name(volume),

@@ -412,9 +412,9 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
                 call()
         assert list(capped.status(host)['attached']) == [image_id]
         assert 'UnsupportedVersion' not in agent_log(agent)
-        # Without a cap, 1.1 to 1.5 are served; the agent's dispatcher
+        # Without a cap, 1.1 to 1.6 are served; the agent's dispatcher
         # refuses newer versions.
-        for version in ('1.1', '1.2', '1.3', '1.4', '1.5'):
+        for version in ('1.1', '1.2', '1.3', '1.4', '1.5', '1.6'):
             assert uncapped.client.prepare(server=host, version=version).call(
                 {}, 'status')['host'] == host
         assert uncapped.group_state(host, 'g', project='p1')['project'] == \
@@ -422,7 +422,7 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
         # oslo.messaging answers UnsupportedVersion, which the caller
         # gets as a RemoteError naming it (oslo_messaging.rpc.dispatcher
         # is not an allowed remote exception module).
-        for version in ('1.6', '2.0'):
+        for version in ('1.7', '2.0'):
             assert uncapped.client.can_send_version(version)
             with pytest.raises(oslo_messaging.RemoteError) as ei:
                 uncapped.client.prepare(server=host, version=version).call(
@@ -633,10 +633,12 @@ def test_calls_prepare_their_versions_and_timeouts():
         api.checkpoint('h', 'disk', project='p', label='cinder')
         api.hold('h', 'disk', quiesce='suspend', timeout=30)
         api.release('h', 'disk')
+        api.attach('h', 'disk', instance='vm', migrate_from='a')
+        api.handoff('h', 'disk', 'b', wait=2, rpc_timeout=32)
         got = [(m, kw, sorted(a)) for m, kw, a in api.client.prepared]
     finally:
         api.cleanup()
-    assert rpc.VERSION == '1.5'
+    assert rpc.VERSION == '1.6'
     checkpoint = ['group', 'image', 'members', 'quiesce']
     assert got == [
         # A checkpoint outlasts the agent's bounded wait (then Busy).
@@ -672,5 +674,9 @@ def test_calls_prepare_their_versions_and_timeouts():
          ['group', 'image', 'label', 'members', 'project', 'quiesce']),
         ('hold', {'server': 'h', 'version': '1.5'},
          ['image', 'quiesce', 'timeout']),
-        ('release', {'server': 'h', 'version': '1.5'}, ['image'])]
+        ('release', {'server': 'h', 'version': '1.5'}, ['image']),
+        ('attach', {'server': 'h', 'version': '1.6'},
+         ['image', 'instance', 'migrate_from', 'project', 'version']),
+        ('handoff', {'server': 'h', 'version': '1.6', 'timeout': 32},
+         ['dest', 'image', 'wait'])]
     assert rpc_api.CHECKPOINT_TIMEOUT >= 300

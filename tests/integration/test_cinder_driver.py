@@ -373,3 +373,52 @@ def test_second_host_cannot_take_an_attached_volume(openstack_cloud,
     stack.wait_status('volume', vol['id'], 'available')
     stack.openstack('volume', 'delete', vol['id'], json=False)
     stack.wait_status('volume', vol['id'], 'deleted')
+
+
+def test_live_migration_connects_the_destination_incoming(openstack_cloud,
+                                                          cinder_hosts):
+    """Nova's live migration through Cinder's attachments: the same
+    instance attached on host B while it is attached (and written) on A
+    gets an incoming mirror on B (blobcr_agent/mirror/handoff.py), not a
+    refusal and not a stale copy; another instance is still refused.
+    B reads what A wrote after B connected, once A's attachment is gone
+    (Nova's post_live_migration: A commits and detaches) — here no
+    domain runs on A, so the handoff is A's detach.
+    """
+    stack, hosts = openstack_cloud, cinder_hosts['local']
+    region = 4 << 20
+    vol = create_volume(stack, hosts, 'migrating', '--size', '1')
+    instance = str(uuid.uuid4())
+    att_a = Attachment(stack, vol['id'], hosts.compute[0], instance=instance)
+    before = os.urandom(region)
+    with open(att_a.path, 'r+b') as f:
+        f.write(before)
+        os.fsync(f.fileno())
+    with pytest.raises(Exception):
+        Attachment(stack, vol['id'], hosts.compute[1])   # another instance
+    nova = as_nova(stack)
+    for pending in nova.get('/attachments?volume_id=%s' % vol['id'],
+                            microversion='3.44').json()['attachments']:
+        if pending['id'] != att_a.id:
+            nova.delete('/attachments/%s' % pending['id'],
+                        microversion='3.44')
+    att_b = Attachment(stack, vol['id'], hosts.compute[1], instance=instance)
+    assert att_b.connection['blobcr_host'] == hosts.compute[1]
+    after = os.urandom(region)
+    with open(att_a.path, 'r+b') as f:      # the guest still runs on A
+        f.seek(region)
+        f.write(after)
+        os.fsync(f.fileno())
+    att_a.detach()
+    assert read_file(att_b.path, 0, 2 * region) == before + after
+    api = rpc_api.AgentAPI(transport_url=stack.transport_url, timeout=60)
+    try:
+        status = api.status(hosts.compute[1])['attached']
+        incoming = next(iter(a['incoming'] for a in status.values()
+                             if a['path'] == att_b.path))
+        assert incoming['done'] and incoming['source'] == hosts.compute[0]
+    finally:
+        api.cleanup()
+    att_b.detach()
+    stack.wait_status('volume', vol['id'], 'available')
+    stack.openstack('volume', 'delete', vol['id'], json=False)
