@@ -177,6 +177,13 @@ def wait_for(what, check, timeout, process=None):
         time.sleep(0.5)
 
 
+def remove_volume_service(env, backend_host):
+    return subprocess.run(
+        [os.path.join(BIN, 'cinder-manage'), '--config-file',
+         env['CINDER_CONF'], 'service', 'remove', 'cinder-volume',
+         backend_host], capture_output=True, check=False, timeout=60)
+
+
 def volume_service_state(admin, host):
     services = admin.get('/os-services?binary=cinder-volume').json()[
         'services']
@@ -212,6 +219,7 @@ def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
     api = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=30)
     volume_service = None
     type_id = None
+    backend_host = '%s@%s' % (cinder_host, BACKEND)
     shell = harness.DevstackShell(env)
     try:
         shell.run('harness_stack_configure')
@@ -249,7 +257,6 @@ def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
             [os.path.join(BIN, 'cinder-volume'), '--config-file',
              env['CINDER_CONF']], dict(os.environ),
             os.path.join(work, 'cinder-volume.log')).start()
-        backend_host = '%s@%s' % (cinder_host, BACKEND)
         wait_for('cinder-volume %s up' % backend_host,
                  lambda: volume_service_state(admin, backend_host) == 'up',
                  90, volume_service)
@@ -276,7 +283,7 @@ def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
 
         vendordata = 'http://127.0.0.1:%d/' % vendordata_port
         # keystonemiddleware in front: no token, no answer.
-        answer = wait_for('blobcr-vendordata answering', lambda: _post(
+        answer, = wait_for('blobcr-vendordata answering', lambda: _post(
             vendordata), 30)
         assert answer.status_code == 401, answer.text
 
@@ -292,6 +299,10 @@ def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
         assert 'sync round: 0 registered, 0 deferred, 0 failed' in \
             once.stdout + once.stderr
 
+        # The service the extra phase started makes its rounds too.
+        wait_for('a blobcr-cinder-sync round', lambda: re.search(
+            r'sync round: \d+ registered, \d+ deferred, 0 failed',
+            harness.service_log(work, 'blobcr-cinder-sync')), 30)
         wait_for('blobcr-nova-listener listening', lambda: re.search(
             r'listening on versioned_notifications \(exchange nova',
             harness.service_log(work, 'blobcr-nova-listener')), 30)
@@ -305,20 +316,21 @@ def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
         check_horizon(env['HORIZON_DIR'], work)
         check_recorded(work, env)
 
-        # The volume goes as it came, through the agent.
+        # The volume goes as it came, through the agent; then this
+        # cinder-volume leaves the stack's database.
         stack.block_storage('demo').delete('/volumes/%s' % volume['id'])
         stack.wait_status('volume', volume['id'], 'deleted', timeout=90)
+        volume_service.stop()
+        assert remove_volume_service(env, backend_host).returncode == 0
+        assert volume_service_state(admin, backend_host) is None
+        volume_service = None
     finally:
         shell.close()
         if type_id:
             admin.delete('/types/%s' % type_id, raise_exc=False)
         if volume_service:
             volume_service.stop()
-            subprocess.run(
-                [os.path.join(BIN, 'cinder-manage'), '--config-file',
-                 env['CINDER_CONF'], 'service', 'remove', 'cinder-volume',
-                 '%s@%s' % (cinder_host, BACKEND)],
-                capture_output=True, check=False, timeout=60)
+            remove_volume_service(env, backend_host)
         api.cleanup()
 
     pids = {service: harness.service_pid(work, service) for service in (
@@ -347,10 +359,11 @@ def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
 
 
 def _post(url):
+    """[the answer] ([] while nothing listens: a 4xx answer is falsy)."""
     try:
-        return requests.post(url, json={}, timeout=5)
+        return [requests.post(url, json={}, timeout=5)]
     except requests.ConnectionError:
-        return None
+        return []
 
 
 def check_nova_conf(path, port):
@@ -360,6 +373,9 @@ def check_nova_conf(path, port):
         'import nova.conf\n'
         'conf = nova.conf.CONF\n'
         'conf(["--config-file", sys.argv[1]], project="nova")\n'
+        # As nova's services do: registers the notification options.
+        'import nova.rpc\n'
+        'nova.rpc.init(conf)\n'
         'from keystoneauth1 import loading\n'
         'auth = loading.load_auth_from_conf_options(\n'
         '    conf, "vendordata_dynamic_auth")\n'
