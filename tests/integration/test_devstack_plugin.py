@@ -512,3 +512,36 @@ def test_stack_ceph_option_on_micro_cluster(tmp_path, rabbitmq_url,
                             '--yes-i-really-really-mean-it'],
                            capture_output=True, check=False, timeout=60)
     assert not os.path.exists(os.path.join(env['DATA_DIR'], 'blobcr'))
+
+
+def test_zuul_jobs_use_what_the_plugin_defines():
+    """.zuul.yaml's devstack jobs enable the plugin by its define_plugin
+    name, only services the plugin runs, and only BLOBCR_* settings that
+    devstack/settings reads, with values the plugin takes.
+    """
+    import yaml
+    with open(os.path.join(harness.TREE, '.zuul.yaml')) as f:
+        jobs = {item['job']['name']: item['job']
+                for item in yaml.safe_load(f) if 'job' in item}
+    with open(harness.PLUGIN_FILES[1]) as f:
+        settings = f.read()
+    with open(harness.PLUGIN_FILES[0]) as f:
+        services = re.search(r'^BLOBCR_SERVICES="([^"]+)"', f.read(),
+                             re.M).group(1).split()
+    defined = set(re.findall(r'^(BLOBCR_\w+)=', settings, re.M))
+    plugin = re.search(r'^define_plugin (\S+)$', settings, re.M).group(1)
+    base = jobs['blobcr-devstack-functional']
+    assert base['parent'] == 'devstack-tox-functional'
+    assert list(base['vars']['devstack_plugins']) == [plugin]
+    assert 'openstack/cinder' in base['required-projects']
+    for name, job in jobs.items():
+        local = job['vars'].get('devstack_localrc', {})
+        assert set(k for k in local if k.startswith('BLOBCR_')) <= defined
+        assert local.get('BLOBCR_BACKEND', 'local') in ('local', 'ceph')
+        for service in job['vars'].get('devstack_services', {}):
+            if service.startswith('blobcr'):
+                assert service in services, (name, service)
+        backends = local.get('CINDER_ENABLED_BACKENDS')
+        if backends:
+            assert any(b.split(':')[0] == 'blobcr'
+                       for b in backends.split(','))
