@@ -25,31 +25,52 @@ def _index():
     return reverse('horizon:project:checkpoints:index')
 
 
-class TakeCheckpoint(forms.SelfHandlingForm):
+class _CinderAction(forms.SelfHandlingForm):
+    """One Cinder call (``call``); its failure is shown on the panel."""
+
+    def call(self, request, data):
+        raise NotImplementedError
+
+    def failure(self, data):
+        raise NotImplementedError
+
+    def success(self, data):
+        raise NotImplementedError
+
+    def handle(self, request, data):
+        try:
+            done = self.call(request, data)
+        except Exception:
+            exceptions.handle(request, self.failure(data), redirect=_index())
+            return False
+        messages.info(request, self.success(data))
+        return done
+
+
+class TakeCheckpoint(_CinderAction):
     name = forms.CharField(max_length=255, label=_("Checkpoint Name"))
     description = forms.CharField(max_length=255, required=False,
                                   widget=forms.Textarea(attrs={'rows': 3}),
                                   label=_("Description"))
 
-    def handle(self, request, data):
+    def call(self, request, data):
         volume_id = self.initial['volume_id']
-        try:
-            volume = chains.volume_get(request, volume_id)
-            # An attached volume: a live checkpoint (API < 3.66 asks for
-            # force; the driver holds the guest as its quiesce mode says).
-            snapshot = cinder.volume_snapshot_create(
-                request, volume_id, data['name'], data['description'],
-                force=volume.status == 'in-use')
-        except Exception:
-            exceptions.handle(request, _('Unable to take a checkpoint of '
-                                         'volume %s.') % volume_id,
-                              redirect=_index())
-            return False
-        messages.info(request, _('Taking checkpoint "%s".') % data['name'])
-        return snapshot
+        volume = chains.volume_get(request, volume_id)
+        # An attached volume: a live checkpoint (API < 3.66 asks for
+        # force; the driver holds the guest as its quiesce mode says).
+        return cinder.volume_snapshot_create(
+            request, volume_id, data['name'], data['description'],
+            force=volume.status == 'in-use')
+
+    def failure(self, data):
+        return _('Unable to take a checkpoint of volume %s.') % \
+            self.initial['volume_id']
+
+    def success(self, data):
+        return _('Taking checkpoint "%s".') % data['name']
 
 
-class CreateVolume(forms.SelfHandlingForm):
+class CreateVolume(_CinderAction):
     name = forms.CharField(max_length=255, label=_("Volume Name"))
     size = forms.IntegerField(min_value=1, label=_("Size (GiB)"))
 
@@ -61,51 +82,47 @@ class CreateVolume(forms.SelfHandlingForm):
                 % self.initial['snapshot_size'])
         return size
 
-    def handle(self, request, data):
-        snapshot_id = self.initial['snapshot_id']
-        try:
-            volume = cinder.volume_create(request, data['size'],
-                                          data['name'], '', None,
-                                          snapshot_id=snapshot_id)
-        except Exception:
-            exceptions.handle(request, _('Unable to create a volume from '
-                                         'checkpoint %s.') % snapshot_id,
-                              redirect=_index())
-            return False
-        messages.info(request, _('Creating volume "%s".') % data['name'])
-        return volume
+    def call(self, request, data):
+        return cinder.volume_create(request, data['size'], data['name'], '',
+                                    None,
+                                    snapshot_id=self.initial['snapshot_id'])
+
+    def failure(self, data):
+        return _('Unable to create a volume from checkpoint %s.') % \
+            self.initial['snapshot_id']
+
+    def success(self, data):
+        return _('Creating volume "%s".') % data['name']
 
 
-class Revert(forms.SelfHandlingForm):
+class Revert(_CinderAction):
 
-    def handle(self, request, data):
-        snapshot_id = self.initial['snapshot_id']
-        volume_id = self.initial['volume_id']
-        try:
-            client = cinder.cinderclient(request, REVERT_MICROVERSION)
-            client.volumes.revert_to_snapshot(volume_id, snapshot_id)
-        except Exception:
-            exceptions.handle(request, _('Unable to revert volume %(v)s to '
-                                         'checkpoint %(s)s.')
-                              % {'v': volume_id, 's': snapshot_id},
-                              redirect=_index())
-            return False
-        messages.info(request, _('Reverting volume %s.') % volume_id)
+    def call(self, request, data):
+        client = cinder.cinderclient(request, REVERT_MICROVERSION)
+        client.volumes.revert_to_snapshot(self.initial['volume_id'],
+                                          self.initial['snapshot_id'])
         return True
 
+    def failure(self, data):
+        return _('Unable to revert volume %(v)s to checkpoint %(s)s.') % {
+            'v': self.initial['volume_id'], 's': self.initial['snapshot_id']}
 
-class Delete(forms.SelfHandlingForm):
+    def success(self, data):
+        return _('Reverting volume %s.') % self.initial['volume_id']
 
-    def handle(self, request, data):
-        snapshot_id = self.initial['snapshot_id']
-        try:
-            cinder.volume_snapshot_delete(request, snapshot_id)
-        except Exception:
-            exceptions.handle(request, _('Unable to delete checkpoint %s.')
-                              % snapshot_id, redirect=_index())
-            return False
-        messages.info(request, _('Deleting checkpoint %s.') % snapshot_id)
+
+class Delete(_CinderAction):
+
+    def call(self, request, data):
+        cinder.volume_snapshot_delete(request, self.initial['snapshot_id'])
         return True
+
+    def failure(self, data):
+        return _('Unable to delete checkpoint %s.') % \
+            self.initial['snapshot_id']
+
+    def success(self, data):
+        return _('Deleting checkpoint %s.') % self.initial['snapshot_id']
 
 
 class RestartGroup(forms.SelfHandlingForm):

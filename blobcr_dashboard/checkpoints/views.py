@@ -53,6 +53,7 @@ class _ActionView(forms.ModalFormView):
     url_name = None
     policy_rules = ()
     help_text = ''
+    note = None     # names the object, from its id
 
     def dispatch(self, request, *args, **kwargs):
         if not policy.check(self.policy_rules, request):
@@ -68,8 +69,11 @@ class _ActionView(forms.ModalFormView):
         context['notes'] = self.notes()
         return context
 
+    def get_initial(self):
+        return {self.key: self.kwargs[self.key]}
+
     def notes(self):
-        return []
+        return [self.note % self.kwargs[self.key]] if self.note else []
 
     def _snapshot(self):
         try:
@@ -158,13 +162,11 @@ class RevertView(_ActionView):
                   'the later versions stay. Cinder reverts only to a '
                   'volume\'s newest checkpoint, and only while the volume '
                   'is detached.')
+    note = _('Checkpoint: %s')
 
     def get_initial(self):
         snapshot = self._snapshot()
         return {'snapshot_id': snapshot.id, 'volume_id': snapshot.volume_id}
-
-    def notes(self):
-        return [_('Checkpoint: %s') % self.kwargs['snapshot_id']]
 
 
 class DeleteView(_ActionView):
@@ -174,12 +176,7 @@ class DeleteView(_ActionView):
     submit_label = _("Delete")
     help_text = _('The version becomes obsolete; what later versions and '
                   'clones share with it stays.')
-
-    def get_initial(self):
-        return {'snapshot_id': self.kwargs['snapshot_id']}
-
-    def notes(self):
-        return [_('Checkpoint: %s') % self.kwargs['snapshot_id']]
+    note = _('Checkpoint: %s')
 
 
 class RestartGroupView(_ActionView):
@@ -190,9 +187,4 @@ class RestartGroupView(_ActionView):
     help_text = _('From the group\'s newest complete group checkpoint '
                   '(as blobcr-restart): one volume from each member, then '
                   'one server booted from each volume, without network.')
-
-    def get_initial(self):
-        return {'group_id': self.kwargs['group_id']}
-
-    def notes(self):
-        return [_('Volume group: %s') % self.kwargs['group_id']]
+    note = _('Volume group: %s')
