@@ -99,7 +99,7 @@ PYTHONWARNINGS=ignore "$py" -c 'import rados, blobcr_agent._native, cinder, keys
     || { echo "install-openstack: $venv/etc/glance/glance-api-paste.ini is missing" >&2; exit 1; }
 PYTHONWARNINGS=ignore "$py" -c 'import nova.virt.libvirt.volume.volume, nova.virt.libvirt.volume.gpfs, nova.api.metadata.vendordata_dynamic' \
     || { echo "install-openstack: nova's libvirt volume drivers or vendordata client do not load" >&2; exit 1; }
-PYTHONWARNINGS=ignore "$py" -c 'import pyfuse3, oslo_messaging, libvirt, keystonemiddleware, openstackclient, psycopg2' \
+PYTHONWARNINGS=ignore "$py" -c 'import pyfuse3, oslo_messaging, libvirt, keystonemiddleware, openstackclient, psycopg2, openstack_dashboard' \
     || { echo "install-openstack: an import of the test suite broke" >&2; exit 1; }
 for tool in gunicorn openstack keystone-manage cinder-manage cinder-api \
         cinder-scheduler cinder-volume glance-manage privsep-helper; do
