@@ -19,6 +19,7 @@ from blobcr_nova import restart
 from tests.integration.test_cinder_driver import wait_group
 from tests.nova_attach import Attachment
 from tests import nova_stack
+from tests.openstack_stack import StackError
 
 MARK = 4096
 
@@ -189,6 +190,15 @@ def test_restart_plan_and_volumes_from_newest_checkpoint(openstack_cloud,
         assert events[-1]['group_snapshot'] == second
         # Nothing made by a dry run.
         assert volume_ids(stack) == before
+        # The same plan through the openstack CLI (its own session).
+        rows = stack.openstack('blobcr', 'restart', '--group', job.group,
+                               '--dry-run')
+        assert sorted((r['Snapshot'], r['Source Volume']) for r in rows) == \
+            sorted((m['snapshot'], m['source_volume'])
+                   for m in the_plan['members'])
+        assert all(r['Volume'] is None and r['Server'] is None
+                   for r in rows)
+        assert volume_ids(stack) == before
 
         proc = run_restart(stack, '--group', job.group, '--no-boot',
                            '--name-prefix', 'restart-%s' % job.suffix)
@@ -222,6 +232,10 @@ def test_restart_without_checkpoint_fails_clearly(openstack_cloud,
         proc = run_restart(stack, '--group', job.group, '--dry-run')
         assert proc.returncode == 1
         assert 'has no complete group checkpoint' in proc.stderr
+        with pytest.raises(StackError) as ei:
+            stack.openstack('blobcr', 'restart', '--group', job.group,
+                            '--flavor', 'any')
+        assert 'has no complete group checkpoint' in str(ei.value)
     proc = run_restart(stack, '--group', str(uuid.uuid4()), '--dry-run')
     assert proc.returncode == 1 and 'no volume group' in proc.stderr
 
