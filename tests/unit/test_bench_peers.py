@@ -80,12 +80,14 @@ def test_checks_fail_when_a_path_did_not_run():
     nothing['counters'] = {'cow_copies': 0, 'waits': 0}
     checks = common.Checks()
     peers.check(checks, 'blobcr-local', 'random4k', [nothing])
+    peers.check_cow(checks, 'blobcr-local', [nothing])
     failed = {c['what'] for c in checks.failed}
     assert failed == {
-        'blobcr-local/random4k: bytes copied out per checkpoint (min)',
+        'blobcr-local/random4k: bytes copied out by the checkpoints of a '
+        'run (min)',
         'blobcr-local/random4k: checkpoints the application wrote through',
         'blobcr-local/random4k: restarts at a point in time',
-        'blobcr-local/random4k: cow_copies + waits (sum over runs)'}
+        'blobcr-local: cow_copies + waits (sum over runs)'}
 
 
 def test_workloads_write_fixed_distinct_offsets():
