@@ -211,8 +211,11 @@ def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
     # nova.conf as lib/nova leaves it before post-config.
     with open(env['NOVA_CONF'], 'w') as f:
         f.write('[DEFAULT]\ntransport_url = %s\n' % rabbitmq_url)
-    os.makedirs(os.path.join(env['HORIZON_DIR'], 'openstack_dashboard',
-                             'local', 'enabled'))
+    # Horizon's checkout: its local/enabled is a package.
+    enabled_dir = os.path.join(env['HORIZON_DIR'], 'openstack_dashboard',
+                               'local', 'enabled')
+    os.makedirs(enabled_dir)
+    open(os.path.join(enabled_dir, '__init__.py'), 'w').close()
     data = os.path.join(env['DATA_DIR'], 'blobcr')
     host = env['BLOBCR_AGENT_HOST']
     admin = stack.block_storage('admin')
@@ -354,8 +357,7 @@ def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
     assert not os.path.exists(data)
     assert not os.path.exists(os.path.join(env['BLOBCR_CONF_DIR'],
                                            'blobcr.conf'))
-    assert os.listdir(os.path.join(env['HORIZON_DIR'], 'openstack_dashboard',
-                                   'local', 'enabled')) == []
+    assert os.listdir(enabled_dir) == ['__init__.py']
 
 
 def _post(url):
@@ -407,29 +409,47 @@ def check_tempest_conf(path):
 
 
 def check_horizon(horizon_dir, work):
-    """The tree's enabled files, copied; each defines a panel whose
-    modules can be found. None in the tree yet: a warning says so.
+    """The tree's enabled files are copied, and Horizon's own loader
+    (openstack_dashboard.utils.settings.update_dashboards, what its
+    settings run on local/enabled) takes them: the app is installed and
+    each panel class it adds imports (Django set up with Horizon's
+    settings; the tree on the path, as devstack's setup_develop installs
+    it). None in the tree: a warning says so.
     """
     enabled = os.path.join(horizon_dir, 'openstack_dashboard', 'local',
                            'enabled')
-    assert sorted(os.listdir(enabled)) == [os.path.basename(f)
-                                           for f in ENABLED_FILES]
-    warnings = [c[1] for c in harness.calls(work, 'warn')]
+    copied = sorted(n for n in os.listdir(enabled) if n != '__init__.py')
+    assert copied == [os.path.basename(f) for f in ENABLED_FILES]
     if not ENABLED_FILES:
+        warnings = [c[1] for c in harness.calls(work, 'warn')]
         assert any('no Horizon enabled file' in w for w in warnings)
         return
-    import importlib.util
-    for name in os.listdir(enabled):
-        spec = importlib.util.spec_from_file_location(
-            'enabled_' + name[:-3], os.path.join(enabled, name))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        assert getattr(module, 'PANEL_DASHBOARD', None)
-        panel = getattr(module, 'ADD_PANEL', None)
-        if panel:
-            assert importlib.util.find_spec(panel.rsplit('.', 1)[0]), panel
-        for app in getattr(module, 'ADD_INSTALLED_APPS', []):
-            assert importlib.util.find_spec(app), app
+    code = (
+        'import importlib, json, os, sys\n'
+        'sys.path.insert(0, os.path.dirname(sys.argv[1]))\n'
+        'os.environ["DJANGO_SETTINGS_MODULE"] = '
+        '"openstack_dashboard.settings"\n'
+        'import django\n'
+        'django.setup()\n'
+        'import enabled\n'
+        'from openstack_dashboard.utils import settings\n'
+        'config, apps = {}, []\n'
+        'settings.update_dashboards([enabled], config, apps)\n'
+        'panels = []\n'
+        'for panel in config.get("panel_customization", []):\n'
+        '    module, name = panel["ADD_PANEL"].rsplit(".", 1)\n'
+        '    panels.append(getattr(importlib.import_module(module), name)'
+        '.__name__)\n'
+        'print(json.dumps({"apps": apps, "panels": panels}))\n')
+    env = dict(os.environ, PYTHONPATH=harness.TREE,
+               PYTHONDONTWRITEBYTECODE='1')
+    done = subprocess.run([sys.executable, '-c', code, enabled], env=env,
+                          cwd=work, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    horizon = json.loads(done.stdout.splitlines()[-1])
+    assert 'blobcr_dashboard' in horizon['apps']
+    assert len(horizon['panels']) == len(ENABLED_FILES), horizon
 
 
 def check_recorded(work, env):
