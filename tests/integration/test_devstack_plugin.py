@@ -124,6 +124,23 @@ def test_shellcheck_clean():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_harness_iniset_keeps_devstack_rules(tmp_path):
+    """The harness's iniset: what devstack's inc/ini-config documents."""
+    path = str(tmp_path / 'x.conf')
+    with open(path, 'w') as f:
+        f.write('# kept\n[a]\nold = 1\n[b]\nz = 2\n')
+    ini = [sys.executable, os.path.join(harness.HERE, 'ini.py')]
+    for args in (('a', 'new', 'x  y'), ('a', 'old', '3'), ('c', 'k', 'v'),
+                 ('', 'ignored', 'v')):
+        subprocess.run(ini + ['set', path] + list(args), check=True)
+    with open(path) as f:
+        assert f.read() == ('# kept\n[a]\nnew = x y\nold = 3\n[b]\n'
+                            'z = 2\n\n[c]\nk = v\n')
+    got = subprocess.run(ini + ['get', path, 'b', 'z'], check=True,
+                         capture_output=True, text=True).stdout
+    assert got == '2\n'
+
+
 @pytest.mark.parametrize('settings, message', [
     ({'BLOBCR_BACKEND': 'nfs'},
      'BLOBCR_BACKEND=nfs is not one of: local ceph'),
@@ -287,7 +304,7 @@ def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
         vendordata = 'http://127.0.0.1:%d/' % vendordata_port
         # keystonemiddleware in front: no token, no answer.
         answer, = wait_for('blobcr-vendordata answering', lambda: _post(
-            vendordata), 30)
+            vendordata), 60)
         assert answer.status_code == 401, answer.text
 
         sync_conf = os.path.join(env['BLOBCR_CONF_DIR'],
@@ -305,10 +322,10 @@ def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
         # The service the extra phase started makes its rounds too.
         wait_for('a blobcr-cinder-sync round', lambda: re.search(
             r'sync round: \d+ registered, \d+ deferred, 0 failed',
-            harness.service_log(work, 'blobcr-cinder-sync')), 30)
+            harness.service_log(work, 'blobcr-cinder-sync')), 60)
         wait_for('blobcr-nova-listener listening', lambda: re.search(
             r'listening on versioned_notifications \(exchange nova',
-            harness.service_log(work, 'blobcr-nova-listener')), 30)
+            harness.service_log(work, 'blobcr-nova-listener')), 60)
         for service in ('blobcr-agent', 'blobcr-vendordata',
                         'blobcr-nova-listener', 'blobcr-cinder-sync'):
             assert harness.alive(harness.service_pid(work, service)), \
