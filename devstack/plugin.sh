@@ -206,19 +206,18 @@ function configure_blobcr_vendordata {
 }
 
 function configure_blobcr_listener {
-    local conf=$BLOBCR_LISTENER_CONF nova_file
+    local conf=$BLOBCR_LISTENER_CONF
     rm -f "$conf"
     iniset "$conf" DEFAULT debug "$ENABLE_DEBUG_LOG_LEVEL"
     iniset_rpc_backend blobcr "$conf"
     iniset "$conf" oslo_messaging_notifications transport_url "$(get_notification_url)"
     if is_service_enabled nova; then
-        # Versioned notifications, with the volumes of each instance.
-        for nova_file in "$NOVA_CONF" "$NOVA_CPU_CONF"; do
-            [[ -f $nova_file ]] || continue
-            iniset "$nova_file" notifications notification_format both
-            iniset "$nova_file" notifications bdms_in_notifications True
-            iniset "$nova_file" oslo_messaging_notifications driver messagingv2
-        done
+        # Versioned notifications, with the volumes of each instance
+        # (nova-compute's nova-cpu.conf is a copy of nova.conf made when
+        # it starts, after this phase).
+        iniset "$NOVA_CONF" notifications notification_format both
+        iniset "$NOVA_CONF" notifications bdms_in_notifications True
+        iniset "$NOVA_CONF" oslo_messaging_notifications driver messagingv2
     fi
 }
 

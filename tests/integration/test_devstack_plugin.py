@@ -81,7 +81,6 @@ def devstack_env(tmp_path, transport_url, **settings):
         'ENABLED_SERVICES': 'c-vol',
         'CINDER_CONF': os.path.join(work, 'cinder.conf'),
         'NOVA_CONF': os.path.join(work, 'nova.conf'),
-        'NOVA_CPU_CONF': os.path.join(work, 'nova-cpu.conf'),
         'HORIZON_DIR': os.path.join(work, 'horizon'),
         'TEMPEST_CONFIG': os.path.join(work, 'tempest.conf'),
         # Paths and ports of the test's own, one agent per test.
