@@ -86,9 +86,9 @@ class AgentManager(object):
         """``peers``: the RPC client (rpc.api.AgentAPI) this agent asks
         other hosts' agents with (the handoff of a live migration).
         """
-        self.mirror.handoff_asker = lambda source, image, wait: \
+        self.mirror.handoff_asker = lambda source, image, wait, timeout: \
             peers.handoff(source, image, self.host, wait=wait,
-                          rpc_timeout=wait + 30)
+                          rpc_timeout=timeout)
 
     def attach(self, image, version=None, instance=None, project=None,
                migrate_from=None):

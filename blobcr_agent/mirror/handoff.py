@@ -22,9 +22,10 @@ paused) before the destination resumes it, and the source's handoff
 waits until its guest does not run. Reads answered before the handoff
 installed nothing, so no chunk of the older base is left present.
 
-``ask(wait)`` asks the source (RPC ``handoff``) and returns
-``{'running': True}`` while its guest runs (after waiting up to ``wait``
-seconds for it to stop), else ``{'version': N}``.
+``ask(wait, timeout)`` asks the source (RPC ``handoff``, the answer
+awaited at most ``timeout`` s) and returns ``{'running': True}`` while
+its guest runs (after waiting up to ``wait`` s for it to stop), else
+``{'version': N}``.
 """
 
 import errno
@@ -37,6 +38,9 @@ from blobcr_agent import exception
 LOG = logging.getLogger(__name__)
 
 POLL = 2.0      # each ask waits at most this long on the source
+# ...and its answer (a commit and persist there) at most this much more,
+# within the request's own deadline.
+ANSWER = 30.0
 
 
 class Incoming(object):
@@ -63,7 +67,7 @@ class Incoming(object):
             if self.done.is_set():
                 return None
             if not writing:
-                reply = self._try(0)
+                reply = self._try(0, started + self.timeout)
                 if reply is not None and reply.get('running'):
                     self.early_reads += 1
                     return self.attached.read_base(offset, length)
@@ -73,10 +77,13 @@ class Incoming(object):
             self._wait(started)
         return None
 
-    def _try(self, wait):
-        """The source's answer, or None if it could not be asked."""
+    def _try(self, wait, deadline):
+        """The source's answer, or None if it could not be asked or did
+        not answer before ``deadline``.
+        """
+        left = deadline - time.monotonic()
         try:
-            return self._ask(wait)
+            return self._ask(wait, max(1.0, min(wait + ANSWER, left)))
         except Exception as e:
             self.error = str(e)
             LOG.warning('incoming %s: cannot ask %s for the handoff: %s',
@@ -94,7 +101,7 @@ class Incoming(object):
                           self.attached.id, self.source, self.timeout,
                           self.error or 'its guest still runs', self.source)
                 raise OSError(errno.EIO, 'no handoff from %s' % self.source)
-            reply = self._try(min(POLL, left))
+            reply = self._try(min(POLL, left), deadline)
             if reply is None:
                 time.sleep(min(0.2, max(0, left)))
             elif not reply.get('running'):

@@ -58,7 +58,7 @@ class MirrorService(object):
         self._lock = threading.Lock()
         # Set by unmount(): a FUSE loop that ends then is not remounted.
         self._stopping = threading.Event()
-        # ask(source, image_id, wait) -> the source agent's handoff
+        # ask(source, image_id, wait, timeout) -> the source's handoff
         # answer (the manager sets it; handoff.py): what incoming images
         # (attached for a live migration) wait for.
         self.handoff_asker = None
@@ -135,7 +135,7 @@ class MirrorService(object):
         asker = self.handoff_asker
         incoming = handoff.Incoming(
             attached, source,
-            lambda wait: asker(source, attached.id, wait),
+            lambda wait, timeout: asker(source, attached.id, wait, timeout),
             timeout=self.handoff_timeout)
         attached.incoming = incoming
         attached.record_incoming(source)

@@ -22,6 +22,8 @@ GlusterFS's as shared); the flag is passed here (doc/source/nova.rst,
 "Live migration").
 """
 
+import errno
+import os
 import socket
 import time
 import uuid
@@ -201,3 +203,91 @@ def test_live_migration_hands_the_image_off(two_hosts, tmp_path):
              last_on_a, incoming['version'], handed.made_by))
     assert handed.made_by == 'migrate'
     api.detach(dest, image, force=True)
+
+
+@pytest.fixture
+def two_agents(rabbitmq_url, tmp_path):
+    """Two agents on one store, on libvirt's test driver (no domain uses
+    their images: the source's guest counts as stopped), and a short
+    [agent] handoff_timeout.
+    """
+    backend = local.LocalBackend(str(tmp_path / 'store'))
+    repo = repository.Repository(backend)
+    api = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=60)
+    agents = []
+    try:
+        for label in ('a', 'b'):
+            host = agent_rpc.host_name('mig-' + label)
+            workdir = tmp_path / ('agent-' + label)
+            workdir.mkdir()
+            agents.append((host, harness.AgentProcess(
+                str(workdir), backend, agent_rpc.rpc_settings(
+                    rabbitmq_url, host, libvirt_uri='test:///default',
+                    handoff_timeout='3')).start()))
+        for host, _ in agents:
+            agent_rpc.wait_rpc(api, host)
+        yield api, repo, agents
+    finally:
+        api.cleanup()
+        for _, agent in agents:
+            agent.stop()
+        repo.close()
+
+
+def _read(path, offset, length):
+    with open(path, 'rb', buffering=0) as f:
+        f.seek(offset)
+        return f.read(length)
+
+
+def test_dead_source_fails_the_wait_and_loses_nothing(two_agents):
+    """The source's agent is SIGKILLed after the destination attached
+    incoming, with writes it never committed; the destination restarts
+    too. The guest's first read there fails with EIO after
+    handoff_timeout (nothing stale is read); once the source's agent is
+    back (its mirror re-attached from its cache), the next read gets
+    the handoff and every byte the source wrote.
+    """
+    api, repo, [(source, agent_a), (dest, agent_b)] = two_agents
+    image = api.create_image(source, 'faulty', 16 * MiB)['id']
+    path_a = api.attach(source, image, instance='vm-f')['path']
+    data = os.urandom(3 * MiB)
+    with open(path_a, 'r+b') as f:
+        f.seek(MiB)
+        f.write(data)
+        os.fsync(f.fileno())
+    path_b = api.attach(dest, image, instance='vm-f',
+                        migrate_from=source)['path']
+    # Refused: from itself, or a version with a migration.
+    with pytest.raises(Exception, match='another host'):
+        api.attach(source, image, migrate_from=source)
+    with pytest.raises(Exception, match='another host'):
+        api.handoff(source, image, source)
+    agent_a.kill()
+    agent_b.kill()
+    agent_b.start()
+    agent_rpc.wait_rpc(api, dest)
+    incoming = api.status(dest)['attached'][image]['incoming']
+    assert incoming == dict(incoming, source=source, done=False)
+    started = time.monotonic()
+    with pytest.raises(OSError) as ei:
+        _read(path_b, MiB, len(data))
+    assert ei.value.errno == errno.EIO
+    # [agent] handoff_timeout (3 s), not an RPC timeout per ask.
+    assert 3 <= time.monotonic() - started < 15
+    agent_a.start()
+    agent_rpc.wait_rpc(api, source)
+    assert _read(path_b, MiB, len(data)) == data
+    assert image not in api.status(source)['attached']
+    incoming = api.status(dest)['attached'][image]['incoming']
+    assert incoming['done'] and \
+        repo.image(image).version(incoming['version']).made_by == 'migrate'
+    # The destination goes on as a plain mirror: writes and checkpoints.
+    with open(path_b, 'r+b') as f:
+        f.write(b'after')
+        os.fsync(f.fileno())
+    version = api.checkpoint(dest, image)['version']
+    api.wait_stable(dest, image, version)
+    assert repo.read(image, version, 0, 5) == b'after'
+    assert repo.read(image, version, MiB, len(data)) == data
+    api.detach(dest, image)
