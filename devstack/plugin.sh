@@ -75,8 +75,10 @@ function install_blobcr_packages {
 
 function install_blobcr {
     setup_develop "$BLOBCR_DIR"
-    if [[ $BLOBCR_BACKEND == ceph ]] && ! "$(blobcr_bindir)/python3" -c 'import rados' 2>/dev/null; then
-        die $LINENO "BlobCR: $(blobcr_bindir)/python3 cannot import rados (python3-rados): use devstack's global venv, which sees the system's site-packages"
+    # devstack's Python (PYTHON: its global venv's when GLOBAL_VENV).
+    local python=${PYTHON:-python3}
+    if [[ $BLOBCR_BACKEND == ceph ]] && ! "$python" -c 'import rados' 2>/dev/null; then
+        die $LINENO "BlobCR: $python cannot import rados (python3-rados): use devstack's global venv, which sees the system's site-packages"
     fi
 }
 
