@@ -431,6 +431,15 @@ class Handler(object):
         (None: it was released before, its newest stable version).
         """
         there = self._call(dest, 'status')['attached'].get(image)
+        incoming = (there or {}).get('incoming') or {}
+        if incoming and not incoming.get('done'):
+            # Attached for this live migration (Cinder's connection on
+            # the destination): it takes the source's last version at
+            # its handoff (blobcr_agent/mirror/handoff.py).
+            LOG.info('%s: image %s of instance %s is incoming on %s: it '
+                     'takes %s\'s last version at the handoff', event_type,
+                     image, instance, dest, source)
+            return
         if there is not None:
             # Already mirrored there: Nova's Cinder attachment of the
             # destination (made at live_migration_pre, before the

@@ -427,6 +427,33 @@ def test_destination_attached_before_the_commit_is_reported(cloud):
     cloud.api.detach(cloud.b, image)
 
 
+def test_incoming_destination_takes_the_source_s_last_version(cloud):
+    """The same with the destination attached incoming (what the Cinder
+    driver asks since RPC 1.6): the listener leaves it to the handoff,
+    and once the source committed and detached at the end, the
+    destination reads what the source wrote last.
+    """
+    rng = random.Random(13)
+    instance = str(uuid.uuid4())
+    image, path = cloud.volume(cloud.a, instance)
+    incoming = cloud.api.attach(cloud.b, image, instance=instance,
+                                project='proj-1', migrate_from=cloud.a)
+    data = write(path, rng, MiB)
+    cloud.notify('live_migration_pre.start', cloud.b, instance,
+                 instance_host=cloud.a)
+    log = cloud.notify('live_migration_post.end', cloud.a, instance)
+    assert 'image %s of instance %s is incoming on %s' % (
+        image, instance, cloud.b) in log, log
+    assert 'ERROR' not in log.split('live_migration_post.end')[-1]
+    assert image not in cloud.api.status(cloud.a)['attached']
+    with open(incoming['path'], 'rb') as f:
+        assert f.read(MiB) == data
+    entry = cloud.api.status(cloud.b)['attached'][image]
+    assert entry['incoming']['done']
+    assert entry['attached_version'] == cloud.newest(image).number
+    cloud.api.detach(cloud.b, image)
+
+
 def test_resize_moves_and_revert_moves_back(cloud):
     rng = random.Random(11)
     instance = str(uuid.uuid4())
