@@ -248,6 +248,12 @@ class _QemuPeer(peers_common.Peer):
     def write(self, offset, data):
         os.pwrite(self.fd, data, offset)
 
+    def describe(self):
+        version = subprocess.run([QSD, '--version'], capture_output=True,
+                                 text=True).stdout.splitlines()
+        return {'qemu': version[0] if version else None,
+                'cluster_size': self.cluster, 'export': 'fuse'}
+
     def restart_open(self, cp):
         return _ChainRestart(os.path.join(self.workdir, 'restart-%d'
                                           % cp['index']), cp['top'])
@@ -267,6 +273,7 @@ class QemuBackupPeer(_QemuPeer):
     """Incremental backup with a persistent dirty bitmap."""
 
     name = 'qemu-backup'
+    durable_at = 'backup target closed and fsync\'ed'
     BITMAP = 'peers'
 
     def open(self, workdir, size):
@@ -335,6 +342,7 @@ class Qcow2LayersPeer(_QemuPeer):
     """External snapshots, each closed layer copied out."""
 
     name = 'qcow2-layers'
+    durable_at = 'copy of the closed layer fsync\'ed'
 
     def open(self, workdir, size):
         self.workdir = workdir
