@@ -485,14 +485,19 @@ def check_recorded(work, env):
     # Phases in stack.sh's order: configure (post-config) before any
     # optional service starts (extra).
     assert names.index('setup_develop') < names.index('run_process')
+    packages = installed_packages(work)
+    assert {'fuse3', 'libfuse3-dev', 'qemu-utils'} <= packages
+
+
+def installed_packages(work):
+    """What install_package was asked for; every name one Debian has."""
     packages = {p for c in harness.calls(work, 'install_package')
                 for p in c[1:]}
-    assert {'fuse3', 'libfuse3-dev', 'qemu-utils'} <= packages
-    # Every package named is one Debian has.
     known = subprocess.run(['apt-cache', 'show', '--no-all-versions'] +
                            sorted(packages), capture_output=True, text=True)
     found = set(re.findall(r'^Package: (\S+)$', known.stdout, re.M))
     assert found == packages, packages - found
+    return packages
 
 
 def test_stack_ceph_option_on_micro_cluster(tmp_path, rabbitmq_url,
@@ -532,9 +537,7 @@ def test_stack_ceph_option_on_micro_cluster(tmp_path, rabbitmq_url,
              'status', '--json'],
             capture_output=True, text=True, check=True).stdout)
         assert pools[0] in json.dumps(status['backend'])
-        packages = {p for c in harness.calls(work, 'install_package')
-                    for p in c[1:]}
-        assert {'ceph-common', 'python3-rados'} <= packages
+        assert {'ceph-common', 'python3-rados'} <= installed_packages(work)
     finally:
         shell.close()
         unstack = harness.DevstackShell(env, errexit=False)
