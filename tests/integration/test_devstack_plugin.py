@@ -584,3 +584,47 @@ def test_zuul_jobs_use_what_the_plugin_defines():
         if backends:
             assert any(b.split(':')[0] == 'blobcr'
                        for b in backends.split(','))
+
+
+def test_stack_ceph_micro_cluster(tmp_path, rabbitmq_url, cleanup_services):
+    """BLOBCR_CEPH_CLUSTER=micro: post-config starts the project's micro
+    cluster under $DATA_DIR/blobcr/ceph and the agent stores there;
+    unstack stops its daemons, clean removes it.
+    """
+    env = devstack_env(tmp_path, rabbitmq_url, ENABLED_SERVICES='',
+                       BLOBCR_BACKEND='ceph', BLOBCR_CEPH_CLUSTER='micro')
+    ceph_dir = os.path.join(env['DATA_DIR'], 'blobcr', 'ceph')
+    conf_file = os.path.join(env['BLOBCR_CONF_DIR'], 'blobcr.conf')
+    shell = harness.DevstackShell(env)
+    try:
+        shell.run('harness_stack_configure', timeout=300)
+        shell.run('harness_stack_finish')
+        shell.close()
+        conf = read_conf(conf_file)
+        assert conf.get('rados', 'conffile') == os.path.join(ceph_dir,
+                                                             'ceph.conf')
+        status = json.loads(subprocess.run(
+            [os.path.join(BIN, 'blobcr-manage'), '--config-file', conf_file,
+             'status', '--json'],
+            capture_output=True, text=True, check=True).stdout)
+        assert status['backend'] == 'rados:blobcr-data/blobcr-meta'
+        daemons = []
+        for pidfile in glob.glob(os.path.join(ceph_dir, 'run', '*.pid')):
+            with open(pidfile) as f:
+                daemons.append(int(f.read()))
+        assert len(daemons) >= 4 and all(map(harness.alive, daemons))
+        clean = harness.DevstackShell(env, errexit=False)
+        try:
+            clean.run('harness_clean', timeout=180)
+        finally:
+            clean.close()
+        assert not any(map(harness.alive, daemons))
+        assert not os.path.exists(ceph_dir)
+    finally:
+        shell.close()
+        if os.path.exists(os.path.join(ceph_dir, 'ceph.conf')):
+            harness.kill_services(str(tmp_path))
+            subprocess.run(['bash', os.path.join(harness.TREE, 'tools',
+                                                 'ceph-cluster.sh'),
+                            'stop', ceph_dir], capture_output=True,
+                           check=False, timeout=120)
