@@ -89,6 +89,19 @@ def quiesce_of(volume_type, default):
     return specs.get(EXTRA_SPEC_PREFIX + 'quiesce', default)
 
 
+def quiesce_asked(snapshot):
+    """The quiesce mode a snapshot's own ``blobcr:quiesce`` property
+    asks for (``openstack volume snapshot create --property ...``), or
+    None; InvalidSnapshot for an unknown mode.
+    """
+    mode = (snapshot.metadata or {}).get(META + 'quiesce')
+    if mode is not None and mode not in options.QUIESCE_MODES:
+        raise exception.InvalidSnapshot(
+            reason='%squiesce=%s: must be one of %s'
+            % (META, mode, ', '.join(options.QUIESCE_MODES)))
+    return mode
+
+
 def _each(items, delete, what):
     """Delete every item of a group: the model updates Cinder expects,
     an item that fails in error_deleting and the others deleted.
@@ -278,24 +291,26 @@ class BlobCRDriver(driver.VolumeDriver):
 
     # -- snapshots ---------------------------------------------------------
 
-    def _snapshot_version(self, volume):
+    def _snapshot_version(self, volume, quiesce=None):
         """A new version with the volume's current content, persisted."""
-        result = self._take_version(volume, self._attached_host(volume))
+        result = self._take_version(volume, self._attached_host(volume),
+                                    quiesce=quiesce)
         self._wait_stable(result['host'], result['image'], result['version'])
         return result
 
-    def _take_version(self, volume, host, **group):
+    def _take_version(self, volume, host, quiesce=None, **group):
         """A new version with the volume's current content, not waited
         for: a checkpoint on ``host`` where it is attached (as a member
-        of ``group``, if given), a copy where it is not (host None).
+        of ``group``, if given; held still in mode ``quiesce``, default
+        the volume type's), a copy where it is not (host None).
         """
         image = self._image_of(volume)
         if host is None:
             result = self._call(self.storage_host, 'snapshot', image)
             result.update(host=self.storage_host)
             return result
-        quiesce = quiesce_of(volume.volume_type,
-                             self.configuration.blobcr_default_quiesce)
+        quiesce = quiesce or quiesce_of(
+            volume.volume_type, self.configuration.blobcr_default_quiesce)
         started = time.monotonic()
         # Labelled: the sync service registers only unlabelled
         # checkpoints (the guest's); this one is Cinder's own.
@@ -343,7 +358,8 @@ class BlobCRDriver(driver.VolumeDriver):
                 % (version, image, state, timeout))
 
     def create_snapshot(self, snapshot):
-        result = self._snapshot_version(snapshot.volume)
+        result = self._snapshot_version(snapshot.volume,
+                                        quiesce=quiesce_asked(snapshot))
         return self._snapshot_model(snapshot, result)
 
     def _snapshot_model(self, snapshot, result):
@@ -358,6 +374,8 @@ class BlobCRDriver(driver.VolumeDriver):
                 'created': _iso(version['created'])}
         if version['group']:
             meta['group'] = version['group']['id']
+        if version.get('made_by'):
+            meta['made_by'] = version['made_by']
         for key in ('host', 'ack_ms', 'held_ms', 'downtime_ms', 'quiesce'):
             if result.get(key) is not None:
                 meta[key] = result[key]

@@ -52,15 +52,31 @@ class TakeCheckpoint(_CinderAction):
     description = forms.CharField(max_length=255, required=False,
                                   widget=forms.Textarea(attrs={'rows': 3}),
                                   label=_("Description"))
+    # The driver reads it from the snapshot's own blobcr:quiesce
+    # property (blobcr_cinder.driver.quiesce_asked).
+    quiesce = forms.ChoiceField(
+        required=False, label=_("Quiesce Mode"),
+        choices=[('', _("The volume type's")),
+                 ('none', _('none: do not hold the guest')),
+                 ('fsfreeze', _('fsfreeze: freeze its file systems '
+                                '(qemu-guest-agent)')),
+                 ('suspend', _('suspend: pause the guest'))])
 
     def call(self, request, data):
         volume_id = self.initial['volume_id']
         volume = chains.volume_get(request, volume_id)
         # An attached volume: a live checkpoint (API < 3.66 asks for
         # force; the driver holds the guest as its quiesce mode says).
-        return cinder.volume_snapshot_create(
-            request, volume_id, data['name'], data['description'],
-            force=volume.status == 'in-use')
+        force = volume.status == 'in-use'
+        if not data.get('quiesce'):
+            return cinder.volume_snapshot_create(
+                request, volume_id, data['name'], data['description'],
+                force=force)
+        # Horizon's wrapper sends no metadata.
+        return cinder.cinderclient(request).volume_snapshots.create(
+            volume_id, force=force, name=data['name'],
+            description=data['description'],
+            metadata={'blobcr:quiesce': data['quiesce']})
 
     def failure(self, data):
         return _('Unable to take a checkpoint of volume %s.') % \

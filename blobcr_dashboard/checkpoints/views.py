@@ -91,10 +91,12 @@ class TakeCheckpointView(_ActionView):
     page_title = _("Take Checkpoint")
     submit_label = _("Take Checkpoint")
     help_text = _('A live, incremental snapshot of the volume\'s disk. On '
-                  'an attached volume the guest is held still as the '
-                  'volume type\'s blobcr:quiesce extra spec says (fsfreeze, '
-                  'suspend or none), else as the backend\'s default; the '
-                  'chain shows the mode each checkpoint used.')
+                  'an attached volume the guest is held still in the '
+                  'quiesce mode chosen here, else as the volume type\'s '
+                  'blobcr:quiesce extra spec says (fsfreeze, suspend or '
+                  'none), else as the backend\'s default; the chain shows '
+                  'the mode each checkpoint used. An explicit fsfreeze or '
+                  'suspend needs a running guest.')
 
     def _volume(self):
         if not hasattr(self, '_volume_cache'):

@@ -190,6 +190,28 @@ class ActionTests(helpers.TestCase):
         self.mock_volume_snapshot_create.assert_called_once_with(
             helpers.IsHttpRequest(), 'vol', 'cp-1', '', force=True)
 
+    @helpers.create_mocks({chains: ['volume_get'],
+                           api.cinder: ['volume_snapshot_create',
+                                        'cinderclient',
+                                        'volume_type_list',
+                                        'volume_type_extra_get']})
+    def test_take_checkpoint_with_a_quiesce_mode(self):
+        self.mock_volume_get.return_value = volume('vol', status='in-use')
+        self.mock_volume_type_list.return_value = []
+        url = reverse('horizon:project:checkpoints:take', args=['vol'])
+        res = self.client.post(url, {'name': 'cp-2', 'description': '',
+                                     'quiesce': 'thaw'})
+        self.assertFormErrors(res, 1)
+        res = self.client.post(url, {'name': 'cp-2', 'description': 'd',
+                                     'quiesce': 'fsfreeze'})
+        self.assertNoFormErrors(res)
+        self.assertRedirectsNoFollow(res, INDEX)
+        self.mock_volume_snapshot_create.assert_not_called()
+        create = self.mock_cinderclient.return_value.volume_snapshots.create
+        create.assert_called_once_with(
+            'vol', force=True, name='cp-2', description='d',
+            metadata={'blobcr:quiesce': 'fsfreeze'})
+
     @helpers.create_mocks({api.cinder: ['volume_snapshot_get',
                                         'volume_create']})
     def test_create_volume_from_checkpoint(self):

@@ -94,6 +94,7 @@ def test_volume_snapshot_clone_revert_extend_delete(cloud, rabbitmq_url):
     assert props['blobcr:host'] == hosts.compute[0]
     assert float(props['blobcr:ack_ms']) > 0
     assert int(props['blobcr:bytes_written']) > 0
+    assert props['blobcr:made_by'] == 'cinder'
     writer.stop()
     assert writer.synced > synced_before        # it kept writing
     base = bytes(region)
@@ -422,3 +423,48 @@ def test_live_migration_connects_the_destination_incoming(openstack_cloud,
     att_b.detach()
     stack.wait_status('volume', vol['id'], 'available')
     stack.openstack('volume', 'delete', vol['id'], json=False)
+
+
+def test_snapshot_quiesce_property(openstack_cloud, cinder_hosts):
+    """A snapshot's own ``blobcr:quiesce`` property picks the mode of
+    that checkpoint: ``none`` is used and recorded; ``fsfreeze`` needs a
+    guest (none runs here: the snapshot fails, where the volume type's
+    default would have fallen back to none); an unknown mode fails.
+    (The test agents' libvirt, qemu:///system, is not running here: an
+    explicit fsfreeze fails asking it; the type's mode, none, never
+    asks.)
+    """
+    stack, hosts = openstack_cloud, cinder_hosts['local']
+    vol = create_volume(stack, hosts, 'quiesced', '--size', '1')
+    att = Attachment(stack, vol['id'], hosts.compute[0])
+    made = []
+    try:
+        for mode, status in (('none', 'available'), ('fsfreeze', 'error'),
+                             ('bogus', 'error')):
+            snap = stack.openstack(
+                '--os-volume-api-version', '3.66', 'volume', 'snapshot',
+                'create', '--volume', vol['id'], '--property',
+                'blobcr:quiesce=%s' % mode, 'q-%s' % mode)
+            made.append(snap['id'])
+            got = stack.wait_status('snapshot', snap['id'], status,
+                                    timeout=120)
+            if status == 'available':
+                props = stack.openstack('volume', 'snapshot', 'show',
+                                        snap['id'])['properties']
+                assert props['blobcr:quiesce'] == 'none'
+                assert props['blobcr:host'] == hosts.compute[0]
+            assert got['status'] == status
+        log = stack.log('cinder-volume', 5000)
+        assert 'cannot fsfreeze' in log or \
+            'BlobCR checkpoint on %s failed: cannot reach libvirt' % \
+            hosts.compute[0] in log
+        assert 'blobcr:quiesce=bogus: must be one of' in log
+    finally:
+        for snapshot in made:
+            stack.openstack('volume', 'snapshot', 'delete', snapshot,
+                            json=False)
+        for snapshot in made:
+            stack.wait_status('snapshot', snapshot, 'deleted', timeout=120)
+        att.detach()
+        stack.wait_status('volume', vol['id'], 'available')
+        stack.openstack('volume', 'delete', vol['id'], json=False)
