@@ -240,6 +240,19 @@ class _QemuPeer(peers_common.Peer):
         super().__init__(args)
         self.cluster = args.granularity
 
+    def _begin(self, workdir, size):
+        self.workdir = workdir
+        self.size = size
+        self.index = 0
+
+    def _add_image(self, node, path, backing=None):
+        """A new qcow2 file (over ``backing``, named relative to it)
+        opened in the daemon as ``node``, ahead of its checkpoint.
+        """
+        create_qcow2(path, self.size, self.cluster,
+                     os.path.basename(backing) if backing else None)
+        self.daemon.qmp.call('blockdev-add', **qcow2_node(node, path))
+
     def _start(self, workdir, blockdevs, export):
         self.daemon = Daemon(workdir, blockdevs, export, writable=True)
         self.fd = os.open(self.daemon.mountpoint, os.O_RDWR)
@@ -277,9 +290,7 @@ class QemuBackupPeer(_QemuPeer):
     BITMAP = 'peers'
 
     def open(self, workdir, size):
-        self.workdir = workdir
-        self.size = size
-        self.index = 0
+        self._begin(workdir, size)
         disk = os.path.join(workdir, 'disk.qcow2')
         create_qcow2(disk, size, self.cluster)
         self.targets = os.path.join(workdir, 'backup')
@@ -291,12 +302,8 @@ class QemuBackupPeer(_QemuPeer):
         return os.path.join(self.targets, 'target-%d.qcow2' % index)
 
     def _prepare(self, index):
-        """The next target, made and opened ahead (outside the ack)."""
-        create_qcow2(self._target(index), self.size, self.cluster,
-                     None if index == 0 else
-                     os.path.basename(self._target(index - 1)))
-        self.daemon.qmp.call('blockdev-add', **qcow2_node(
-            'target-%d' % index, self._target(index)))
+        self._add_image('target-%d' % index, self._target(index),
+                        self._target(index - 1) if index else None)
 
     def checkpoint(self):
         t0 = time.perf_counter()
@@ -345,9 +352,7 @@ class Qcow2LayersPeer(_QemuPeer):
     durable_at = 'copy of the closed layer fsync\'ed'
 
     def open(self, workdir, size):
-        self.workdir = workdir
-        self.size = size
-        self.index = 0
+        self._begin(workdir, size)
         self.layers = os.path.join(workdir, 'layers')
         self.copies = os.path.join(workdir, 'backup')
         os.makedirs(self.layers)
@@ -361,10 +366,8 @@ class Qcow2LayersPeer(_QemuPeer):
         return os.path.join(self.layers, 'layer-%d.qcow2' % index)
 
     def _prepare(self, index):
-        create_qcow2(self._layer(index), self.size, self.cluster,
-                     os.path.basename(self._layer(index - 1)))
-        self.daemon.qmp.call('blockdev-add', **qcow2_node(
-            'layer-%d' % index, self._layer(index)))
+        self._add_image('layer-%d' % index, self._layer(index),
+                        self._layer(index - 1))
 
     def checkpoint(self):
         t0 = time.perf_counter()
