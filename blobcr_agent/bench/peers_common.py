@@ -63,11 +63,10 @@ class Peer(object):
         return cp
 
     @staticmethod
-    def durable(cp, copied, stored, at=None):
-        """``cp``'s copy-out is durable (now, or at perf_counter ``at``)."""
-        at = time.perf_counter() if at is None else at
-        cp.update(durable_s=at - cp['t_req'], copied_bytes=copied,
-                  stored_bytes=stored)
+    def durable(cp, copied, stored):
+        """``cp``'s copy-out is durable now."""
+        cp.update(durable_s=time.perf_counter() - cp['t_req'],
+                  copied_bytes=copied, stored_bytes=stored)
 
     def settle(self, checkpoints):
         """Wait until every checkpoint is durable."""
