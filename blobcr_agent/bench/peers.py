@@ -96,6 +96,11 @@ def add_arguments(p, size_type=int):
     p.add_argument('--rbd-data-pool', default='blobcr-peers-ec',
                    help='erasure-coded data pool of the RBD image, made '
                         'with overwrites on if missing (empty: none)')
+    p.add_argument('--rbd-cache', choices=['writeback', 'off'],
+                   default='writeback',
+                   help='librbd cache of the application\'s client: on, '
+                        'as QEMU sets it with cache=writeback (the default '
+                        'here), or off, as with cache=none')
     p.add_argument('--seed', type=int, default=42)
     p.add_argument('--plot', help='write a PNG of the results here')
 

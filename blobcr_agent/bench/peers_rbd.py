@@ -6,7 +6,8 @@ application's own client.
 A checkpoint is a snapshot made by a second client (the orchestrator's,
 as an operator's ``rbd snap create`` would be): with the exclusive-lock
 feature librbd asks the lock owner, the application's client, to take
-it, which holds its writes for that time. The snapshot is in RADOS when
+it, which holds its writes for that time and first flushes its cache
+(``--rbd-cache``: on, as QEMU sets it with cache=writeback, or off). The snapshot is in RADOS when
 acknowledged (its durable point); ``rbd export-diff`` from the previous
 snapshot, fsync'ed, is its copy-out, timed apart. A restart opens the
 image at the snapshot and reads it, as a clone of it would.
@@ -83,8 +84,9 @@ class RbdPeer(peers_common.Peer):
         # Two clients: the application's (it owns the exclusive lock) and
         # the orchestrator's, which asks for snapshots.
         self.clients = []
-        for _ in range(2):
-            c = rados.Rados(conffile=args.ceph_conf)
+        for conf in ({'rbd_cache': str(args.rbd_cache == 'writeback')
+                      .lower()}, {}):
+            c = rados.Rados(conffile=args.ceph_conf, conf=conf)
             c.connect(timeout=10)
             self.clients.append(c)
         self.app_io = self.clients[0].open_ioctx(args.rbd_pool)
@@ -105,8 +107,8 @@ class RbdPeer(peers_common.Peer):
                          old_format=False, features=features,
                          data_pool=self.data_pool)
         self.image = rbd.Image(self.app_io, self.image_name)
-        # librbd caches writes through until the first flush, which a
-        # guest (and QEMU's rbd driver) sends at once: send it too.
+        # With the cache on (QEMU's cache=writeback), librbd caches writes
+        # through until the first flush, which a guest sends at once.
         self.image.flush()
         self.admin = rbd.Image(self.admin_io, self.image_name)
         self.worker = peers_common.CopyOutWorker(self.name)
@@ -188,6 +190,7 @@ class RbdPeer(peers_common.Peer):
         return {'pool': self.args.rbd_pool, 'data_pool': self.data_pool,
                 'data_pool_refused': self.data_pool_refused,
                 'object_size': self.args.granularity,
+                'rbd_cache': self.args.rbd_cache,
                 'features': 'layering,exclusive-lock,object-map,fast-diff'}
 
 
