@@ -7,10 +7,11 @@ A checkpoint is a snapshot made by a second client (the orchestrator's,
 as an operator's ``rbd snap create`` would be): with the exclusive-lock
 feature librbd asks the lock owner, the application's client, to take
 it, which holds its writes for that time and first flushes its cache
-(``--rbd-cache``: on, as QEMU sets it with cache=writeback, or off). The snapshot is in RADOS when
-acknowledged (its durable point); ``rbd export-diff`` from the previous
-snapshot, fsync'ed, is its copy-out, timed apart. A restart opens the
-image at the snapshot and reads it, as a clone of it would.
+(``--rbd-cache``: on, as QEMU sets it with cache=writeback, or off).
+The snapshot is in RADOS when acknowledged (its durable point); ``rbd
+export-diff`` from the previous snapshot, fsync'ed, is its copy-out,
+timed apart. A restart opens the image at the snapshot and reads it, as
+a clone of it would.
 """
 
 import json
