@@ -309,8 +309,17 @@ osd_recovery_sleep = 0
 osd_recovery_sleep_hdd = 0
 osd_recovery_sleep_ssd = 0
 osd_recovery_sleep_hybrid = 0
+# 0 in the generic option means "use the device class's" (5 s per
+# operation on these file-backed "hdd" OSDs): snapshot trimming and PG
+# deletion would then take minutes and keep wait-clean from succeeding.
 osd_snap_trim_sleep = 0
+osd_snap_trim_sleep_hdd = 0
+osd_snap_trim_sleep_ssd = 0
+osd_snap_trim_sleep_hybrid = 0
 osd_delete_sleep = 0
+osd_delete_sleep_hdd = 0
+osd_delete_sleep_ssd = 0
+osd_delete_sleep_hybrid = 0
 osd_max_backfills = 16
 osd_recovery_max_active = 16
 
