@@ -19,47 +19,20 @@ class RestartJob(command.Lister):
     """
 
     def get_parser(self, prog_name):
-        parser = super().get_parser(prog_name)
-        parser.add_argument('--group', metavar='<group>', required=True,
-                            help='Cinder volume group (ID)')
-        parser.add_argument('--flavor', metavar='<flavor>',
-                            help='Flavor of the servers (name or ID); '
-                                 'required unless --dry-run or --no-boot')
-        parser.add_argument('--name-prefix', metavar='<prefix>',
-                            help='Names PREFIX-0, PREFIX-1... (default '
-                                 'restart-<group name>)')
-        parser.add_argument('--no-boot', action='store_true',
-                            help='Create the volumes only')
-        parser.add_argument('--dry-run', action='store_true',
-                            help='Show the plan and change nothing')
-        parser.add_argument('--timeout', metavar='<seconds>', type=float,
-                            default=600,
-                            help='Seconds to wait for each step '
-                                 '(default 600)')
-        return parser
+        return restart.add_arguments(super().get_parser(prog_name))
 
     def take_action(self, parsed_args):
-        if not (parsed_args.dry_run or parsed_args.no_boot or
-                parsed_args.flavor):
-            raise exceptions.CommandError(
-                '--flavor is required (unless --dry-run or --no-boot)')
+        if restart.flavor_missing(parsed_args):
+            raise exceptions.CommandError(restart.FLAVOR_NEEDED)
         manager = self.app.client_manager
         cloud = restart.Cloud(manager.session, region=manager.region_name,
                               interface=manager.interface)
-        progress = restart.Progress(self.app.stderr)
         try:
-            the_plan = restart.plan(cloud, parsed_args.group,
-                                    parsed_args.name_prefix)
-            for skipped in the_plan['skipped']:
-                progress.info('skipped group snapshot %s: %s'
-                              % (skipped['id'], skipped['reason']))
-            made = {}
-            if not parsed_args.dry_run:
-                made = {m['name']: m for m in restart.restart(
-                    cloud, the_plan, parsed_args.flavor, progress,
-                    parsed_args.timeout, boot=not parsed_args.no_boot)}
+            the_plan, made = restart.run(cloud, parsed_args,
+                                         restart.Progress(self.app.stderr))
         except restart.RestartError as e:
             raise exceptions.CommandError(str(e))
+        made = {m['name']: m for m in made or ()}
         rows = []
         for member in the_plan['members']:
             got = made.get(member['name'], {})

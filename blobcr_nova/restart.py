@@ -300,33 +300,68 @@ def public_plan(the_plan, flavor):
                 flavor=flavor)
 
 
-def parse_args(argv):
-    parser = argparse.ArgumentParser(
-        prog='blobcr-restart', description='Restart a job (a Cinder volume '
-        'group of boot volumes) from its newest complete group checkpoint: '
-        'one volume from each member snapshot, one server booted from each '
-        'volume (no network).')
-    parser.add_argument('--group', required=True,
+FLAVOR_NEEDED = '--flavor is required (unless --dry-run or --no-boot)'
+
+
+def add_arguments(parser):
+    """A restart's options: blobcr-restart's and ``openstack blobcr
+    restart``'s (blobcr_nova/osc.py).
+    """
+    parser.add_argument('--group', metavar='<group>', required=True,
                         help='the Cinder volume group id')
-    parser.add_argument('--flavor',
+    parser.add_argument('--flavor', metavar='<flavor>',
                         help='Nova flavor (name or id) of the servers; '
                         'required unless --dry-run or --no-boot')
-    parser.add_argument('--name-prefix',
+    parser.add_argument('--name-prefix', metavar='<prefix>',
                         help='names: PREFIX-0, PREFIX-1... (default '
                         'restart-<group name>)')
     parser.add_argument('--no-boot', action='store_true',
                         help='create the volumes only (to boot elsewhere)')
     parser.add_argument('--dry-run', action='store_true',
-                        help='print the plan as JSON and change nothing')
-    parser.add_argument('--timeout', type=float, default=600,
+                        help='show the plan and change nothing')
+    parser.add_argument('--timeout', metavar='<seconds>', type=float,
+                        default=600,
                         help='seconds to wait for each step (default 600)')
+    return parser
+
+
+def flavor_missing(args):
+    return not (args.dry_run or args.no_boot or args.flavor)
+
+
+def run(cloud, args, progress):
+    """Plan, then (unless ``args.dry_run``) restart: ``(plan, made)``,
+    ``made`` None for a dry run. RestartError says why not.
+    """
+    the_plan = plan(cloud, args.group, args.name_prefix)
+    for skipped in the_plan['skipped']:
+        progress.info('skipped group snapshot %s: %s'
+                      % (skipped['id'], skipped['reason']),
+                      group_snapshot=skipped['id'])
+    progress.info('group %s: restarting from group snapshot %s (%s), '
+                  '%d members' % (args.group, the_plan['group_snapshot'],
+                                  the_plan['created_at'],
+                                  len(the_plan['members'])),
+                  group_snapshot=the_plan['group_snapshot'])
+    if args.dry_run:
+        return the_plan, None
+    return the_plan, restart(cloud, the_plan, args.flavor, progress,
+                             args.timeout, boot=not args.no_boot)
+
+
+def parse_args(argv):
+    parser = add_arguments(argparse.ArgumentParser(
+        prog='blobcr-restart', description='Restart a job (a Cinder volume '
+        'group of boot volumes) from its newest complete group checkpoint: '
+        'one volume from each member snapshot, one server booted from each '
+        'volume (no network).'))
     parser.add_argument('--os-region-name',
                         default=os.environ.get('OS_REGION_NAME'))
     parser.add_argument('--os-interface',
                         default=os.environ.get('OS_INTERFACE', 'public'))
     args = parser.parse_args(argv)
-    if not (args.dry_run or args.no_boot or args.flavor):
-        parser.error('--flavor is required (unless --dry-run or --no-boot)')
+    if flavor_missing(args):
+        parser.error(FLAVOR_NEEDED)
     return args
 
 
@@ -338,23 +373,12 @@ def main(argv=None, stdout=None, stderr=None, cloud=None):
         if cloud is None:
             cloud = Cloud(session_from_env(), region=args.os_region_name,
                           interface=args.os_interface)
-        the_plan = plan(cloud, args.group, args.name_prefix)
-        for skipped in the_plan['skipped']:
-            progress.info('skipped group snapshot %s: %s'
-                          % (skipped['id'], skipped['reason']),
-                          group_snapshot=skipped['id'])
-        progress.info('group %s: restarting from group snapshot %s (%s), '
-                      '%d members' % (args.group, the_plan['group_snapshot'],
-                                      the_plan['created_at'],
-                                      len(the_plan['members'])),
-                      group_snapshot=the_plan['group_snapshot'])
-        if args.dry_run:
+        the_plan, made = run(cloud, args, progress)
+        if made is None:
             json.dump(public_plan(the_plan, args.flavor), stdout, indent=2,
                       sort_keys=True)
             stdout.write('\n')
             return 0
-        made = restart(cloud, the_plan, args.flavor, progress, args.timeout,
-                       boot=not args.no_boot)
     except RestartError as exc:
         progress.info('blobcr-restart: %s' % exc, error=str(exc))
         return 1
