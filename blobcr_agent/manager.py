@@ -329,8 +329,10 @@ class AgentManager(object):
 
     def list_versions(self, image):
         header = self.repo.image(image)
+        head = header.head()
         return {'image': header.id, 'name': header.name,
                 'origin': header.origin,
+                'head': head.number if head else None,
                 'versions': [_version_dict(v) for v in header.versions]}
 
     def label(self, image, version, made_by):
@@ -419,11 +421,10 @@ class AgentManager(object):
         """
         header = self.repo.image(image)
         v = header.version(version)
-        # Only a stable version can take its place: a pending one (a
-        # checkpoint in flight, the mirror's reservation) may still fail.
-        newer = [o for o in header.versions if o.number > v.number and
-                 o.state == image_mod.STABLE]
-        if v.state == image_mod.STABLE and not newer:
+        # The copy turns stable now, so it is the head until a version
+        # that turns stable later (a checkpoint in flight or registered
+        # ahead, whatever its number) holds newer content.
+        if header.head() is v:
             self.repo.commit_copy(header.id, v.number, made_by='kept')
         self.repo.obsolete(header.id, [v.number])
         return self.list_versions(header.id)

@@ -503,12 +503,15 @@ class BlobCRDriver(driver.VolumeDriver):
             return
         kept = {s.provider_id for s in snapshots}
         try:
-            versions = self.api.list_versions(self.storage_host,
-                                              image)['versions']
-            stable = [v['version'] for v in versions
-                      if v['state'] == 'stable']
-            old = [v['version'] for v in versions
-                   if v['state'] == 'stable' and v['version'] != stable[-1]
+            listed = self.api.list_versions(self.storage_host, image)
+            # The head is the volume's content; it is the version that
+            # turned stable last, not the highest number. An agent that
+            # does not name it gets nothing obsoleted.
+            head = listed.get('head')
+            if head is None:
+                return
+            old = [v['version'] for v in listed['versions']
+                   if v['state'] == 'stable' and v['version'] != head
                    and v['made_by'] in SUPERSEDED and not v['clones']
                    and '%s@%d' % (image, v['version']) not in kept]
             if old:

@@ -309,6 +309,13 @@ class AttachedImage(object):
             if self._closing:
                 raise exception.InvalidInput('image %s is being detached'
                                              % self.id)
+            if self.incoming is not None and not self.incoming.done.is_set():
+                # Its base is replaced at the handoff: a version built on
+                # it now would be an old state published as the newest.
+                raise exception.InvalidInput(
+                    'image %s is live-migrating from %s: checkpoint it '
+                    'there until its handoff' % (self.id,
+                                                 self.incoming.source))
             left = None if deadline is None else \
                 max(0, deadline - time.monotonic())
             if not self.persister.wait(left, room=self.max_in_flight - 1):
@@ -370,8 +377,7 @@ class AttachedImage(object):
         # flight (recovery tells the two apart).
         taken = {'reserved': None} if reserved is not None else {}
         try:
-            self._record_in_flight(self.persister.versions() +
-                                   [pending.version], **taken)
+            self._add_in_flight(pending.version, **taken)
         except BaseException as e:
             pending.abort('snapshot not taken: %s' % e)
             raise
@@ -400,7 +406,7 @@ class AttachedImage(object):
                 else:
                     pending.abort('snapshot not taken: %s' % e)
                 try:
-                    self._record_in_flight(self.persister.versions(), **kept)
+                    self._drop_in_flight(pending.version, **kept)
                 except OSError as again:
                     # Recovery finds it failed in the repository.
                     LOG.error('cache metadata of %s not updated: %s',
@@ -420,9 +426,28 @@ class AttachedImage(object):
         metadata, with ``more`` fields.
         """
         with self._meta_lock:
-            self.meta.update(persisting=versions[0] if versions else None,
-                             following=versions[1:], **more)
-            self._save_meta()
+            self._set_in_flight(versions, **more)
+
+    def _set_in_flight(self, versions, **more):
+        self.meta.update(persisting=versions[0] if versions else None,
+                         following=versions[1:], **more)
+        self._save_meta()
+
+    # A checkpoint (under the gate) and the persister (not under it)
+    # change the list at the same time: each edits the list the
+    # metadata holds, under its lock, rather than saving one it built
+    # before (which could drop a version the other just recorded).
+
+    def _add_in_flight(self, version, **more):
+        with self._meta_lock:
+            self._set_in_flight(
+                persister_mod.in_flight(self.meta) + [version], **more)
+
+    def _drop_in_flight(self, version, **more):
+        with self._meta_lock:
+            self._set_in_flight(
+                [v for v in persister_mod.in_flight(self.meta)
+                 if v != version], **more)
 
     def _persisted(self, version):
         """From the persister: ``version`` is stable (and pinned for this
@@ -432,9 +457,7 @@ class AttachedImage(object):
         self.timing.setdefault(version, {})['done'] = time.time()
         self.versions[version] = image_mod.STABLE
         previous = self.meta['last']
-        self._record_in_flight(
-            [v for v in self.persister.versions() if v != version],
-            last=version)
+        self._drop_in_flight(version, last=version)
         if previous not in (None, version, self.attached_version):
             self.repo.unpin_quietly(self.id, previous, self.holder)
 

@@ -51,6 +51,11 @@ class Version(object):
     # (a copy of a detached image), "revert", "kept" (a copy taking a
     # deleted snapshot's place), or a checkpoint caller's label ("cinder").
     made_by: str = ''
+    # The order in which versions turned stable (ImageHeader.head): set
+    # by the header update that makes it stable. Numbers are given when a
+    # version is registered, which may be long before (a reservation, a
+    # pipelined checkpoint), so they do not tell which content is newest.
+    seq: int = 0
 
     @property
     def root_ref(self):
@@ -58,7 +63,7 @@ class Version(object):
 
 
 _OPTIONAL_HEADER = ('last_version', 'pruned')
-_OPTIONAL_VERSION = ('pins', 'made_by')
+_OPTIONAL_VERSION = ('pins', 'made_by', 'seq')
 
 
 @dataclasses.dataclass
@@ -108,15 +113,27 @@ class ImageHeader(object):
         """
         return self.newest_number() + 1
 
-    def stable_version(self, number=None):
-        """The given version, or the newest stable one, which must be
-        stable.
+    def head(self):
+        """The image's content: the stable version that turned stable
+        last (None: no stable version). Entries from before ``seq`` was
+        recorded (0) come first, in number order.
         """
+        stable = [v for v in self.versions if v.state == STABLE]
+        if not stable:
+            return None
+        return max(stable, key=lambda v: (v.seq, v.number))
+
+    def next_seq(self):
+        """The ``seq`` of the next version to turn stable."""
+        return max([v.seq for v in self.versions] + [0]) + 1
+
+    def stable_version(self, number=None):
+        """The given version, which must be stable, or the head."""
         if number is None:
-            stable = [v for v in self.versions if v.state == STABLE]
-            if not stable:
+            head = self.head()
+            if head is None:
                 raise exception.VersionNotFound(self.id, 'stable')
-            return stable[-1]
+            return head
         v = self.version(number)
         if v.state != STABLE:
             raise exception.VersionNotStable(self.id, number, v.state)

@@ -510,7 +510,7 @@ class Repository(object):
         now = time.time()
         first = image_mod.Version(
             number=1, state=image_mod.STABLE, parent=None, created=now,
-            owner=self.owner, root=v.root, stable_at=now)
+            owner=self.owner, root=v.root, stable_at=now, seq=1)
         header = self.create_image(
             name or '%s@%d' % (source.name, number), source.size,
             chunk_size=source.chunk_size, fanout=source.fanout,
@@ -990,6 +990,7 @@ class Commit(object):
                     'version %d of %s was marked %s before it became stable'
                     % (self.version, self.image_id, v.state))
             v.state = image_mod.STABLE
+            v.seq = header.next_seq()
             if pin is not None:
                 v.pins.append(pin_record(pin))
             v.root = root.hex() if root else None

@@ -20,12 +20,11 @@ def human(n):
 
 
 def summary(header):
-    stable = [v.number for v in header.versions
-              if v.state == image_mod.STABLE]
+    head = header.head()
     return {'id': header.id, 'name': header.name, 'size': header.size,
             'chunk_size': header.chunk_size, 'origin': header.origin,
             'versions': len(header.versions),
-            'newest_stable': stable[-1] if stable else None,
+            'newest_stable': head.number if head else None,
             'pruned': header.pruned}
 
 

@@ -53,13 +53,13 @@ def main(scenario, directory, image_id):
         repo_mod.Commit.put = put
     elif scenario == 'recorded-before-commit':
         # Killed once the version is recorded in flight, before the COMMIT.
-        real = image_mod.AttachedImage._record_in_flight
+        real = image_mod.AttachedImage._set_in_flight
 
         def record(self, versions, **more):
             real(self, versions, **more)
             if versions:
                 die()
-        image_mod.AttachedImage._record_in_flight = record
+        image_mod.AttachedImage._set_in_flight = record
     elif scenario == 'killed-in-persist':
         repo_mod.Commit.put = lambda self, index, data: die()
     image = image_mod.AttachedImage(repo, image_id, None,

@@ -86,7 +86,7 @@ def test_a_persist_that_cannot_start_gives_its_chunks_back(
     # The versions in flight are recorded before the COMMIT, so that
     # nothing after it can fail: a full cache disk refuses the checkpoint
     # and the writes stay dirty.
-    monkeypatch.setattr(image_mod.AttachedImage, '_record_in_flight', full)
+    monkeypatch.setattr(image_mod.AttachedImage, '_set_in_flight', full)
     with pytest.raises(OSError):
         a.checkpoint()
     failed = repo.image(image_id).versions[-1]

@@ -141,17 +141,17 @@ def test_a_refused_checkpoint_leaves_the_version_in_flight_whole(
         monkeypatch.setattr(repo_mod.Commit, 'put', slow_put)
         two, _, _ = a.checkpoint()
         a.write(0, b'\xee' * CHUNK)
-        real_record = image_mod.AttachedImage._record_in_flight
+        real_record = image_mod.AttachedImage._set_in_flight
 
         def full(self, versions, **more):
             if threading.current_thread() is threading.main_thread():
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             return real_record(self, versions, **more)
-        monkeypatch.setattr(image_mod.AttachedImage, '_record_in_flight',
+        monkeypatch.setattr(image_mod.AttachedImage, '_set_in_flight',
                             full)
         with pytest.raises(OSError):
             a.checkpoint(wait=5)
-        monkeypatch.setattr(image_mod.AttachedImage, '_record_in_flight',
+        monkeypatch.setattr(image_mod.AttachedImage, '_set_in_flight',
                             real_record)
         release.set()
         assert a.wait_persisted(30)

@@ -1,0 +1,436 @@
+"""A randomized walk through the Cinder driver's operations, checked
+against a model (tests/integration/test_cinder_model.py runs it in CI,
+tools/soak.sh for hours).
+
+The driver (blobcr_cinder.driver.BlobCRDriver, in this process) calls
+real blobcr-agents over RabbitMQ: a storage agent and two compute
+agents sharing one store, each with its FUSE mount. The walk does what
+Cinder and Nova ask of a backend, on attached and detached volumes:
+create, attach (initialize_connection), write through the mirror file
+(random spans across chunk borders, several threads on the same chunks
+while a reader races them), flush, snapshot, clone, volume from
+snapshot, delete snapshot, revert, extend, detach (terminate_connection),
+delete, GC, guest checkpoints, and SIGKILL plus restart of a compute
+agent at any point between them.
+
+The model holds the bytes every volume and snapshot must read as. Every
+read is checked against it; after each GC every surviving volume and
+snapshot is read back whole: the written region byte for byte, the rest
+of the image as chunks that must not exist (never written: zeros).
+
+What is not real, and why: Cinder's database. The driver asks it for a
+volume's snapshots (``_forget_superseded``) and attachments; the walk
+answers from the model, which holds the same records. The flows through
+cinder-api, the scheduler and cinder-volume are in test_cinder_driver.py
+(each of them costs seconds, a walk takes hundreds of steps).
+
+Each walk is one seed: ``Walk(seed, ...)`` makes the same choices again,
+so a failure is replayed by its seed (the test prints how).
+"""
+
+import contextlib
+import os
+import random
+import threading
+import types
+import uuid
+
+GiB = 1 << 30
+CHUNK = 64 * 1024
+# Every write falls in the first REGION bytes of a volume: the walk
+# meets the same chunks again and again.
+REGION = 24 * CHUNK
+BLOCK = 4096
+
+
+class ModelError(AssertionError):
+    pass
+
+
+class Volume(object):
+
+    def __init__(self, content, size_gb=1):
+        self.id = str(uuid.uuid4())
+        self.name = 'volume-%s' % self.id
+        self.display_name = self.name
+        self.provider_id = None
+        self.size = size_gb
+        self.volume_type = None
+        self.volume_attachment = []
+        self.project_id = 'model'
+        self.host = None            # the compute host it is attached on
+        self.path = None            # its mirror file there
+        self.content = bytearray(content)
+
+    def attach_record(self, host):
+        self.host = host
+        self.volume_attachment = [types.SimpleNamespace(
+            attach_status='attached', attached_host=host,
+            instance_uuid=str(uuid.uuid4()))]
+
+    def detach_record(self):
+        self.host = self.path = None
+        self.volume_attachment = []
+
+
+class Snapshot(object):
+
+    def __init__(self, volume):
+        self.id = str(uuid.uuid4())
+        self.name = 'snapshot-%s' % self.id
+        self.volume = volume
+        self.volume_id = volume.id
+        self.volume_size = volume.size
+        self.metadata = {}
+        self.status = 'creating'
+        self.provider_id = None
+        self.content = bytes(volume.content)
+
+
+class Walk(object):
+    """One seeded walk. ``world`` has: ``driver`` (set up, its ``api``
+    on the broker), ``api`` (an AgentAPI), ``storage`` (the storage
+    agent's host), ``compute`` ({host: AgentProcess}), ``restart(host)``
+    (SIGKILL and start that agent again), ``repo`` (a Repository on the
+    same store, for reading versions back).
+    """
+
+    MAX_VOLUMES = 6
+    MAX_SNAPSHOTS = 10
+
+    def __init__(self, seed, world, log=print):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.world = world
+        self.driver = world.driver
+        self.log = log
+        self.volumes = []
+        self.snapshots = []
+        self.steps = 0
+        self.counts = {}
+        self.history = []
+
+    # -- Cinder's records, as the driver reads them --------------------
+
+    def snapshots_of(self, volume_id):
+        return [s for s in self.snapshots if s.volume_id == volume_id]
+
+    def attachments_of(self, volume_id):
+        volume = next((v for v in self.volumes if v.id == volume_id), None)
+        return list(volume.volume_attachment) if volume else []
+
+    # -- the walk --------------------------------------------------------
+
+    def run(self, steps):
+        for _ in range(steps):
+            self.step()
+        self.verify_all()
+
+    def step(self):
+        ops = self._enabled()
+        names = sorted(ops)
+        weights = [ops[n] for n in names]
+        name = self.rng.choices(names, weights)[0]
+        self.steps += 1
+        self.counts[name] = self.counts.get(name, 0) + 1
+        self.history.append(name)
+        try:
+            getattr(self, 'op_' + name)()
+        except Exception as e:
+            raise ModelError('seed %d, step %d (%s): %s: %s\nlast steps: %s'
+                             % (self.seed, self.steps, name,
+                                type(e).__name__, e,
+                                ' '.join(self.history[-25:]))) from e
+
+    def _enabled(self):
+        attached = [v for v in self.volumes if v.host]
+        detached = [v for v in self.volumes if not v.host]
+        ops = {'gc': 1, 'verify': 1}
+        if len(self.volumes) < self.MAX_VOLUMES:
+            ops['create'] = 2
+        if detached:
+            ops.update(attach=4, extend=1)
+            if any(not self.snapshots_of(v.id) for v in detached):
+                ops['delete'] = 1
+        if attached:
+            ops.update(write=10, read=2, flush=1, detach=3,
+                       guest_checkpoint=2, kill_agent=1)
+        if self.volumes:
+            ops.update(snapshot=3, clone=2)
+        if self.snapshots:
+            ops.update(delete_snapshot=3, from_snapshot=1)
+            if any(not s.volume.host for s in self.snapshots):
+                ops['revert'] = 1
+        if len(self.snapshots) >= self.MAX_SNAPSHOTS:
+            ops.pop('snapshot', None)
+        if len(self.volumes) >= self.MAX_VOLUMES:
+            ops.pop('clone', None)
+            ops.pop('from_snapshot', None)
+        return ops
+
+    def _pick(self, items):
+        return items[self.rng.randrange(len(items))]
+
+    # -- operations ------------------------------------------------------
+
+    def op_create(self):
+        volume = Volume(bytes(REGION))
+        volume.provider_id = self.driver.create_volume(volume)['provider_id']
+        self.volumes.append(volume)
+
+    def op_attach(self):
+        volume = self._pick([v for v in self.volumes if not v.host])
+        host = self._pick(sorted(self.world.compute))
+        info = self.driver.initialize_connection(volume, {'host': host})
+        volume.attach_record(host)
+        volume.path = info['data']['device_path']
+        if self.rng.random() < 0.5:
+            self._check_file(volume)
+
+    def op_write(self):
+        """Random spans, some across chunk borders; sometimes several
+        threads on the same chunks (disjoint blocks) while a reader
+        checks the blocks nobody writes.
+        """
+        volume = self._pick([v for v in self.volumes if v.host])
+        if self.rng.random() < 0.3:
+            self._threaded_writes(volume)
+            return
+        with open(volume.path, 'r+b', buffering=0) as f:
+            for _ in range(self.rng.randint(1, 4)):
+                length = self.rng.choice(
+                    [1, 511, BLOCK, CHUNK - 7, CHUNK, CHUNK + 4097,
+                     3 * CHUNK])
+                offset = self.rng.randrange(0, REGION - length)
+                data = self.rng.randbytes(length)
+                f.seek(offset)
+                if f.write(data) != length:
+                    raise ModelError('short write')
+                volume.content[offset:offset + length] = data
+
+    def _threaded_writes(self, volume):
+        first = self.rng.randrange(0, REGION // CHUNK - 3)
+        span = range(first * CHUNK // BLOCK, (first + 3) * CHUNK // BLOCK)
+        blocks = [b for b in span if self.rng.random() < 0.6]
+        writers = 3
+        plan = {w: [(b, self.rng.randbytes(BLOCK)) for b in blocks
+                    if b % writers == w] for w in range(writers)}
+        written = {b for w in plan.values() for b, _ in w}
+        expected = bytes(volume.content)
+        errors = []
+        stop = threading.Event()
+
+        def write(items):
+            try:
+                fd = os.open(volume.path, os.O_RDWR)
+                try:
+                    for block, data in items:
+                        os.pwrite(fd, data, block * BLOCK)
+                finally:
+                    os.close(fd)
+            except Exception as e:
+                errors.append(e)
+
+        def read():
+            # Blocks nobody writes must read as before while the others
+            # are written (fetches racing writes on the same chunks).
+            try:
+                fd = os.open(volume.path, os.O_RDONLY)
+                try:
+                    while not stop.is_set():
+                        got = os.pread(fd, 3 * CHUNK, first * CHUNK)
+                        for i in range(0, 3 * CHUNK, BLOCK):
+                            block = first * CHUNK // BLOCK + i // BLOCK
+                            at = first * CHUNK + i
+                            if block not in written and \
+                                    got[i:i + BLOCK] != \
+                                    expected[at:at + BLOCK]:
+                                errors.append(ModelError(
+                                    'block %d changed while others were '
+                                    'written' % block))
+                                return
+                finally:
+                    os.close(fd)
+            except Exception as e:
+                errors.append(e)
+        threads = [threading.Thread(target=write, args=(items,))
+                   for items in plan.values()]
+        reader = threading.Thread(target=read)
+        reader.start()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        stop.set()
+        reader.join()
+        if errors:
+            raise errors[0]
+        for items in plan.values():
+            for block, data in items:
+                volume.content[block * BLOCK:(block + 1) * BLOCK] = data
+
+    def op_read(self):
+        self._check_file(self._pick([v for v in self.volumes if v.host]))
+
+    def op_flush(self):
+        volume = self._pick([v for v in self.volumes if v.host])
+        fd = os.open(volume.path, os.O_RDWR)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def op_guest_checkpoint(self):
+        """A checkpoint the guest asks for (not Cinder's, not waited
+        for): versions in flight when the next step comes.
+        """
+        volume = self._pick([v for v in self.volumes if v.host])
+        self.world.api.checkpoint(volume.host, volume.provider_id,
+                                  quiesce='none')
+
+    def op_kill_agent(self):
+        host = self._pick(sorted({v.host for v in self.volumes if v.host}))
+        self.world.restart(host)
+        for volume in self.volumes:
+            if volume.host == host:
+                self._check_file(volume)
+
+    def op_snapshot(self):
+        volume = self._pick(self.volumes)
+        snapshot = Snapshot(volume)
+        update = self.driver.create_snapshot(snapshot)
+        snapshot.provider_id = update['provider_id']
+        snapshot.status = 'available'
+        self.snapshots.append(snapshot)
+        self._check_version(snapshot.provider_id, snapshot.content)
+
+    def op_clone(self):
+        source = self._pick(self.volumes)
+        self._new_volume(source.content, source.size,
+                         self.driver.create_cloned_volume, source)
+
+    def op_from_snapshot(self):
+        snapshot = self._pick(self.snapshots)
+        self._new_volume(snapshot.content, snapshot.volume_size,
+                         self.driver.create_volume_from_snapshot, snapshot)
+
+    def _new_volume(self, content, size, create, source):
+        volume = Volume(content, size)
+        volume.provider_id = create(volume, source)['provider_id']
+        self.volumes.append(volume)
+        self._check_detached(volume)
+
+    def op_delete_snapshot(self):
+        snapshot = self._pick(self.snapshots)
+        self.driver.delete_snapshot(snapshot)
+        self.snapshots.remove(snapshot)
+
+    def op_revert(self):
+        snapshot = self._pick([s for s in self.snapshots
+                               if not s.volume.host])
+        volume = snapshot.volume
+        self.driver.revert_to_snapshot(None, volume, snapshot)
+        volume.content[:] = snapshot.content
+        self._check_detached(volume)
+
+    def op_extend(self):
+        volume = self._pick([v for v in self.volumes if not v.host])
+        self.driver.extend_volume(volume, volume.size + 1)
+        volume.size += 1
+
+    def op_detach(self):
+        volume = self._pick([v for v in self.volumes if v.host])
+        self.driver.terminate_connection(volume, {'host': volume.host})
+        volume.detach_record()
+        self._check_detached(volume)
+
+    def op_delete(self):
+        volume = self._pick([v for v in self.volumes if not v.host and
+                             not self.snapshots_of(v.id)])
+        self.driver.delete_volume(volume)
+        self.volumes.remove(volume)
+
+    def op_gc(self):
+        self.world.api.gc(self.world.storage, grace=0)
+        self.verify_all()
+
+    def op_verify(self):
+        self.verify_all()
+
+    # -- checks ------------------------------------------------------------
+
+    def verify_all(self):
+        for volume in self.volumes:
+            if volume.host:
+                self._check_file(volume)
+            else:
+                self._check_detached(volume)
+        for snapshot in self.snapshots:
+            self._check_version(snapshot.provider_id, snapshot.content)
+
+    def _check_file(self, volume):
+        with open(volume.path, 'rb') as f:
+            got = f.read(REGION)
+            f.seek(volume.size * GiB - CHUNK)
+            tail = f.read(CHUNK)
+        _same(got, volume.content, 'volume %s attached on %s'
+              % (volume.provider_id, volume.host))
+        if any(tail):
+            raise ModelError('volume %s: its last chunk was never written '
+                             'but is not zero' % volume.provider_id)
+
+    def _check_detached(self, volume):
+        header = self.world.repo.image(volume.provider_id)
+        if header.size != volume.size * GiB:
+            raise ModelError('volume %s is %d bytes, not %d GiB'
+                             % (volume.provider_id, header.size, volume.size))
+        head = header.head()
+        self._check_version('%s@%d' % (header.id, head.number),
+                            volume.content)
+
+    def _check_version(self, ref, content):
+        image, number = ref.rsplit('@', 1)
+        repo = self.world.repo
+        header = repo.image(image)
+        version = header.stable_version(int(number))
+        got = bytearray(header.size if header.size < REGION else REGION)
+        beyond = []
+        for index, data in repo.fetch(header, version.number):
+            at = index * header.chunk_size
+            if at >= REGION:
+                beyond.append(index)
+            else:
+                got[at:at + len(data)] = data
+        _same(bytes(got), content, 'version %s' % ref)
+        if beyond:
+            raise ModelError('version %s stores chunks %s, outside what was '
+                             'ever written' % (ref, beyond[:5]))
+
+
+def _same(got, expected, what):
+    if bytes(got) == bytes(expected):
+        return
+    diff = [i for i in range(0, len(expected), BLOCK)
+            if got[i:i + BLOCK] != expected[i:i + BLOCK]]
+    zero = sum(1 for i in diff if not any(got[i:i + BLOCK]))
+    raise ModelError('%s differs from the model in %d of %d blocks (first '
+                     'at byte %d; %d of them read as zeros)'
+                     % (what, len(diff), len(expected) // BLOCK, diff[0],
+                        zero))
+
+
+@contextlib.contextmanager
+def cinder_records(monkeypatch, walk_of):
+    """Answer the driver's database reads from the running walk's
+    model (``walk_of()``).
+    """
+    from blobcr_cinder import driver as driver_mod
+    objects = driver_mod.objects
+    monkeypatch.setattr(objects.SnapshotList, 'get_all_for_volume',
+                        lambda ctxt, volume_id: walk_of().snapshots_of(
+                            volume_id))
+    monkeypatch.setattr(objects.VolumeAttachmentList,
+                        'get_all_by_volume_id',
+                        lambda ctxt, volume_id: walk_of().attachments_of(
+                            volume_id))
+    yield
