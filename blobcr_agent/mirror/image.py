@@ -30,6 +30,7 @@ import threading
 import time
 
 from blobcr_agent import _native
+from blobcr_agent import crashpoint
 from blobcr_agent import exception
 from blobcr_agent.mirror import cache
 from blobcr_agent.mirror import persister as persister_mod
@@ -161,6 +162,7 @@ class AttachedImage(object):
         with open(tmp, 'w') as f:
             json.dump(self.meta, f)
         os.replace(tmp, self._meta_path)
+        crashpoint.reached('meta')
 
     @property
     def attached_version(self):

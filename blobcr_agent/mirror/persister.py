@@ -24,6 +24,8 @@ import os
 import threading
 import time
 
+from blobcr_agent import crashpoint
+
 LOG = logging.getLogger(__name__)
 
 JOURNAL = 'journal'
@@ -134,6 +136,7 @@ class Persister(object):
                     # agent, and the page cache does that.
                     journal.write('%d %s\n' % (index, d.hex() if d else '-'))
                     journal.flush()
+                    crashpoint.reached('journal')
             version = pending.finish(pin=self.image.holder)
         except Exception as e:
             return e

@@ -29,6 +29,7 @@ import uuid
 import zlib
 
 from blobcr_agent import _native
+from blobcr_agent import crashpoint
 from blobcr_agent import exception
 from blobcr_agent.repository import backends
 from blobcr_agent.repository.backends import base
@@ -186,6 +187,7 @@ class Repository(object):
             result = mutate(record)
             try:
                 self.backend.write_header(name, record.to_bytes(), token)
+                crashpoint.reached('header')
                 return record, result
             except exception.Conflict:
                 time.sleep(random.uniform(0, 0.002 * (attempt + 1)))

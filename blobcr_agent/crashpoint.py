@@ -1,0 +1,59 @@
+"""Numbered crash points at the agent's durable-state writes, for tests.
+
+Each write that changes what a restart finds (the mirror's meta.json,
+a line of the persist journal, an image header's compare-and-set) calls
+``reached(site)`` once it is done. Unless the environment asks for it,
+that is one test of a module constant. With ``BLOBCR_CRASH_AT=SITE:N``
+the process SIGKILLs itself when it passes SITE for the N-th time: what
+a crash right after that write leaves behind.
+``BLOBCR_CRASH_COUNTS=FILE`` writes ``{site: times passed}`` to FILE at
+exit, so that a sweep knows every point a scenario passes
+(tests/functional/test_crash_points.py).
+"""
+
+import atexit
+import json
+import os
+import signal
+import threading
+
+_AT = os.environ.get('BLOBCR_CRASH_AT')
+_COUNTS_FILE = os.environ.get('BLOBCR_CRASH_COUNTS')
+ENABLED = bool(_AT or _COUNTS_FILE)
+SITES = ('meta', 'journal', 'header')
+
+_lock = threading.Lock()
+_passed = {}
+
+
+def _target():
+    if not _AT:
+        return None
+    site, _, n = _AT.partition(':')
+    if site not in SITES or not n.isdigit():
+        raise ValueError('BLOBCR_CRASH_AT=%s: SITE:N with SITE one of %s'
+                         % (_AT, ', '.join(SITES)))
+    return site, int(n)
+
+
+_TARGET = _target() if ENABLED else None
+
+
+def reached(site):
+    """A durable write at ``site`` is done."""
+    if not ENABLED:
+        return
+    with _lock:
+        _passed[site] = _passed.get(site, 0) + 1
+        hit = _TARGET == (site, _passed[site])
+    if hit:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _write_counts():
+    with open(_COUNTS_FILE, 'w') as f:
+        json.dump(_passed, f)
+
+
+if _COUNTS_FILE:
+    atexit.register(_write_counts)

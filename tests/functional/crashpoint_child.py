@@ -1,0 +1,67 @@
+"""A child process for test_crash_points: attaches an image on the local
+store, writes ROUNDS rounds, each followed by a checkpoint that is not
+waited for (versions in flight together, copy-on-write of chunks the
+next round rewrites), then waits for the persists. Run with
+BLOBCR_CRASH_AT=SITE:N it SIGKILLs itself there (blobcr_agent/
+crashpoint.py). Each round's number is appended to DIR/rounds once its
+writes are done.
+
+    python -m tests.functional.crashpoint_child DIR IMAGE_ID
+"""
+
+import os
+import sys
+
+from blobcr_agent.mirror import image as image_mod
+from blobcr_agent.repository.backends import local
+from blobcr_agent.repository import repository as repo_mod
+
+CHUNK = 4096
+NCHUNKS = 8
+ROUNDS = 3
+
+
+def plan(r):
+    """Round r's writes (0: the base version): {chunk: content}."""
+    return {c: bytes([(16 * r + c) % 251 + 1]) * CHUNK
+            for c in range(NCHUNKS) if r == 0 or (c + r) % 3}
+
+
+def cuts():
+    """The image after round 0, 1, ... ROUNDS, chunk by chunk."""
+    image = [None] * NCHUNKS
+    out = []
+    for r in range(ROUNDS + 1):
+        for c, data in plan(r).items():
+            image[c] = data
+        out.append(list(image))
+    return out
+
+
+def repo_at(directory):
+    return repo_mod.Repository(
+        local.LocalBackend(os.path.join(directory, 'store')),
+        chunk_size=CHUNK, fanout=4, gc_grace=0)
+
+
+def cache_of(directory):
+    return os.path.join(directory, 'cache')
+
+
+def main(directory, image_id):
+    repo = repo_at(directory)
+    image = image_mod.AttachedImage(repo, image_id, None,
+                                    cache_of(directory), prefetch=False)
+    with open(os.path.join(directory, 'rounds'), 'a') as done:
+        for r in range(1, ROUNDS + 1):
+            for c, data in plan(r).items():
+                image.write(c * CHUNK, data)
+            done.write('%d\n' % r)
+            done.flush()
+            image.checkpoint(wait=30)
+    if not image.close(60):
+        sys.exit('persists did not end')
+
+
+if __name__ == '__main__':
+    main(*sys.argv[1:])
