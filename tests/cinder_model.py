@@ -10,8 +10,9 @@ create, attach (initialize_connection), write through the mirror file
 (random spans across chunk borders, several threads on the same chunks
 while a reader races them), flush, snapshot, clone, volume from
 snapshot, delete snapshot, revert, extend, detach (terminate_connection),
-delete, GC, guest checkpoints, and SIGKILL plus restart of a compute
-agent at any point between them.
+delete, GC, guest checkpoints, live migration (the destination attached
+incoming, the handoff at the guest's first request there), and SIGKILL
+plus restart of a compute agent at any point between them.
 
 The model holds the bytes every volume and snapshot must read as. Every
 read is checked against it; after each GC every surviving volume and
@@ -62,11 +63,15 @@ class Volume(object):
         self.path = None            # its mirror file there
         self.content = bytearray(content)
 
-    def attach_record(self, host):
+    def attach_record(self, host, instance=None):
         self.host = host
         self.volume_attachment = [types.SimpleNamespace(
             attach_status='attached', attached_host=host,
-            instance_uuid=str(uuid.uuid4()))]
+            instance_uuid=instance or str(uuid.uuid4()))]
+
+    @property
+    def instance(self):
+        return self.volume_attachment[0].instance_uuid
 
     def detach_record(self):
         self.host = self.path = None
@@ -154,7 +159,7 @@ class Walk(object):
                 ops['delete'] = 1
         if attached:
             ops.update(write=10, read=2, flush=1, detach=3,
-                       guest_checkpoint=2, kill_agent=1)
+                       guest_checkpoint=2, kill_agent=1, migrate=1)
         if self.volumes:
             ops.update(snapshot=3, clone=2)
         if self.snapshots:
@@ -195,7 +200,10 @@ class Walk(object):
         volume = self._pick([v for v in self.volumes if v.host])
         if self.rng.random() < 0.3:
             self._threaded_writes(volume)
-            return
+        else:
+            self._write_spans(volume)
+
+    def _write_spans(self, volume):
         with open(volume.path, 'r+b', buffering=0) as f:
             for _ in range(self.rng.randint(1, 4)):
                 length = self.rng.choice(
@@ -295,6 +303,31 @@ class Walk(object):
             if volume.host == host:
                 self._check_file(volume)
 
+    def op_migrate(self):
+        """Nova's live migration: the destination connects the volume
+        (a second attachment of the same instance) while the guest still
+        writes on the source; the guest's first request on the
+        destination waits for the source's handoff; then the source's
+        connection is terminated.
+        """
+        volume = self._pick([v for v in self.volumes if v.host])
+        source = volume.host
+        dest = self._pick(sorted(set(self.world.compute) - {source}))
+        volume.volume_attachment.append(types.SimpleNamespace(
+            attach_status='attaching', attached_host=None,
+            instance_uuid=volume.instance))
+        info = self.driver.initialize_connection(volume, {'host': dest})
+        if self.rng.random() < 0.7:
+            self._write_spans(volume)           # still on the source
+        on_source = list(volume.volume_attachment)
+        volume.attach_record(dest, volume.instance)
+        volume.path = info['data']['device_path']
+        self._check_file(volume)
+        gone = types.SimpleNamespace(
+            id=volume.id, provider_id=volume.provider_id,
+            volume_attachment=on_source)
+        self.driver.terminate_connection(gone, {'host': source})
+
     def op_snapshot(self):
         volume = self._pick(self.volumes)
         snapshot = Snapshot(volume)
@@ -311,7 +344,11 @@ class Walk(object):
 
     def op_from_snapshot(self):
         snapshot = self._pick(self.snapshots)
-        self._new_volume(snapshot.content, snapshot.volume_size,
+        # An extend grows every version of the image, the snapshot's
+        # too: the new volume has the volume's size now, not the one
+        # Cinder recorded with the snapshot (a known difference from
+        # Cinder's own drivers; the extra space reads as zeros).
+        self._new_volume(snapshot.content, snapshot.volume.size,
                          self.driver.create_volume_from_snapshot, snapshot)
 
     def _new_volume(self, content, size, create, source):

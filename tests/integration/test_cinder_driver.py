@@ -11,6 +11,7 @@ names, as the hypervisor would.
 """
 
 import os
+import random
 import time
 import uuid
 
@@ -156,7 +157,7 @@ def test_volume_snapshot_clone_revert_extend_delete(cloud, rabbitmq_url):
     snap_version = int(props['blobcr:version'])
     assert [v['version'] for v in stable if v['made_by'] in (
         'cinder', 'revert') and v['version'] != snap_version and
-        not v['clones']] == [stable[-1]['version']], versions
+        not v['clones']] == [versions['head']], versions
     assert snap_version in [v['version'] for v in stable]
     # (Cinder's revert also made and deleted a snapshot of its own.)
     assert 'revert' in [v['made_by'] for v in versions['versions']
@@ -178,6 +179,54 @@ def test_volume_snapshot_clone_revert_extend_delete(cloud, rabbitmq_url):
     for volume_id in (vol_b['id'], clone['id']):
         stack.openstack('volume', 'delete', volume_id, json=False)
         stack.wait_status('volume', volume_id, 'deleted')
+
+
+def test_clone_and_snapshot_delete_of_an_attached_volume_lose_nothing(
+        openstack_cloud, cinder_hosts, rabbitmq_url):
+    """What a new user does (issue 19, finding 1): clone an in-use
+    volume (its temporary snapshot is deleted), and delete a snapshot of
+    it; the guest writes after each; detach, GC: the volume has every
+    write, and so does a clone of it.
+    """
+    stack, hosts = openstack_cloud, cinder_hosts['local']
+    rng = random.Random(19)
+    chunk = 256 << 10
+    vol = create_volume(stack, hosts, 'vol-lw', '--size', '1')
+    att = Attachment(stack, vol['id'], hosts.compute[0])
+    expected = bytearray(64 * chunk)
+
+    def write(first, count):
+        data = rng.randbytes(count * chunk)
+        with open(att.path, 'r+b', buffering=0) as f:
+            f.seek(first * chunk)
+            f.write(data)
+            os.fsync(f.fileno())
+        expected[first * chunk:(first + count) * chunk] = data
+
+    write(0, 4)
+    clone = create_volume(stack, hosts, 'vol-lw-c', '--size', '1',
+                          '--source', vol['id'])
+    write(10, 23)
+    snap = create_snapshot(stack, vol['id'], 'snap-lw')
+    stack.openstack('volume', 'snapshot', 'delete', snap['id'], json=False)
+    stack.wait_status('snapshot', snap['id'], 'deleted')
+    write(40, 5)
+    att.detach()
+    stack.wait_status('volume', vol['id'], 'available')
+    api = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=60)
+    try:
+        api.gc(hosts.storage, grace=0)
+    finally:
+        api.cleanup()
+    again = create_volume(stack, hosts, 'vol-lw-d', '--size', '1',
+                          '--source', vol['id'])
+    for volume_id in (vol['id'], again['id']):
+        check = Attachment(stack, volume_id, hosts.compute[1])
+        assert read_file(check.path, 0, len(expected)) == expected
+        check.detach()
+    for volume_id in (vol['id'], clone['id'], again['id']):
+        stack.wait_status('volume', volume_id, 'available')
+        stack.openstack('volume', 'delete', volume_id, json=False)
 
 
 def test_unknown_extra_spec_fails_the_create_clearly(cloud):
