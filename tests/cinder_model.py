@@ -297,7 +297,14 @@ class Walk(object):
                                   quiesce='none')
 
     def op_kill_agent(self):
-        host = self._pick(sorted({v.host for v in self.volumes if v.host}))
+        """SIGKILL and restart an agent a volume is attached to (its
+        persists in flight resume or fail), now and then the storage
+        agent.
+        """
+        hosts = sorted({v.host for v in self.volumes if v.host})
+        if self.rng.random() < 0.2:
+            hosts = [self.world.storage]
+        host = self._pick(hosts)
         self.world.restart(host)
         for volume in self.volumes:
             if volume.host == host:

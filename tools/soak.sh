@@ -4,7 +4,10 @@
 # until --hours have passed. A failure prints its seed and the command
 # that replays it; CI runs a bounded form of the same test.
 #
-#   bash tools/soak.sh --hours 2 [--seed S] [--steps 300]
+#   bash tools/soak.sh --hours 2 [--seed S] [--steps 300] [--ceph]
+#
+# --ceph: on the micro Ceph cluster the test session starts (erasure-
+# coded data pool) instead of the local store.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 hours=1
@@ -15,7 +18,8 @@ while [ $# -gt 0 ]; do
         --hours) hours=$2; shift 2 ;;
         --seed) seed=$2; shift 2 ;;
         --steps) steps=$2; shift 2 ;;
-        *) echo "usage: $0 [--hours H] [--seed S] [--steps N]" >&2; exit 2 ;;
+        --ceph) export BLOBCR_MODEL_BACKEND=rados; shift ;;
+        *) echo "usage: $0 [--hours H] [--seed S] [--steps N] [--ceph]" >&2; exit 2 ;;
     esac
 done
 [ -x "$top/.venv/bin/pytest" ] || bash "$top/tools/install-deps.sh"

@@ -4,7 +4,8 @@ on real agents over the session's RabbitMQ and the local store.
 
 CI runs a bounded budget: BLOBCR_MODEL_SEEDS walks (default 4) of
 BLOBCR_MODEL_STEPS steps (default 120), seeds from BLOBCR_MODEL_SEED
-(default: new ones, printed). tools/soak.sh runs walks for hours. A
+(default: new ones, printed), on the local store (BLOBCR_MODEL_BACKEND
+=rados: the micro Ceph cluster). tools/soak.sh runs walks for hours. A
 failure names its seed; replay it with::
 
     BLOBCR_MODEL_SEED=<seed> BLOBCR_MODEL_SEEDS=1 \\
@@ -19,11 +20,11 @@ import types
 import pytest
 
 from blobcr_agent.bench import harness
-from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
 from blobcr_agent.rpc import api as rpc_api
 from tests import agent_rpc
 from tests import cinder_model
+from tests import conftest
 
 COMPUTE = ('compute-a', 'compute-b')
 
@@ -57,8 +58,11 @@ def _driver(group, storage, url):
 
 
 @pytest.fixture
-def world(tmp_path, rabbitmq_url, api):
-    backend = local.LocalBackend(str(tmp_path / 'store'))
+def world(tmp_path, rabbitmq_url, api, request):
+    # BLOBCR_MODEL_BACKEND=rados: the micro Ceph cluster (tools/soak.sh
+    # --ceph); CI walks the local store.
+    backend = conftest.make_backend(
+        os.environ.get('BLOBCR_MODEL_BACKEND', 'local'), tmp_path, request)
     settings = {'repository': {'chunk_size': str(cinder_model.CHUNK)}}
     agents = {}
     names = {}
@@ -96,6 +100,7 @@ def world(tmp_path, rabbitmq_url, api):
     for agent in agents.values():
         agent.stop()
     repo.close()
+    backend.close()
 
 
 def test_cinder_flows_against_the_model(world, monkeypatch, capsys):
@@ -125,7 +130,10 @@ def test_cinder_flows_against_the_model(world, monkeypatch, capsys):
         print('model walks: %d seeds from %d, %d steps: %s'
               % (len(done), first, sum(w.steps for w in done),
                  ', '.join('%s %d' % kv for kv in sorted(counts.items()))))
-    # The walk reached what it claims to test.
+    # The walks reached what they claim to test (a replay of one short
+    # walk need not).
+    if sum(w.steps for w in done) < 300:
+        return
     for name in ('write', 'snapshot', 'clone', 'delete_snapshot', 'detach',
                  'gc', 'kill_agent', 'migrate'):
         assert counts.get(name), 'no %s step ran' % name
