@@ -8,7 +8,9 @@ the process SIGKILLs itself when it passes SITE for the N-th time: what
 a crash right after that write leaves behind.
 ``BLOBCR_CRASH_COUNTS=FILE`` writes ``{site: times passed}`` to FILE at
 exit, so that a sweep knows every point a scenario passes
-(tests/functional/test_crash_points.py).
+(tests/functional/test_crash_points.py). The native core has crash
+points of its own, at every store into its state files
+(``BLOBCR_CORE_CRASH_AT=K``, native/core.h).
 """
 
 import atexit

@@ -10,6 +10,8 @@
 #include <Python.h>
 #include <string.h>
 
+#include "core.h"
+
 /* A region is all zero when its first 16 bytes are zero and it equals
  * itself shifted by 16 bytes: memcmp is vectorised by libc, a byte loop
  * is not. */
@@ -192,7 +194,37 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(crash_point_doc,
+"crash_point(where)\n\n"
+"A crash point of the agent, counted with the mirror core's: with\n"
+"BLOBCR_CORE_CRASH_AT=k in the environment at import, the process SIGKILLs\n"
+"itself at the k-th one passed (k = 0: count only).");
+
+static PyObject *
+native_crash_point(PyObject *self, PyObject *args)
+{
+    const char *where;
+
+    if (!PyArg_ParseTuple(args, "s:crash_point", &where))
+        return NULL;
+    MC_CRASH_POINT(where);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(crash_points_doc,
+"crash_points() -> int\n\n"
+"Crash points passed so far (the core's and crash_point()'s); 0 unless\n"
+"BLOBCR_CORE_CRASH_AT armed them.");
+
+static PyObject *
+native_crash_points(PyObject *self, PyObject *noargs)
+{
+    return PyLong_FromLong(mc_crash_passed());
+}
+
 static PyMethodDef native_methods[] = {
+    {"crash_point", native_crash_point, METH_VARARGS, crash_point_doc},
+    {"crash_points", native_crash_points, METH_NOARGS, crash_points_doc},
     {"is_zero", native_is_zero, METH_VARARGS, is_zero_doc},
     {"zero_map", native_zero_map, METH_VARARGS, zero_map_doc},
     {"patch_nodes", native_patch_nodes, METH_VARARGS, patch_nodes_doc},

@@ -81,6 +81,17 @@
  *     the chunks it had prepared: one of them may be in the new
  *     generation (else its pwrite would land in that snapshot).
  *
+ * Crash safety. A SIGKILL keeps every byte stored into state.bin and
+ * gens.bin before it (MAP_SHARED: the page cache), in store order, so
+ * each transition orders its stores for a kill between any two to leave
+ * a state that recovery reads right (tests/native/crash_core.c kills
+ * the process at every one, the crash points): a chunk leaving a
+ * snapshot turns dirty first; a COMMIT's generation counts only once
+ * set_ring records it, and ST_COPIED of its chunks (an older one's
+ * content is in the volatile buffer) goes only after that; a write marks
+ * a present chunk dirty before its data lands; live-cow folds a
+ * redirected chunk back only once the chunk is taken.
+ *
  * Copyright BlobCR for OpenStack developers. Apache-2.0.
  */
 #define _GNU_SOURCE
@@ -88,6 +99,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +114,60 @@
 #define PAUSE(at) ((void)0)
 #define FAULT(at) 0
 #endif
+
+/* ---- crash points (core.h) ----------------------------------------- */
+
+int mc_crash_armed;
+static long crash_at, crash_passed;
+
+void
+mc_crash_arm(long at)
+{
+    __atomic_store_n(&crash_passed, 0, __ATOMIC_SEQ_CST);
+    crash_at = at;
+    mc_crash_armed = at >= 0;
+}
+
+long
+mc_crash_passed(void)
+{
+    return __atomic_load_n(&crash_passed, __ATOMIC_SEQ_CST);
+}
+
+void
+mc_crash_point(const char *where)
+{
+    long k = __atomic_add_fetch(&crash_passed, 1, __ATOMIC_SEQ_CST);
+    if (k == crash_at) {
+        char msg[128];
+        int n = snprintf(msg, sizeof msg, "crash point %ld: %s\n", k, where);
+        ssize_t ignored = write(2, msg, (size_t)n);
+        (void)ignored;
+        kill(getpid(), SIGKILL);     /* the whole process, at once */
+        _exit(137);
+    }
+}
+
+/* Read once, before any mirror opens or thread starts. */
+__attribute__((constructor)) static void
+crash_arm_from_env(void)
+{
+    const char *at = getenv("BLOBCR_CORE_CRASH_AT");
+    if (at && *at)
+        mc_crash_arm(strtol(at, NULL, 10));
+}
+
+/* Every change of a persisted byte (state.bin, gens.bin) passes a crash
+ * point first. */
+static inline void
+put_byte(uint8_t *p, uint8_t v, const char *where)
+{
+    if (__builtin_expect(mc_crash_armed, 0) && *p != v)
+        mc_crash_point(where);
+    *p = v;
+}
+#define PUT_STATE(m, c, v) put_byte(&(m)->state[c], (uint8_t)(v), __func__)
+#define PUT_GENS(m, c, v) put_byte(&(m)->gens[c], (uint8_t)(v), __func__)
 
 const char *const mc_mode_names[] = {
     "selective-cow", "live-cow", "live-precopy", "offline", NULL
@@ -178,7 +244,7 @@ sync_bits(MirrorCore *m, int64_t c)
         s |= ST_SNAP;
     if (g & (uint8_t)~G_MEMBERS)
         s |= ST_SCHED;
-    m->state[c] = s;
+    PUT_STATE(m, c, s);
 }
 
 static void
@@ -196,9 +262,16 @@ free_slot(MirrorCore *m, int64_t c, int g)
 static void
 set_ring(MirrorCore *m, int head, int n)
 {
+    uint8_t ring[2] = { (uint8_t)head, (uint8_t)n };
+    uint16_t both;
     m->head = head;
-    m->gmap[4] = (uint8_t)head;
-    m->gmap[5] = (uint8_t)n;
+    memcpy(&both, ring, sizeof both);
+    if (memcmp(m->gmap + 4, ring, sizeof ring) != 0)
+        MC_CRASH_POINT(__func__);
+    /* One store: a kill leaves the old ring or the new, never a head
+     * from one and a count from the other. */
+    __atomic_store_n((uint16_t *)(void *)(m->gmap + 4), both,
+                     __ATOMIC_RELAXED);
 }
 
 /* Full pread/pwrite loops; no lock needed. Return 0 or an errno. */
@@ -224,6 +297,7 @@ pread_full(int fd, char *buf, size_t len, off_t off)
 static int
 pwrite_full(int fd, const char *buf, size_t len, off_t off)
 {
+    MC_CRASH_POINT(__func__);
     while (len) {
         ssize_t n = pwrite(fd, buf, len, off);
         if (n < 0) {
@@ -398,9 +472,9 @@ mc_open(MirrorCore *m, const char *dir, int64_t size, int64_t chunk_size,
             memset(m->gmap, 0, m->gmap_len);
             for (int64_t c = 0; c < m->nchunks; c++) {
                 if (m->state[c] & ST_SNAP)
-                    m->gens[c] |= G_MEMBER(0);
+                    PUT_GENS(m, c, m->gens[c] | G_MEMBER(0));
                 if (m->state[c] & ST_SCHED)
-                    m->gens[c] |= G_MEMBER(0) | G_UNTAKEN(0);
+                    PUT_GENS(m, c, m->gens[c] | G_MEMBER(0) | G_UNTAKEN(0));
                 any |= m->gens[c] != 0;
             }
             memcpy(m->gmap, "BCG1", 4);
@@ -441,14 +515,14 @@ mc_open(MirrorCore *m, const char *dir, int64_t size, int64_t chunk_size,
         for (int g = 0; g < MC_MAX_GENS; g++)
             m->slot_of[c * MC_MAX_GENS + g] = -1;
         /* transient: whoever set them is gone */
-        m->state[c] &= (uint8_t)~(ST_PENDING | ST_FILLING);
+        PUT_STATE(m, c, m->state[c] & ~(ST_PENDING | ST_FILLING));
         /* Bits of a generation outside the persisted ring: a COMMIT cut
          * short before it counted it. Its chunks are dirty again. */
         for (int k = 0; k < m->parked; k++)
             ring |= G_MEMBER(gen_at(m, k)) | G_UNTAKEN(gen_at(m, k));
         if (m->gens[c] & (uint8_t)~ring & G_MEMBERS)
-            m->state[c] |= ST_DIRTY;
-        m->gens[c] &= ring;
+            PUT_STATE(m, c, m->state[c] | ST_DIRTY);
+        PUT_GENS(m, c, m->gens[c] & ring);
         sync_bits(m, c);
     }
     for (int64_t s = 0; s < cow_chunks; s++)
@@ -573,23 +647,23 @@ prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
              * holds no valid data for the chunk, so readers keep reading
              * the mirror file (FILLING, not REDIRECT) and other writers
              * and the persister wait (PENDING); mc_write ends both. */
-            m->state[c] |= ST_PENDING | ST_FILLING;
+            PUT_STATE(m, c, m->state[c] | ST_PENDING | ST_FILLING);
             m->st.redirects++;
             m->st.redirects_nocopy++;
             return 0;
         }
         if (m->mode == MODE_LIVE_COW) {
             int err;
-            m->state[c] |= ST_PENDING;
+            PUT_STATE(m, c, m->state[c] | ST_PENDING);
             pthread_mutex_unlock(&m->lock);
             err = copy_chunk(m, m->data_fd, m->redirect_fd, c, scratch);
             PAUSE(MC_AT_COPY);
             pthread_mutex_lock(&m->lock);
-            m->state[c] &= (uint8_t)~ST_PENDING;
+            PUT_STATE(m, c, m->state[c] & ~ST_PENDING);
             if (!err && !(m->gens[c] & G_UNTAKEN(g))) {
                 m->st.copies_dropped++;   /* the mirror file is current */
             } else if (!err) {
-                m->state[c] |= ST_REDIRECT;
+                PUT_STATE(m, c, m->state[c] | ST_REDIRECT);
                 m->st.redirects++;
             }
             pthread_cond_broadcast(&m->cond);
@@ -624,14 +698,14 @@ prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
         {
             int64_t slot = m->free_slots[--m->nfree];
             int err;
-            m->state[c] |= ST_PENDING;
+            PUT_STATE(m, c, m->state[c] | ST_PENDING);
             pthread_mutex_unlock(&m->lock);
             err = pread_full(m->data_fd, m->cow + slot * m->chunk_size,
                              (size_t)mc_chunk_len(m, c),
                              (off_t)c * m->chunk_size);
             PAUSE(MC_AT_COPY);
             pthread_mutex_lock(&m->lock);
-            m->state[c] &= (uint8_t)~ST_PENDING;
+            PUT_STATE(m, c, m->state[c] & ~ST_PENDING);
             /* No COMMIT while we copied (we are a writer in flight, not
              * waiting for a slot): g is still the newest holding c; only
              * a failure can have ended it. */
@@ -643,7 +717,7 @@ prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
                     m->st.copies_dropped++;
             } else {
                 m->slot_of[c * MC_MAX_GENS + g] = (int32_t)slot;
-                m->state[c] |= ST_COPIED;
+                PUT_STATE(m, c, m->state[c] | ST_COPIED);
                 m->copied[g][m->ncopied[g]++] = c;
                 m->st.cow_copies++;
                 if (g != gen_at(m, m->ngens - 1))
@@ -661,6 +735,23 @@ static int
 ends_redirected(MirrorCore *m, int64_t c)
 {
     return (m->state[c] & (ST_REDIRECT | ST_FILLING)) != 0;
+}
+
+/* Chunk c is about to be written (lock held, the write in flight: no
+ * COMMIT can come before its data lands). A present chunk turns dirty
+ * now, not after the pwrite: a kill in between must leave neither data
+ * that no checkpoint carries nor a chunk that recovery would requeue
+ * for a snapshot its new data then leaks into (mc_requeue trusts a
+ * clean chunk). An error leaves it dirty: harmless, the next snapshot
+ * reads it again. An absent chunk (a whole-chunk write) turns present
+ * and dirty only once written: until then the repository holds its
+ * content, and a dirty absent chunk would be persisted from a mirror
+ * file that does not hold it. */
+static void
+mark_written(MirrorCore *m, int64_t c)
+{
+    if (m->state[c] & ST_PRESENT)
+        PUT_STATE(m, c, m->state[c] | ST_DIRTY);
 }
 
 int
@@ -738,7 +829,7 @@ again:
         /* Give back the whole-chunk redirects this write started. */
         for (c = first; c <= last; c++)
             if (missing[c - first]) {
-                m->state[c] &= (uint8_t)~(ST_FILLING | ST_PENDING);
+                PUT_STATE(m, c, m->state[c] & ~(ST_FILLING | ST_PENDING));
                 m->st.redirects--;
                 m->st.redirects_nocopy--;
             }
@@ -748,13 +839,15 @@ again:
      * overwrite it with older repository content (a whole-chunk write
      * makes an absent chunk present only once its pwrite is done), and
      * a redirect is not folded back under it. Where each chunk's bytes
-     * go is decided now, under the lock. */
+     * go is decided now, under the lock. A present chunk is dirty from
+     * now on (before its data lands, see mark_written). */
     for (c = first; c <= last; c++) {
         if (!m->first_write[c])
             m->first_write[c] = ++m->seq;
         m->wflight[c]++;
         missing[c - first] = ends_redirected(m, c);
         any_redirect |= (int)missing[c - first];
+        mark_written(m, c);
     }
     pthread_mutex_unlock(&m->lock);
     PAUSE(MC_AT_WRITE);
@@ -777,12 +870,11 @@ again:
         if (m->state[c] & ST_FILLING) {
             /* On an error the mirror file still holds the chunk's
              * current (snapshot) content: it stays unredirected. */
-            m->state[c] &= (uint8_t)~(ST_FILLING | ST_PENDING);
-            if (!err)
-                m->state[c] |= ST_REDIRECT;
+            PUT_STATE(m, c, (m->state[c] & ~(ST_FILLING | ST_PENDING)) |
+                      (err ? 0 : ST_REDIRECT));
         }
         if (!err)
-            m->state[c] |= ST_PRESENT | ST_DIRTY;
+            PUT_STATE(m, c, m->state[c] | ST_PRESENT | ST_DIRTY);
     }
 out:
     m->writers--;
@@ -807,15 +899,16 @@ mc_install(MirrorCore *m, int64_t c, const char *data, int *installed)
         pthread_cond_wait(&m->cond, &m->lock);
     }
     if (!(m->state[c] & ST_PRESENT)) {
-        m->state[c] |= ST_PENDING;   /* a racing write waits for us */
+        /* a racing write waits for us */
+        PUT_STATE(m, c, m->state[c] | ST_PENDING);
         pthread_mutex_unlock(&m->lock);
         PAUSE(MC_AT_INSTALL);
         err = pwrite_full(m->data_fd, data, (size_t)mc_chunk_len(m, c),
                           (off_t)c * m->chunk_size);
         pthread_mutex_lock(&m->lock);
-        m->state[c] &= (uint8_t)~ST_PENDING;
+        PUT_STATE(m, c, m->state[c] & ~ST_PENDING);
         if (!err) {
-            m->state[c] |= ST_PRESENT;
+            PUT_STATE(m, c, m->state[c] | ST_PRESENT);
             *installed = 1;
         }
         pthread_cond_broadcast(&m->cond);
@@ -885,17 +978,34 @@ fold_leftovers(MirrorCore *m, char *scratch)
             int err = copy_chunk(m, m->redirect_fd, m->data_fd, c, scratch);
             if (err)
                 return err;
-            m->state[c] = (uint8_t)(s & ~ST_REDIRECT) | ST_DIRTY;
+            PUT_STATE(m, c, (s & ~ST_REDIRECT) | ST_DIRTY);
         }
         if (m->gens[c] || (m->state[c] & (ST_SNAP | ST_SCHED))) {
-            m->gens[c] = 0;
-            m->state[c] = (uint8_t)((m->state[c] & ~(ST_SCHED | ST_SNAP |
-                                                     ST_COPIED)) | ST_DIRTY);
+            /* Dirty first: a kill between the two leaves it dirty. */
+            PUT_STATE(m, c, (m->state[c] &
+                             ~(ST_SCHED | ST_SNAP | ST_COPIED)) | ST_DIRTY);
+            PUT_GENS(m, c, 0);
         }
     }
     m->parked = 0;
     set_ring(m, m->head, 0);
     return 0;
+}
+
+/* The n chunks of the new generation g: the newest holding them is g,
+ * which reads them in place, so ST_COPIED (an older generation's
+ * content is in the buffer) no longer holds. Only once the ring counts
+ * g: a kill before that leaves g out of the restarted ring, and an
+ * older generation's recovery must still see that the mirror file no
+ * longer holds its content (else it would persist newer data into
+ * it). Lock held. */
+static void
+forget_copies(MirrorCore *m, int g, int64_t n)
+{
+    for (int64_t k = 0; k < n; k++) {
+        int64_t c = m->order[g][k];
+        PUT_STATE(m, c, m->state[c] & ~ST_COPIED);
+    }
 }
 
 /* Why a COMMIT cannot start now (an MC_BUSY_*), or 0. Busy for a full
@@ -946,15 +1056,15 @@ mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy)
     g = gen_at(m, m->ngens);
     m->order_len[g] = m->order_pos[g] = m->ncopied[g] = 0;
     for (int64_t c = 0; c < m->nchunks; c++) {
-        m->gens[c] &= (uint8_t)~(G_MEMBER(g) | G_UNTAKEN(g));
+        PUT_GENS(m, c, m->gens[c] & ~(G_MEMBER(g) | G_UNTAKEN(g)));
         if (m->state[c] & ST_DIRTY) {
             if (m->gens[c] & G_MEMBERS)
                 m->st.multi_gen++;
-            m->gens[c] |= G_MEMBER(g) | G_UNTAKEN(g);
+            PUT_GENS(m, c, m->gens[c] | G_MEMBER(g) | G_UNTAKEN(g));
             /* The new generation reads it in place; older ones hold
-             * their copies in the buffer (a write copied it first). */
-            m->state[c] = (uint8_t)((m->state[c] & ~(ST_DIRTY | ST_COPIED))
-                                    | ST_SCHED | ST_SNAP);
+             * their copies in the buffer (a write copied it first).
+             * ST_COPIED stays until the ring counts g: see below. */
+            PUT_STATE(m, c, (m->state[c] & ~ST_DIRTY) | ST_SCHED | ST_SNAP);
             m->order[g][n++] = c;
         }
     }
@@ -979,17 +1089,17 @@ mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy)
             if (!err)
                 err = copy_chunk(m, m->data_fd, m->precopy_fd, c, scratch);
             if (!err)
-                m->state[c] |= ST_COPIED;
+                PUT_STATE(m, c, m->state[c] | ST_COPIED);
         }
         if (err) {
             /* Nothing stays scheduled without a persister: the chunks
              * are dirty again for the next COMMIT. */
             for (int64_t k = 0; k < n; k++) {
                 int64_t c = m->order[g][k];
-                m->gens[c] = 0;
-                m->state[c] = (uint8_t)((m->state[c] &
-                                         ~(ST_SCHED | ST_SNAP | ST_COPIED))
-                                        | ST_DIRTY);
+                PUT_STATE(m, c, (m->state[c] &
+                                 ~(ST_SCHED | ST_SNAP | ST_COPIED)) |
+                          ST_DIRTY);
+                PUT_GENS(m, c, 0);
             }
             m->order_len[g] = m->left[g] = 0;
             m->st.precopy_undone++;
@@ -1000,6 +1110,8 @@ mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy)
     m->scheduled += n;
     m->ngens++;
     set_ring(m, m->head, m->ngens);
+    if (m->mode != MODE_PRECOPY)
+        forget_copies(m, g, n);
     m->hold = hold;
     /* The cut: every slot waiter is now after this snapshot. */
     m->commits++;
@@ -1059,6 +1171,42 @@ pick(MirrorCore *m, int g)
     return -1;
 }
 
+/* Chunk c is taken by generation g. Lock held. */
+static void
+mark_taken(MirrorCore *m, int64_t c, int g)
+{
+    PUT_GENS(m, c, m->gens[c] & ~G_UNTAKEN(g));
+    if (newest_of(m, c, m->ngens) == g)
+        PUT_STATE(m, c, m->state[c] & ~ST_COPIED);
+    sync_bits(m, c);
+    m->hist[c] |= H_TAKEN;
+    m->left[g]--;
+    m->scheduled--;
+}
+
+/* live-cow: fold the redirected data of the taken chunk c back in place
+ * (the extra I/O classic copy-on-write pays). Lock held, dropped for the
+ * I/O; c is PENDING. Only once c is taken: the fold overwrites the
+ * snapshot's content in the mirror file, and a kill during it must not
+ * leave c untaken (recovery would persist the new data into the
+ * snapshot). Taken, and dirty since written, recovery finds it gone
+ * unless the persister journaled it. On an error the data stays
+ * redirected (both files valid) and the caller fails the version. */
+static int
+fold_taken(MirrorCore *m, int64_t c)
+{
+    char *tmp;
+    int err;
+    pthread_mutex_unlock(&m->lock);
+    tmp = malloc((size_t)m->chunk_size);
+    err = tmp ? copy_chunk(m, m->redirect_fd, m->data_fd, c, tmp) : ENOMEM;
+    free(tmp);
+    pthread_mutex_lock(&m->lock);
+    if (!err)
+        PUT_STATE(m, c, m->state[c] & ~ST_REDIRECT);
+    return err;
+}
+
 int
 mc_take(MirrorCore *m, char *buf, int64_t *out)
 {
@@ -1104,36 +1252,22 @@ mc_take(MirrorCore *m, char *buf, int64_t *out)
         } else {
             /* In the mirror file, which no write can reach while it is
              * scheduled and uncopied, nor while PENDING. */
-            m->state[c] |= ST_PENDING;
+            PUT_STATE(m, c, m->state[c] | ST_PENDING);
         }
         if (from != 1) {
             pthread_mutex_unlock(&m->lock);
             err = pread_full(from == 2 ? m->precopy_fd : m->data_fd, buf,
                              (size_t)mc_chunk_len(m, c),
                              (off_t)c * m->chunk_size);
-            if (!err && (s & ST_REDIRECT)) {
-                /* live-cow: fold the redirected data back in place (the
-                 * extra I/O classic copy-on-write pays). */
-                char *tmp = malloc((size_t)m->chunk_size);
-                err = tmp ? copy_chunk(m, m->redirect_fd, m->data_fd, c,
-                                       tmp) : ENOMEM;
-                free(tmp);
-            }
             PAUSE(MC_AT_TAKE);
             pthread_mutex_lock(&m->lock);
         }
-        if (err) {
-            m->state[c] &= (uint8_t)~ST_PENDING;
-        } else {
-            m->gens[c] &= (uint8_t)~G_UNTAKEN(g);
-            m->state[c] &= (uint8_t)~(ST_PENDING | ST_REDIRECT);
-            if (newest_of(m, c, m->ngens) == g)
-                m->state[c] &= (uint8_t)~ST_COPIED;
-            sync_bits(m, c);
-            m->hist[c] |= H_TAKEN;
-            m->left[g]--;
-            m->scheduled--;
+        if (!err) {
+            mark_taken(m, c, g);
+            if (s & ST_REDIRECT)
+                err = fold_taken(m, c);
         }
+        PUT_STATE(m, c, m->state[c] & ~ST_PENDING);
         pthread_cond_broadcast(&m->cond);
     }
     m->taking--;
@@ -1159,8 +1293,8 @@ end_oldest(MirrorCore *m)
             m->scheduled--;
         free_slot(m, c, g);
         if (newest_of(m, c, m->ngens) == g)
-            m->state[c] &= (uint8_t)~ST_COPIED;
-        m->gens[c] &= (uint8_t)~bits;
+            PUT_STATE(m, c, m->state[c] & ~ST_COPIED);
+        PUT_GENS(m, c, m->gens[c] & ~bits);
         sync_bits(m, c);
     }
     m->order_len[g] = m->order_pos[g] = m->left[g] = m->ncopied[g] = 0;
@@ -1198,7 +1332,7 @@ mc_snapshot_done(MirrorCore *m, int stable)
      * for them all, so that none marks a chunk copied or writes into the
      * redirect file after this returns. */
     for (int64_t c = 0; c < m->nchunks; c++) {
-        m->gens[c] &= G_MEMBERS;
+        PUT_GENS(m, c, m->gens[c] & G_MEMBERS);
         sync_bits(m, c);
     }
     pthread_cond_broadcast(&m->cond);
@@ -1209,7 +1343,7 @@ mc_snapshot_done(MirrorCore *m, int stable)
     for (int64_t c = 0; c < m->nchunks; c++) {
         if (!(m->state[c] & ST_SNAP) && !m->gens[c])
             continue;
-        m->state[c] |= ST_DIRTY;
+        PUT_STATE(m, c, m->state[c] | ST_DIRTY);
         for (int g = 0; g < MC_MAX_GENS; g++)
             free_slot(m, c, g);
         if (m->state[c] & ST_REDIRECT) {
@@ -1218,10 +1352,10 @@ mc_snapshot_done(MirrorCore *m, int stable)
              * does: fold_leftovers). */
             if (tmp && copy_chunk(m, m->redirect_fd, m->data_fd, c,
                                   tmp) == 0)
-                m->state[c] &= (uint8_t)~ST_REDIRECT;
+                PUT_STATE(m, c, m->state[c] & ~ST_REDIRECT);
         }
-        m->gens[c] = 0;
-        m->state[c] &= (uint8_t)~(ST_SNAP | ST_SCHED | ST_COPIED);
+        PUT_GENS(m, c, 0);
+        PUT_STATE(m, c, m->state[c] & ~(ST_SNAP | ST_SCHED | ST_COPIED));
     }
     m->scheduled = 0;
     for (int g = 0; g < MC_MAX_GENS; g++)
@@ -1301,9 +1435,10 @@ mc_resume(MirrorCore *m)
         if (m->gens[c] & (uint8_t)~(G_MEMBER(g) | G_UNTAKEN(g))) {
             /* COPIED was about a later generation's content (the
              * oldest's, if it still needed it, was lost: recovery
-             * checked). */
-            m->gens[c] &= G_MEMBER(g) | G_UNTAKEN(g);
-            m->state[c] = (uint8_t)((m->state[c] & ~ST_COPIED) | ST_DIRTY);
+             * checked). Dirty first: a kill between the two must not
+             * leave a chunk in no snapshot and not dirty either. */
+            PUT_STATE(m, c, (m->state[c] & ~ST_COPIED) | ST_DIRTY);
+            PUT_GENS(m, c, m->gens[c] & (G_MEMBER(g) | G_UNTAKEN(g)));
         }
         if (m->gens[c] & G_UNTAKEN(g))
             m->order[g][n++] = c;
@@ -1333,7 +1468,7 @@ mc_requeue(MirrorCore *m, int64_t c)
         ((m->gens[c] & G_UNTAKEN(g)) ||
          (!(s & ST_DIRTY) && newest_of(m, c, n) == g));
     if (ok) {
-        m->gens[c] |= G_UNTAKEN(g);
+        PUT_GENS(m, c, m->gens[c] | G_UNTAKEN(g));
         sync_bits(m, c);
     }
     pthread_mutex_unlock(&m->lock);

@@ -216,4 +216,22 @@ void mc_test_pause(int where);
 int mc_test_fault(int where);
 #endif
 
+/* Crash points: every durable-state write of the core (a state or
+ * generation byte that changes, the ring header, a write into one of
+ * the mirror's files) passes one first; a test driver can add its own
+ * (the agent's metadata, its journal) to the same count. Armed, the
+ * process SIGKILLs itself at the at-th one passed, after naming it on
+ * stderr; at = 0 only counts, at < 0 disarms. The environment arms it
+ * when the library loads: BLOBCR_CORE_CRASH_AT=k. Disarmed (production), a
+ * crash point costs a load and a predicted branch. */
+extern int mc_crash_armed;
+void mc_crash_arm(long at);
+long mc_crash_passed(void);          /* since the last mc_crash_arm */
+void mc_crash_point(const char *where);
+#define MC_CRASH_POINT(where)                                 \
+    do {                                                      \
+        if (__builtin_expect(mc_crash_armed, 0))              \
+            mc_crash_point(where);                            \
+    } while (0)
+
 #endif

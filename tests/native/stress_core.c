@@ -66,6 +66,7 @@
  */
 #define _GNU_SOURCE
 #include "core.h"
+#include "stamps.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -253,21 +254,13 @@ report(const char *fmt, ...)
 static void
 fill(uint8_t *p, uint64_t stamp)
 {
-    for (int k = 0; k < WORDS; k++)
-        memcpy(p + 8 * k, &stamp, 8);
+    stamp_fill(p, WORDS, stamp);
 }
 
 static uint64_t
 stamp_of(const uint8_t *p)
 {
-    uint64_t first, w;
-    memcpy(&first, p, 8);
-    for (int k = 1; k < WORDS; k++) {
-        memcpy(&w, p + 8 * k, 8);
-        if (w != first)
-            return TORN;
-    }
-    return first;
+    return stamp_read(p, WORDS, TORN);
 }
 
 static WriteRec *
