@@ -175,8 +175,12 @@ class AgentManager(object):
         ``{'version': N}``, the version that holds every write made here
         (the destination's base, mirror/handoff.py). While a guest still
         runs on it (waited for up to ``wait`` s): ``{'running': True}``.
-        An image not attached here (handed off already, or released by
-        Cinder): its newest stable version.
+        BackendUnavailable while libvirt cannot tell whether one runs.
+        An image not attached here: its newest stable version (handed
+        off already, or released by Cinder), refused if it was handed
+        off to another host; with a cache here that a restart did not
+        re-attach, the image is attached again first (refused if that
+        fails: its last writes are only in that cache).
         """
         header = self.repo.image(image)
         if not isinstance(dest, str) or not dest or dest == self.host:
@@ -185,10 +189,21 @@ class AgentManager(object):
                                                    HANDOFF_WAIT_MAX))
         with self._handoff_lock:
             if header.id not in self.mirror.attached:
-                return {'image': header.id, 'running': False,
-                        'version': header.stable_version().number}
-            while self._guest_running(header.id):
+                if not self.mirror.cached(header.id):
+                    return self._handed_off(header, dest)
+                LOG.warning('handoff of %s to %s: attaching it from its '
+                            'cache first', header.id, dest)
+                self.mirror.attach(header.id)
+            while True:
+                running = self._guest_running(header.id)
+                if running is False:
+                    break
                 if time.monotonic() >= deadline:
+                    if running is None:
+                        raise exception.BackendUnavailable(
+                            'cannot tell whether a guest still runs on '
+                            'image %s on %s (libvirt does not answer): not '
+                            'handing it off yet' % (header.id, self.host))
                     return {'image': header.id, 'running': True}
                 time.sleep(0.05)
             started = time.monotonic()
@@ -199,6 +214,7 @@ class AgentManager(object):
             # The guest is stopped (or gone): its domain may still hold
             # the file open, paused after the migration.
             self.detach(header.id, force=True)
+            self.mirror.handed_off[header.id] = dest
         LOG.info('handed %s off to %s at version %s (%d chunks, %.1f ms)',
                  header.id, dest, version, result['chunks'],
                  (time.monotonic() - started) * 1000)
@@ -207,7 +223,7 @@ class AgentManager(object):
 
     def _guest_running(self, image_id):
         """Whether a domain runs (not paused, not off) on the image;
-        True when libvirt cannot tell (wait rather than guess).
+        None when libvirt cannot tell.
         """
         try:
             domain = self._domain(image_id)
@@ -215,7 +231,7 @@ class AgentManager(object):
         except exception.BackendUnavailable as e:
             LOG.warning('cannot ask libvirt whether a guest runs on %s: %s',
                         image_id, e)
-            return True
+            return None
 
     # -- checkpoint --------------------------------------------------------
 
@@ -543,3 +559,15 @@ class AgentManager(object):
             if not a.wait_persisted(max(0, deadline - time.monotonic())):
                 left.append(image_id)
         return left
+
+    def _handed_off(self, header, dest):
+        """The answer to a handoff of an image not attached (nor cached)
+        here: its newest stable version, unless it went to another host.
+        """
+        went_to = self.mirror.handed_off.get(header.id)
+        if went_to not in (None, dest):
+            raise exception.InvalidInput(
+                'image %s was handed off to %s already: it cannot go to %s '
+                'too' % (header.id, went_to, dest))
+        return {'image': header.id, 'running': False,
+                'version': header.stable_version().number}

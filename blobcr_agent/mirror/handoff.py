@@ -25,7 +25,9 @@ installed nothing, so no chunk of the older base is left present.
 ``ask(wait, timeout)`` asks the source (RPC ``handoff``, the answer
 awaited at most ``timeout`` s) and returns ``{'running': True}`` while
 its guest runs (after waiting up to ``wait`` s for it to stop), else
-``{'version': N}``.
+``{'version': N}``. It raises when the source cannot answer: unreachable,
+or unable to tell whether its guest still runs (its libvirt down). A
+read then waits as a write does: it may be the guest's, already here.
 """
 
 import errno
@@ -94,6 +96,11 @@ class Incoming(object):
         """Until the source hands the image off (or the timeout: EIO)."""
         deadline = started + self.timeout
         while True:
+            if self.attached._closing:
+                # Detached (a migration called off): its detach waits
+                # for this request.
+                raise OSError(errno.EIO, 'image %s is being detached'
+                              % self.attached.id)
             left = deadline - time.monotonic()
             if left <= 0:
                 LOG.error('incoming %s: no handoff from %s in %.0f s (%s): '

@@ -176,11 +176,13 @@ class AttachedImage(object):
         """
         if self.attached_version is None:
             return bytes(length)
-        return self.repo.read(self.id, self.attached_version, offset, length)
+        # Pinned: obsoleted meanwhile, it is still whole for this mirror.
+        return self.repo.read(self.id, self.attached_version, offset, length,
+                              pinned=True)
 
     def record_incoming(self, source):
-        """Remember (None: forget) that the image waits for ``source``'s
-        handoff, so that a restarted agent keeps it incoming.
+        """Remember that the image waits for ``source``'s handoff, so
+        that a restarted agent keeps it incoming (rebase() forgets it).
         """
         with self._meta_lock:
             self.meta['incoming'] = source
@@ -189,27 +191,46 @@ class AttachedImage(object):
     def rebase(self, version):
         """Take stable ``version`` as the base of an image nothing was
         written to, fetched into or checkpointed since its attach (the
-        handoff of a live migration): its chunks are read from there on.
+        handoff of a live migration): its chunks are read from there on,
+        and the image is no longer incoming. Refused (InvalidInput) once
+        the image is being detached or closed.
         """
-        with self._commit_lock, self._fetch_lock:
-            stats = self.core.stats()
-            if stats['present'] or stats['dirty'] or self._fetching or \
-                    self.persister.versions() or \
-                    self.meta['last'] != self.meta['attached']:
+        # Called in a FUSE request, which a detach waits for while it
+        # holds the commit lock (the native loop's remove()): stop
+        # waiting for the lock once the image closes.
+        locked = False
+        while not (locked or self._closing):
+            locked = self._commit_lock.acquire(timeout=0.05)
+        try:
+            if self._closing:
                 raise exception.InvalidInput(
-                    'image %s was used since its attach (%d chunks '
-                    'present): it cannot take version %s as its base'
-                    % (self.id, stats['present'], version))
-            header = self.repo.image(self.id)
-            number = header.stable_version(version).number
-            old = self.meta['attached']
-            self.repo.pin(self.id, number, self.holder)
-            with self._meta_lock:
-                self.meta.update(attached=number, last=number)
-                self._save_meta()
-            self.header = header
-            if old not in (None, number):
-                self.repo.unpin_quietly(self.id, old, self.holder)
+                    'image %s is being detached: it takes no new base'
+                    % self.id)
+            with self._fetch_lock:
+                stats = self.core.stats()
+                if stats['present'] or stats['dirty'] or self._fetching or \
+                        self.persister.versions() or \
+                        self.meta['last'] != self.meta['attached']:
+                    raise exception.InvalidInput(
+                        'image %s was used since its attach (%d chunks '
+                        'present): it cannot take version %s as its base'
+                        % (self.id, stats['present'], version))
+                header = self.repo.image(self.id)
+                number = header.stable_version(version).number
+                old = self.meta['attached']
+                self.repo.pin(self.id, number, self.holder)
+                with self._meta_lock:
+                    # One write: a restart after it finds the new base
+                    # and does not wait for a handoff any more.
+                    self.meta.update(attached=number, last=number,
+                                     incoming=None)
+                    self._save_meta()
+                self.header = header
+                if old not in (None, number):
+                    self.repo.unpin_quietly(self.id, old, self.holder)
+        finally:
+            if locked:
+                self._commit_lock.release()
         self.reserver.enabled = self._wanted['reserve']
         self.reserver.request()
         if self._wanted['prefetch'] and self._prefetcher is None:

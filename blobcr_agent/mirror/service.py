@@ -63,6 +63,9 @@ class MirrorService(object):
         # (attached for a live migration) wait for.
         self.handoff_asker = None
         self.handoff_timeout = 120.0
+        # image id -> the host it was handed off to (manager.handoff),
+        # until it is attached here again: no other host gets it.
+        self.handed_off = {}
         os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
 
     # -- operations ----------------------------------------------------
@@ -70,13 +73,21 @@ class MirrorService(object):
     def path_of(self, image_id):
         return os.path.join(self.mountpoint, 'images', image_id)
 
+    def cached(self, image_id):
+        """Whether this host holds a mirror cache of the image (attached,
+        or not re-attached at a restart: see recover()).
+        """
+        return os.path.exists(os.path.join(self.cache_dir, image_id,
+                                           cache.META))
+
     def recover(self):
         """Re-attach every image mirrored here before a restart; this
-        resumes (or fails) the persists that were in flight.
+        resumes (or fails) the persists that were in flight. An image
+        that fails to re-attach keeps its cache (its writes since the
+        last checkpoint are only there): attaching it again retries.
         """
         for image_id in sorted(os.listdir(self.cache_dir)):
-            if os.path.exists(os.path.join(self.cache_dir, image_id,
-                                           'meta.json')):
+            if self.cached(image_id):
                 try:
                     self.attach(image_id)
                 except cache.StaleCache as e:
@@ -125,6 +136,7 @@ class MirrorService(object):
             if incoming_from is not None:
                 self._make_incoming(attached, incoming_from)
             self.attached[header.id] = attached
+            self.handed_off.pop(header.id, None)        # it is back
             self._serve(attached)
         LOG.info('attached %s at %s%s', header.id, self.path_of(header.id),
                  '' if incoming_from is None
@@ -142,8 +154,7 @@ class MirrorService(object):
 
         def opened():
             # In a request, which a detach's remove() waits for: no
-            # self._lock here.
-            attached.record_incoming(None)
+            # self._lock here. (rebase() recorded it no longer incoming.)
             loop = self.native_loop
             if loop is not None:
                 try:

@@ -709,8 +709,8 @@ class Repository(object):
             v = header.stable_version(number)
         return header.tree(self.nodes), v.root_ref
 
-    def read_chunk(self, header, number, index):
-        t, root = self.version_tree(header, number)
+    def read_chunk(self, header, number, index, pinned=False):
+        t, root = self.version_tree(header, number, pinned)
         length = header.chunk_len(index)
         d = t.lookup(root, index)
         if d is None:
@@ -719,8 +719,10 @@ class Repository(object):
         return chunks.decode(name, self.backend.get(base.CHUNK, name),
                              length)
 
-    def read(self, ref, number, offset, length):
-        """Bytes ``[offset, offset+length)`` of a stable version."""
+    def read(self, ref, number, offset, length, pinned=False):
+        """Bytes ``[offset, offset+length)`` of a stable version (with
+        ``pinned``, also of an obsolete one still pinned: version_tree).
+        """
         header = self.image(ref)
         if offset < 0 or length < 0 or offset + length > header.size:
             raise exception.InvalidInput(
@@ -729,7 +731,7 @@ class Repository(object):
         out = bytearray()
         cs = header.chunk_size
         for index in range(offset // cs, (offset + length + cs - 1) // cs):
-            data = self.read_chunk(header, number, index)
+            data = self.read_chunk(header, number, index, pinned)
             lo = max(offset - index * cs, 0)
             hi = min(offset + length - index * cs, len(data))
             out += data[lo:hi]

@@ -56,22 +56,30 @@ class Source(object):
             return {'running': False, 'version': self.version}
 
 
-@pytest.fixture(params=['native', 'pyfuse3'])
-def mirror(request, tmp_path):
-    repo = repository.Repository(local.LocalBackend(str(tmp_path / 'store')))
-    header = repo.create_image('disk', CHUNKS * CHUNK, chunk_size=CHUNK)
-    repo.commit(header.id, {i: OLD * CHUNK for i in range(CHUNKS)})
-    service = service_mod.MirrorService(
-        repo, str(tmp_path / 'mnt'), str(tmp_path / 'cache'),
-        io_loop=request.param)
-    source = Source(repo, header.id)
-    service.handoff_asker = source.ask
+def serve(repo, mountpoint, cache_dir, io_loop):
+    """A mirror service mounted and serving in a thread, its handoffs
+    waited for 20 s: (service, thread).
+    """
+    service = service_mod.MirrorService(repo, mountpoint, cache_dir,
+                                        io_loop=io_loop)
     service.handoff_timeout = 20
     ready = threading.Event()
     thread = threading.Thread(target=service.run,
                               kwargs={'ready': ready.set}, daemon=True)
     thread.start()
     assert ready.wait(30)
+    return service, thread
+
+
+@pytest.fixture(params=['native', 'pyfuse3'])
+def mirror(request, tmp_path):
+    repo = repository.Repository(local.LocalBackend(str(tmp_path / 'store')))
+    header = repo.create_image('disk', CHUNKS * CHUNK, chunk_size=CHUNK)
+    repo.commit(header.id, {i: OLD * CHUNK for i in range(CHUNKS)})
+    service, thread = serve(repo, str(tmp_path / 'mnt'),
+                            str(tmp_path / 'cache'), request.param)
+    source = Source(repo, header.id)
+    service.handoff_asker = source.ask
     try:
         yield service, source, header.id
     finally:
