@@ -159,7 +159,8 @@ class Walk(object):
                 ops['delete'] = 1
         if attached:
             ops.update(write=10, read=2, flush=1, detach=3,
-                       guest_checkpoint=2, kill_agent=1, migrate=1)
+                       guest_checkpoint=2, kill_agent=1, kill_in_persist=1,
+                       migrate=1)
         if self.volumes:
             ops.update(snapshot=3, clone=2)
         if self.snapshots:
@@ -296,6 +297,17 @@ class Walk(object):
         self.world.api.checkpoint(volume.host, volume.provider_id,
                                   quiesce='none')
 
+    def op_kill_in_persist(self):
+        """Write a few chunks, take a guest checkpoint and SIGKILL the
+        agent at once: its persist is cut short (resumed or failed at
+        the restart, the writes dirty again if failed).
+        """
+        volume = self._pick([v for v in self.volumes if v.host])
+        self._write_spans(volume)
+        self.world.api.checkpoint(volume.host, volume.provider_id,
+                                  quiesce='none')
+        self._restart(volume.host)
+
     def op_kill_agent(self):
         """SIGKILL and restart an agent a volume is attached to (its
         persists in flight resume or fail), now and then the storage
@@ -304,7 +316,9 @@ class Walk(object):
         hosts = sorted({v.host for v in self.volumes if v.host})
         if self.rng.random() < 0.2:
             hosts = [self.world.storage]
-        host = self._pick(hosts)
+        self._restart(self._pick(hosts))
+
+    def _restart(self, host):
         self.world.restart(host)
         for volume in self.volumes:
             if volume.host == host:

@@ -173,8 +173,11 @@ def _source_needed(clone, listed, now, pending_timeout, exists):
 
 
 def _live_roots(header, needed):
-    """Roots that must survive, and the earliest pending start."""
+    """Roots that must survive, the roots kept only for clones that may
+    be being created, and the earliest pending start.
+    """
     roots = []
+    maybe = []
     earliest = None
     by_number = {v.number: v for v in header.versions}
     for v in header.versions:
@@ -186,10 +189,11 @@ def _live_roots(header, needed):
             parent = by_number.get(v.parent)
             if parent is not None:
                 roots.append(parent.root_ref)
-        elif v.root and (v.pins or any(needed(c) for c in v.clones)):
-            # Obsolete but pinned, or the source of a clone not listed.
-            roots.append(v.root_ref)
-    return [r for r in roots if r], earliest
+        elif v.root and v.pins:
+            roots.append(v.root_ref)        # obsolete but pinned
+        elif v.root and any(needed(c) for c in v.clones):
+            maybe.append(v.root_ref)        # the source of a clone not listed
+    return [r for r in roots if r], maybe, earliest
 
 
 def collect(repo, grace=None, pending_timeout=None):
@@ -221,12 +225,22 @@ def collect(repo, grace=None, pending_timeout=None):
     seen_nodes = set()
     live_digests = set()
     for header in headers:
-        roots, earliest = _live_roots(header, needed)
+        roots, maybe, earliest = _live_roots(header, needed)
         if earliest is not None:
             cutoff = min(cutoff, earliest)
         t = header.tree(repo.nodes)
         for root in roots:
             t.walk(root, seen_nodes, live_digests.add)
+        for root in maybe:
+            try:
+                t.walk(root, seen_nodes, live_digests.add)
+            except exception.ObjectNotFound as e:
+                # A clone record left by an earlier release (its clone's
+                # header went first, see _forget_clone): no clone can be
+                # made from objects already gone.
+                LOG.warning('gc: image %s: a source version kept for a '
+                            'clone not listed is incomplete (%s): not kept',
+                            header.id, e)
         for v in header.versions:
             if v.profile and (v.state != image_mod.OBSOLETE or v.pins):
                 live_digests.add(bytes.fromhex(v.profile))
@@ -324,8 +338,27 @@ def _delete_header(repo, header, needed, report):
     fresh = image_mod.ImageHeader.from_bytes(found[0], header.id)
     if not _deletable(fresh, needed):
         return
+    if fresh.origin:
+        _forget_clone(repo, fresh.origin, header.id)
     try:
         repo.backend.delete_header(header.id, found[1])
         report.headers_deleted += 1
     except exception.Conflict:
         pass  # changed meanwhile: the next run sees it
+
+
+def _forget_clone(repo, origin, clone_id):
+    """Remove a clone's record from its source version, before the
+    clone's header goes: a record naming no header reads as a clone
+    being created, whose source must be walked, and this run may have
+    freed that source's objects already (it was obsolete, and the clone,
+    still listed, did not need it). A crash between the two leaves the
+    clone's header, which the next run removes the same way.
+    """
+    def mutate(header):
+        v = header.version(origin['version'])
+        v.clones = [c for c in v.clones if c['image'] != clone_id]
+    try:
+        repo.update_header(origin['image'], mutate)
+    except (exception.ImageNotFound, exception.VersionNotFound):
+        pass            # the source (or its entry) is gone already
