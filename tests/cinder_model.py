@@ -26,10 +26,12 @@ cinder-api, the scheduler and cinder-volume are in test_cinder_driver.py
 (each of them costs seconds, a walk takes hundreds of steps).
 
 Each walk is one seed: ``Walk(seed, ...)`` makes the same choices again,
-so a failure is replayed by its seed (the test prints how).
+so a failure is replayed by its seed (the test prints how). The walks run
+in a process of their own (tests/cinder_model_run.py), as the driver
+runs in cinder-volume: Cinder's modules bring eventlet, which must not
+reach the test session's process.
 """
 
-import contextlib
 import os
 import random
 import threading
@@ -477,18 +479,13 @@ def _same(got, expected, what):
                         zero))
 
 
-@contextlib.contextmanager
-def cinder_records(monkeypatch, walk_of):
-    """Answer the driver's database reads from the running walk's
-    model (``walk_of()``).
+def answer_records(walk_of):
+    """Answer the driver's database reads from the running walk's model
+    (``walk_of()``), in this process (tests/cinder_model_run.py).
     """
     from blobcr_cinder import driver as driver_mod
     objects = driver_mod.objects
-    monkeypatch.setattr(objects.SnapshotList, 'get_all_for_volume',
-                        lambda ctxt, volume_id: walk_of().snapshots_of(
-                            volume_id))
-    monkeypatch.setattr(objects.VolumeAttachmentList,
-                        'get_all_by_volume_id',
-                        lambda ctxt, volume_id: walk_of().attachments_of(
-                            volume_id))
-    yield
+    objects.SnapshotList.get_all_for_volume = staticmethod(
+        lambda ctxt, volume_id: walk_of().snapshots_of(volume_id))
+    objects.VolumeAttachmentList.get_all_by_volume_id = staticmethod(
+        lambda ctxt, volume_id: walk_of().attachments_of(volume_id))

@@ -1,0 +1,173 @@
+"""The process that runs the model walks of tests/cinder_model.py: real
+blobcr-agents (a storage agent and two compute agents on one store,
+RPC on the given RabbitMQ) and the Cinder driver in this process.
+
+    python -m tests.cinder_model_run --transport-url URL --workdir DIR
+        [--seed S] [--seeds N] [--steps N] [--hours H]
+        [--ceph-conf FILE]      # the micro Ceph cluster, else local
+
+Prints a line per walk (its seed and the command that replays it), then
+``model walks: ...`` and ``MODEL-SUMMARY {json}``; exits 1 at the first
+walk that finds a difference from the model.
+"""
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+import uuid
+
+from blobcr_agent.bench import harness
+from blobcr_agent.repository.backends import local
+from blobcr_agent.repository import repository
+from blobcr_agent.rpc import api as rpc_api
+from tests import agent_rpc
+from tests import cinder_model
+
+COMPUTE = ('compute-a', 'compute-b')
+
+
+def _backend(args):
+    if not args.ceph_conf:
+        return local.LocalBackend(os.path.join(args.workdir, 'store'))
+    from blobcr_agent.repository.backends import rados
+    return rados.RadosBackend(args.ceph_conf, 'blobcr-data', 'blobcr-meta',
+                              namespace='model-' + uuid.uuid4().hex,
+                              connect_timeout=10, op_timeout=60)
+
+
+def _driver(group, storage, url):
+    from cinder import objects
+    from cinder.volume import configuration
+    from oslo_config import cfg
+
+    from blobcr_cinder import driver as driver_mod
+    from blobcr_cinder import options
+    objects.register_all()
+    conf = configuration.Configuration(options.blobcr_opts,
+                                       config_group=group)
+    cfg.CONF.set_override('blobcr_agent_host', storage, group=group)
+    cfg.CONF.set_override('blobcr_rpc_timeout', 60, group=group)
+    cfg.CONF.set_override('blobcr_snapshot_timeout', 300, group=group)
+    driver = driver_mod.BlobCRDriver(configuration=conf,
+                                     host='model@%s' % group)
+    driver.api = rpc_api.AgentAPI(transport_url=url, timeout=60)
+    return driver
+
+
+class World(object):
+    """The agents, the driver and a repository to read versions back."""
+
+    def __init__(self, args):
+        self.url = args.transport_url
+        self.workdir = args.workdir
+        self.backend = _backend(args)
+        self.api = rpc_api.AgentAPI(transport_url=self.url, timeout=60)
+        self.agents = {}
+        self.names = {}
+        self.storage = self._start('storage')
+        self.compute = {self._start(role): None for role in COMPUTE}
+        self.repo = repository.Repository(self.backend,
+                                          chunk_size=cinder_model.CHUNK)
+        self.driver = _driver('blobcr-model-%s' % self.storage[-6:],
+                              self.storage, self.url)
+
+    def _start(self, role):
+        host = self.names.setdefault(role, agent_rpc.host_name(role))
+        workdir = os.path.join(self.workdir, role)
+        os.makedirs(workdir, exist_ok=True)
+        # libvirt's test driver: no domain uses a mirror file, so no
+        # guest is running during a handoff (a live migration's switch).
+        settings = agent_rpc.rpc_settings(
+            self.url, host, libvirt_uri='test:///default',
+            handoff_timeout='60')
+        settings['repository'] = {'chunk_size': str(cinder_model.CHUNK)}
+        self.agents[host] = harness.AgentProcess(workdir, self.backend,
+                                                 settings).start()
+        agent_rpc.wait_rpc(self.api, host)
+        return host
+
+    def restart(self, host):
+        """SIGKILL an agent and start it again."""
+        self.agents[host].kill()
+        self._start(next(r for r, h in self.names.items() if h == host))
+
+    def close(self):
+        self.driver.api.cleanup()
+        self.api.cleanup()
+        for agent in self.agents.values():
+            agent.stop()
+        self.repo.close()
+        self.backend.close()
+
+
+def clean_up(walk):
+    """Detach and delete what the walk made, then GC: the store keeps
+    nothing the walk made, and GC runs through.
+    """
+    for volume in walk.volumes:
+        if volume.host:
+            walk.driver.terminate_connection(volume, {'host': volume.host})
+            volume.detach_record()
+    walk.verify_all()
+    for snapshot in list(walk.snapshots):
+        walk.driver.delete_snapshot(snapshot)
+        walk.snapshots.remove(snapshot)
+    for volume in list(walk.volumes):
+        walk.driver.delete_volume(volume)
+        walk.volumes.remove(volume)
+    walk.world.api.gc(walk.world.storage, grace=0)
+
+
+def run(args, world):
+    current = {}
+    cinder_model.answer_records(lambda: current['walk'])
+    deadline = time.monotonic() + args.hours * 3600
+    counts, steps, seed = {}, 0, args.seed
+    walks = 0
+    while walks < args.seeds or time.monotonic() < deadline:
+        print('model walk: seed %d, %d steps (replay: BLOBCR_MODEL_SEED=%d '
+              'BLOBCR_MODEL_SEEDS=1 BLOBCR_MODEL_STEPS=%d)'
+              % (seed, args.steps, seed, args.steps), flush=True)
+        walk = current['walk'] = cinder_model.Walk(seed, world)
+        walk.run(args.steps)
+        clean_up(walk)
+        for name, n in walk.counts.items():
+            counts[name] = counts.get(name, 0) + n
+        steps += walk.steps
+        walks += 1
+        seed += 1
+    print('model walks: %d seeds from %d, %d steps: %s'
+          % (walks, args.seed, steps,
+             ', '.join('%s %d' % kv for kv in sorted(counts.items()))))
+    print('MODEL-SUMMARY %s' % json.dumps(
+        {'seeds': walks, 'first': args.seed, 'steps': steps,
+         'counts': counts}), flush=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--transport-url', required=True)
+    parser.add_argument('--workdir', required=True)
+    parser.add_argument('--seed', type=int,
+                        default=random.SystemRandom().randrange(1 << 31))
+    parser.add_argument('--seeds', type=int, default=4)
+    parser.add_argument('--steps', type=int, default=120)
+    parser.add_argument('--hours', type=float, default=0)
+    parser.add_argument('--ceph-conf')
+    args = parser.parse_args(argv)
+    world = World(args)
+    try:
+        run(args, world)
+    except cinder_model.ModelError as e:
+        print('MODEL-FAILED %s' % e, flush=True)
+        return 1
+    finally:
+        world.close()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
