@@ -52,6 +52,17 @@ def cloud(request, openstack_cloud, cinder_hosts):
     return openstack_cloud, cinder_hosts[request.param]
 
 
+def collect_garbage(rabbitmq_url, host):
+    """GC now, through ``host``'s agent (no grace: the test's own
+    writes are done).
+    """
+    api = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=60)
+    try:
+        api.gc(host, grace=0)
+    finally:
+        api.cleanup()
+
+
 def create_volume(stack, hosts, name, *args):
     made = stack.openstack('volume', 'create', '--type', hosts.volume_type,
                            *args, name)
@@ -169,11 +180,7 @@ def test_volume_snapshot_clone_revert_extend_delete(cloud, rabbitmq_url):
     stack.wait_status('snapshot', snap['id'], 'deleted')
     stack.openstack('volume', 'delete', vol['id'], json=False)
     stack.wait_status('volume', vol['id'], 'deleted')
-    api = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=60)
-    try:
-        api.gc(hosts.storage, grace=0)
-    finally:
-        api.cleanup()
+    collect_garbage(rabbitmq_url, hosts.storage)
     assert read_file(att_b.path, 0, region) == writer.content_at(cut, base)
     att_b.detach()
     for volume_id in (vol_b['id'], clone['id']):
@@ -213,11 +220,7 @@ def test_clone_and_snapshot_delete_of_an_attached_volume_lose_nothing(
     write(40, 5)
     att.detach()
     stack.wait_status('volume', vol['id'], 'available')
-    api = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=60)
-    try:
-        api.gc(hosts.storage, grace=0)
-    finally:
-        api.cleanup()
+    collect_garbage(rabbitmq_url, hosts.storage)
     again = create_volume(stack, hosts, 'vol-lw-d', '--size', '1',
                           '--source', vol['id'])
     for volume_id in (vol['id'], again['id']):
