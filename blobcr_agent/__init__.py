@@ -1,1 +1,16 @@
-"""BlobCR agent: the per-host service that owns all checkpoint data."""
+"""BlobCR agent: the per-host service that owns all checkpoint data.
+
+- ``repository/``: versions, chunks, headers and their compare-and-set,
+  on a backend (the local store or Ceph RADOS);
+- ``mirror/`` and the native core (``_native``, built from native/): the
+  FUSE mirror that takes snapshots live and persists them;
+- ``manager``: the agent's operations, which ``rpc/``, the admin socket
+  (``control``) and the guest endpoint (``proxy/``) call;
+- ``hypervisor/``: libvirt (quiesce, domains); ``conf/``: oslo.config
+  options; ``cmd/``: the console scripts.
+
+May import: the standard library, oslo.*, pyfuse3/trio, libvirt,
+rados and zstandard. Never imports Cinder,
+Nova, Horizon, blobcr_cinder, blobcr_nova, blobcr_dashboard, the lab,
+the benchmarks or the tests (tests/unit/test_import_contract.py).
+"""

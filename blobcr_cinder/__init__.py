@@ -1,5 +1,8 @@
-"""BlobCR Cinder volume driver (volumes are images, snapshots are versions).
+"""BlobCR's Cinder side: the volume driver (volumes are images, snapshots
+are versions), its options, blobcr-cinder-sync and the OSC commands
+(``osc/``).
 
-The driver itself lands with its own issue; this package is reserved so
-the distribution layout is fixed from the start.
+May import: Cinder, oslo.*, the OpenStack clients and the agent's RPC
+client (blobcr_agent.rpc) with what it returns. Never imports the lab,
+the benchmarks or the tests (tests/unit/test_import_contract.py).
 """

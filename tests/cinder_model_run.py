@@ -19,11 +19,11 @@ import sys
 import time
 import uuid
 
-from blobcr_agent.bench import harness
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
 from blobcr_agent.rpc import api as rpc_api
-from tests import agent_rpc
+from blobcr_lab import agent_rpc
+from blobcr_lab import agents
 from tests import cinder_model
 
 COMPUTE = ('compute-a', 'compute-b')
@@ -84,8 +84,8 @@ class World(object):
             self.url, host, libvirt_uri='test:///default',
             handoff_timeout='60')
         settings['repository'] = {'chunk_size': str(cinder_model.CHUNK)}
-        self.agents[host] = harness.AgentProcess(workdir, self.backend,
-                                                 settings).start()
+        self.agents[host] = agents.AgentProcess(workdir, self.backend,
+                                                settings).start()
         agent_rpc.wait_rpc(self.api, host)
         return host
 

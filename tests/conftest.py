@@ -12,21 +12,22 @@ import uuid
 
 import pytest
 
-from blobcr_agent.bench import harness
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
+from blobcr_lab import agents
 
 BACKENDS = ['local', 'rados']
 
-# The session's RabbitMQ (rabbitmq_broker, rabbitmq_url): tests/rabbitmq.py;
-# real Keystone and Cinder (openstack_stack, ...): tests/openstack_fixtures.py.
-pytest_plugins = ['tests.rabbitmq', 'tests.openstack_fixtures',
-                  'tests.cinder_hosts', 'tests.nova_fixtures']
+# The session's RabbitMQ, Cinder hosts and guest image over the lab's
+# services: tests/lab_fixtures.py; real Keystone and Cinder
+# (openstack_stack, ...): tests/openstack_fixtures.py.
+pytest_plugins = ['tests.lab_fixtures', 'tests.openstack_fixtures',
+                  'tests.nova_fixtures']
 
 
 @pytest.fixture(scope='session')
 def ceph_cluster():
-    from tests import ceph_cluster as cc
+    from blobcr_lab import ceph as cc
     keep = os.environ.get('BLOBCR_CEPH_DIR')
     directory = keep or tempfile.mkdtemp(prefix='blobcr-ceph-')
     cluster = cc.MicroCephCluster(directory)
@@ -81,7 +82,7 @@ def agent_factory(tmp_path):
     def factory(backend, settings=None):
         workdir = tmp_path / ('agent-%d' % len(made))
         workdir.mkdir()
-        agent = harness.AgentProcess(str(workdir), backend, settings)
+        agent = agents.AgentProcess(str(workdir), backend, settings)
         made.append(agent)
         return agent.start()
     yield factory
@@ -96,8 +97,8 @@ def mirror_factory(tmp_path):
     def factory(backend, *extra):
         workdir = tmp_path / ('mirror-%d' % len(made))
         workdir.mkdir()
-        m = harness.MirrorProcess(str(workdir), harness.store_args(backend),
-                                  extra)
+        m = agents.MirrorProcess(str(workdir), agents.store_args(backend),
+                                 extra)
         made.append(m)
         return m.start()
     yield factory

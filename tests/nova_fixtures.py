@@ -1,12 +1,12 @@
-"""Session fixture for a real Nova (tests/nova_stack.py), started lazily.
+"""Session fixture for a real Nova (blobcr_lab/nova.py), started lazily.
 
 ``nova_cloud``  ``(stack, nova, hosts)``: the session's OpenStack stack
     (tests/openstack_fixtures.py), a started
-    :class:`~tests.nova_stack.NovaStack` beside it, and the BlobCR
-    ``local`` backend's hosts (tests/cinder_hosts.py).  nova-compute's
+    :class:`~blobcr_lab.nova.NovaStack` beside it, and the BlobCR
+    ``local`` backend's hosts (blobcr_lab/cinder_hosts.py).  nova-compute's
     host name is ``nova.compute_host``: a BlobCR agent of its own, on the
     same store as the ``local`` backend, started here.  Its libvirtd is a
-    private session one (tests/guest_vm.SessionLibvirt).
+    private session one (blobcr_lab.guest_vm.SessionLibvirt).
 
 Only tests that ask for it start it (a minute or more, ~1 GB more).
 
@@ -18,11 +18,11 @@ import uuid
 
 import pytest
 
-from blobcr_agent.bench import harness
 from blobcr_agent.rpc import api as rpc_api
-from tests import agent_rpc
-from tests import guest_vm
-from tests import nova_stack as nova_module
+from blobcr_lab import agent_rpc
+from blobcr_lab import agents
+from blobcr_lab import guest_vm
+from blobcr_lab import nova as nova_module
 
 
 @pytest.fixture(scope='session')
@@ -33,7 +33,7 @@ def nova_cloud(openstack_cloud, cinder_hosts, rabbitmq_url,
     host = 'local-nova-%s' % uuid.uuid4().hex[:6]
     agent_dir = os.path.join(directory, 'agent')
     os.makedirs(agent_dir)
-    agent = harness.AgentProcess(
+    agent = agents.AgentProcess(
         agent_dir, hosts.backend,
         agent_rpc.rpc_settings(rabbitmq_url, host,
                                export_dir=hosts.export_dir)).start()

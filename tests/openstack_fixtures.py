@@ -1,4 +1,4 @@
-"""Session fixtures for a real Keystone and Cinder (tests/openstack_stack.py).
+"""Session fixtures for a real Keystone and Cinder (blobcr_lab/openstack.py).
 
 ``openstack_backends``  the session's one set of Cinder backend sections
     (``{section: {option: value}}``).  Tests needing other backends add
@@ -8,13 +8,13 @@
     volume type ``RBD_BACKEND``): the baseline of ``blobcr-bench cinder``.
 ``openstack_stack``  factory: ``openstack_stack(backends)`` starts the
     stack on the first call (on the session's RabbitMQ) and returns the
-    same started :class:`~tests.openstack_stack.OpenStackStack` to every
+    same started :class:`~blobcr_lab.openstack.OpenStackStack` to every
     later call with the same backends; other backends are an error (one
     stack per session).  Stopped at the end of the session.
 ``openstack_cloud``  ``openstack_stack(openstack_backends)``.
 
 Environment: BLOBCR_OPENSTACK_TEMPLATE keeps the stack template across
-sessions (see tests/openstack_stack.py); BLOBCR_OPENSTACK_DEBUG=1 turns on
+sessions (see blobcr_lab/openstack.py); BLOBCR_OPENSTACK_DEBUG=1 turns on
 the services' debug logs.  The logs are under pytest's basetemp
 (``openstack0/logs``), kept after the session like any tmp_path.
 
@@ -25,9 +25,9 @@ import os
 
 import pytest
 
-from blobcr_agent.bench import cinder as bench_cinder
-from tests import cinder_hosts as cinder_hosts_module
-from tests import openstack_stack as stack_module
+from blobcr_bench import cinder as bench_cinder
+from blobcr_lab import cinder_hosts as cinder_hosts_module
+from blobcr_lab import openstack as stack_module
 
 # cinder's own test driver: it logs calls and stores nothing (see
 # tests/integration/test_openstack_stack.py for why the harness uses it).
@@ -46,7 +46,7 @@ RBD_POOL = 'rbd'
 @pytest.fixture(scope='session')
 def openstack_backends(cinder_hosts, ceph_cluster):
     """The harness's fake backend, the BlobCR ones, whose agents
-    (tests/cinder_hosts.py) must answer when cinder-volume starts, and
+    (blobcr_lab/cinder_hosts.py) must answer when cinder-volume starts, and
     Cinder's RBD driver on the session's Ceph cluster (its pool made
     here if missing).
     """

@@ -5,13 +5,13 @@
 # live checkpoints while a workload keeps writing to it, restore one
 # (clone + attach) and restart the job from it, export and verify every
 # version byte for byte and with e2fsck, print the version tree, detach,
-# and stop the agent with SIGTERM (see blobcr_agent/cmd/demo.py).
+# and stop the agent with SIGTERM (see lab/blobcr_lab/demo.py).
 #   tools/demo.sh           embedded local store (default)
 #   tools/demo.sh --ceph    a micro Ceph cluster on 127.0.0.1 (erasure-
 #                           coded data pool), started and stopped here
 #   tools/demo.sh --cinder  the Cinder path: openstack volume snapshot
 #                           create on a real Keystone + Cinder with the
-#                           BlobCR driver (tools/cinder_demo.py)
+#                           BlobCR driver (blobcr-cinder-demo, lab/blobcr_lab/cinder_demo.py)
 # Further arguments go to blobcr-demo (--keep, --workdir DIR).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,7 +42,7 @@ END
 
 if [ "${1:-}" = "--cinder" ]; then
     shift
-    exec "$top/.venv/bin/python" "$top/tools/cinder_demo.py" "$@"
+    exec "$top/.venv/bin/blobcr-cinder-demo" "$@"
 elif [ "${1:-}" = "--ceph" ]; then
     shift
     ceph_dir=${BLOBCR_DEMO_CEPH_DIR:-/var/tmp/blobcr-demo-ceph}

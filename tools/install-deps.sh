@@ -19,7 +19,7 @@ packages=(
     # qemu-storage-daemon: the QEMU peers of blobcr-bench peers.
     qemu-system-common
     # A boot disk in a BlobCR volume for the real Nova test
-    # (tests/nova_stack.py make_boot_disk: FAT + syslinux, no mount).
+    # (blobcr_lab/nova.py make_boot_disk: FAT + syslinux, no mount).
     dosfstools mtools syslinux
     # Headless browser for the Horizon panel's page test
     # (tests/integration/test_dashboard_browser.py, selenium drives it).
@@ -44,6 +44,9 @@ fi
     -r "$top/test-requirements.txt"
 # Editable install: builds blobcr_agent/_native from native/ in place.
 "$venv/bin/pip" install -q -e "$top"
+# The lab and the benchmarks (blobcr-demo, blobcr-bench), a distribution
+# of their own (lab/setup.cfg): cloud hosts install the product alone.
+"$venv/bin/pip" install -q -e "$top/lab"
 
 bash "$top/tools/link-rados.sh" "$venv"
 # Debian's librbd binding, linked the same way (PyPI has none either).

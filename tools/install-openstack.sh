@@ -1,6 +1,6 @@
 #!/bin/bash
 # Install the real OpenStack services the integration tests drive
-# (tests/openstack_stack.py): Keystone, Cinder and Glance from PyPI, the openstack
+# (blobcr_lab/openstack.py): Keystone, Cinder and Glance from PyPI, the openstack
 # CLI, keystonemiddleware, gunicorn and psycopg2, and Nova (whose libvirt
 # volume drivers and vendordata client the blobcr_nova tests run in-process),
 # into the project venv
@@ -29,7 +29,7 @@ requirements=(
     # of the connection the Cinder driver returns) and
     # nova.api.metadata.vendordata_dynamic (what Nova POSTs to blobcr-vendordata).
     'nova==34.*'
-    'openstack-placement==16.*'  # tests/nova_stack.py (real Nova, BLOBCR_REAL_NOVA=1)
+    'openstack-placement==16.*'  # blobcr_lab/nova.py (real Nova, BLOBCR_REAL_NOVA=1)
     # The Checkpoints panel (blobcr_dashboard) and its tests; pip install
     # --dry-run only added packages (Django 5.2, XStatic...), changed none.
     'horizon==27.*'

@@ -18,9 +18,9 @@ import tempfile
 
 import pytest
 
-from blobcr_agent.bench import harness
 from blobcr_agent import control
 from blobcr_agent.repository import repository
+from blobcr_lab import agents
 
 NOBODY = 65534
 GROUP = 'users'
@@ -125,7 +125,7 @@ def test_admin_group_members_may_use_the_agent(repo, public_dir, tmp_path):
     exports = tmp_path / 'exports'
     workdir = tmp_path / 'agent'
     workdir.mkdir()
-    agent = harness.AgentProcess(str(workdir), repo.backend, {'agent': {
+    agent = agents.AgentProcess(str(workdir), repo.backend, {'agent': {
         'admin_socket': path, 'admin_group': GROUP,
         'export_dir': str(exports)}})
     agent.control = path
@@ -171,7 +171,7 @@ def test_admin_group_members_may_use_the_agent(repo, public_dir, tmp_path):
 
 
 def test_an_unknown_admin_group_stops_the_start(repo, tmp_path):
-    agent = harness.AgentProcess(str(tmp_path), repo.backend, {'agent': {
+    agent = agents.AgentProcess(str(tmp_path), repo.backend, {'agent': {
         'admin_group': 'no-such-group-here'}})
     with pytest.raises(RuntimeError):
         agent.start(timeout=30)

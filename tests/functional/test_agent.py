@@ -23,13 +23,13 @@ import uuid
 
 import pytest
 
-from blobcr_agent.bench import harness
 from blobcr_agent.cmd import manage as manage_cmd
 from blobcr_agent import control
 from blobcr_agent import exception
 from blobcr_agent.proxy import auth
 from blobcr_agent.repository import repository
 from blobcr_agent.repository import scrub
+from blobcr_lab import agents
 
 CHUNK = 64 * 1024
 NCHUNKS = 128
@@ -192,7 +192,7 @@ def test_quiesce_and_instance_lookup_through_libvirt(image, tmp_path):
     node = tmp_path / 'libvirt-node.xml'
     node.write_text(_libvirt_node(
         os.path.join(str(workdir), 'mnt', 'images', image_id), instance))
-    agent = harness.AgentProcess(str(workdir), repo.backend, {
+    agent = agents.AgentProcess(str(workdir), repo.backend, {
         'agent': {'libvirt_uri': 'test://%s' % node, 'quiesce': 'suspend'},
         'proxy': {'metadata_proxy_shared_secret': 'ns'}})
     agent.start()
@@ -442,7 +442,7 @@ def test_a_second_agent_does_not_take_over_the_admin_socket(
     first.client.call('attach', image=image_id)
     workdir = tmp_path / 'second'
     workdir.mkdir()
-    second = harness.AgentProcess(str(workdir), repo.backend, {
+    second = agents.AgentProcess(str(workdir), repo.backend, {
         'agent': {'quiesce': 'none', 'admin_socket': first.control}})
     proc = subprocess.Popen(second.args, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

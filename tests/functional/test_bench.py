@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from blobcr_agent.cmd import bench
+from blobcr_bench import cli as bench
 
 pytestmark = pytest.mark.skipif(not os.path.exists('/dev/fuse'),
                                 reason='no /dev/fuse')

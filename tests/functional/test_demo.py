@@ -10,7 +10,7 @@ import sys
 def test_demo_on_local_store(tmp_path):
     workdir = tmp_path / 'demo'
     done = subprocess.run(
-        [sys.executable, '-m', 'blobcr_agent.cmd.demo', '--workdir',
+        [sys.executable, '-m', 'blobcr_lab.demo', '--workdir',
          str(workdir)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout

@@ -18,7 +18,7 @@ import pytest
 from blobcr_agent.proxy import auth
 from blobcr_agent.repository import groups
 from blobcr_agent.repository import repository
-from tests.agent_rpc import committed
+from blobcr_lab.agent_rpc import committed
 
 CHUNK = 64 * 1024
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(

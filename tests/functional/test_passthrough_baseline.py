@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from blobcr_agent.bench import fio
+from blobcr_bench import fio
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))

@@ -24,7 +24,7 @@ from blobcr_agent.proxy import auth
 from blobcr_agent.proxy import server as proxy_server
 from blobcr_agent.repository import groups
 from blobcr_agent.repository import repository
-from tests.agent_rpc import committed
+from blobcr_lab.agent_rpc import committed
 
 CHUNK = 64 * 1024
 

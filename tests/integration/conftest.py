@@ -1,6 +1,6 @@
 """Fixtures of the tests that call real agents over RPC: the client, a
 repository on either backend, and agents serving RPC on the session's
-RabbitMQ (tests/agent_rpc.py has the helpers).
+RabbitMQ (blobcr_lab/agent_rpc.py has the helpers).
 """
 
 import pytest
@@ -8,7 +8,7 @@ import pytest
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
 from blobcr_agent.rpc import api as rpc_api
-from tests import agent_rpc
+from blobcr_lab import agent_rpc
 
 CHUNK = 64 * 1024
 

@@ -1,5 +1,5 @@
 """The agent's RPC API end to end: AgentAPI in the test process, real
-blobcr-agent processes, a real RabbitMQ (tests/rabbitmq.py) and the
+blobcr-agent processes, a real RabbitMQ (blobcr_lab/rabbitmq.py) and the
 repository on the local store and on the micro Ceph cluster.
 """
 
@@ -20,10 +20,10 @@ from blobcr_agent.repository.backends import base as backends_base
 from blobcr_agent import rpc
 from blobcr_agent.rpc import api as rpc_api
 from blobcr_agent.rpc import server as rpc_server
-from tests.agent_rpc import agent_log
-from tests.agent_rpc import committed
-from tests.agent_rpc import host_name
-from tests.agent_rpc import rpc_settings
+from blobcr_lab.agent_rpc import agent_log
+from blobcr_lab.agent_rpc import committed
+from blobcr_lab.agent_rpc import host_name
+from blobcr_lab.agent_rpc import rpc_settings
 from tests.functional.test_agent import fill  # same CHUNK
 from tests.integration.conftest import CHUNK
 

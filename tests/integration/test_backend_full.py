@@ -34,7 +34,7 @@ from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import gc
 from blobcr_agent.repository import repository
 from blobcr_agent.repository import scrub
-from tests.agent_rpc import committed
+from blobcr_lab.agent_rpc import committed
 
 CHUNK = 64 * 1024
 # librados' own limit is rados_osd_op_timeout = 60 s; a full pool must

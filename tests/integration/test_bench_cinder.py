@@ -72,7 +72,7 @@ def test_result_is_invalid_without_the_proofs():
     """
     import argparse
 
-    from blobcr_agent.bench import cinder
+    from blobcr_bench import cinder
     args = argparse.Namespace(client='api', runs=1, write_mib=8, size_gb=1,
                               blobcr_type='b', baseline_type='r',
                               poll_interval=0.1, rbd_pool='rbd')

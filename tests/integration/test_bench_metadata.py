@@ -1,31 +1,21 @@
-"""tools/bench_metadata.py (issue 10) on a real TCG guest: one run, two
+"""blobcr_bench/metadata.py (issue 10) on a real TCG guest: one run, two
 checkpoints per route; only the counts are asserted, no timing. Its
 verdict on a route without checkpoints or with an uncommitted version is
 checked on made-up samples.
 """
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 
-TOP = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
-TOOL = os.path.join(TOP, 'tools', 'bench_metadata.py')
-
-
-def _tool():
-    spec = importlib.util.spec_from_file_location('bench_metadata', TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from blobcr_bench import metadata
 
 
 def test_bench_metadata_checkpoints_through_both_routes(tmp_path):
     proc = subprocess.run(
-        [sys.executable, TOOL, '--runs', '1', '--requests', '2', '--json',
-         '--workdir', str(tmp_path)],
+        [sys.executable, '-m', 'blobcr_bench.metadata', '--runs', '1',
+         '--requests', '2', '--json', '--workdir', str(tmp_path)],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -42,7 +32,7 @@ def test_bench_metadata_checkpoints_through_both_routes(tmp_path):
 
 
 def test_verdict_without_checkpoints_or_commits():
-    tool = _tool()
+    tool = metadata
     run = [{'route': 'metadata', 'ms': 10.0, 'downtime_ms': 5.0,
             'version': 2}]
     assert tool.summarize([run], {2})['valid'] is False     # no direct

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from blobcr_agent.bench import peers
+from blobcr_bench import peers
 
 BENCH = os.path.join(os.path.dirname(sys.executable), 'blobcr-bench')
 ITERATIONS = 2

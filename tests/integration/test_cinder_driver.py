@@ -18,9 +18,9 @@ import uuid
 import pytest
 
 from blobcr_agent.rpc import api as rpc_api
-from tests.nova_attach import as_nova
-from tests.nova_attach import Attachment
-from tests import seq_writer
+from blobcr_lab.nova_attach import as_nova
+from blobcr_lab.nova_attach import Attachment
+from blobcr_lab import seq_writer
 
 GiB = 1 << 30
 WRITER_BLOCKS = 128                     # the writer's region: 8 MiB

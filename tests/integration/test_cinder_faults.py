@@ -2,11 +2,11 @@
 backend, an agent killed in the middle of an operation, and Keystone
 tokens that are garbage, revoked or expired.
 
-The backend is the session's ``small`` one (tests/cinder_hosts.py): a
+The backend is the session's ``small`` one (blobcr_lab/cinder_hosts.py): a
 local store on a tmpfs of 256 MiB with its own storage agent and one
 compute agent, which no other test uses, so that these tests may fill
 it and kill its agents. The ``openstack`` CLI does what a user does;
-volumes are attached as Nova attaches them (tests/nova_attach.py).
+volumes are attached as Nova attaches them (blobcr_lab/nova_attach.py).
 
 Each case checks that the user sees a clear error (a status and a user
 message, or the CLI's error text, never a traceback), that nothing
@@ -25,10 +25,10 @@ import uuid
 import pytest
 
 from blobcr_agent.rpc import api as rpc_api
-from tests import agent_rpc
+from blobcr_lab import agent_rpc
 # the file system to its last page (the filler's path)
+from blobcr_lab.nova_attach import Attachment
 from tests.integration.test_backend_full import _fill as fill
-from tests.nova_attach import Attachment
 
 MiB = 1 << 20
 TRANSIENT = ('creating', 'extending', 'deleting', 'downloading',

@@ -22,8 +22,8 @@ import subprocess
 import pytest
 
 from blobcr_agent.rpc import api as rpc_api
-from tests.nova_attach import Attachment
-from tests import openstack_stack
+from blobcr_lab.nova_attach import Attachment
+from blobcr_lab import openstack as openstack_stack
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -15,10 +15,10 @@ import uuid
 
 import pytest
 
-from blobcr_agent.bench import harness
 from blobcr_agent.rpc import api as rpc_api
-from tests.nova_attach import Attachment
-from tests import openstack_stack as stack_module
+from blobcr_lab import agents
+from blobcr_lab.nova_attach import Attachment
+from blobcr_lab import openstack as stack_module
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -53,7 +53,7 @@ def sync_user(openstack_cloud):
 def run_sync(stack, hosts, workdir, expect_ok=True):
     """One round of the real blobcr-cinder-sync (``--once``)."""
     conf = os.path.join(workdir, 'sync.conf')
-    harness.write_conf(conf, {
+    agents.write_conf(conf, {
         'DEFAULT': {'use_stderr': True},
         'blobcr_sync': {
             'backends': '%s@%s' % (stack.cinder_host, hosts.section),

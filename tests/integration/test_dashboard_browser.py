@@ -2,8 +2,8 @@
 
 Horizon 27 with the BlobCR panel (tests/dashboard/live_settings.py) runs
 under Django's runserver in a process of its own, on the session's real
-Keystone and Cinder (tests/openstack_stack.py) with the BlobCR local
-backend and its real agents (tests/cinder_hosts.py). Debian's headless
+Keystone and Cinder (blobcr_lab/openstack.py) with the BlobCR local
+backend and its real agents (blobcr_lab/cinder_hosts.py). Debian's headless
 Chromium, driven by selenium through chromium-driver, logs in as demo,
 opens the panel, takes a live checkpoint of an attached volume with the
 panel's action, and restarts a volume group (volumes only: the stack has
@@ -23,9 +23,9 @@ import urllib.request
 
 import pytest
 
+from blobcr_lab.nova_attach import Attachment
+from blobcr_lab import openstack as stack_module
 from tests.integration.test_restart import Job
-from tests.nova_attach import Attachment
-from tests import openstack_stack as stack_module
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))

@@ -40,9 +40,9 @@ import pytest
 import requests
 
 from blobcr_agent.rpc import api as rpc_api
-from tests import agent_rpc
+from blobcr_lab import agent_rpc
+from blobcr_lab import openstack as stack_module
 from tests import devstack_harness as harness
-from tests import openstack_stack as stack_module
 
 BIN = os.path.dirname(os.path.abspath(sys.executable))
 BACKEND = 'blobcr'  # override-defaults: CINDER_ENABLED_BACKENDS=blobcr:blobcr

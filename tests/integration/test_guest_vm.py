@@ -1,6 +1,6 @@
 """A real guest under libvirt/TCG: disk, network, qemu-ga, suspend.
 
-The guest (tools/build-guest.sh, tests/guest_vm.py) mounts its ext4 data
+The guest (tools/build-guest.sh, blobcr_lab/guest_vm.py) mounts its ext4 data
 disk, writes a file, POSTs to the metadata address through the slirp
 guestfwd to an HTTP server of this test on 127.0.0.1, checks that it
 cannot reach the host otherwise (restrict=on), then obeys commands the
@@ -18,9 +18,9 @@ import time
 
 import libvirt
 
-from tests import guest_vm
-from tests.guest_vm import guest_image  # noqa: F401 (fixture)
-from tests.guest_vm import session_libvirt  # noqa: F401 (fixture)
+from blobcr_lab import guest_vm
+from tests.lab_fixtures import guest_image  # noqa: F401 (fixture)
+from tests.lab_fixtures import session_libvirt  # noqa: F401 (fixture)
 
 SCENARIO = """set -e
 mount -t ext4 /dev/vda /mnt

@@ -1,7 +1,7 @@
 """End to end: a real VM checkpoints itself and restarts from a version.
 
 A Debian guest boots under libvirt with TCG (tools/build-guest.sh,
-tests/guest_vm.py). Its data disk is an ext4 image attached through a
+blobcr_lab/guest_vm.py). Its data disk is an ext4 image attached through a
 real blobcr-agent: the raw file QEMU opens is on the agent's FUSE mount.
 The guest reaches the agent's checkpoint endpoint at 169.254.169.254
 (slirp guestfwd to 127.0.0.1). Inside the guest: write files, run
@@ -19,13 +19,13 @@ import pathlib
 import subprocess
 import time
 
-from blobcr_agent.bench import harness
 from blobcr_agent.proxy import auth
 from blobcr_agent.repository import repository
-from tests.agent_rpc import committed
-from tests import guest_vm
-from tests.guest_vm import guest_image  # noqa: F401 (fixture)
-from tests.guest_vm import session_libvirt  # noqa: F401 (fixture)
+from blobcr_lab.agent_rpc import committed
+from blobcr_lab import agents
+from blobcr_lab import guest_vm
+from tests.lab_fixtures import guest_image  # noqa: F401 (fixture)
+from tests.lab_fixtures import session_libvirt  # noqa: F401 (fixture)
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -126,7 +126,7 @@ def test_vm_checkpoints_itself_and_restarts_from_a_version(
 
     workdir = tmp_path / 'agent'
     workdir.mkdir()
-    agent = harness.AgentProcess(str(workdir), repo.backend, {
+    agent = agents.AgentProcess(str(workdir), repo.backend, {
         'agent': {'libvirt_uri': session_libvirt.uri,
                   'quiesce': 'suspend'},
         'proxy': {'host_secret': SECRET}})

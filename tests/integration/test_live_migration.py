@@ -31,14 +31,14 @@ import uuid
 import libvirt
 import pytest
 
-from blobcr_agent.bench import harness
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
 from blobcr_agent.rpc import api as rpc_api
-from tests import agent_rpc
-from tests import guest_vm
-from tests.guest_vm import guest_image  # noqa: F401 (fixture)
-from tests.guest_vm import session_libvirt  # noqa: F401 (fixture)
+from blobcr_lab import agent_rpc
+from blobcr_lab import agents as lab_agents
+from blobcr_lab import guest_vm
+from tests.lab_fixtures import guest_image  # noqa: F401 (fixture)
+from tests.lab_fixtures import session_libvirt  # noqa: F401 (fixture)
 
 MiB = 1 << 20
 RECORDS = 240
@@ -112,7 +112,7 @@ def two_hosts(rabbitmq_url, session_libvirt, tmp_path):  # noqa: F811
             host = agent_rpc.host_name('mig-' + label)
             workdir = tmp_path / ('agent-' + label)
             workdir.mkdir()
-            agents[host] = harness.AgentProcess(
+            agents[host] = lab_agents.AgentProcess(
                 str(workdir), backend, agent_rpc.rpc_settings(
                     rabbitmq_url, host, libvirt_uri=lv.uri,
                     handoff_timeout='60')).start()
@@ -220,7 +220,7 @@ def two_agents(rabbitmq_url, tmp_path):
             host = agent_rpc.host_name('mig-' + label)
             workdir = tmp_path / ('agent-' + label)
             workdir.mkdir()
-            agents.append((host, harness.AgentProcess(
+            agents.append((host, lab_agents.AgentProcess(
                 str(workdir), backend, agent_rpc.rpc_settings(
                     rabbitmq_url, host, libvirt_uri='test:///default',
                     handoff_timeout='3')).start()))

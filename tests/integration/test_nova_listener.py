@@ -29,11 +29,11 @@ import uuid
 
 import pytest
 
-from blobcr_agent.bench import harness
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
 from blobcr_agent.rpc import api as rpc_api
-from tests import agent_rpc
+from blobcr_lab import agent_rpc
+from blobcr_lab import agents as lab_agents
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -115,7 +115,7 @@ class Nova(object):
 
     def __init__(self, workdir, url, topic):
         self.conffile = os.path.join(workdir, 'nova.conf')
-        harness.write_conf(self.conffile, {
+        lab_agents.write_conf(self.conffile, {
             'DEFAULT': {'transport_url': url},
             'notifications': {'notification_format': 'versioned',
                               'versioned_notifications_topics': topic},
@@ -149,7 +149,7 @@ class Listener(object):
     def __init__(self, workdir, url, topic):
         self.logfile = os.path.join(workdir, 'listener.log')
         self.conffile = os.path.join(workdir, 'listener.conf')
-        harness.write_conf(self.conffile, {
+        lab_agents.write_conf(self.conffile, {
             'DEFAULT': {'transport_url': url, 'log_file': self.logfile,
                         'debug': 'false'},
             'listener': {'topics': topic,
@@ -248,7 +248,7 @@ def cloud(rabbitmq_url, tmp_path_factory):
             host = agent_rpc.host_name('nl-' + label)
             workdir = top / ('agent-' + label)
             workdir.mkdir()
-            agents[host] = harness.AgentProcess(
+            agents[host] = lab_agents.AgentProcess(
                 str(workdir), backend,
                 agent_rpc.rpc_settings(rabbitmq_url, host)).start()
         for host in agents:
@@ -554,7 +554,7 @@ def test_killed_agent_loses_nothing(cloud, tmp_path):
     """
     rng = random.Random(13)
     host = agent_rpc.host_name('nl-c')
-    agent = harness.AgentProcess(
+    agent = lab_agents.AgentProcess(
         str(tmp_path), cloud.repo.backend,
         agent_rpc.rpc_settings(cloud.url, host)).start()
     try:

@@ -15,9 +15,9 @@ import pytest
 
 from blobcr_guest import client as guest_client
 from blobcr_guest import exception as guest_exception
+from blobcr_lab.metadata_front import MetadataFront
 from tests.integration.test_nova_vendordata import Host
 from tests.integration.test_nova_vendordata import META
-from tests.integration.test_nova_volume_xml import MetadataFront
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """A real Nova boots a server from a BlobCR volume; a snapshot taken
-while the guest runs restarts it (tests/nova_stack.py).
+while the guest runs restarts it (blobcr_lab/nova.py).
 
 Slow (the Nova stack and two TCG boots): skipped unless BLOBCR_REAL_NOVA=1.
 
@@ -17,9 +17,9 @@ import uuid
 
 import pytest
 
-from tests import guest_vm
-from tests.nova_attach import Attachment
-from tests import nova_stack
+from blobcr_lab import guest_vm
+from blobcr_lab import nova as nova_stack
+from blobcr_lab.nova_attach import Attachment
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get('BLOBCR_REAL_NOVA'),

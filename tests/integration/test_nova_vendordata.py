@@ -22,15 +22,15 @@ import uuid
 import pytest
 import requests
 
-from blobcr_agent.bench import harness
 from blobcr_agent.proxy import auth
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
 from blobcr_guest import client as guest_client
 from blobcr_guest import config as guest_config
 from blobcr_guest import exception as guest_exception
-from tests import agent_rpc
-from tests import openstack_stack as stack_module
+from blobcr_lab import agent_rpc
+from blobcr_lab import agents
+from blobcr_lab import openstack as stack_module
 from tests.unit.test_nova_vendordata import serve_vendor_data2
 
 SECRET = 'token-secret-of-every-agent'
@@ -91,7 +91,7 @@ def run_nova(conf, instances=(), signatures=()):
 
 def nova_conf(path, stack, vendordata_url, password=PASSWORD,
               user='nova'):
-    harness.write_conf(path, {
+    agents.write_conf(path, {
         'DEFAULT': {'use_stderr': 'true'},
         'api': {'vendordata_providers': 'StaticJSON,DynamicJSON',
                 'vendordata_dynamic_targets': 'blobcr@%s' % vendordata_url,
@@ -143,7 +143,7 @@ class Host(object):
             chunk_size=CHUNK)
         workdir = os.path.join(directory, 'agent')
         os.makedirs(workdir)
-        self.agent = harness.AgentProcess(workdir, self.repo.backend, {
+        self.agent = agents.AgentProcess(workdir, self.repo.backend, {
             'agent': {'quiesce': 'none', 'libvirt_uri': 'test:///default'},
             'proxy': {'host_secret': SECRET,
                       'metadata_proxy_shared_secret': META}})
@@ -182,7 +182,7 @@ class VendordataService(object):
         self.url = 'http://127.0.0.1:%d/' % self.port
         self.conffile = os.path.join(directory, 'nova-vendordata.conf')
         self.logfile = os.path.join(directory, 'vendordata.log')
-        harness.write_conf(self.conffile, {
+        agents.write_conf(self.conffile, {
             'DEFAULT': {'use_stderr': 'true', 'debug': 'true'},
             'vendordata': {'listen': '127.0.0.1', 'port': self.port,
                            'endpoint_url': endpoint_url,

@@ -9,29 +9,27 @@ the class the map names, its connect_volume (mount table before and
 after), get_config's XML and disconnect_volume.
 """
 
-import http.client
-import http.server
 import json
 import os
 import pathlib
 import re
 import subprocess
 import sys
-import threading
 import uuid
 from xml.etree import ElementTree
 
 
-from blobcr_agent.bench import harness
 from blobcr_agent.proxy import auth
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
-from blobcr_nova import vendordata
-from tests.agent_rpc import committed
-from tests import guest_vm
-from tests.guest_vm import guest_image  # noqa: F401 (fixture)
-from tests.guest_vm import session_libvirt  # noqa: F401 (fixture)
-from tests.nova_attach import Attachment
+from blobcr_lab.agent_rpc import committed
+from blobcr_lab import agents
+from blobcr_lab import guest_vm
+from blobcr_lab.metadata_front import MetadataFront
+from blobcr_lab.metadata_front import vendordata_answer
+from blobcr_lab.nova_attach import Attachment
+from tests.lab_fixtures import guest_image  # noqa: F401 (fixture)
+from tests.lab_fixtures import session_libvirt  # noqa: F401 (fixture)
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -174,7 +172,7 @@ def test_agent_finds_the_domain_nova_defines(tmp_path):
         '<uuid>%s</uuid><memory>65536</memory><os><type>hvm</type></os>'
         '<devices>%s</devices></domain></node>'
         % (instance, out['disks'][0]['xml']))
-    agent = harness.AgentProcess(str(workdir), repo.backend, {
+    agent = agents.AgentProcess(str(workdir), repo.backend, {
         'agent': {'libvirt_uri': 'test://%s' % node, 'quiesce': 'suspend'},
         'proxy': {'metadata_proxy_shared_secret': 'ns'}})
     agent.start()
@@ -225,92 +223,6 @@ class NovaDiskVM(guest_vm.GuestVM):
         return xml
 
 
-class MetadataFront(object):
-    """What answers 169.254.169.254 on the compute host, as nova.rst
-    describes it: Nova's metadata (here vendor_data2.json alone, with the
-    answer of blobcr-vendordata's application) and ``/v1/`` relayed to
-    the host's agent.
-
-    ``sign``: ``(secret, instance)`` to relay as Neutron's metadata proxy
-    does: whatever instance headers the guest sent are replaced by
-    ``X-Instance-ID`` (the instance the relay knows at that address) and
-    its ``X-Instance-ID-Signature``.
-    """
-
-    SIGNED = ('x-instance-id', 'x-instance-id-signature', 'x-tenant-id')
-
-    def __init__(self, document, agent_port, sign=None):
-        front = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _serve(self):
-                if self.path == '/openstack/latest/vendor_data2.json':
-                    return self._reply(200, json.dumps(document).encode())
-                if not self.path.startswith('/v1/'):
-                    return self._reply(404, b'{}')
-                length = int(self.headers.get('Content-Length') or 0)
-                body = self.rfile.read(length) if length else None
-                conn = http.client.HTTPConnection('127.0.0.1', agent_port,
-                                                  timeout=120)
-                headers = {k: v for k, v in self.headers.items()
-                           if k.lower().startswith('x-') or
-                           k.lower() == 'content-type'}
-                if sign:
-                    headers = {k: v for k, v in headers.items()
-                               if k.lower() not in front.SIGNED}
-                    headers['X-Instance-ID'] = sign[1]
-                    headers['X-Instance-ID-Signature'] = auth.sign(*sign)
-                try:
-                    conn.request(self.command, self.path, body=body,
-                                 headers=headers)
-                    answer = conn.getresponse()
-                    front.relayed += 1
-                    self._reply(answer.status, answer.read())
-                finally:
-                    conn.close()
-
-            def _reply(self, status, payload):
-                self.send_response(status)
-                self.send_header('Content-Type', 'application/json')
-                self.send_header('Content-Length', str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            do_GET = do_POST = _serve
-
-            def log_message(self, *args):
-                pass
-        self.relayed = 0
-        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0),
-                                                      Handler)
-        self.port = self.server.server_port
-        threading.Thread(target=self.server.serve_forever,
-                         daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def vendordata_answer(instance, project, secret):
-    """blobcr-vendordata's application asked as Nova asks it (its Keystone
-    check is tests/integration/test_nova_vendordata.py's).
-    """
-    import io
-    app = vendordata.VendordataApp(secret, 'http://%s' % guest_vm.METADATA_IP)
-    body = json.dumps({'instance-id': instance,
-                       'project-id': project}).encode()
-    got = []
-    payload = app({'REQUEST_METHOD': 'POST', 'PATH_INFO': '/',
-                   'CONTENT_LENGTH': str(len(body)),
-                   'wsgi.input': io.BytesIO(body),
-                   'HTTP_X_IDENTITY_STATUS': 'Confirmed',
-                   'HTTP_X_ROLES': 'service'},
-                  lambda status, headers: got.append(status))
-    assert got == ['200 OK']
-    return json.loads(b''.join(payload))
-
-
 def test_guest_boots_from_the_disk_nova_describes_and_checkpoints(
         guest_image, session_libvirt, tmp_path):  # noqa: F811
     """A real TCG guest booted with Nova's disk XML of the agent's
@@ -327,7 +239,7 @@ def test_guest_boots_from_the_disk_nova_describes_and_checkpoints(
     header, base = repo.import_file(raw, 'data')
     workdir = tmp_path / 'agent'
     workdir.mkdir()
-    agent = harness.AgentProcess(str(workdir), repo.backend, {
+    agent = agents.AgentProcess(str(workdir), repo.backend, {
         'agent': {'libvirt_uri': session_libvirt.uri, 'quiesce': 'suspend'},
         'proxy': {'host_secret': secret}})
     agent.start()

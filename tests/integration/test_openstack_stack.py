@@ -1,4 +1,4 @@
-"""Smoke test of the OpenStack test harness (tests/openstack_stack.py).
+"""Smoke test of the OpenStack test harness (blobcr_lab/openstack.py).
 
 The real ``openstack`` CLI drives real Keystone, cinder-api (with
 keystonemiddleware), cinder-scheduler and cinder-volume over the session's
@@ -12,8 +12,8 @@ and the rest need a storage array or cluster.
 
 import pytest
 
+from blobcr_lab import openstack as openstack_stack
 from tests import openstack_fixtures
-from tests import openstack_stack
 
 TYPE = openstack_fixtures.HARNESS_BACKEND
 # The harness is meant to add little to a CI run (target: 60 s).

@@ -1,6 +1,6 @@
 """oslo.messaging RPC between two processes over a real RabbitMQ.
 
-The broker comes from the session fixture in tests/rabbitmq.py (started by
+The broker comes from the session fixture in blobcr_lab/rabbitmq.py (started by
 tools/rabbitmq.sh on 127.0.0.1, or BLOBCR_RABBIT_URL).  The RPC server runs
 in a subprocess (this module run with ``python -m``), with the threading
 executor; the test process is the client.
@@ -23,7 +23,7 @@ from oslo_utils import eventletutils
 import pytest
 
 # The session fixtures rabbitmq_broker and rabbitmq_url come from
-# tests/rabbitmq.py, loaded once per session by tests/conftest.py.
+# blobcr_lab/rabbitmq.py, loaded once per session by tests/conftest.py.
 
 TOPIC = "blobcr-test"
 SERVER = "host-a"

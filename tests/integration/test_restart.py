@@ -15,11 +15,11 @@ import uuid
 
 import pytest
 
+from blobcr_lab import nova as nova_stack
+from blobcr_lab.nova_attach import Attachment
+from blobcr_lab.openstack import StackError
 from blobcr_nova import restart
 from tests.integration.test_cinder_driver import wait_group
-from tests.nova_attach import Attachment
-from tests import nova_stack
-from tests.openstack_stack import StackError
 
 MARK = 4096
 

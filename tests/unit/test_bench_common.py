@@ -6,9 +6,9 @@ import io
 
 import pytest
 
-from blobcr_agent.bench import checkpoint
-from blobcr_agent.bench import common
-from blobcr_agent.bench import restart
+from blobcr_bench import checkpoint
+from blobcr_bench import common
+from blobcr_bench import restart
 
 CHUNK = 256 * 1024
 

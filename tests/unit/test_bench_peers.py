@@ -5,8 +5,8 @@ against BlobCR, and the checks that make a run invalid.
 
 import argparse
 
-from blobcr_agent.bench import common
-from blobcr_agent.bench import peers
+from blobcr_bench import common
+from blobcr_bench import peers
 
 
 class _Pattern(object):

@@ -59,11 +59,11 @@ import random
 import threading
 import time
 
-from blobcr_agent.bench import checkpoint
-from blobcr_agent.bench import common
-from blobcr_agent.bench import harness
-from blobcr_agent.bench import peers_common
 from blobcr_agent.repository import gc
+from blobcr_bench import checkpoint
+from blobcr_bench import common
+from blobcr_bench import peers_common
+from blobcr_lab import agents
 
 PEERS = ('blobcr-local', 'blobcr-ceph', 'qemu-backup', 'rbd-snap',
          'qcow2-layers')
@@ -154,12 +154,12 @@ class BlobcrPeer(peers_common.Peer):
         self.workdir = os.path.join(args.workdir, name)
         os.makedirs(self.workdir)
         self.repo = open_repository(ns, self.workdir)
-        store = harness.store_args(self.repo.backend)
+        store = agents.store_args(self.repo.backend)
         self.mirror = checkpoint.new_mirror(self.workdir, store, args)
         self.mirror.start()
         restart_dir = os.path.join(self.workdir, 'restart')
         os.makedirs(restart_dir)
-        self.restarter = harness.MirrorProcess(restart_dir, store)
+        self.restarter = agents.MirrorProcess(restart_dir, store)
         self.restarter.start()
         self.subject = None
         self.count = 0
@@ -237,9 +237,9 @@ def make_peer(name, args, open_repository):
     if name == 'blobcr-ceph':
         return BlobcrPeer(args, name, 'rados', open_repository)
     if name == 'rbd-snap':
-        from blobcr_agent.bench import peers_rbd
+        from blobcr_bench import peers_rbd
         return peers_rbd.RbdPeer(args)
-    from blobcr_agent.bench import peers_qemu
+    from blobcr_bench import peers_qemu
     why = peers_qemu.refusal()
     if why:
         raise peers_common.PeerRefused(why)

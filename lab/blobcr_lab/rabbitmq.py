@@ -1,34 +1,19 @@
-"""A real RabbitMQ broker for tests: wrapper around tools/rabbitmq.sh.
+"""A real RabbitMQ broker: wrapper around tools/rabbitmq.sh.
 
 The script runs Debian's rabbitmq-server on 127.0.0.1 with everything
 (config, mnesia, logs, Erlang cookie, its own epmd) under one directory and
 writes the oslo.messaging transport url to ``DIR/url``
 (``rabbit://USER:PASS@127.0.0.1:PORT/``).
 
-Fixtures (import both into tests/conftest.py):
-
-``rabbitmq_broker``  session-scoped :class:`RabbitMQBroker` (or
-    :class:`ExternalBroker`).  With ``BLOBCR_RABBIT_URL`` set, that broker
-    is used and nothing is started.  With ``BLOBCR_RABBIT_DIR`` set, the
-    broker in that directory is started if needed and left running (faster
-    reruns).  Otherwise one is started in a temporary directory and stopped
-    at the end of the session.
-``rabbitmq_url``  the transport url of that broker.
-
-(PYTEST_DONT_REWRITE: no asserts here, and it may be imported by conftest
-before test modules register it as a plugin.)
+The fixtures over it are in tests/lab_fixtures.py.
 """
 
 import os
-import shutil
 import subprocess
-import tempfile
 
-import pytest
+import blobcr_lab
 
-SCRIPT = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    "tools", "rabbitmq.sh")
+SCRIPT = blobcr_lab.tool("rabbitmq.sh")
 
 URL_ENV = "BLOBCR_RABBIT_URL"
 DIR_ENV = "BLOBCR_RABBIT_DIR"
@@ -119,37 +104,3 @@ class ExternalBroker:
 
     def __init__(self, url):
         self.url = url
-
-
-@pytest.fixture(scope="session")
-def rabbitmq_broker():
-    """A running RabbitMQ on 127.0.0.1 for the whole test session."""
-    url = os.environ.get(URL_ENV)
-    if url:
-        yield ExternalBroker(url)
-        return
-    keep = os.environ.get(DIR_ENV)
-    directory = keep or tempfile.mkdtemp(prefix="blobcr-rabbit-")
-    broker = RabbitMQBroker(directory)
-    try:
-        broker.start()
-    except RabbitMQError:
-        # The script already stops what it started; make sure, and keep
-        # the directory for its logs (the error names it).
-        try:
-            broker.stop()
-        except RabbitMQError:
-            pass
-        raise
-    try:
-        yield broker
-    finally:
-        if not keep:
-            broker.stop()
-            shutil.rmtree(directory, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def rabbitmq_url(rabbitmq_broker):
-    """Transport url of the session's broker, for get_rpc_transport()."""
-    return rabbitmq_broker.url

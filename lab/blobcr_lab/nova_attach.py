@@ -6,7 +6,7 @@ the file the hypervisor would open.
 
 import uuid
 
-from tests import openstack_stack as stack_module
+from blobcr_lab import openstack as stack_module
 
 
 def as_nova(stack, user='demo'):

@@ -83,9 +83,9 @@ import statistics
 import threading
 import time
 
-from blobcr_agent.bench import common
-from blobcr_agent.bench import harness
 from blobcr_agent.repository import gc
+from blobcr_bench import common
+from blobcr_lab import agents
 
 MODES = ('selective-cow', 'live-cow', 'live-precopy', 'offline')
 ORDERS = ('sequential', 'reverse', 'random')
@@ -235,8 +235,8 @@ class Subject(object):
 def new_mirror(workdir, backend_args, args):
     path = os.path.join(workdir, 'mirror')
     os.makedirs(path, exist_ok=True)
-    return harness.MirrorProcess(path, backend_args,
-                                 ['--cow-chunks', str(args.cow_chunks)])
+    return agents.MirrorProcess(path, backend_args,
+                                ['--cow-chunks', str(args.cow_chunks)])
 
 
 def _delta(after, before, keys=COUNTERS):
@@ -641,7 +641,7 @@ def run_interval(repo, backend_args, args, log):
     try:
         with _environment(RESERVE_AHEAD_ENV, reserve_ahead):
             mirror.start()
-        control = harness.MirrorProcess.client_class(mirror.control)
+        control = agents.MirrorProcess.client_class(mirror.control)
         try:
             for r in range(args.runs):
                 for mode in modes:

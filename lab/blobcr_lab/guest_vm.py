@@ -20,8 +20,8 @@ QEMU keeps root's identity outside it, so it can open root's files (and
 a FUSE mount without allow_other). Its uri is
 ``qemu:///session?socket=DIR/run/libvirt/libvirt-sock``.
 
-The fixtures guest_image and session_libvirt (session-scoped) are meant
-to be imported by test modules (or conftest.py).
+The fixtures guest_image and session_libvirt (session-scoped) are in
+tests/lab_fixtures.py.
 """
 
 import gzip
@@ -40,11 +40,11 @@ from xml.sax import saxutils
 
 import libvirt
 import libvirt_qemu
-import pytest
 
-TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD_SCRIPT = os.path.join(TOP, 'tools', 'build-guest.sh')
-DEFAULT_BASE_DIR = os.path.join(TOP, 'build', 'guest')
+import blobcr_lab
+
+BUILD_SCRIPT = blobcr_lab.tool('build-guest.sh')
+DEFAULT_BASE_DIR = os.path.join(blobcr_lab.SOURCE, 'build', 'guest')
 
 NETWORK = '169.254.169.0/24'
 GATEWAY = '169.254.169.2'
@@ -232,30 +232,6 @@ class SessionLibvirt(object):
 
     def __exit__(self, *exc):
         self.stop()
-
-
-@pytest.fixture(scope='session')
-def guest_image():
-    """The base image directory, built (or found up to date) once."""
-    try:
-        return build_image()
-    except (GuestError, OSError, subprocess.SubprocessError) as e:
-        pytest.fail('cannot build the guest image: %s' % e)
-
-
-@pytest.fixture(scope='session')
-def session_libvirt(guest_image):
-    """A SessionLibvirt for the test session (after the build installed
-    libvirtd and QEMU).
-    """
-    lv = SessionLibvirt()
-    try:
-        lv.start()
-    except (GuestError, OSError) as e:
-        lv.stop()
-        pytest.fail('cannot start a session libvirtd: %s' % e)
-    yield lv
-    lv.stop()
 
 
 def _cpio_entry(out, name, mode, data=b'', ino=0):

@@ -27,10 +27,10 @@ import subprocess
 import time
 import uuid
 
-from blobcr_agent.bench import common
-from blobcr_agent.bench import harness
 from blobcr_agent.repository.backends import base
 from blobcr_agent.repository import gc
+from blobcr_bench import common
+from blobcr_lab import agents
 
 CHUNK = 256 * 1024
 
@@ -71,7 +71,7 @@ def mirror_args(backend_args, workdir, in_flight):
     baselines.
     """
     conf = os.path.join(workdir, 'persist.conf')
-    harness.write_conf(conf, {'repository': {'max_in_flight': in_flight}})
+    agents.write_conf(conf, {'repository': {'max_in_flight': in_flight}})
     return list(backend_args) + ['--config-file', conf]
 
 
@@ -85,7 +85,7 @@ def run(repo, backend_args, args, log):
     pattern = common.Pattern(size)
     header = repo.create_image('bench-persist', size, chunk_size=CHUNK)
     repo.commit(header.id, {})
-    mirror = harness.MirrorProcess(
+    mirror = agents.MirrorProcess(
         workdir, mirror_args(backend_args, workdir, args.in_flight))
     persist, puts, bench, chunks = [], [], [], []
     try:

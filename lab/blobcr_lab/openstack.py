@@ -50,7 +50,7 @@ import sys
 import tempfile
 import time
 
-from blobcr_agent.bench import harness
+from blobcr_lab import agents
 
 BIN = os.path.dirname(os.path.abspath(sys.executable))
 VENV = os.path.dirname(BIN)
@@ -578,7 +578,7 @@ class OpenStackStack:
             shutil.rmtree(staging, ignore_errors=True)
 
     def _write_keystone_conf(self):
-        harness.write_conf(self.path('keystone.conf'), {
+        agents.write_conf(self.path('keystone.conf'), {
             'DEFAULT': {'debug': self.debug, 'use_stderr': True},
             'database': {'connection': self.postgres.url('keystone')},
             'token': {'provider': 'fernet'},
@@ -642,7 +642,7 @@ class OpenStackStack:
         sections.update(self.backends)
         for name, options in self.extra_conf.items():
             sections.setdefault(name, {}).update(options)
-        harness.write_conf(self.path('cinder.conf'), sections)
+        agents.write_conf(self.path('cinder.conf'), sections)
 
     def _write_glance_conf(self):
         """glance-api.conf in ``glance/`` (read from OS_GLANCE_CONFIG_DIR:
@@ -655,7 +655,7 @@ class OpenStackStack:
         for name in ('glance-images', 'glance-staging', 'glance-tasks'):
             stores[name] = self.path(name)
             os.makedirs(stores[name], exist_ok=True)
-        harness.write_conf(self.path('glance', 'glance-api.conf'), {
+        agents.write_conf(self.path('glance', 'glance-api.conf'), {
             'DEFAULT': {
                 'debug': self.debug, 'use_stderr': True,
                 'enabled_backends': 'fs:file',

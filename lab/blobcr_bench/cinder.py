@@ -52,7 +52,7 @@ import sys
 import time
 import uuid
 
-from blobcr_agent.bench import common
+from blobcr_bench import common
 
 MIB = 1 << 20
 BLOCK = MIB

@@ -1,13 +1,13 @@
-"""``blobcr-bench cinder`` from a clean clone, on a cloud of its own:
+"""``blobcr-bench cinder`` on a cloud of its own, started here:
 
 * a micro Ceph cluster (tools/ceph-cluster.sh start DIR) with an ``rbd``
   pool;
-* RabbitMQ on 127.0.0.1 (tests/rabbitmq.py);
+* RabbitMQ on 127.0.0.1 (blobcr_lab.rabbitmq);
 * two blobcr-agents on a RADOS namespace of that cluster, one beside
   cinder-volume and one "compute" host on which the BlobCR volume is
-  attached (tests/cinder_hosts.py);
+  attached (blobcr_lab.cinder_hosts);
 * Keystone, cinder-api, cinder-scheduler and cinder-volume
-  (tests/openstack_stack.py) with two backends: ``blobcr`` (the BlobCR
+  (blobcr_lab.openstack) with two backends: ``blobcr`` (the BlobCR
   driver) and ``rbd`` (Cinder's RBD driver, pool ``rbd`` of the same
   cluster), one volume type each;
 
@@ -16,7 +16,7 @@ arguments given after ``--`` (``--runs N``, ``--plot FILE.png``...), and
 prints its JSON. Everything it started is stopped by PID and the Ceph
 directory is removed. Exits with the benchmark's status.
 
-    .venv/bin/python tools/bench_cinder.py -- --runs 7 --plot cinder.png
+    .venv/bin/python -m blobcr_bench.cinder_stack -- --runs 7 --plot cinder.png
 """
 
 import argparse
@@ -27,19 +27,16 @@ import sys
 import tempfile
 import uuid
 
-TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, TOP)
+from blobcr_agent.repository.backends import rados
+from blobcr_agent.rpc import api as rpc_api
+from blobcr_bench import cinder as bench_cinder
+from blobcr_lab import agent_rpc
+from blobcr_lab import agents
+from blobcr_lab import ceph as ceph_mod
+from blobcr_lab import cinder_hosts
+from blobcr_lab import openstack as openstack_stack
+from blobcr_lab import rabbitmq
 
-from blobcr_agent.bench import cinder as bench_cinder  # noqa: E402
-from blobcr_agent.bench import harness  # noqa: E402
-from blobcr_agent.repository.backends import rados  # noqa: E402
-from blobcr_agent.rpc import api as rpc_api  # noqa: E402
-from tests import agent_rpc  # noqa: E402
-from tests import cinder_hosts  # noqa: E402
-from tests import openstack_stack  # noqa: E402
-from tests import rabbitmq  # noqa: E402
-
-CEPH = os.path.join(TOP, 'tools', 'ceph-cluster.sh')
 RBD_POOL = 'rbd'
 
 
@@ -47,23 +44,14 @@ def say(text):
     print('bench-cinder: %s' % text, file=sys.stderr, flush=True)
 
 
-class _Ceph(object):
-    def __init__(self, directory):
-        self.directory = directory
-
-    def start(self):
-        subprocess.run(['bash', CEPH, 'start', self.directory], check=True,
-                       stdout=subprocess.DEVNULL)
-        return self
-
-    @property
-    def conffile(self):
-        return os.path.join(self.directory, 'ceph.conf')
+class _Ceph(ceph_mod.MicroCephCluster):
+    """The bench's own cluster: its directory goes with it."""
 
     def stop(self):
-        subprocess.run(['bash', CEPH, 'stop', self.directory], check=False,
-                       stdout=subprocess.DEVNULL)
-        shutil.rmtree(self.directory, ignore_errors=True)
+        try:
+            super().stop()
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def main():
@@ -119,10 +107,10 @@ def main():
         for host in (hosts.storage, hosts.compute[0]):
             directory = os.path.join(workdir, host)
             os.makedirs(directory, exist_ok=True)
-            agent = harness.AgentProcess(directory, backend,
-                                         agent_rpc.rpc_settings(
-                                             broker.url, host,
-                                             export_dir=exchange))
+            agent = agents.AgentProcess(directory, backend,
+                                        agent_rpc.rpc_settings(
+                                            broker.url, host,
+                                            export_dir=exchange))
             started.append(agent)
             agent.start()
             agent_rpc.wait_rpc(api, host)

@@ -19,8 +19,8 @@ import os
 import subprocess
 import time
 
-from blobcr_agent.bench import cinder
-from blobcr_agent.bench import peers_common
+from blobcr_bench import cinder
+from blobcr_bench import peers_common
 
 EC_PROFILE = 'blobcr_k2m1'
 

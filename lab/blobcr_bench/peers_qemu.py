@@ -26,7 +26,7 @@ import subprocess
 import threading
 import time
 
-from blobcr_agent.bench import peers_common
+from blobcr_bench import peers_common
 
 QSD = 'qemu-storage-daemon'
 QEMU_IMG = 'qemu-img'

@@ -57,7 +57,7 @@ import sys
 import time
 import uuid
 
-from blobcr_agent.bench import harness
+from blobcr_lab import agents
 
 DISK = 64 << 20
 BLOCK = 4096
@@ -388,7 +388,7 @@ def write_config(workdir, backend, ceph_conf):
         namespace = 'demo-%s' % uuid.uuid4().hex[:12]
         sections['rados'] = {'conffile': ceph_conf, 'namespace': namespace}
         paths['where'] = '%s, namespace %s' % (ceph_conf, namespace)
-    harness.write_conf(paths['conf'], sections)
+    agents.write_conf(paths['conf'], sections)
     return paths
 
 

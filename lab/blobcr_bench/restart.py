@@ -43,9 +43,9 @@ import sys
 import threading
 import time
 
-from blobcr_agent.bench import common
-from blobcr_agent.bench import harness
 from blobcr_agent.repository import gc
+from blobcr_bench import common
+from blobcr_lab import agents
 
 CHUNK = 256 * 1024
 READ = 64 * 1024
@@ -135,7 +135,7 @@ class Instance(object):
     def __init__(self, workdir, backend_args, name):
         path = os.path.join(workdir, name)
         os.makedirs(path)
-        self.mirror = harness.MirrorProcess(path, backend_args)
+        self.mirror = agents.MirrorProcess(path, backend_args)
 
     def start(self):
         self.mirror.start()
@@ -206,7 +206,7 @@ def _precopy_all(store_args, image_ids, version, traces, think, workdir):
                        'path': os.path.join(workdir, 'precopy-%d.raw' % k),
                        'trace': trace, 'think': think}, f)
         procs.append(subprocess.Popen(
-            [sys.executable, '-m', 'blobcr_agent.bench.restart', job] +
+            [sys.executable, '-m', 'blobcr_bench.restart', job] +
             list(store_args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             text=True))
     try:
@@ -247,7 +247,7 @@ class _Counter(object):
 
 
 def worker(argv):
-    """``python -m blobcr_agent.bench.restart JOB STORE-ARGS...``: export
+    """``python -m blobcr_bench.restart JOB STORE-ARGS...``: export
     and replay one instance's trace once told to go; prints its figures.
     """
     import argparse

@@ -4,8 +4,8 @@ socket measured in the same run; and how many forged requests per second
 the endpoint refuses, with the legitimate round trip under that flood.
 
 A real blobcr-agent serves an image of ``--size`` and a real RabbitMQ
-carries the RPC (``--transport-url``, or a private broker started with
-tools/rabbitmq.sh from a source tree). The domain that quiesce acts on is
+carries the RPC (``--transport-url``, or a private broker: the lab's,
+blobcr_lab.rabbitmq). The domain that quiesce acts on is
 a libvirt test-driver domain whose disk is the mirror file, so fsfreeze
 and suspend cost what libvirt's API path costs, not what a guest's
 qemu-ga does (the QEMU end-to-end test measures that one). Between two
@@ -18,18 +18,16 @@ import json
 import multiprocessing
 import os
 import statistics
-import subprocess
 import time
 import uuid
 
-from blobcr_agent.bench import common
-from blobcr_agent.bench import harness
 from blobcr_agent.proxy import auth
+from blobcr_bench import common
+from blobcr_lab import agents
+from blobcr_lab import rabbitmq
 
 CHUNK = 256 * 1024
 MODES = ('none', 'fsfreeze', 'suspend')
-RABBIT_SCRIPT = os.path.join(os.path.dirname(__file__), '..', '..', 'tools',
-                             'rabbitmq.sh')
 
 
 def _percentile(values, p):
@@ -44,23 +42,12 @@ def _summary(samples):
             'n': len(samples)}
 
 
-class _Broker(object):
-    """A private RabbitMQ, when none is given."""
-
-    def __init__(self, workdir, log):
-        self.dir = os.path.join(workdir, 'rabbitmq')
-        if not os.path.exists(RABBIT_SCRIPT):
-            raise SystemExit('blobcr-bench proxy: pass --transport-url (no '
-                             'tools/rabbitmq.sh next to this install)')
-        log('starting RabbitMQ in %s' % self.dir)
-        subprocess.run(['bash', RABBIT_SCRIPT, 'start', self.dir], check=True,
-                       stdout=subprocess.DEVNULL)
-        with open(os.path.join(self.dir, 'url')) as f:
-            self.url = f.read().strip()
-
-    def stop(self):
-        subprocess.run(['bash', RABBIT_SCRIPT, 'stop', self.dir], check=False,
-                       stdout=subprocess.DEVNULL)
+def _broker(workdir, log):
+    """A private RabbitMQ (the lab's), when no --transport-url is given."""
+    broker = rabbitmq.RabbitMQBroker(os.path.join(workdir, 'rabbitmq'))
+    log('starting RabbitMQ in %s' % broker.directory)
+    broker.start()
+    return broker
 
 
 class _Endpoint(object):
@@ -95,10 +82,10 @@ def run(repo, backend_args, args, log):
                 '"%s"/><target dev="vda"/></disk></devices></domain></node>'
                 % (instance, os.path.join(workdir, 'mnt', 'images',
                                           header.id)))
-    broker = None if args.transport_url else _Broker(args.workdir, log)
+    broker = None if args.transport_url else _broker(args.workdir, log)
     url = args.transport_url or broker.url
     host = 'bench-%d' % os.getpid()
-    agent = harness.AgentProcess(workdir, repo.backend, {
+    agent = agents.AgentProcess(workdir, repo.backend, {
         'DEFAULT': {'transport_url': url},
         'agent': {'host': host, 'rpc_enabled': 'true',
                   'libvirt_uri': 'test://' + node},

@@ -1,13 +1,13 @@
 """A real Nova and Placement beside a started OpenStackStack.
 
-:class:`NovaStack` adds, to an :class:`~tests.openstack_stack.OpenStackStack`
+:class:`NovaStack` adds, to an :class:`~blobcr_lab.openstack.OpenStackStack`
 that runs already (its Keystone, its PostgreSQL, the caller's RabbitMQ):
 
 * placement-api and nova-api under gunicorn (their own gunicorn.conf.py,
   each in a directory of its own: both parse sys.argv with oslo.config);
 * nova-conductor, nova-scheduler and nova-compute with the libvirt
   driver (``virt_type=qemu``, TCG) on a private session libvirtd
-  (tests/guest_vm.SessionLibvirt), whose QEMU runs as root and so opens
+  (blobcr_lab.guest_vm.SessionLibvirt), whose QEMU runs as root and so opens
   the files of a BlobCR agent's FUSE mirror;
 * databases ``nova_api``, ``nova_cell0``, ``nova`` (cell1) and
   ``placement`` in the stack's PostgreSQL; users ``nova`` and
@@ -35,13 +35,13 @@ import sys
 import tempfile
 import time
 
-from blobcr_agent.bench import harness
-from tests import openstack_stack as stack_module
-from tests.openstack_stack import BIN
-from tests.openstack_stack import DOMAIN
-from tests.openstack_stack import REGION
-from tests.openstack_stack import StackError
-from tests.openstack_stack import VENV
+from blobcr_lab import agents
+from blobcr_lab import openstack as stack_module
+from blobcr_lab.openstack import BIN
+from blobcr_lab.openstack import DOMAIN
+from blobcr_lab.openstack import REGION
+from blobcr_lab.openstack import StackError
+from blobcr_lab.openstack import VENV
 
 NOVA_ETC = os.path.join(VENV, 'etc', 'nova')
 PASSWORDS = {'nova': 'nova-secret', 'placement': 'placement-secret'}
@@ -231,8 +231,8 @@ class NovaStack:
             'nova_sys_admin': {'helper_command': helper},
             'privsep_osbrick': {'helper_command': helper},
         }
-        harness.write_conf(self.path('nova.conf'), sections)
-        harness.write_conf(self.path('placement.conf'), {
+        agents.write_conf(self.path('nova.conf'), sections)
+        agents.write_conf(self.path('placement.conf'), {
             'DEFAULT': {'debug': self.debug, 'use_stderr': True},
             'api': {'auth_strategy': 'keystone'},
             'placement_database': {'connection': postgres.url('placement')},

@@ -40,11 +40,11 @@ import sys
 import tempfile
 import time
 
-from blobcr_agent.bench import checkpoint
-from blobcr_agent.bench import cinder
-from blobcr_agent.bench import common as bench_common
-from blobcr_agent.bench import harness
-from blobcr_agent.bench import peers
+from blobcr_bench import checkpoint
+from blobcr_bench import cinder
+from blobcr_bench import common as bench_common
+from blobcr_bench import peers
+from blobcr_lab import agents
 
 TIB = 1 << 40
 
@@ -238,7 +238,7 @@ def main(argv=None):
             result = {'bench': 'peers'}
             result.update(peers.run(args, log, open_repository))
         elif args.bench == 'repo':
-            from blobcr_agent.bench import repo as bench
+            from blobcr_bench import repo as bench
             repo = open_repository(args, scratch, chunk_size=bench.CHUNK,
                                    fanout=args.fanout,
                                    node_cache_bytes=TIB)
@@ -246,15 +246,15 @@ def main(argv=None):
                 result = {'backend': args.backend}
                 result.update(bench.bench_commit(repo, args, log))
                 if args.backend == 'rados':
-                    from blobcr_agent.bench import persist
+                    from blobcr_bench import persist
                     args.workdir = scratch
                     result['persist'] = persist.run(
-                        repo, harness.store_args(repo.backend), args, log)
+                        repo, agents.store_args(repo.backend), args, log)
                     result['checks'] += result['persist'].pop('checks')
             finally:
                 repo.close()
         else:
-            bench = importlib.import_module('blobcr_agent.bench.' + {
+            bench = importlib.import_module('blobcr_bench.' + {
                 'checkpoint': 'checkpoint', 'restart': 'restart',
                 'mirror': 'mirror_io', 'proxy': 'proxy',
                 'persist': 'persist'}[args.bench])
@@ -263,7 +263,7 @@ def main(argv=None):
             try:
                 result = {'backend': args.backend}
                 result.update(bench.run(
-                    repo, harness.store_args(repo.backend), args, log))
+                    repo, agents.store_args(repo.backend), args, log))
             finally:
                 repo.close()
     finally:

@@ -21,8 +21,8 @@ import random
 import statistics
 import time
 
-from blobcr_agent.bench import common
 from blobcr_agent.repository import gc
+from blobcr_bench import common
 
 TIB = 1 << 40
 CHUNK = 256 * 1024

@@ -1,17 +1,17 @@
 """Guest-visible checkpoint latency through the metadata path, against the
 same request sent to the agent's endpoint directly (issue 10).
 
-Run from a source tree (it uses tests/guest_vm.py's TCG guest, so it is
-not a ``blobcr-bench`` sub-command of the installed package)::
+Run with the lab installed (it boots the lab's TCG guest,
+blobcr_lab.guest_vm)::
 
-    .venv/bin/python tools/bench_metadata.py --runs 3 --requests 20
+    .venv/bin/python -m blobcr_bench.metadata --runs 3 --requests 20
 
 What runs, all real and on loopback:
 
 * a blobcr-agent (local store) with an ext4 image attached for an
   instance, its libvirt URI a session libvirtd of our own;
 * the relay (a separate process): MetadataFront of
-  tests/integration/test_nova_volume_xml.py in its signing mode, i.e.
+  blobcr_lab.metadata_front in its signing mode, i.e.
   vendor_data2.json from blobcr-vendordata's application and ``/v1/``
   relayed to the agent with ``X-Instance-ID`` and
   ``X-Instance-ID-Signature`` as Neutron's metadata proxy adds them;
@@ -54,14 +54,13 @@ import tempfile
 import time
 import uuid
 
-TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, TOP)
-
-from blobcr_agent.bench import harness  # noqa: E402
-from blobcr_agent.repository.backends import local  # noqa: E402
-from blobcr_agent.repository import repository  # noqa: E402
-from tests.agent_rpc import committed  # noqa: E402
-from tests import guest_vm  # noqa: E402
+from blobcr_agent.repository.backends import local
+from blobcr_agent.repository import repository
+import blobcr_guest
+from blobcr_lab.agent_rpc import committed
+from blobcr_lab import agents
+from blobcr_lab import guest_vm
+from blobcr_lab.metadata_front import vendordata_answer
 
 DIRECT_PORT = 8775
 SECRET, META = 'bench-host-secret', 'bench-metadata-secret'
@@ -70,9 +69,8 @@ SECRET, META = 'bench-host-secret', 'bench-metadata-secret'
 # closes.
 RELAY = r'''
 import json, sys
-sys.path.insert(0, sys.argv[1])
-from tests.integration.test_nova_volume_xml import MetadataFront
-spec = json.loads(sys.argv[2])
+from blobcr_lab.metadata_front import MetadataFront
+spec = json.loads(sys.argv[1])
 front = MetadataFront(spec['document'], spec['agent_port'],
                       sign=(spec['secret'], spec['instance']))
 print(front.port, flush=True)
@@ -244,8 +242,8 @@ def main(argv=None):
         header, _ = repo.import_file(raw, 'data')
         os.unlink(raw)
         os.makedirs(os.path.join(scratch, 'agent'))
-        agent = harness.AgentProcess(os.path.join(scratch, 'agent'),
-                                     repo.backend, {
+        agent = agents.AgentProcess(os.path.join(scratch, 'agent'),
+                                    repo.backend, {
             'agent': {'libvirt_uri': lv.uri, 'quiesce': 'none'},
             # The per-instance limit (1 checkpoint/s, burst 5) off: the
             # guest asks back to back.
@@ -256,11 +254,9 @@ def main(argv=None):
         instance, project = str(uuid.uuid4()), uuid.uuid4().hex
         path = agent.client.call('attach', image='data', instance=instance,
                                  project=project)['path']
-        from tests.integration.test_nova_volume_xml import \
-            vendordata_answer
         document = {'blobcr': vendordata_answer(instance, project, SECRET)}
         relay = subprocess.Popen(
-            [sys.executable, '-c', RELAY, TOP, json.dumps({
+            [sys.executable, '-c', RELAY, json.dumps({
                 'document': document, 'agent_port': agent.proxy_port(),
                 'secret': META, 'instance': instance})],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -275,7 +271,7 @@ def main(argv=None):
                 files={'/scenario.sh': SCENARIO % (args.requests, quiesce),
                        '/bench_loop.py': GUEST_LOOP,
                        '/usr/lib/python3/dist-packages/blobcr_guest':
-                       pathlib.Path(TOP, 'blobcr_guest')},
+                       pathlib.Path(blobcr_guest.__file__).parent},
                 metadata_port=relay_port, workdir=vmdir,
                 direct_port=agent.proxy_port())
             with vm:

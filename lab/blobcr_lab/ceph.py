@@ -1,4 +1,4 @@
-"""Python wrapper around tools/ceph-cluster.sh for tests and benchmarks.
+"""Python wrapper around tools/ceph-cluster.sh for the lab.
 
 The script starts a micro Ceph cluster (one mon, one mgr, three bluestore
 OSDs) on 127.0.0.1 with all its state under one directory.  It creates an
@@ -9,9 +9,9 @@ erasure-coded pool ``blobcr-data`` (k=2, m=1) and a replicated pool
 import os
 import subprocess
 
-SCRIPT = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    "tools", "ceph-cluster.sh")
+import blobcr_lab
+
+SCRIPT = blobcr_lab.tool("ceph-cluster.sh")
 
 DATA_POOL = "blobcr-data"
 META_POOL = "blobcr-meta"

@@ -1,13 +1,14 @@
-"""The Cinder path, end to end, as a user meets it (bash tools/demo.sh
---cinder): a real Keystone, cinder-api, cinder-scheduler and
-cinder-volume with the BlobCR driver, the project's RabbitMQ, and two
-real blobcr-agents on the embedded local store (one beside cinder-volume,
-one "compute" host). Every step is an ``openstack`` command, printed with
-its result; the volume is attached as Nova attaches it (Nova itself is
-issue 10) and written to while ``openstack volume snapshot create``
-takes a live checkpoint. The snapshot is then read back through a volume
-made from it and checked to be exactly a prefix of the writes. Exits 1
-at the first failed check; everything it started is stopped by PID.
+"""The Cinder path, end to end, as a user meets it (blobcr-cinder-demo, or
+bash tools/demo.sh --cinder): a real Keystone, cinder-api,
+cinder-scheduler and cinder-volume with the BlobCR driver, the project's
+RabbitMQ, and two real blobcr-agents on the embedded local store (one
+beside cinder-volume, one "compute" host). Every step is an
+``openstack`` command, printed with its result; the volume is attached
+as Nova attaches it (Nova itself is issue 10) and written to while
+``openstack volume snapshot create`` takes a live checkpoint. The
+snapshot is then read back through a volume made from it and checked to
+be exactly a prefix of the writes. Exits 1 at the first failed check;
+everything it started is stopped by PID.
 """
 
 import argparse
@@ -16,18 +17,15 @@ import shutil
 import sys
 import time
 
-TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, TOP)
-
-from blobcr_agent.bench import harness  # noqa: E402
-from blobcr_agent.repository.backends import local  # noqa: E402
-from blobcr_agent.rpc import api as rpc_api  # noqa: E402
-from tests import agent_rpc  # noqa: E402
-from tests import cinder_hosts  # noqa: E402
-from tests.nova_attach import Attachment  # noqa: E402
-from tests import openstack_stack  # noqa: E402
-from tests import rabbitmq  # noqa: E402
-from tests import seq_writer  # noqa: E402
+from blobcr_agent.repository.backends import local
+from blobcr_agent.rpc import api as rpc_api
+from blobcr_lab import agent_rpc
+from blobcr_lab import agents
+from blobcr_lab import cinder_hosts
+from blobcr_lab.nova_attach import Attachment
+from blobcr_lab import openstack as openstack_stack
+from blobcr_lab import rabbitmq
+from blobcr_lab import seq_writer
 
 BLOCKS = 128
 
@@ -65,9 +63,9 @@ def demo(workdir):
         for host in (hosts.storage, hosts.compute[0]):
             directory = os.path.join(workdir, host)
             os.makedirs(directory, exist_ok=True)
-            agent = harness.AgentProcess(directory, backend,
-                                         agent_rpc.rpc_settings(
-                                             url, host, export_dir=exchange))
+            agent = agents.AgentProcess(directory, backend,
+                                        agent_rpc.rpc_settings(
+                                            url, host, export_dir=exchange))
             started.append(agent.start())
             agent_rpc.wait_rpc(api, host)
             print('agent %s up (%s)' % (host, directory))

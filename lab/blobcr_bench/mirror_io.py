@@ -30,17 +30,15 @@ import os
 import subprocess
 import tempfile
 
-from blobcr_agent.bench import common
-from blobcr_agent.bench import fio
-from blobcr_agent.bench import harness
-
-SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+from blobcr_bench import common
+from blobcr_bench import fio
+import blobcr_lab
+from blobcr_lab import agents
 
 
 def build_passthrough(workdir):
     out = os.path.join(workdir, 'blobcr-passthrough')
-    source = os.path.join(SOURCE, 'native', 'bench')
+    source = os.path.join(blobcr_lab.SOURCE, 'native', 'bench')
     if not os.path.exists(os.path.join(source, 'passthrough.c')):
         raise RuntimeError('native/bench is not here (%s): run from a '
                            'source tree' % source)
@@ -59,8 +57,8 @@ def run(repo, backend_args, args, log):
     binary = build_passthrough(workdir)
     header = repo.create_image('bench-mirror', args.size, chunk_size=256 << 10)
     repo.commit(header.id, {})
-    mirror = harness.MirrorProcess(tempfile.mkdtemp(dir=workdir),
-                                   backend_args).start()
+    mirror = agents.MirrorProcess(tempfile.mkdtemp(dir=workdir),
+                                  backend_args).start()
     options = ['-o', args.passthrough_options] \
         if args.passthrough_options else []
     try:

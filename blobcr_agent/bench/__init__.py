@@ -1,1 +1,0 @@
-"""Helpers of blobcr-bench: workloads, baselines and their measurement."""

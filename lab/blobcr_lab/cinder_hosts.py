@@ -1,0 +1,62 @@
+"""The blobcr-agents behind the session's BlobCR Cinder backends.
+
+For each backend (the local store, and a namespace on the micro Ceph
+cluster) three real agents share the store: ``storage``, the agent
+beside cinder-volume (``blobcr_agent_host``), and two compute hosts that
+volumes are attached to. They serve RPC on the session's RabbitMQ and
+live for the session, like the OpenStack stack that needs them up when
+cinder-volume starts.
+
+A third backend, ``small``, is for the fault tests
+(tests/integration/test_cinder_faults.py): a local store on a tmpfs of
+SMALL_STORE bytes (mounted here, unmounted at the end; a plain directory
+when mounting is not allowed, and ``Hosts.mount`` is None), with a
+storage agent and one compute agent. Those tests fill it up and kill
+and restart its agents (``Hosts.agents``), no other test uses it.
+
+``cinder_hosts``  ``{'local': Hosts, 'rados': Hosts, 'small': Hosts}``.
+``BACKEND_SECTIONS``  what tests/openstack_fixtures.py puts in cinder.conf.
+
+The session fixture that starts them is in tests/lab_fixtures.py.
+"""
+
+import dataclasses
+import typing
+
+KINDS = ('local', 'rados', 'small')
+ROLES = ('storage', 'compute-a', 'compute-b')
+SMALL_ROLES = ('storage', 'compute-a')
+SMALL_STORE = 256 << 20
+
+
+@dataclasses.dataclass
+class Hosts(object):
+    kind: str
+    storage: str
+    compute: typing.List[str]
+    export_dir: str
+    backend: object
+    # role -> agents.AgentProcess (kill() then start() restarts one)
+    agents: dict = dataclasses.field(default_factory=dict)
+    mount: typing.Optional[str] = None      # the small store's tmpfs
+
+    @property
+    def section(self):
+        return 'blobcr-%s' % self.kind
+
+    # The stack names each volume type after its section.
+    volume_type = section
+    backend_name = section
+
+
+def backend_section(hosts):
+    section = {'volume_driver': 'blobcr_cinder.driver.BlobCRDriver',
+               'volume_backend_name': hosts.section,
+               'blobcr_agent_host': hosts.storage,
+               'blobcr_rpc_timeout': '30',
+               'blobcr_exchange_dir': hosts.export_dir}
+    if hosts.kind == 'small':
+        # Thin: the scheduler admits (total x ratio) - provisioned, and
+        # a 1 GiB volume on a 0.25 GiB store needs a ratio above 4.
+        section['max_over_subscription_ratio'] = '400'
+    return section

@@ -1,0 +1,105 @@
+"""The layering of the tree, read from every import statement (function-
+level ones included) with ``ast``, so that a wrong import fails here and
+not on a host that lacks the imported code.
+
+- The product (what a cloud host installs: blobcr_agent, blobcr_cinder,
+  blobcr_nova, blobcr_guest, blobcr_dashboard) never imports the lab,
+  the benchmarks or the tests.
+- The lab (real services on one machine) never imports the benchmarks;
+  neither imports the tests, and nor do the scripts in tools/.
+- The agent imports no Cinder, Nova or Horizon code, nor the packages
+  that wrap them.
+- The guest side uses the standard library only: it runs inside VMs.
+- The agent's distribution (setup.cfg) ships the product packages only.
+"""
+
+import ast
+import configparser
+import os
+import sys
+
+import pytest
+
+TOP = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+PRODUCT = ('blobcr_agent', 'blobcr_cinder', 'blobcr_nova', 'blobcr_guest',
+           'blobcr_dashboard')
+LAB = os.path.join('lab', 'blobcr_lab')
+BENCH = os.path.join('lab', 'blobcr_bench')
+OPENSTACK_SIDE = ('cinder', 'nova', 'os_brick', 'horizon', 'django',
+                  'openstack_dashboard', 'blobcr_cinder', 'blobcr_nova',
+                  'blobcr_dashboard')
+
+# What each part may not import (top-level package names).
+FORBIDDEN = {
+    'product': ('blobcr_lab', 'blobcr_bench', 'tests'),
+    'lab': ('blobcr_bench', 'tests'),
+    'bench': ('tests',),
+    'tools': ('tests',),
+}
+
+
+def _python_files(folder):
+    for root, dirs, files in os.walk(os.path.join(TOP, folder)):
+        dirs[:] = [d for d in dirs if d != '__pycache__']
+        for name in files:
+            if name.endswith('.py'):
+                yield os.path.join(root, name)
+
+
+def imports_of(path):
+    """(line, top-level package) of every absolute import in a file."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name.split('.')[0]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            yield node.lineno, node.module.split('.')[0]
+
+
+def violations(folders, forbidden):
+    found = []
+    for folder in folders:
+        for path in _python_files(folder):
+            for line, name in imports_of(path):
+                if name in forbidden:
+                    found.append('%s:%d imports %s'
+                                 % (os.path.relpath(path, TOP), line, name))
+    return found
+
+
+@pytest.mark.parametrize('part,folders', [
+    ('product', PRODUCT),
+    ('lab', (LAB,)),
+    ('bench', (BENCH,)),
+    ('tools', ('tools',)),
+])
+def test_parts_import_only_what_is_below_them(part, folders):
+    for folder in folders:
+        assert os.path.isdir(os.path.join(TOP, folder)), folder
+    assert violations(folders, FORBIDDEN[part]) == []
+
+
+def test_the_agent_imports_nothing_from_the_openstack_side():
+    assert violations(('blobcr_agent',), OPENSTACK_SIDE) == []
+
+
+def test_the_guest_side_uses_the_standard_library_only():
+    allowed = set(sys.stdlib_module_names) | {'blobcr_guest'}
+    found = ['%s:%d imports %s' % (os.path.relpath(path, TOP), line, name)
+             for path in _python_files('blobcr_guest')
+             for line, name in imports_of(path) if name not in allowed]
+    assert found == []
+
+
+def test_the_agent_distribution_ships_the_product_only():
+    config = configparser.ConfigParser()
+    config.read(os.path.join(TOP, 'setup.cfg'))
+    packages = config['files']['packages'].split()
+    assert sorted(packages) == sorted(PRODUCT)
+    # No benchmark or lab code hides inside a product package.
+    for package in PRODUCT:
+        for path in _python_files(package):
+            assert os.sep + 'bench' + os.sep not in path, path
