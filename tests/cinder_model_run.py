@@ -17,6 +17,7 @@ import os
 import random
 import sys
 import time
+import traceback
 import uuid
 
 from blobcr_agent.repository.backends import local
@@ -133,7 +134,13 @@ def run(args, world):
               % (seed, args.steps, seed, args.steps), flush=True)
         walk = current['walk'] = cinder_model.Walk(seed, world)
         walk.run(args.steps)
-        clean_up(walk)
+        try:
+            clean_up(walk)
+        except Exception as e:
+            raise cinder_model.ModelError(
+                'seed %d, clean-up after the walk: %s: %s\nlast steps: %s'
+                % (seed, type(e).__name__, e,
+                   ' '.join(walk.history[-25:]))) from e
         for name, n in walk.counts.items():
             counts[name] = counts.get(name, 0) + n
         steps += walk.steps
@@ -163,6 +170,7 @@ def main(argv=None):
         run(args, world)
     except cinder_model.ModelError as e:
         print('MODEL-FAILED %s' % e, flush=True)
+        traceback.print_exc(file=sys.stdout)
         return 1
     finally:
         world.close()

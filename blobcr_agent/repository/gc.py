@@ -41,8 +41,8 @@ import time
 
 from blobcr_agent import exception
 from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import identity
 from blobcr_agent.repository import image as image_mod
-from blobcr_agent.repository import repository as repo_mod
 from blobcr_agent.repository import tree
 
 LOG = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class Report(object):
 
 
 def _abandoned(version, now, pending_timeout):
-    if repo_mod.owner_is_gone(version.owner):
+    if identity.owner_is_gone(version.owner):
         return 'its writer %s is gone' % version.owner
     if now - version.heartbeat > pending_timeout:
         return 'no heartbeat for %d s' % (now - version.heartbeat)
@@ -116,10 +116,10 @@ def stale_pin(pin, host=None, boot=None, view=None):
     host = host or socket.gethostname()
     if pin.get('host') != host:
         return None
-    boot = boot or repo_mod.boot_id()
+    boot = boot or identity.boot_id()
     if pin.get('boot') and boot and pin['boot'] != boot:
         return 'pinned before this host rebooted'
-    view = view or repo_mod.fs_view()
+    view = view or identity.fs_view()
     holder = pin.get('holder') or ''
     if view and pin.get('fs') == view and holder.startswith('/') and \
             not os.path.lexists(holder):
@@ -131,8 +131,8 @@ def release_stale_pins(repo, headers, report):
     """Release the stale pins (:func:`stale_pin`) of ``headers``, in the
     repository and in the listing.
     """
-    host, boot, view = (socket.gethostname(), repo_mod.boot_id(),
-                        repo_mod.fs_view())
+    host, boot, view = (socket.gethostname(), identity.boot_id(),
+                        identity.fs_view())
     for header in headers:
         for v in header.versions:
             stale = [p for p in v.pins if stale_pin(p, host, boot, view)]

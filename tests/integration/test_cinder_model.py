@@ -36,10 +36,12 @@ def test_cinder_flows_against_the_model(rabbitmq_url, tmp_path, request,
         command += ['--ceph-conf',
                     request.getfixturevalue('ceph_cluster').conffile]
     with capsys.disabled():
-        done = subprocess.run(command, stdout=subprocess.PIPE, text=True,
+        done = subprocess.run(command, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
                               timeout=1800 + hours * 3600)
         print('\n' + done.stdout)
-    assert done.returncode == 0, done.stdout[-3000:]
+    # The walks' lines and the failure, with its traceback, come last.
+    assert done.returncode == 0, done.stdout[-6000:]
     summary = json.loads(done.stdout.split('MODEL-SUMMARY ', 1)[1])
     # The walks reached what they claim to test (a replay of one short
     # walk need not).

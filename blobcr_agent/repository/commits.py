@@ -1,0 +1,261 @@
+"""The commit protocol: a pending version registered, its chunks and
+nodes written, then made stable (or failed).
+
+Invariants: every chunk and tree node of a version is durable before the
+compare-and-set that turns it stable, and that same update gives it its
+``seq`` (the chain's order) and, for a mirror, its pin; a crash before
+it leaves a pending version (failed later: by its writer's abort, its
+restart, or GC once the writer is gone) and unreachable objects that GC
+reclaims. A version that follows another still pending (``after``)
+fails unless that one turns stable first.
+"""
+
+import logging
+import time
+
+from blobcr_agent import _native
+from blobcr_agent import exception
+from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import chunks
+from blobcr_agent.repository.identity import pin_record
+from blobcr_agent.repository import image as image_mod
+from blobcr_agent.repository import tree
+
+LOG = logging.getLogger(__name__)
+
+HEARTBEAT_SECONDS = 30
+
+
+class Commits(object):
+    """COMMIT and its variants (a mixin of
+    :class:`~blobcr_agent.repository.repository.Repository`).
+    """
+
+    def commit_copy(self, ref, number=None, pin=None, made_by=''):
+        """A new version equal to stable version ``number`` (default the
+        newest): no chunk is written, the tree is shared. This is a
+        snapshot of a detached image (its content is its newest version)
+        and a revert (the newest version becomes equal to an older one).
+        ``made_by`` labels the version (Version.made_by).
+        """
+        header = self.image(ref)
+        parent = header.stable_version(number).number
+        pending = self.begin_commit(header.id, parent=parent,
+                                    made_by=made_by)
+        try:
+            return pending.finish(pin=pin)
+        except BaseException as e:
+            pending.abort('%s: %s' % (type(e).__name__, e))
+            raise
+
+    def begin_commit(self, ref, parent=None, after=None, made_by=''):
+        """Register a pending version and return its :class:`Commit`.
+
+        The new version is ``parent`` (default: the newest stable
+        version) plus the chunks put into the commit. With ``after``, a
+        version of the image still pending (pipelined checkpoints), the
+        new version follows it instead: its tree is built on that one's
+        when it finishes, and it fails if that one does not become
+        stable first. ``made_by`` labels it (Version.made_by).
+        """
+        image_id = self.image(ref).id
+        self.retry_failed_marks()
+        now = time.time()
+
+        def mutate(header):
+            if header.deleted:
+                raise exception.ImageNotFound(image_id)
+            base_version = None
+            if after is not None:
+                base_version = header.version(after)
+                if base_version.state not in (image_mod.PENDING,
+                                              image_mod.STABLE):
+                    raise exception.CommitAborted(
+                        'version %d of %s is %s: no version can follow it'
+                        % (after, image_id, base_version.state))
+            elif parent is not None:
+                base_version = header.version(parent)
+                # Obsolete but pinned (a mirror's last checkpoint): its
+                # tree is kept whole, so it can still be built on.
+                if base_version.state != image_mod.STABLE and not (
+                        base_version.state == image_mod.OBSOLETE and
+                        base_version.pins):
+                    raise exception.VersionNotStable(image_id, parent,
+                                                     base_version.state)
+            elif any(v.state == image_mod.STABLE for v in header.versions):
+                base_version = header.stable_version()
+            number = header.next_number()
+            header.versions.append(image_mod.Version(
+                number=number, state=image_mod.PENDING,
+                parent=base_version.number if base_version else None,
+                created=now, owner=self.owner, heartbeat=now,
+                made_by=made_by))
+            return number, base_version
+
+        header, (number, base_version) = self.update_header(image_id, mutate)
+        if base_version is not None and \
+                base_version.state == image_mod.PENDING:
+            return Commit(self, header, number, None,
+                          after=base_version.number)
+        return Commit(self, header, number,
+                      base_version.root_ref if base_version else None)
+
+    def resume_commit(self, ref, number):
+        """Adopt pending version ``number`` left by a writer that died,
+        to finish it; raises CommitAborted if it is no longer pending.
+        """
+        image_id = self.image(ref).id
+        now = time.time()
+
+        def adopt(header):
+            v = header.version(number)
+            if v.state != image_mod.PENDING:
+                raise exception.CommitAborted(
+                    'version %d of %s is %s, it cannot be resumed'
+                    % (number, image_id, v.state))
+            v.owner, v.heartbeat = self.owner, now
+            return header.version(v.parent) if v.parent else None
+
+        header, parent = self.update_header(image_id, adopt)
+        if parent is not None and parent.state == image_mod.PENDING:
+            return Commit(self, header, number, None, after=parent.number)
+        return Commit(self, header, number,
+                      parent.root_ref if parent else None)
+
+    def commit(self, ref, chunk_items, parent=None):
+        """COMMIT: a new version from ``parent`` plus ``{index: data}``."""
+        pending = self.begin_commit(ref, parent)
+        try:
+            items = (chunk_items.items() if hasattr(chunk_items, 'items')
+                     else chunk_items)
+            for index, data in items:
+                pending.put(index, data)
+            return pending.finish()
+        except BaseException as e:
+            pending.abort('%s: %s' % (type(e).__name__, e))
+            raise
+
+
+class Commit(object):
+    """A pending version being written (COMMIT in progress).
+
+    ``put`` may be called from several threads; ``finish`` makes the
+    version stable, ``abort`` makes it failed. ``after``: the pending
+    version this one follows, whose tree is the base, read at finish.
+    """
+
+    def __init__(self, repo, header, number, base_root, after=None):
+        self.repo = repo
+        self.header = header
+        self.version = number
+        self.image_id = header.id
+        self._base_root = base_root
+        self.after = after
+        self._changes = {}
+        self._batch = repo.backend.batch()
+        self._heartbeat = time.monotonic()
+        self._stored = 0
+
+    def put(self, index, data):
+        """Write chunk ``index``; return its digest (None: all zero)."""
+        expected = self.header.chunk_len(index)
+        if len(data) != expected:
+            raise exception.InvalidInput(
+                'chunk %d of image %s must be %d bytes, got %d'
+                % (index, self.image_id, expected, len(data)))
+        if _native.is_zero(data):
+            d = None
+        else:
+            d = chunks.digest(data)
+            blob = self.repo.policy.encode(
+                data, self._batch.rate() or self.repo.upload_bps)
+            self._batch.put(base.CHUNK, chunks.object_name(d), blob)
+        self._changes[index] = d
+        if time.monotonic() - self._heartbeat > HEARTBEAT_SECONDS:
+            self._beat()
+        return d
+
+    def put_digest(self, index, chunk_digest):
+        """Record chunk ``index`` as the object already stored under
+        ``chunk_digest`` (None: zeros), without writing it. The caller
+        vouches that the object is durable.
+        """
+        self.header.chunk_len(index)
+        self._changes[index] = chunk_digest
+
+    def _beat(self):
+        self._heartbeat = time.monotonic()
+
+        def mutate(header):
+            v = header.version(self.version)
+            if v.state != image_mod.PENDING:
+                raise exception.CommitAborted(
+                    'version %d of %s was marked %s while being written'
+                    % (self.version, self.image_id, v.state))
+            v.heartbeat = time.time()
+        self.repo.update_header(self.image_id, mutate)
+
+    def _resolve_base(self):
+        """The root of the version this one follows, which must be
+        stable by now (versions turn stable in order).
+        """
+        if self.after is None:
+            return self._base_root
+        base = self.repo.image(self.image_id).version(self.after)
+        # Obsolete but pinned (by the mirror that wrote it): still whole.
+        if base.state != image_mod.STABLE and not (
+                base.state == image_mod.OBSOLETE and base.pins):
+            raise exception.CommitAborted(
+                'version %d of %s follows version %d, which is %s'
+                % (self.version, self.image_id, self.after, base.state))
+        return base.root_ref
+
+    def finish(self, pin=None):
+        """Make every chunk and node durable, then the version stable;
+        pinned for ``pin`` (a holder) in the same header update, so that
+        it cannot be obsoleted and collected unpinned in between.
+        """
+        base_root = self._resolve_base()
+        self._batch.wait()
+        self.repo.record_upload(self._batch.rate())
+        t = self.header.tree(self.repo.nodes)
+        nodes = self.repo.backend.batch()
+        writer = tree.PackWriter(self.repo.nodes, self.repo.pack_max_bytes,
+                                 nodes)
+        root = t.update(base_root, self._changes, writer)
+        writer.close()
+        nodes.wait()
+        stored = self._batch.bytes + nodes.bytes
+
+        def mutate(header):
+            v = header.version(self.version)
+            if v.state != image_mod.PENDING:
+                raise exception.CommitAborted(
+                    'version %d of %s was marked %s before it became stable'
+                    % (self.version, self.image_id, v.state))
+            v.state = image_mod.STABLE
+            v.seq = header.next_seq()
+            if pin is not None:
+                v.pins.append(pin_record(pin))
+            v.root = root.hex() if root else None
+            v.stable_at = time.time()
+            v.chunks = len(self._changes)
+            v.stored_bytes = stored
+        self.repo.update_header(self.image_id, mutate)
+        LOG.info('version %d of %s is stable (%d chunks, %d nodes, '
+                 '%d bytes written)', self.version, self.image_id,
+                 len(self._changes), writer.nodes, stored)
+        return self.version
+
+    def abort(self, reason):
+        """Mark the version failed; never raises (it runs on error paths)."""
+        try:
+            # Puts still in flight first: on a full store they would
+            # take the room the header write needs.
+            self._batch.drain()
+            self.repo.mark_failed(self.image_id, self.version, reason)
+        except Exception:
+            LOG.exception('could not mark version %d of %s failed (it is '
+                          'retried; it stays pending meanwhile)',
+                          self.version, self.image_id)
+            self.repo.remember_unmarked(self.image_id, self.version, reason)

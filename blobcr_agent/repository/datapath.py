@@ -1,0 +1,281 @@
+"""The data paths: reading versions (a range, chunks, every stored
+chunk with many reads in flight), exporting one to a file, importing or
+writing a file as a new version.
+
+Invariants: a read goes through a stable version's tree (or a pinned
+one's, for the mirror that holds the pin); an export never follows a
+link planted at its path and appears whole or not at all (written to a
+new file, fsynced, then linked or renamed into place).
+"""
+
+import errno
+import os
+import tempfile
+
+from blobcr_agent import _native
+from blobcr_agent import exception
+from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import chunks
+
+_UPLOAD_SMOOTHING = 0.3
+
+
+class DataPaths(object):
+    """Reads, exports and file imports (a mixin of
+    :class:`~blobcr_agent.repository.repository.Repository`).
+    """
+
+    def version_tree(self, header, number=None, pinned=False):
+        """``(tree, root)`` of a stable version (with ``pinned``, also of
+        an obsolete version that is still pinned).
+        """
+        if pinned and number is not None:
+            v = header.readable_version(number)
+        else:
+            v = header.stable_version(number)
+        return header.tree(self.nodes), v.root_ref
+
+    def read_chunk(self, header, number, index, pinned=False):
+        t, root = self.version_tree(header, number, pinned)
+        length = header.chunk_len(index)
+        d = t.lookup(root, index)
+        if d is None:
+            return bytes(length)
+        name = chunks.object_name(d)
+        return chunks.decode(name, self.backend.get(base.CHUNK, name),
+                             length)
+
+    def read(self, ref, number, offset, length, pinned=False):
+        """Bytes ``[offset, offset+length)`` of a stable version (with
+        ``pinned``, also of an obsolete one still pinned: version_tree).
+        """
+        header = self.image(ref)
+        if offset < 0 or length < 0 or offset + length > header.size:
+            raise exception.InvalidInput(
+                'range %d+%d is outside the %d-byte image'
+                % (offset, length, header.size))
+        out = bytearray()
+        cs = header.chunk_size
+        for index in range(offset // cs, (offset + length + cs - 1) // cs):
+            data = self.read_chunk(header, number, index, pinned)
+            lo = max(offset - index * cs, 0)
+            hi = min(offset + length - index * cs, len(data))
+            out += data[lo:hi]
+        return bytes(out)
+
+    def fetch(self, header, number, indices=None):
+        """Yield ``(index, data)`` of the stored chunks of a version (all,
+        or those in ``indices``), many reads in flight; all-zero chunks
+        are not yielded. Raises on a missing or corrupt chunk. A pinned
+        version is read even once obsolete: its pin holder (a mirror
+        attached from it) still reads it.
+        """
+        t, root = self.version_tree(header, number, pinned=True)
+        if indices is None:
+            found = t.items(root)
+        else:
+            # A few chunks of a big image: look them up, do not walk it.
+            found = ((i, t.lookup(root, i)) for i in sorted(indices))
+        by_name = {}
+        for index, d in found:
+            if d is not None:
+                by_name.setdefault(chunks.object_name(d), []).append(index)
+        max_size = header.chunk_size + 1
+        for name, blob in self.backend.get_many(base.CHUNK, list(by_name),
+                                                max_size):
+            if isinstance(blob, Exception):
+                raise blob
+            first = by_name[name][0]
+            data = chunks.decode(name, blob, header.chunk_len(first))
+            for index in by_name[name]:
+                yield index, data
+
+    def stored_chunks(self, header, number):
+        t, root = self.version_tree(header, number)
+        return sum(1 for _ in t.items(root))
+
+    def export(self, ref, number, path, progress=None, overwrite=False):
+        """Write a stable version to ``path`` as a sparse raw image.
+
+        The data goes to a new file next to ``path`` (created with
+        O_EXCL: a symlink planted there is never followed), is fsynced
+        and then renamed to ``path``. An existing ``path`` (a symlink
+        included) is refused unless ``overwrite``, which replaces it
+        (the symlink itself, not what it points to).
+        """
+        header = self.image(ref)
+        path = os.path.abspath(path)
+        if not overwrite and os.path.lexists(path):
+            raise exception.InvalidInput(
+                '%s exists; export with overwrite to replace it' % path)
+        total = self.stored_chunks(header, number)
+        directory, name = os.path.split(path)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix='.%s.' % name[:200],
+                                       suffix='.part', dir=directory)
+        except OSError as e:
+            raise exception.InvalidInput('cannot write to %s: %s'
+                                         % (directory, e))
+        if progress:
+            progress.start(total * header.chunk_size)
+        try:
+            try:
+                os.fchmod(fd, 0o644 & ~_umask())
+                os.ftruncate(fd, header.size)
+                for index, data in self.fetch(header, number):
+                    os.pwrite(fd, data, index * header.chunk_size)
+                    if progress:
+                        progress.advance(len(data))
+                os.fsync(fd)
+                os.close(fd)
+                fd = None
+                _publish(tmp, path, overwrite)
+            except OSError as e:
+                raise exception.BlobCRError('cannot write %s: %s'
+                                            % (path, e))
+            _fsync_dir(directory)
+        except BaseException:
+            if fd is not None:
+                os.close(fd)
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        finally:
+            if progress:
+                progress.finish()
+        return header.stable_version(number).number
+
+    def import_file(self, path, name, chunk_size=None, fanout=None,
+                    progress=None):
+        """Import a raw file as version 1 of a new image."""
+        size = _file_size(path)
+        header = self.create_image(name, size, chunk_size, fanout)
+        number = self.write_file(header.id, path, progress=progress)
+        return self.image(header.id), number
+
+    def write_file(self, ref, path, progress=None, made_by=''):
+        """A new version of an image whose content is the raw file
+        ``path`` (no larger than the image; the rest reads as zeros).
+        Only chunks that differ from the newest stable version's are
+        written: a file read back from the image costs no chunk.
+        ``made_by`` labels the version (Version.made_by).
+        """
+        header = self.image(ref)
+        size = _file_size(path)
+        if size > header.size:
+            raise exception.InvalidInput(
+                '%s has %d bytes, more than the %d of image %s'
+                % (path, size, header.size, header.id))
+        cs = header.chunk_size
+        block = max(cs, (16 << 20) // cs * cs)
+        pending = self.begin_commit(header.id, made_by=made_by)
+        base = {}
+        if pending._base_root is not None:
+            base = dict(header.tree(self.nodes).items(pending._base_root))
+        if progress:
+            progress.start(header.size)
+        try:
+            with open(path, 'rb') as f:
+                offset = 0
+                while offset < size:
+                    buf = f.read(block)
+                    if not buf:
+                        raise exception.InvalidInput(
+                            '%s shrank while it was read' % path)
+                    if len(buf) % cs and offset + len(buf) < header.size:
+                        # The file's tail: the image goes on with zeros.
+                        buf += bytes(min(header.size - offset - len(buf),
+                                         cs - len(buf) % cs))
+                    zero = _native.zero_map(buf, cs)
+                    view = memoryview(buf)
+                    for k, is_zero in enumerate(zero):
+                        index = offset // cs + k
+                        data = bytes(view[k * cs:(k + 1) * cs])
+                        if is_zero:
+                            if index in base:
+                                pending.put_digest(index, None)
+                        elif chunks.digest(data) != base.get(index):
+                            pending.put(index, data)
+                    offset += len(buf)
+                    if progress:
+                        progress.advance(len(buf))
+            # Past the file's end the image is zeros.
+            for index in base:
+                if index * cs >= offset:
+                    pending.put_digest(index, None)
+            number = pending.finish()
+        except BaseException as e:
+            pending.abort('writing %s failed: %s' % (path, e))
+            raise
+        finally:
+            if progress:
+                progress.finish()
+        return number
+
+    def record_upload(self, bps):
+        if bps:
+            self.upload_bps = bps if self.upload_bps is None else (
+                self.upload_bps + _UPLOAD_SMOOTHING * (bps - self.upload_bps))
+
+
+def _file_size(path):
+    try:
+        size = os.stat(path).st_size
+    except OSError as e:
+        raise exception.InvalidInput('cannot read %s: %s' % (path, e))
+    if size == 0:
+        raise exception.InvalidInput('%s is empty' % path)
+    return size
+
+
+def _umask():
+    """The process umask, read without changing it (Linux), else 022."""
+    try:
+        with open('/proc/self/status') as f:
+            for line in f:
+                if line.startswith('Umask:'):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def _publish(tmp, path, overwrite):
+    """Rename the finished ``tmp`` to ``path``; without ``overwrite``,
+    atomically refuse an existing ``path`` (a hard link fails if it
+    exists, a rename would not).
+    """
+    if overwrite:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise exception.InvalidInput(
+            '%s exists; export with overwrite to replace it' % path)
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP,
+                           errno.EMLINK):
+            raise
+        # No hard links on this file system: check, then rename.
+        if os.path.lexists(path):
+            raise exception.InvalidInput(
+                '%s exists; export with overwrite to replace it' % path)
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+def _fsync_dir(directory):
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,79 @@
+"""Who wrote a record, and where: process identities, boot ids, pin
+records.
+
+A process identity (``host:pid:start-time``) names a writer (a pending
+version's owner) so that another process of the same host can tell it
+is gone, even after its PID was reused; a pin record names a reader (a
+mirror's cache directory) on one host, in one boot, in one view of the
+file system, so that only a process that sees the same files judges
+whether its holder is gone.
+"""
+
+import os
+import socket
+import time
+
+from blobcr_agent import exception
+
+
+def process_identity(pid=None):
+    """``host:pid:start-time``, unique even when PIDs are reused."""
+    pid = pid or os.getpid()
+    return '%s:%d:%s' % (socket.gethostname(), pid, _start_time(pid))
+
+
+def _start_time(pid):
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            # Field 22, counted after the parenthesised command name.
+            return f.read().rsplit(')', 1)[1].split()[19]
+    except (OSError, IndexError):
+        return '?'
+
+
+def boot_id():
+    """The kernel's id of the current boot, or None if unknown."""
+    try:
+        with open('/proc/sys/kernel/random/boot_id') as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def fs_view():
+    """Which file system tree this process sees (its mount namespace and
+    root), so that a path recorded by one process is only checked by
+    another that sees the same files; None if unknown.
+    """
+    try:
+        ns = os.stat('/proc/self/ns/mnt')
+        root = os.stat('/')
+    except OSError:
+        return None
+    return '%d:%d/%d:%d' % (ns.st_dev, ns.st_ino, root.st_dev, root.st_ino)
+
+
+def pin_record(holder):
+    """A pin held by ``holder`` (a path, e.g. a mirror's cache directory)
+    on this host, in this boot.
+    """
+    if not isinstance(holder, str) or not holder:
+        raise exception.InvalidInput('a pin needs a holder')
+    return {'host': socket.gethostname(), 'holder': holder,
+            'boot': boot_id(), 'fs': fs_view(), 'at': time.time()}
+
+
+def same_pin(pin, host, holder):
+    return pin.get('host') == host and pin.get('holder') == holder
+
+
+def owner_is_gone(owner):
+    """True if ``owner`` was a process of this host that no longer runs."""
+    try:
+        host, pid, started = owner.rsplit(':', 2)
+        pid = int(pid)
+    except ValueError:
+        return False
+    if host != socket.gethostname():
+        return False
+    return _start_time(pid) != started

@@ -1,0 +1,102 @@
+"""Image headers and the records beside them: reads and the
+compare-and-set through which every change goes.
+
+Invariant: a header changes only through :meth:`Records.update_header`
+(or :meth:`Records.update_record` for the records beside the headers):
+read, ``mutate``, compare-and-set, and ``mutate`` re-run on a fresh copy
+after every lost race, so a refusal raised by ``mutate`` sees the
+current header and no update is ever applied over one it did not see.
+"""
+
+import random
+import time
+
+from blobcr_agent import crashpoint
+from blobcr_agent import exception
+from blobcr_agent.repository import image as image_mod
+
+CAS_TRIES = 100
+
+
+class Records(object):
+    """Headers by id or name, and their compare-and-set (a mixin of
+    :class:`~blobcr_agent.repository.repository.Repository`).
+    """
+
+    def _read(self, image_id):
+        if '.' in image_id:
+            raise exception.ImageNotFound(image_id)     # not an image id
+        found = self.backend.read_header(image_id)
+        if found is None:
+            raise exception.ImageNotFound(image_id)
+        data, token = found
+        return image_mod.ImageHeader.from_bytes(data, image_id), token
+
+    def update_header(self, image_id, mutate):
+        """Apply ``mutate(header)`` by compare-and-set, retrying races.
+
+        ``mutate`` may raise to refuse; it is re-run on a fresh header
+        after every lost race, so it must not have other side effects.
+        """
+        def decode(data):
+            if data is None:
+                raise exception.ImageNotFound(image_id)
+            return image_mod.ImageHeader.from_bytes(data, image_id)
+        return self.update_record(image_id, decode, mutate,
+                                  'header of image %s' % image_id)
+
+    def label(self, ref, number, made_by):
+        """Record who made version ``number`` (Version.made_by)."""
+        def mutate(header):
+            header.version(number).made_by = made_by
+        self.update_header(self.image(ref).id, mutate)
+
+    def update_record(self, name, decode, mutate, what):
+        """Compare-and-set of any record kept beside the image headers
+        (a name with a dot is never an image): ``decode(bytes or None)``
+        gives an object with ``to_bytes()``, ``mutate`` changes it (see
+        update_header). Returns ``(object, mutate's result)``.
+        """
+        for attempt in range(CAS_TRIES):
+            found = self.backend.read_header(name)
+            data, token = found if found is not None else (None, None)
+            record = decode(data)
+            result = mutate(record)
+            try:
+                self.backend.write_header(name, record.to_bytes(), token)
+                crashpoint.reached('header')
+                return record, result
+            except exception.Conflict:
+                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+        raise exception.Conflict('%s keeps changing; gave up after %d tries'
+                                 % (what, CAS_TRIES))
+
+    def image(self, ref):
+        """The header of an image named by id or by (unique) name."""
+        if not isinstance(ref, str) or not ref:
+            raise exception.InvalidInput('an image id or name is needed')
+        try:
+            header, _ = self._read(ref)
+            if not header.deleted:
+                return header
+        except (exception.ImageNotFound, exception.InvalidInput):
+            pass
+        matches = [h for h in self.images() if h.name == ref]
+        if not matches:
+            raise exception.ImageNotFound(ref)
+        if len(matches) > 1:
+            raise exception.AmbiguousImage(ref, [h.id for h in matches])
+        return matches[0]
+
+    def images(self, include_deleted=False):
+        result = []
+        for image_id in self.backend.list_headers():
+            if '.' in image_id:
+                continue        # a record beside the images (groups.py)
+            try:
+                header, _ = self._read(image_id)
+            except exception.ImageNotFound:
+                continue  # deleted while we listed
+            if include_deleted or not header.deleted:
+                result.append(header)
+        return sorted(result, key=lambda h: (h.created, h.id))
