@@ -1,0 +1,76 @@
+"""The agent's operations: what RPC, the admin socket and the guest
+endpoint all call.
+
+One AgentManager per host owns the mirror (attached images), the
+instance table and the libvirt connection. A checkpoint holds the guest
+still (none, fsfreeze or suspend), takes the snapshot (COMMIT) and
+resumes it; the version is persisted in the background.
+
+:class:`AgentManager` is the facade; each concern is a module of its
+own: attachments (attach, detach), checkpoints (checkpoints, holds,
+version states), handoff (the source side of a live migration),
+volumes (versions and the Cinder driver's calls), status (the agent's
+status and the guest endpoint's view).
+
+May import: the mirror, the repository, the hypervisor and the instance
+table; never the RPC server, the admin socket or the guest endpoint,
+which call it.
+"""
+
+import os
+import threading
+import time
+
+from blobcr_agent import exception
+from blobcr_agent.hypervisor import domains
+from blobcr_agent.hypervisor import timed_hold
+from blobcr_agent import instances as instances_mod
+from blobcr_agent.manager.attachments import Attachments
+from blobcr_agent.manager.checkpoints import Checkpoints
+from blobcr_agent.manager.handoff import Handoff
+from blobcr_agent.manager.status import Status
+from blobcr_agent.manager.volumes import Volumes
+from blobcr_agent.mirror import service as service_mod
+
+# Every operation that RPC and the admin socket expose.
+OPERATIONS = ('attach', 'detach', 'checkpoint', 'state', 'wait_stable',
+              'clone', 'list_versions', 'obsolete', 'gc', 'status',
+              'export', 'group_state', 'create_image', 'delete_image',
+              'extend_image', 'snapshot', 'revert', 'import_file',
+              'capacity', 'delete_snapshot', 'handoff')
+
+
+class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
+
+    def __init__(self, repo, state_path, mountpoint, host,
+                 mirror_mode='selective-cow', cow_chunks=64,
+                 quiesce='suspend', hypervisor=None):
+        if quiesce not in domains.QUIESCE_MODES:
+            raise exception.InvalidInput('unknown quiesce mode %r'
+                                         % (quiesce,))
+        self.repo = repo
+        self.host = host
+        self.state_path = os.path.abspath(state_path)
+        os.makedirs(self.state_path, mode=0o700, exist_ok=True)
+        self.mirror = service_mod.MirrorService(
+            repo, mountpoint, os.path.join(self.state_path, 'cache'),
+            mode=mirror_mode, cow_chunks=cow_chunks)
+        self.instances = instances_mod.InstanceTable(
+            os.path.join(self.state_path, 'instances.json'))
+        self.default_quiesce = quiesce
+        self.hypervisor = hypervisor
+        self.holds = timed_hold.HoldTable()
+        self._handoff_lock = threading.Lock()
+        self.started = time.time()
+        self.proxy_url = None
+
+    @classmethod
+    def from_conf(cls, conf, repo, hypervisor=None):
+        if hypervisor is None:
+            hypervisor = domains.Hypervisor(conf.agent.libvirt_uri)
+        manager = cls(repo, conf.agent.state_path, conf.agent.mountpoint,
+                      conf.agent.host, mirror_mode=conf.agent.mirror_mode,
+                      cow_chunks=conf.agent.cow_chunks,
+                      quiesce=conf.agent.quiesce, hypervisor=hypervisor)
+        manager.mirror.handoff_timeout = conf.agent.handoff_timeout
+        return manager

@@ -1,0 +1,100 @@
+"""Attach and detach: the mirror of an image on this host, and the
+instance bound to it.
+
+Invariants: a failed attach binds no instance (and undoes the mirror it
+started); a detach is refused while an active domain uses the image
+(unless forced) and, in the mirror, while writes since the last
+checkpoint exist (unless discarded).
+"""
+
+import logging
+
+from blobcr_agent import exception
+from blobcr_agent.repository import groups
+
+LOG = logging.getLogger(__name__)
+
+
+class Attachments(object):
+    """Attach and detach (a mixin of
+    :class:`~blobcr_agent.manager.AgentManager`).
+    """
+
+    def attach(self, image, version=None, instance=None, project=None,
+               migrate_from=None):
+        """Mirror ``image`` (from ``version``, default its newest stable
+        one) and return the raw file the hypervisor opens. ``instance``
+        is bound to the image once it is attached (a failed attach binds
+        nothing), with its ``project`` (the scope of its groups).
+        ``migrate_from``: the host the image is live-migrated from, where
+        it is still attached and written; it is attached here incoming
+        (mirror/handoff.py) and takes that host's last version when the
+        guest starts here.
+        """
+        header = self.repo.image(image)
+        if project is not None and instance is None:
+            raise exception.InvalidInput('a project goes with an instance')
+        groups.check_project(project)
+        if instance is not None:
+            self._check_binding(instance, header.id)
+        if migrate_from is not None and (
+                migrate_from == self.host or version is not None or
+                not isinstance(migrate_from, str)):
+            raise exception.InvalidInput(
+                'an image migrates from another host, from its newest '
+                'state (migrate_from %r, version %r)'
+                % (migrate_from, version))
+        was_attached = header.id in self.mirror.attached
+        path = self.mirror.attach(header.id, version=version,
+                                  incoming_from=migrate_from)
+        if instance is not None:
+            try:
+                self.instances.bind(instance, header.id, project)
+            except BaseException:
+                if not was_attached:
+                    self._undo_attach(header.id)
+                raise
+        attached = self.mirror.attached[header.id]
+        return {'image': header.id, 'name': header.name, 'path': path,
+                'version': attached.attached_version,
+                'size': header.size}
+
+    def _check_binding(self, instance, image_id):
+        """Refuse, before attaching, what InstanceTable.bind would."""
+        if not isinstance(instance, str) or not 0 < len(instance) <= 64:
+            raise exception.InvalidInput('an instance id is 1-64 characters')
+        other = self.instances.image_of(instance)
+        if other not in (None, image_id):
+            raise exception.InvalidInput(
+                'instance %s already uses image %s' % (instance, other))
+
+    def _undo_attach(self, image_id):
+        try:
+            self.mirror.detach(image_id, discard=True)
+        except Exception as e:
+            LOG.error('could not undo the attach of %s: %s', image_id, e)
+
+    def detach(self, image, discard=False, force=False):
+        """Stop mirroring ``image``. Refused while an active domain uses
+        it, unless ``force``; and while writes since the last checkpoint
+        exist, unless ``discard``.
+        """
+        header = self.repo.image(image)
+        if not force and header.id in self.mirror.attached:
+            self._refuse_if_in_use(header.id)
+        result = self.mirror.detach(header.id, discard=discard)
+        self.instances.unbind_image(header.id)
+        return result
+
+    def _refuse_if_in_use(self, image_id):
+        try:
+            domain = self._domain(image_id)
+        except exception.BackendUnavailable as e:
+            # libvirt is down (or not on this host): nothing to ask.
+            LOG.warning('cannot ask libvirt whether a domain uses %s (%s): '
+                        'detaching anyway', image_id, e)
+            return
+        if domain is not None:
+            raise exception.InvalidInput(
+                'domain %s is running on image %s; stop it or detach with '
+                'force' % (domain.name(), image_id))

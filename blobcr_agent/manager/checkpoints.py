@@ -1,0 +1,137 @@
+"""Checkpoints and holds: the guest held still (none, fsfreeze or
+suspend) for the snapshot alone, group checkpoints, the state of the
+versions a checkpoint made, and the wait for their persists.
+
+Invariants: an explicitly asked quiesce mode needs a running domain on
+the image (the configured default falls back to none); a group's
+members are admitted before the checkpoint and tagged after it.
+"""
+
+import logging
+import time
+
+from blobcr_agent import exception
+from blobcr_agent.hypervisor import domains
+from blobcr_agent.repository import groups
+
+LOG = logging.getLogger(__name__)
+
+
+class Checkpoints(object):
+    """Checkpoints and holds (a mixin of
+    :class:`~blobcr_agent.manager.AgentManager`).
+    """
+
+    def _domain(self, image_id):
+        """The active domain that uses the image's mirror file, or None;
+        BackendUnavailable if libvirt cannot tell.
+        """
+        if self.hypervisor is None:
+            return None
+        return self.hypervisor.domain_for(self.mirror.path_of(image_id))
+
+    def _hold(self, image_id, mode, explicit):
+        """(context manager, mode used) that keeps the guest still."""
+        if mode == 'none':
+            return None, 'none'
+        domain = self._domain(image_id)
+        if domain is None:
+            if explicit:
+                raise exception.InvalidInput(
+                    'no running domain uses image %s: cannot %s'
+                    % (image_id, mode))
+            # Attached but not used by a VM (yet): nothing to hold still.
+            LOG.info('no running domain uses %s: checkpoint without %s '
+                     '(the configured quiesce mode)', image_id, mode)
+            return None, 'none'
+        return self.hypervisor.quiesced(domain, mode), mode
+
+    def checkpoint(self, image, quiesce=None, group=None, members=None,
+                   project=None, creator='operator', label=None):
+        """Hold the guest still, COMMIT, resume; returns as soon as the
+        snapshot is taken (the version is ``pending`` until persisted).
+
+        ``quiesce`` asked for explicitly (fsfreeze, suspend) needs a
+        running domain on the image; the configured default falls back
+        to none when no domain uses it. ``group`` is one of ``project``'s
+        (None: the scope of callers without a project); ``creator`` is
+        recorded by the group's first member. ``label`` marks the version
+        as made by its caller for its own use (Version.made_by: the Cinder
+        driver's checkpoints are its snapshots or a detached volume's
+        content, not checkpoints for Cinder to register); unlabelled
+        checkpoints (the guest's) cost no header update here.
+        """
+        mode = self._mode(quiesce)
+        if (group is None) != (members is None):
+            raise exception.InvalidInput('group and members go together')
+        if group is not None:
+            groups.admit(self.repo, group, members, project)
+        image_id = self.repo.image(image).id
+        self.mirror.get(image_id)               # attached here?
+        hold, used = self._hold(image_id, mode, explicit=bool(quiesce))
+        result = self.mirror.checkpoint(image_id, hold)
+        result['quiesce'] = used
+        if group is not None:
+            groups.tag(self.repo, image_id, result['version'], group,
+                       members, project=project, creator=creator)
+            result['group'] = group
+        if label:
+            self.repo.label(image_id, result['version'], label)
+        return result
+
+    def hold(self, image, quiesce=None, timeout=60):
+        """Phase one of a group checkpoint across hosts: hold the guest
+        of ``image`` still until release(image), or ``timeout`` seconds
+        (hypervisor/timed_hold.py). A checkpoint in the same mode joins
+        the hold. Without a domain to hold (or mode none) nothing is
+        held, as a checkpoint would hold nothing either.
+        """
+        mode = self._mode(quiesce)
+        image_id = self.repo.image(image).id
+        self.mirror.get(image_id)               # attached here?
+        context, used = self._hold(image_id, mode, explicit=bool(quiesce))
+        if context is None:
+            return {'image': image_id, 'quiesce': used, 'held': False}
+        self.holds.hold(image_id, context, timeout)
+        return {'image': image_id, 'quiesce': used, 'held': True}
+
+    def release(self, image):
+        image_id = self.repo.image(image).id
+        held = self.holds.release(image_id)
+        if held is None:
+            return {'image': image_id, 'released': False}
+        return {'image': image_id, 'released': True,
+                'held_ms': held.held_ms, 'expired': held.expired}
+
+    def _mode(self, quiesce):
+        mode = quiesce or self.default_quiesce
+        if mode not in domains.QUIESCE_MODES:
+            raise exception.InvalidInput('quiesce mode must be one of %s'
+                                         % ', '.join(domains.QUIESCE_MODES))
+        return mode
+
+    def state(self, image, version):
+        image_id = self.repo.image(image).id
+        if image_id in self.mirror.attached:
+            return self.mirror.state(image_id, version)
+        return self.repo.image(image_id).version(version).state
+
+    def wait_stable(self, image, version, timeout=600):
+        image_id = self.repo.image(image).id
+        if image_id in self.mirror.attached:
+            return self.mirror.wait_stable(image_id, version, timeout)
+        return self.state(image_id, version)
+
+    def group_state(self, group, project=None):
+        return groups.state(self.repo, group, project)
+
+    def wait_persists(self, timeout):
+        """Wait for every background persist; the images still
+        persisting after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        left = []
+        for image_id, a in list(self.mirror.attached.items()):
+            if not a.wait_persisted(max(0, deadline - time.monotonic())):
+                left.append(image_id)
+        return left

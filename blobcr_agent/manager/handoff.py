@@ -1,0 +1,110 @@
+"""The source side of a live migration: the handoff of an image to the
+destination host's agent (mirror/handoff.py is the destination side).
+
+Invariants: one handoff at a time on this host (``_handoff_lock``); the
+image is committed and detached only once no guest runs on it here, and
+the version returned holds every write made here; an image handed off
+to one host is never handed to another.
+"""
+
+import logging
+import time
+
+from blobcr_agent import exception
+
+LOG = logging.getLogger(__name__)
+
+# A handoff asked to wait for the guest to stop waits this long at most
+# per call (the destination asks again).
+HANDOFF_WAIT_MAX = 10.0
+HANDOFF_LABEL = 'migrate'
+
+
+class Handoff(object):
+    """The source side of a live migration (a mixin of
+    :class:`~blobcr_agent.manager.AgentManager`).
+    """
+
+    def set_peers(self, peers):
+        """``peers``: the RPC client (rpc.api.AgentAPI) this agent asks
+        other hosts' agents with (the handoff of a live migration).
+        """
+        self.mirror.handoff_asker = lambda source, image, wait, timeout: \
+            peers.handoff(source, image, self.host, wait=wait,
+                          rpc_timeout=timeout)
+
+    def handoff(self, image, dest, wait=0):
+        """A live migration of ``image`` to host ``dest``: once no guest
+        runs on it here, commit what is left, detach it and return
+        ``{'version': N}``, the version that holds every write made here
+        (the destination's base, mirror/handoff.py). While a guest still
+        runs on it (waited for up to ``wait`` s): ``{'running': True}``.
+        BackendUnavailable while libvirt cannot tell whether one runs.
+        An image not attached here: its newest stable version (handed
+        off already, or released by Cinder), refused if it was handed
+        off to another host; with a cache here that a restart did not
+        re-attach, the image is attached again first (refused if that
+        fails: its last writes are only in that cache).
+        """
+        header = self.repo.image(image)
+        if not isinstance(dest, str) or not dest or dest == self.host:
+            raise exception.InvalidInput('a handoff goes to another host')
+        deadline = time.monotonic() + max(0.0, min(float(wait or 0),
+                                                   HANDOFF_WAIT_MAX))
+        with self._handoff_lock:
+            if header.id not in self.mirror.attached:
+                if not self.mirror.cached(header.id):
+                    return self._handed_off(header, dest)
+                LOG.warning('handoff of %s to %s: attaching it from its '
+                            'cache first', header.id, dest)
+                self.mirror.attach(header.id)
+            while True:
+                running = self._guest_running(header.id)
+                if running is False:
+                    break
+                if time.monotonic() >= deadline:
+                    if running is None:
+                        raise exception.BackendUnavailable(
+                            'cannot tell whether a guest still runs on '
+                            'image %s on %s (libvirt does not answer): not '
+                            'handing it off yet' % (header.id, self.host))
+                    return {'image': header.id, 'running': True}
+                time.sleep(0.05)
+            started = time.monotonic()
+            result = self.checkpoint(header.id, quiesce='none',
+                                     label=HANDOFF_LABEL)
+            version = result['version']
+            self.mirror.wait_stable(header.id, version)
+            # The guest is stopped (or gone): its domain may still hold
+            # the file open, paused after the migration.
+            self.detach(header.id, force=True)
+            self.mirror.handed_off[header.id] = dest
+        LOG.info('handed %s off to %s at version %s (%d chunks, %.1f ms)',
+                 header.id, dest, version, result['chunks'],
+                 (time.monotonic() - started) * 1000)
+        return {'image': header.id, 'running': False, 'version': version,
+                'chunks': result['chunks']}
+
+    def _guest_running(self, image_id):
+        """Whether a domain runs (not paused, not off) on the image;
+        None when libvirt cannot tell.
+        """
+        try:
+            domain = self._domain(image_id)
+            return domain is not None and self.hypervisor.is_running(domain)
+        except exception.BackendUnavailable as e:
+            LOG.warning('cannot ask libvirt whether a guest runs on %s: %s',
+                        image_id, e)
+            return None
+
+    def _handed_off(self, header, dest):
+        """The answer to a handoff of an image not attached (nor cached)
+        here: its newest stable version, unless it went to another host.
+        """
+        went_to = self.mirror.handed_off.get(header.id)
+        if went_to not in (None, dest):
+            raise exception.InvalidInput(
+                'image %s was handed off to %s already: it cannot go to %s '
+                'too' % (header.id, went_to, dest))
+        return {'image': header.id, 'running': False,
+                'version': header.stable_version().number}

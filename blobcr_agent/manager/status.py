@@ -1,0 +1,72 @@
+"""The agent's status, and the guest endpoint's view of this host: which
+project an instance belongs to and which image it checkpoints.
+
+Invariant: an unbound instance whose project libvirt cannot tell raises
+(BackendUnavailable), so that no guest falls into the scope of callers
+without a project.
+"""
+
+import logging
+import os
+import time
+
+from blobcr_agent import exception
+
+LOG = logging.getLogger(__name__)
+
+
+class Status(object):
+    """Status and the guest endpoint's view (a mixin of
+    :class:`~blobcr_agent.manager.AgentManager`).
+    """
+
+    def status(self):
+        attached = {}
+        for image_id, a in list(self.mirror.attached.items()):
+            attached[image_id] = dict(
+                a.stats(), path=self.mirror.path_of(image_id),
+                attached_version=a.attached_version,
+                instances=self.instances.instances_of(image_id))
+        return {'host': self.host, 'uptime': time.time() - self.started,
+                'mountpoint': self.mirror.mountpoint,
+                'backend': self.repo.backend.describe(),
+                'proxy': self.proxy_url,
+                'default_quiesce': self.default_quiesce,
+                'attached': attached}
+
+    # -- the guest endpoint's view -----------------------------------------
+
+    def project_of(self, instance):
+        """The project of an instance hosted here: its binding's (an
+        attach that named the instance says it all, None included), else
+        its Nova domain's metadata. Raises BackendUnavailable when an
+        unbound instance's project cannot be read from libvirt: a guest
+        must not fall into the scope of callers without a project.
+        """
+        if self.instances.image_of(instance) is not None:
+            return self.instances.project_of(instance)
+        if self.hypervisor is None:
+            return None
+        return self.hypervisor.instance_project(instance)
+
+    def resolve(self, instance):
+        """The image an instance hosted here checkpoints, or None."""
+        image_id = self.instances.image_of(instance)
+        if image_id is not None and image_id in self.mirror.attached:
+            return image_id
+        if self.hypervisor is None:
+            return None
+        try:
+            disks = self.hypervisor.instance_disks(instance)
+        except exception.BackendUnavailable as e:
+            LOG.warning('cannot ask libvirt about %s: %s', instance, e)
+            return None
+        if not disks:
+            return None
+        for image_id in list(self.mirror.attached):
+            path = self.mirror.path_of(image_id)
+            # The mount's real path, not a lookup of every mirror file.
+            if os.path.join(os.path.realpath(os.path.dirname(path)),
+                            os.path.basename(path)) in disks:
+                return image_id
+        return None

@@ -1,0 +1,186 @@
+"""Versions and volumes: what the Cinder driver and blobcr-manage ask of
+images, attached here or not (clone, versions and labels, create,
+delete, extend, snapshot, revert, delete_snapshot, import, export,
+capacity, GC).
+
+Invariants: the content of a detached image is its head (the stable
+version that turned stable last); one attached elsewhere is in that
+host's mirror, so snapshot, revert and import refuse it; deleting a
+snapshot never loses the image's content (the head is copied first).
+"""
+
+import os
+
+from blobcr_agent import exception
+from blobcr_agent.repository import gc
+from blobcr_agent.repository import image as image_mod
+from blobcr_agent.repository import treeview
+
+
+class Volumes(object):
+    """Versions and volumes (a mixin of
+    :class:`~blobcr_agent.manager.AgentManager`).
+    """
+
+    def clone(self, image, version=None, name=None):
+        return treeview.summary(self.repo.clone(image, version, name))
+
+    def list_versions(self, image):
+        header = self.repo.image(image)
+        head = header.head()
+        return {'image': header.id, 'name': header.name,
+                'origin': header.origin,
+                'head': head.number if head else None,
+                'versions': [_version_dict(v) for v in header.versions]}
+
+    def label(self, image, version, made_by):
+        if not isinstance(made_by, str) or not 0 < len(made_by) <= 64:
+            raise exception.InvalidInput('a label is 1-64 characters')
+        self.repo.label(image, version, made_by)
+        return self._version_of(self.repo.image(image).id, version)
+
+    def obsolete(self, image, versions):
+        self.repo.obsolete(image, versions)
+        return self.list_versions(image)
+
+    def create_image(self, name, size, chunk_size=None):
+        """A blank volume: an image whose version 1 is all zeros, so
+        that it can be snapshotted and cloned before anything is written.
+        """
+        header = self.repo.create_image(name, size, chunk_size=chunk_size)
+        self.repo.commit(header.id, {})
+        return treeview.summary(self.repo.image(header.id))
+
+    def delete_image(self, image):
+        header = self.repo.image(image)
+        if header.id in self.mirror.attached:
+            raise exception.InvalidInput('image %s is attached on %s: '
+                                         'detach it first'
+                                         % (header.id, self.host))
+        self.repo.delete_image(header.id)
+        return {'image': header.id, 'deleted': True}
+
+    def extend_image(self, image, size):
+        return treeview.summary(self.repo.extend(image, size))
+
+    def _attached_hosts(self, header):
+        """The hosts whose mirror holds the image (pins name them; this
+        host's own attachment may not have pinned anything yet).
+        """
+        hosts = {p.get('host') for v in header.versions for p in v.pins}
+        if header.id in self.mirror.attached:
+            hosts.add(self.host)
+        return sorted(hosts)
+
+    def _refuse_if_attached(self, header, what):
+        """A detached image's content is its newest stable version; an
+        attached one's is in the mirror of the host that pins it.
+        """
+        hosts = self._attached_hosts(header)
+        if hosts:
+            raise exception.InvalidInput(
+                'image %s is attached (on %s): %s'
+                % (header.id, ', '.join(hosts), what))
+
+    def list_images(self):
+        """Every image with its versions and the hosts it is attached
+        on: what the Cinder driver offers to manage.
+        """
+        return [dict(treeview.summary(h), attached_on=self._attached_hosts(h),
+                     versions=[_version_dict(v) for v in h.versions])
+                for h in self.repo.images()]
+
+    def snapshot(self, image):
+        """A new version of a detached image equal to its current
+        content, sharing every chunk. An attached image is checkpointed
+        instead, by the agent of its host.
+        """
+        header = self.repo.image(image)
+        self._refuse_if_attached(header, 'checkpoint it on that host')
+        number = self.repo.commit_copy(header.id, made_by='snapshot')
+        return self._version_of(header.id, number)
+
+    def revert(self, image, version):
+        """Make a detached image's content equal to ``version`` again:
+        a new version sharing its tree; later versions stay.
+        """
+        header = self.repo.image(image)
+        self._refuse_if_attached(header, 'detach it before reverting it')
+        number = self.repo.commit_copy(header.id, version, made_by='revert')
+        return self._version_of(header.id, number)
+
+    def delete_snapshot(self, image, version):
+        """Obsolete ``version`` without losing the image's content: if it
+        is the newest version (the content of the image detached, or the
+        base its mirror builds on), a copy of it takes its place first.
+        Clones and other versions keep what they share with it.
+        """
+        header = self.repo.image(image)
+        v = header.version(version)
+        # The copy turns stable now, so it is the head until a version
+        # that turns stable later (a checkpoint in flight or registered
+        # ahead, whatever its number) holds newer content.
+        if header.head() is v:
+            self.repo.commit_copy(header.id, v.number, made_by='kept')
+        self.repo.obsolete(header.id, [v.number])
+        return self.list_versions(header.id)
+
+    def import_file(self, image, path):
+        """A new version of a detached image with the content of the raw
+        file ``path`` on this host (the RPC endpoint holds it to
+        ``[agent] export_dir``).
+        """
+        if not isinstance(path, str) or not os.path.isabs(path):
+            raise exception.InvalidInput('import needs an absolute path')
+        header = self.repo.image(image)
+        self._refuse_if_attached(header, 'detach it before writing it')
+        number = self.repo.write_file(header.id, path, made_by='import')
+        return self._version_of(header.id, number)
+
+    def _version_of(self, image_id, number):
+        return dict(_version_dict(self.repo.image(image_id).version(number)),
+                    image=image_id)
+
+    def capacity(self):
+        """The store's room for data, and what its images provision."""
+        result = self.repo.backend.capacity()
+        images = self.repo.images()
+        result.update(provisioned_bytes=sum(h.size for h in images),
+                      images=len(images),
+                      backend=self.repo.backend.describe())
+        return result
+
+    def gc(self, grace=None, pending_timeout=None):
+        return gc.collect(self.repo, grace=grace,
+                          pending_timeout=pending_timeout).as_dict()
+
+    def export(self, image, version, path, timeout=600, overwrite=False):
+        """Write ``image@version`` to ``path`` (absolute, on this host),
+        waiting for the version to be persisted first. An existing
+        ``path`` is replaced only with ``overwrite``. Any path: RPC
+        callers are held to ``[agent] export_dir`` by the RPC endpoint.
+        """
+        if not isinstance(path, str) or not os.path.isabs(path):
+            raise exception.InvalidInput('export needs an absolute path')
+        if not overwrite and os.path.lexists(path):
+            raise exception.InvalidInput(
+                '%s exists; export with overwrite to replace it' % path)
+        header = self.repo.image(image)
+        if version is None:
+            version = header.stable_version().number
+        state = self.wait_stable(header.id, version, timeout)
+        if state != image_mod.STABLE:
+            raise exception.VersionNotStable(header.id, version, state)
+        number = self.repo.export(header.id, version, path,
+                                  overwrite=overwrite)
+        return {'image': header.id, 'version': number, 'path': path,
+                'size': header.size}
+
+
+def _version_dict(v):
+    return {'version': v.number, 'state': v.state, 'parent': v.parent,
+            'created': v.created, 'stable_at': v.stable_at,
+            'chunks': v.chunks, 'stored_bytes': v.stored_bytes,
+            'error': v.error or None, 'group': v.group,
+            'made_by': v.made_by or None,
+            'clones': [c['image'] for c in v.clones]}
