@@ -13,4 +13,4 @@ cd "$top"
 bash tools/install-deps.sh
 .venv/bin/flake8 blobcr_agent blobcr_cinder blobcr_nova blobcr_guest blobcr_dashboard lab tests
 make -s -C tests/native check tsan OUT="$top/build/native-tests"
-exec .venv/bin/pytest -p no:cacheprovider tests "$@"
+exec .venv/bin/pytest -p no:cacheprovider --durations=15 tests "$@"

@@ -47,16 +47,25 @@ def _python_files(folder):
                 yield os.path.join(root, name)
 
 
-def imports_of(path):
-    """(line, top-level package) of every absolute import in a file."""
+def imports_of(path, whole=False):
+    """(line, top-level package) of every absolute import in a file;
+    with ``whole``, (line, every module name it may import: for ``from
+    a.b import c``, both ``a.b`` and ``a.b.c``).
+    """
     with open(path) as f:
         tree = ast.parse(f.read(), path)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield node.lineno, alias.name.split('.')[0]
+                yield node.lineno, (alias.name if whole
+                                    else alias.name.split('.')[0])
         elif isinstance(node, ast.ImportFrom) and not node.level:
-            yield node.lineno, node.module.split('.')[0]
+            if not whole:
+                yield node.lineno, node.module.split('.')[0]
+                continue
+            yield node.lineno, node.module
+            for alias in node.names:
+                yield node.lineno, node.module + '.' + alias.name
 
 
 def violations(folders, forbidden):
@@ -84,6 +93,28 @@ def test_parts_import_only_what_is_below_them(part, folders):
 
 def test_the_agent_imports_nothing_from_the_openstack_side():
     assert violations(('blobcr_agent',), OPENSTACK_SIDE) == []
+
+
+@pytest.mark.parametrize('folder,above', [
+    # The repository is the bottom of the agent: nothing that uses it.
+    ('blobcr_agent/repository', ('blobcr_agent.mirror', 'blobcr_agent.manager',
+                                 'blobcr_agent.rpc', 'blobcr_agent.proxy',
+                                 'blobcr_agent.control',
+                                 'blobcr_agent.hypervisor')),
+    # The manager is called by RPC, the admin socket and the endpoint.
+    ('blobcr_agent/manager', ('blobcr_agent.rpc', 'blobcr_agent.proxy',
+                              'blobcr_agent.control', 'blobcr_agent.cmd')),
+    # (The control socket's code, blobcr_agent.control, serves the
+    # mirror's socket and the agent's alike.)
+    ('blobcr_agent/mirror', ('blobcr_agent.manager', 'blobcr_agent.rpc',
+                             'blobcr_agent.proxy', 'blobcr_agent.cmd')),
+])
+def test_the_agent_layers_import_downwards(folder, above):
+    found = ['%s:%d imports %s' % (os.path.relpath(path, TOP), line, name)
+             for path in _python_files(folder)
+             for line, name in imports_of(path, whole=True)
+             if any(name == a or name.startswith(a + '.') for a in above)]
+    assert found == []
 
 
 def test_the_guest_side_uses_the_standard_library_only():
