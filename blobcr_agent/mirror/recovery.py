@@ -16,11 +16,13 @@ chunks are dirty again, so the next checkpoint carries them.
 
 import logging
 import os
+import socket
 
 from blobcr_agent import exception
 from blobcr_agent.mirror import persister as persister_mod
 from blobcr_agent.repository.backends import base
 from blobcr_agent.repository import chunks
+from blobcr_agent.repository import identity
 from blobcr_agent.repository import image as image_mod
 
 LOG = logging.getLogger(__name__)
@@ -28,8 +30,41 @@ LOG = logging.getLogger(__name__)
 
 def recover(image):
     """Resume, adopt or fail what ``image`` (an AttachedImage) had in
-    flight.
+    flight; then release the pins of this mirror that it no longer
+    knows of.
     """
+    try:
+        _recover_in_flight(image)
+    finally:
+        release_forgotten_pins(image)
+
+
+def release_forgotten_pins(image):
+    """A crash between recording a new last checkpoint and releasing the
+    previous one's pin leaves that pin behind, known to nobody: its
+    version would never be collected, and the image would look attached
+    here after its detach. Keep the pins of what the mirror reads from
+    (its attached version, its last checkpoint and what is in flight),
+    release the rest.
+    """
+    keep = {image.attached_version, image.meta['last']} | set(
+        persister_mod.in_flight(image.meta))
+    try:
+        header = image.repo.image(image.id)
+    except exception.BlobCRError as e:
+        LOG.warning('pins of %s not checked: %s', image.id, e)
+        return
+    host = socket.gethostname()
+    for v in header.versions:
+        if v.number not in keep and any(
+                identity.same_pin(p, host, image.holder) for p in v.pins):
+            LOG.warning('releasing the pin of %s on version %d of %s: a '
+                        'crash left it behind', image.holder, v.number,
+                        image.id)
+            image.repo.unpin_quietly(image.id, v.number, image.holder)
+
+
+def _recover_in_flight(image):
     versions = persister_mod.in_flight(image.meta)
     _fail_reserved(image, versions)
     if not versions:

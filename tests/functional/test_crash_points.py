@@ -9,7 +9,9 @@ flight) and:
   (round boundaries), never a mix, and in the order they were taken;
 * the mirror still holds every acknowledged write: each chunk is the
   last finished round's, or the one being written at the kill;
-* a checkpoint then persists exactly that content.
+* a checkpoint then persists exactly that content;
+* the only pins the mirror holds are the ones it knows of, which its
+  detach releases.
 
 The native core's own state writes are swept by tests/native (make
 crash). The local store, real files, no FUSE.
@@ -87,6 +89,12 @@ def _check(directory, image_id, where):
         version, _, _ = a.checkpoint(wait=30)
         assert a.wait_persisted(60)
         assert repo.read(image_id, version, 0, len(now)) == now, where
+        # Every pin this mirror holds is one it knows of (what a detach
+        # releases): a pin it forgot would keep its version for good.
+        held = {v.number for v in repo.image(image_id).versions
+                for p in v.pins if p['holder'] == a.holder}
+        assert held <= {a.attached_version, a.meta['last']}, (
+            where, held, a.attached_version, a.meta['last'])
         return rounds
     finally:
         a.close(60)
