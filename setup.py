@@ -14,9 +14,10 @@ def pkg_config(flag, package='fuse3'):
 
 native = setuptools.Extension(
     'blobcr_agent._native',
-    sources=['native/blobcr_native.c', 'native/core.c', 'native/mirror.c',
-             'native/fuseloop.c'],
-    depends=['native/core.h', 'native/mirror.h'],
+    sources=['native/blobcr_native.c', 'native/core.c', 'native/core_open.c',
+             'native/core_io.c', 'native/core_commit.c',
+             'native/core_recovery.c', 'native/mirror.c', 'native/fuseloop.c'],
+    depends=['native/core.h', 'native/core_internal.h', 'native/mirror.h'],
     include_dirs=pkg_config('--cflags-only-I'),
     libraries=pkg_config('--libs-only-l'),
     extra_link_args=['-pthread'],

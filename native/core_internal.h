@@ -1,0 +1,66 @@
+/*
+ * What the mirror core's files share and nothing else may use (the
+ * public API is core.h). The core is one state machine cut where it has
+ * seams, each file saying at its top which invariants it keeps:
+ *
+ *   core.c           the design, crash points, the per-chunk helpers
+ *                    (generations ring, urgent queue, file copies)
+ *   core_open.c      construction: state files opened, checked, reset
+ *   core_io.c        reads, writes (the cut), installs from the
+ *                    repository
+ *   core_commit.c    COMMIT, the persister's takes, snapshot_done
+ *   core_recovery.c  recovery after a crash, inspection
+ *
+ * Copyright BlobCR for OpenStack developers. Apache-2.0.
+ */
+
+#ifndef BLOBCR_CORE_INTERNAL_H
+#define BLOBCR_CORE_INTERNAL_H
+
+#include "core.h"
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef MC_TEST_HOOKS
+#define PAUSE(at) mc_test_pause(at)
+#define FAULT(at) mc_test_fault(at)
+#else
+#define PAUSE(at) ((void)0)
+#define FAULT(at) 0
+#endif
+
+/* Every change of a persisted byte (state.bin, gens.bin) passes a crash
+ * point first. */
+static inline void
+put_byte(uint8_t *p, uint8_t v, const char *where)
+{
+    if (__builtin_expect(mc_crash_armed, 0) && *p != v)
+        mc_crash_point(where);
+    *p = v;
+}
+#define PUT_STATE(m, c, v) put_byte(&(m)->state[c], (uint8_t)(v), __func__)
+#define PUT_GENS(m, c, v) put_byte(&(m)->gens[c], (uint8_t)(v), __func__)
+
+/* prepare_chunk's answer when a COMMIT cut the write while it waited
+ * for a buffer slot: start over from the gate. */
+#define MC_CUT (-2)
+
+/* Helpers of core.c (lock held unless noted) and core_io.c's prepare. */
+#pragma GCC visibility push(hidden)
+void clear_urgent(MirrorCore *m);
+int copy_chunk(MirrorCore *m, int from_fd, int to_fd, int64_t c,
+    char *scratch);
+void free_slot(MirrorCore *m, int64_t c, int g);
+int gen_at(const MirrorCore *m, int k);
+int newest_of(const MirrorCore *m, int64_t c, int n);
+int pread_full(int fd, char *buf, size_t len, off_t off);
+void push_urgent(MirrorCore *m, int64_t c);
+int pwrite_full(int fd, const char *buf, size_t len, off_t off);
+void set_ring(MirrorCore *m, int head, int n);
+void sync_bits(MirrorCore *m, int64_t c);
+int prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
+    char *scratch, uint32_t epoch);
+#pragma GCC visibility pop
+
+#endif
