@@ -145,9 +145,27 @@ class Walk(object):
             getattr(self, 'op_' + name)()
         except Exception as e:
             raise ModelError('seed %d, step %d (%s): %s: %s\nlast steps: %s'
+                             '\nstore: %s'
                              % (self.seed, self.steps, name,
                                 type(e).__name__, e,
-                                ' '.join(self.history[-25:]))) from e
+                                ' '.join(self.history[-25:]),
+                                self._store_state())) from e
+
+    def _store_state(self):
+        """The versions of every image that are pending or pinned (what
+        a refusal usually comes from), for the failure's message.
+        """
+        try:
+            return '; '.join(
+                '%s%s: %s' % (h.id[:8], ' (deleted)' if h.deleted else '',
+                              ', '.join('v%d %s pins %s' % (
+                                  v.number, v.state,
+                                  [p['holder'][-40:] for p in v.pins])
+                                  for v in h.versions
+                                  if v.pins or v.state == 'pending'))
+                for h in self.world.repo.images(include_deleted=True))
+        except Exception as e:          # the failure is what matters
+            return 'unreadable (%s)' % e
 
     def _enabled(self):
         attached = [v for v in self.volumes if v.host]
