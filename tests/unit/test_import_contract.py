@@ -16,6 +16,7 @@ not on a host that lacks the imported code.
 import ast
 import configparser
 import os
+import subprocess
 import sys
 
 import pytest
@@ -134,3 +135,27 @@ def test_the_agent_distribution_ships_the_product_only():
     for package in PRODUCT:
         for path in _python_files(package):
             assert os.sep + 'bench' + os.sep not in path, path
+
+
+def test_the_lab_and_the_benchmarks_run_without_the_tests(tmp_path):
+    """From a directory outside the tree (so neither tests/ nor the
+    source is on the path but for the installs): blobcr-bench answers,
+    and the demos and benchmarks import without any test module.
+    """
+    bindir = os.path.dirname(sys.executable)
+    done = subprocess.run([os.path.join(bindir, 'blobcr-bench'), 'cinder',
+                           '--help'], cwd=str(tmp_path), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and 'blobcr-bench cinder' in done.stdout, \
+        done.stderr[-2000:]
+    probe = ('import sys\n'
+             'import blobcr_lab.demo, blobcr_lab.cinder_demo\n'
+             'import blobcr_bench.cli, blobcr_bench.cinder_stack\n'
+             'import blobcr_bench.metadata\n'
+             'print([m for m in sys.modules if m.split(".")[0] == "tests"])')
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+    done = subprocess.run([sys.executable, '-c', probe], cwd=str(tmp_path),
+                          capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == '[]'
