@@ -1,7 +1,7 @@
 /*
  * blobcr_agent._native.Mirror: the CPython binding of the mirror core.
  *
- * One object per attached image; the state machine itself is in core.c
+ * One object per attached image; the state machine itself is in core*.c
  * (no Python there). This file parses arguments, releases the GIL around
  * every core call that can do I/O or wait, and turns errnos and "would
  * wait" into exceptions. A call that would wait (for the persister, or

@@ -1,5 +1,5 @@
 /*
- * Crash-point sweep of the mirror core (native/core.c), without Python.
+ * Crash-point sweep of the mirror core (native/core*.c), without Python.
  *
  * A fixed scenario drives one mirror the way the agent does: writes,
  * checkpoints (version registered in a model repository, recorded in

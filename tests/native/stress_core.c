@@ -1,5 +1,5 @@
 /*
- * Stress test of the mirror core (native/core.c), without Python.
+ * Stress test of the mirror core (native/core*.c), without Python.
  *
  * Each round opens a fresh mirror (every chunk absent) in one of the four
  * modes and races, on a handful of chunks:
