@@ -73,6 +73,8 @@ typedef struct {
                                 COMMIT ordered after its snapshot (cut)
                                 instead of waiting for them */
     int64_t in_flight;       /* generations in flight now */
+    int64_t flushes;         /* guest flushes (mc_flush) */
+    int64_t flush_records;   /* ... that wrote a new durable record */
 } MirrorStats;
 
 typedef struct MirrorCore {
@@ -122,6 +124,12 @@ typedef struct MirrorCore {
     uint32_t read_seq;
     uint8_t *hist, *hist_prev;
     MirrorStats st;         /* counters (present/dirty/scheduled unused) */
+    /* durable record (core_durable.c): which chunks the last flush made
+     * durable, and the next one's scratch copy */
+    pthread_mutex_t flush_lock;
+    int durable_fd;
+    uint64_t durable_seq;
+    uint8_t *durable_last, *durable_next;
 } MirrorCore;
 
 /* Life cycle. mc_init once (mutex, no files), mc_open to attach the
@@ -180,6 +188,19 @@ int mc_take(MirrorCore *m, char *buf, int64_t *c);
  * failed one) and all their chunks are dirty again; after a restart,
  * also those of the parked ones. */
 void mc_snapshot_done(MirrorCore *m, int stable);
+
+/* Flush (a guest's fsync): every write and install acknowledged before
+ * it survives a power loss of the host. 0 or an errno. See
+ * core_durable.c. */
+int mc_flush(MirrorCore *m, int datasync);
+/* After a power loss, before mc_open: rebuild the state files of the
+ * cache in dir from its newest whole flush record (every recorded chunk
+ * present and dirty, no generation in flight). 0 or an errno
+ * (EBADMSG: no whole record; the failing path in path); *present:
+ * chunks kept. */
+int mc_recover_power_loss(const char *dir, int64_t size,
+                          int64_t chunk_size, int64_t *present,
+                          char *path, size_t path_len);
 
 /* Crash recovery: the parked generations (one normally). mc_recovery
  * counts the chunks of all of them (oldest: of the oldest alone; lost:

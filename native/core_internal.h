@@ -10,6 +10,8 @@
  *                    repository
  *   core_commit.c    COMMIT, the persister's takes, snapshot_done
  *   core_recovery.c  recovery after a crash, inspection
+ *   core_durable.c   flushes (durable records), recovery after a power
+ *                    loss
  *
  * Copyright BlobCR for OpenStack developers. Apache-2.0.
  */
@@ -61,6 +63,10 @@ void set_ring(MirrorCore *m, int head, int n);
 void sync_bits(MirrorCore *m, int64_t c);
 int prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
     char *scratch, uint32_t epoch);
+/* core_durable.c: the flush record opened (read, or written first) */
+int durable_open(MirrorCore *m, const char *dir, char *path,
+    size_t path_len);
+void durable_release(MirrorCore *m);
 #pragma GCC visibility pop
 
 #endif

@@ -29,8 +29,9 @@ void
 mc_init(MirrorCore *m)
 {
     memset(m, 0, sizeof *m);
-    m->data_fd = m->redirect_fd = m->precopy_fd = -1;
+    m->data_fd = m->redirect_fd = m->precopy_fd = m->durable_fd = -1;
     pthread_mutex_init(&m->lock, NULL);
+    pthread_mutex_init(&m->flush_lock, NULL);
     pthread_cond_init(&m->cond, NULL);
 }
 
@@ -60,6 +61,7 @@ release_files(MirrorCore *m)
     if (m->redirect_fd >= 0) close(m->redirect_fd);
     if (m->precopy_fd >= 0) close(m->precopy_fd);
     m->data_fd = m->redirect_fd = m->precopy_fd = -1;
+    durable_release(m);
     free(m->cow); free(m->slot_of); free(m->free_slots);
     free(m->urgent); free(m->in_urgent);
     for (int g = 0; g < MC_MAX_GENS; g++) {
@@ -231,6 +233,10 @@ mc_open(MirrorCore *m, const char *dir, int64_t size, int64_t chunk_size,
     for (int64_t s = 0; s < cow_chunks; s++)
         m->free_slots[s] = s;
     m->nfree = cow_chunks;
+    if ((err = durable_open(m, dir, path, path_len)) != 0) {
+        release_files(m);
+        return err;
+    }
     return 0;
 oserror:
     err = errno ? errno : EIO;
@@ -241,6 +247,8 @@ oserror:
 void
 mc_close(MirrorCore *m, int flush)
 {
+    if (flush && m->state)
+        mc_flush(m, 1);
     pthread_mutex_lock(&m->lock);
     if (flush && m->state)
         msync(m->state, m->state_len, MS_SYNC);
@@ -257,5 +265,6 @@ mc_destroy(MirrorCore *m)
 {
     release_files(m);
     pthread_mutex_destroy(&m->lock);
+    pthread_mutex_destroy(&m->flush_lock);
     pthread_cond_destroy(&m->cond);
 }

@@ -532,7 +532,7 @@ Mirror_stats(Mirror *m, PyObject *noargs)
     mc_stats(&m->core, &s);
     return Py_BuildValue(
         "{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,"
-        "s:L,s:L,s:L,s:L,s:L,s:L,s:s}",
+        "s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:s}",
         "present", (long long)s.present, "dirty", (long long)s.dirty,
         "scheduled", (long long)s.scheduled,
         "cow_copies", (long long)s.cow_copies,
@@ -552,6 +552,8 @@ Mirror_stats(Mirror *m, PyObject *noargs)
         "busy_full", (long long)s.busy_full,
         "cut_writers", (long long)s.cut_writers,
         "generations", (long long)s.in_flight,
+        "flushes", (long long)s.flushes,
+        "flush_records", (long long)s.flush_records,
         "mode", mc_mode_names[m->core.mode]);
 }
 
@@ -565,6 +567,73 @@ Mirror_is_present(Mirror *m, PyObject *args)
         return NULL;
     return PyBool_FromLong(mc_is_present(&m->core, c));
 }
+
+PyDoc_STRVAR(flush_doc,
+"flush(datasync=True)\n\n"
+"A durability point (a guest's fsync): every write and install that\n"
+"returned before it survives a power loss of the host. OSError if the\n"
+"mirror files or the flush record cannot be synced.");
+
+static PyObject *
+Mirror_flush(Mirror *m, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"datasync", NULL};
+    int datasync = 1, err;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:flush", kwlist,
+                                     &datasync))
+        return NULL;
+    if (check_open(m) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    err = mc_flush(&m->core, datasync);
+    Py_END_ALLOW_THREADS
+    if (err) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(recover_power_loss_doc,
+"recover_power_loss(directory, size, chunk_size) -> int\n\n"
+"Rebuild the state of the mirror cache in directory, left by a power\n"
+"loss, from its newest whole flush record, before a Mirror opens it:\n"
+"every recorded chunk present and dirty, no snapshot in flight. Returns\n"
+"the chunks kept; OSError (EBADMSG: no whole record) otherwise.");
+
+static PyObject *
+mirror_recover_power_loss(PyObject *self, PyObject *args)
+{
+    const char *dir;
+    long long size, chunk_size;
+    int64_t present;
+    char path[4096];
+    int err;
+    if (!PyArg_ParseTuple(args, "sLL:recover_power_loss", &dir, &size,
+                          &chunk_size))
+        return NULL;
+    if (size <= 0 || chunk_size <= 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "size and chunk_size must be positive");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    err = mc_recover_power_loss(dir, size, chunk_size, &present, path,
+                                sizeof path);
+    Py_END_ALLOW_THREADS
+    if (err) {
+        errno = err;
+        return path[0] ? PyErr_SetFromErrnoWithFilename(PyExc_OSError, path)
+                       : PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromLongLong(present);
+}
+
+static PyMethodDef mirror_functions[] = {
+    {"recover_power_loss", mirror_recover_power_loss, METH_VARARGS,
+     recover_power_loss_doc},
+    {NULL, NULL, 0, NULL}
+};
 
 static PyObject *
 Mirror_close(Mirror *m, PyObject *noargs)
@@ -606,6 +675,8 @@ static PyMethodDef Mirror_methods[] = {
      "Counters: present, dirty, copies, waits..."},
     {"is_present", (PyCFunction)Mirror_is_present, METH_VARARGS,
      "True if the mirror file holds chunk index."},
+    {"flush", (PyCFunction)(void (*)(void))Mirror_flush,
+     METH_VARARGS | METH_KEYWORDS, flush_doc},
     {"close", (PyCFunction)Mirror_close, METH_NOARGS,
      "Flush state and data and close every file."},
     {NULL, NULL, 0, NULL}
@@ -660,5 +731,7 @@ blobcr_mirror_register(PyObject *module)
     if (PyModule_AddObject(module, "Mirror", (PyObject *)&MirrorType) < 0)
         return -1;
     Py_INCREF(BusyError);
-    return PyModule_AddObject(module, "BusyError", BusyError);
+    if (PyModule_AddObject(module, "BusyError", BusyError) < 0)
+        return -1;
+    return PyModule_AddFunctions(module, mirror_functions);
 }

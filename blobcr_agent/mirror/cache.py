@@ -1,31 +1,38 @@
 """Whether a mirror cache can be trusted after a restart: host reboots.
 
 A mirror cache (``<cache>/<image>/``) survives a crash or a restart of
-the agent: its state file and mirror data live in the page cache, which
-outlives the process. They are never fsynced (that would cost every
-guest write), so after a host reboot (a power loss, a kernel panic, even
-a clean reboot that raced the write-back) they may be torn: a chunk
-marked present whose data never reached the disk reads as zeros, a
-write the guest made may be lost without any chunk being dirty.
+the agent: its state files and mirror data live in the page cache, which
+outlives the process. They are not synced at every guest write, so
+after a host reboot (a power loss, a kernel panic, even a clean reboot
+that raced the write-back) the state files may be torn.
 
-So the cache's metadata (``meta.json``) records the kernel's boot id, and
-a cache from another boot is refused, never re-attached. The operator
-drops it with ``blobcr-manage detach --discard IMAGE``, which checks that
-the repository still has the image's last checkpoint (stable, or
-obsoleted since but kept whole by this cache's pin: the image goes back
-to it, or to its newest stable version if it was obsoleted) and removes
-the cache and its pins (``drop_stale``).
+What a power loss cannot tear is the flush record (``durable.bin``,
+native/core_durable.c): every guest flush syncs the mirror data, then
+records which chunks it holds. So the cache's metadata (``meta.json``,
+synced at every change) records the kernel's boot id, and a cache from
+another boot is recovered from its flush record (``recover``): every
+write the guest flushed is kept, every recorded chunk is dirty (the next
+checkpoint persists it), and the versions that were in flight fail
+(their copies aside were in memory) unless the repository has them
+stable. A cache whose record is torn or missing is refused, never
+re-attached. The operator drops it with ``blobcr-manage detach --discard
+IMAGE``, which checks that the repository still has the image's last
+checkpoint (stable, or obsoleted since but kept whole by this cache's
+pin: the image goes back to it, or to its newest stable version if it
+was obsoleted) and removes the cache and its pins (``drop_stale``).
 
 A cache written by a release that recorded no boot id is trusted if its
 metadata was written during the current boot (an agent upgrade without a
-reboot) and refused otherwise.
+reboot), and treated as from another boot otherwise.
 """
 
+import errno
 import json
 import logging
 import os
 import shutil
 
+from blobcr_agent import _native
 from blobcr_agent import exception
 from blobcr_agent.mirror import persister
 from blobcr_agent.repository import image as image_mod
@@ -72,18 +79,16 @@ def stamp(meta):
     return meta
 
 
-def check_boot(meta, cache_dir):
-    """Return ``meta`` (cache metadata, or None for a new cache) if the
-    cache was written during the current boot; raise StaleCache, saying
-    what to do, if not. Metadata without a boot id (an older release)
-    written during this boot is adopted: the current boot is recorded.
+def other_boot(meta, cache_dir):
+    """None if the cache (its metadata ``meta``) was written during the
+    current boot, else why not. Metadata without a boot id (an older
+    release) written during this boot is adopted: the current boot is
+    recorded in ``meta``.
     """
-    if not meta:
-        return meta
     current = boot_id()
     recorded = meta.get('boot_id')
     if recorded == current:
-        return meta
+        return None
     if recorded is None:
         written = os.stat(os.path.join(cache_dir, META)).st_mtime
         if written >= boot_time():
@@ -91,13 +96,89 @@ def check_boot(meta, cache_dir):
                      'was written during this boot: adopting it',
                      cache_dir)
             meta['boot_id'] = current
-            return meta
-        why = ('has no boot id (older release) and was last written '
-               'before this boot started')
-    else:
-        why = ('was written during another boot of this host (boot id %s, '
-               'now %s)' % (recorded, current))
-    raise StaleCache(_refusal(meta, cache_dir, why))
+            return None
+        return ('has no boot id (older release) and was last written '
+                'before this boot started')
+    return ('was written during another boot of this host (boot id %s, '
+            'now %s)' % (recorded, current))
+
+
+def check_boot(meta, cache_dir):
+    """Return ``meta`` (cache metadata, or None for a new cache) if the
+    cache was written during the current boot; raise StaleCache, saying
+    what to do, if not.
+    """
+    why = other_boot(meta, cache_dir) if meta else None
+    if why is not None:
+        raise StaleCache(_refusal(meta, cache_dir, why))
+    return meta
+
+
+def recover(repo, meta, cache_dir, header):
+    """Return ``meta``, the cache's metadata, made right for the current
+    boot: as it is if written during it, else rebuilt from the cache's
+    flush record after a power loss (see the top of this module). Raises
+    StaleCache, saying what to do, if the record is torn or missing.
+    """
+    why = other_boot(meta, cache_dir) if meta else None
+    if why is None:
+        return meta
+    try:
+        kept = _native.recover_power_loss(cache_dir, header.size,
+                                          header.chunk_size)
+    except OSError as e:
+        what = ('torn (both of its slots)' if e.errno == errno.EBADMSG
+                else 'unreadable (%s)' % e)
+        raise StaleCache(_refusal(
+            meta, cache_dir, '%s, and its flush record is %s' % (why, what)))
+    # What was in flight: stable in the repository (its finish came
+    # after a flush, so this cache holds all of it) or lost.
+    last = meta.get('last')
+    for version in persister.in_flight(meta):
+        try:
+            state = repo.image(meta['image']).version(version).state
+        except exception.VersionNotFound:
+            continue
+        if state == image_mod.STABLE:
+            last = version
+    lost = fail_lost_versions(repo, meta, 'the host lost power while it '
+                              'was being persisted', keep=last)
+    try:
+        os.unlink(os.path.join(cache_dir, persister.JOURNAL))
+    except FileNotFoundError:
+        pass
+    if last != meta.get('last') and meta.get('last') not in (
+            None, meta.get('attached')):
+        repo.unpin_quietly(meta['image'], meta['last'],
+                           os.path.abspath(cache_dir))
+    meta.update(boot_id=boot_id(), last=last, persisting=None, following=[],
+                reserved=None)
+    LOG.warning('mirror cache %s of image %s %s: recovered from its flush '
+                'record (%d chunks kept, every flushed write; each is '
+                'persisted again by the next checkpoint)%s', cache_dir,
+                meta['image'], why, kept,
+                '; versions %s, in flight at the power loss, failed'
+                % ', '.join(map(str, lost)) if lost else '')
+    return meta
+
+
+def fail_lost_versions(repo, meta, why, keep=None):
+    """Mark failed the versions a cache had in flight or reserved when
+    the host went down (all but ``keep``); returns those in flight.
+    """
+    lost = [v for v in persister.in_flight(meta) if v != keep]
+    reserved = meta.get('reserved')
+    for version in lost + ([reserved] if reserved is not None and
+                           reserved not in lost and reserved != keep
+                           else []):
+        try:
+            repo.mark_failed(meta['image'], version,
+                             why if version in lost else
+                             'reserved for the next checkpoint before the '
+                             'host went down; unused')
+        except exception.VersionNotFound:
+            pass                        # failed and pruned by GC
+    return lost
 
 
 def _refusal(meta, cache_dir, why):
@@ -113,9 +194,8 @@ def _refusal(meta, cache_dir, why):
     if in_flight:
         pending = ('; %s, being persisted at the reboot, marked failed'
                    % ', '.join('version %d' % v for v in in_flight))
-    return ('mirror cache %s of image %s %s: its state and data were never '
-            'synced to disk, so they cannot be trusted after a reboot and '
-            'the image is not re-attached. Drop the cache with '
+    return ('mirror cache %s of image %s %s: its state cannot be trusted '
+            'after a reboot and the image is not re-attached. Drop the cache with '
             '"blobcr-manage detach --discard %s" (%s%s; writes made after '
             'it on the old boot are lost), then attach the image again'
             % (cache_dir, image, why, image, back, pending))
@@ -172,20 +252,8 @@ def drop_stale(repo, cache_dir, image_id, discard):
                 'cache (it is not trustworthy, but the only trace of that '
                 'version); copy it aside if needed and remove it by hand'
                 % (last, image_id, cache_dir, state))
-    in_flight = persister.in_flight(meta)
-    for version in in_flight:
-        try:
-            repo.mark_failed(image_id, version, 'the host rebooted while '
-                             'it was being persisted')
-        except exception.VersionNotFound:
-            pass                        # failed and pruned by GC
-    reserved = meta.get('reserved')
-    if reserved is not None and reserved not in in_flight:
-        try:
-            repo.mark_failed(image_id, reserved, 'reserved for the next '
-                             'checkpoint before the host rebooted; unused')
-        except exception.VersionNotFound:
-            pass
+    in_flight = fail_lost_versions(repo, meta, 'the host rebooted while '
+                                   'it was being persisted')
     shutil.rmtree(cache_dir)
     # As a detach: what the mirror read from and built on is free again
     # (an obsolete last checkpoint can now be collected).

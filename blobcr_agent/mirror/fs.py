@@ -317,7 +317,11 @@ class MirrorFS(pyfuse3.Operations):
         pass
 
     async def fsync(self, fh, datasync):
-        pass    # the mirror file is durable enough: checkpoints persist
+        # A guest's flush: what it wrote before survives a power loss.
+        key = self._key(fh)
+        if key[0] == 'image':
+            image = self._image(key[1])
+            await trio.to_thread.run_sync(image.core.flush, bool(datasync))
 
     async def release(self, fh):
         pass

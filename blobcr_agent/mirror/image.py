@@ -69,7 +69,7 @@ class AttachedImage(object):
         self.cache_dir = cache_dir
         os.makedirs(cache_dir, exist_ok=True)
         self._meta_path = os.path.join(cache_dir, 'meta.json')
-        meta = cache.check_boot(self._load_meta(), cache_dir)
+        meta = self._load_meta()
         if meta and meta['image'] != self.id:
             raise exception.InvalidInput(
                 '%s holds the mirror of image %s, not %s'
@@ -79,6 +79,8 @@ class AttachedImage(object):
                 'image %s is already mirrored from version %d here; detach '
                 'it before attaching version %d'
                 % (self.id, meta['attached'], version))
+        # From another boot: rebuilt from its flush record (power loss).
+        meta = cache.recover(repo, meta, cache_dir, header)
         if not meta:
             # A blank image (no version yet) reads as zeros.
             attached = None
@@ -101,6 +103,9 @@ class AttachedImage(object):
         self.mode = mode
         self.core = _native.Mirror(cache_dir, header.size, header.chunk_size,
                                    mode, cow_chunks, adaptive)
+        # The flush record matches what was opened (a recovery after a
+        # power loss folded its redirected chunks back).
+        self.core.flush()
         self._fetch_lock = threading.Lock()
         self._fetching = {}
         # Held by a checkpoint, by exclusive() and by close(); close()
@@ -158,10 +163,20 @@ class AttachedImage(object):
             raise exception.CorruptObject('mirror', self._meta_path, str(e))
 
     def _save_meta(self):
+        # Synced: after a power loss the flush record (cache.py) is read
+        # with the base, the last checkpoint and the versions in flight
+        # this file names. A few per checkpoint, never per guest write.
         tmp = self._meta_path + '.tmp'
         with open(tmp, 'w') as f:
             json.dump(self.meta, f)
+            f.flush()
+            os.fdatasync(f.fileno())
         os.replace(tmp, self._meta_path)
+        dir_fd = os.open(self.cache_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
         crashpoint.reached('meta')
 
     @property

@@ -1,11 +1,13 @@
-"""A mirror cache from before a host reboot is refused, never re-attached.
+"""A mirror cache from before a host reboot is recovered from its flush
+record, or refused (never re-attached) if that record is torn.
 
 The tests cannot reboot the host: they simulate a reboot by writing
 another boot id into a cache's meta.json between two runs of a real
 blobcr-agent (the kernel's boot id changes at every boot and at nothing
-else). Caches of the previous release, which recorded no boot id, are
-trusted only if written during the current boot (simulated with the
-file's mtime).
+else), and a torn record by overwriting both of its slots. What a real
+power loss drops is test_power_cut.py's matter. Caches of the previous
+release, which recorded no boot id, are trusted if written during the
+current boot (simulated with the file's mtime).
 """
 
 import json
@@ -71,6 +73,19 @@ def _edit_meta(agent, image_id, **changes):
     return meta
 
 
+def _tear_record(agent, image_id):
+    """Both slots of the cache's flush record torn (a power loss in
+    the middle of writing each, which one flush never does).
+    """
+    path = os.path.join(os.path.dirname(_meta_path(agent, image_id)),
+                        'durable.bin')
+    size = os.path.getsize(path)
+    with open(path, 'r+b') as f:
+        for slot in (0, size // 2):
+            f.seek(slot + 20)
+            f.write(b'torn')
+
+
 def _log(agent):
     with open(agent.log.name, errors='replace') as f:
         return f.read()
@@ -98,6 +113,7 @@ def test_a_cache_from_another_boot_is_refused_until_dropped(
     pending = repo.begin_commit(disk, parent=version)
     _edit_meta(agent, disk, boot_id=str(uuid.uuid4()),
                persisting=pending.version)
+    _tear_record(agent, disk)
     agent.start()
     cache_dir = os.path.dirname(_meta_path(agent, disk))
     # The agent is up and serves the images it can trust.
@@ -111,6 +127,7 @@ def test_a_cache_from_another_boot_is_refused_until_dropped(
         agent.client.call('attach', image=disk)
     message = str(refused.value)
     for words in (cache_dir, 'another boot', 'cannot be trusted',
+                  'flush record is torn',
                   'blobcr-manage detach --discard %s' % disk,
                   'checkpoint %d' % version,
                   'version %d, being persisted at the reboot'
@@ -146,6 +163,7 @@ def _stale_after_a_checkpoint(repo, agent_factory, seed):
                              version=version) == 'stable'
     assert agent.stop() == 0
     _edit_meta(agent, disk, boot_id=str(uuid.uuid4()))
+    _tear_record(agent, disk)
     return agent, disk, version, os.path.dirname(_meta_path(agent, disk))
 
 
@@ -200,6 +218,7 @@ def test_a_cache_of_the_previous_release(repo, agent_factory):
     assert agent.stop() == 0
     for image_id in (fresh, old):
         _edit_meta(agent, image_id, boot_id=None)
+    _tear_record(agent, old)
     before_boot = cache.boot_time() - 3600
     os.utime(_meta_path(agent, old), (before_boot, before_boot))
     agent.start()
@@ -213,3 +232,40 @@ def test_a_cache_of_the_previous_release(repo, agent_factory):
         agent.client.call('attach', image=old)
     assert 'no boot id (older release)' in str(refused.value)
     assert 'before this boot started' in str(refused.value)
+
+
+def test_a_cache_from_another_boot_is_recovered_from_its_flush_record(
+        repo, agent_factory):
+    """What the guest flushed comes back after the reboot; the version
+    that was being persisted fails; the next checkpoint holds it all.
+    """
+    rng = random.Random(11)
+    disk = _image(repo, 'disk', rng)
+    agent = agent_factory(repo.backend, {'agent': {'quiesce': 'none'}})
+    path = agent.client.call('attach', image=disk)['path']
+    _write(path, rng, [0, 3])
+    version = agent.client.call('checkpoint', image=disk)['version']
+    assert agent.client.call('wait_stable', image=disk,
+                             version=version) == 'stable'
+    with open(path, 'r+b', buffering=0) as f:
+        f.seek(CHUNK)
+        f.write(rng.randbytes(CHUNK))
+        os.fsync(f.fileno())           # the guest's flush
+        f.seek(0)
+        flushed = f.read()
+    assert agent.stop() == 0
+    pending = repo.begin_commit(disk, parent=version)
+    _edit_meta(agent, disk, boot_id=str(uuid.uuid4()),
+               persisting=pending.version)
+    agent.start()
+    assert list(agent.client.call('status')['attached']) == [disk]
+    assert 'recovered from its flush record' in _log(agent)
+    with open(os.path.join(agent.mount, 'images', disk), 'rb') as f:
+        assert f.read() == flushed
+    assert repo.image(disk).version(pending.version).state == 'failed'
+    assert _meta(agent, disk)['boot_id'] == cache.boot_id()
+    # Every kept chunk is dirty: the next version is the disk as read.
+    again = agent.client.call('checkpoint', image=disk)['version']
+    assert agent.client.call('wait_stable', image=disk,
+                             version=again) == 'stable'
+    assert repo.read(disk, again, 0, NCHUNKS * CHUNK) == flushed

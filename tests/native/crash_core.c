@@ -551,7 +551,7 @@ clear_dir(const char *dir)
 {
     static const char *const names[] = {
         "data.raw", "redirect.raw", "precopy.raw", "state.bin", "gens.bin",
-        "meta", "meta.tmp", "repo.log", "crash.txt", NULL
+        "durable.bin", "meta", "meta.tmp", "repo.log", "crash.txt", NULL
     };
     char path[300];
     for (int k = 0; names[k]; k++) {
