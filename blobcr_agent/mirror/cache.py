@@ -195,9 +195,10 @@ def _refusal(meta, cache_dir, why):
         pending = ('; %s, being persisted at the reboot, marked failed'
                    % ', '.join('version %d' % v for v in in_flight))
     return ('mirror cache %s of image %s %s: its state cannot be trusted '
-            'after a reboot and the image is not re-attached. Drop the cache with '
-            '"blobcr-manage detach --discard %s" (%s%s; writes made after '
-            'it on the old boot are lost), then attach the image again'
+            'after a reboot and the image is not re-attached. Drop the '
+            'cache with "blobcr-manage detach --discard %s" (%s%s; writes '
+            'made after it on the old boot are lost), then attach the '
+            'image again'
             % (cache_dir, image, why, image, back, pending))
 
 
