@@ -141,6 +141,8 @@ class AttachedImage(object):
         # itself, the version aborted).
         self.busy_prechecked = 0
         self.busy_aborted = 0
+        # Checkpoints that waited for room in the copy-on-write buffer.
+        self.room_waits = 0
         self.incoming = None        # handoff.Incoming, set by the service
         self.versions = {}          # version -> 'pending'|'stable'|'failed'
         self.timing = {}            # version -> {committed, done} (time)
@@ -324,8 +326,9 @@ class AttachedImage(object):
         Returns ``(version, chunks, held_ms)`` as soon as the snapshot is
         taken. Versions still being persisted do not delay it while the
         core has room for another snapshot in flight (``max_in_flight``);
-        otherwise it waits for room (at most ``wait`` s, then Busy with
-        nothing committed). The version is registered before entering
+        otherwise it waits for room, as it does while the copy-on-write
+        buffer is full (at most ``wait`` s, then Busy with nothing
+        committed). The version is registered before entering
         ``hold`` (a context manager that keeps the guest still: suspend
         or fsfreeze), so that the guest is held for the snapshot alone.
         In offline mode, returns (and releases the hold) once the version
@@ -362,11 +365,22 @@ class AttachedImage(object):
                     % (', '.join(map(str, self.persister.versions())),
                        self.id))
             mark = self._phase('room', mark)
-            with self._gate:
-                self._phase('gate', mark)
-                version, count, held_ms = self._snapshot(
-                    hold, None if deadline is None
-                    else max(0, deadline - time.monotonic()))
+            while True:
+                with self._gate:
+                    self._phase('gate', mark)
+                    try:
+                        version, count, held_ms = self._snapshot(
+                            hold, None if deadline is None
+                            else max(0, deadline - time.monotonic()))
+                        break
+                    except exception.Busy:
+                        if deadline is not None and \
+                                time.monotonic() >= deadline:
+                            raise
+                # Under load, the copy-on-write buffer is full until the
+                # persister takes copied chunks: wait for room, never
+                # refuse a checkpoint because of load alone.
+                mark = self._wait_for_buffer(deadline, phases)
             # The next version, registered while this one's persist
             # starts: off the next checkpoint's ack path.
             self.reserver.request()
@@ -381,6 +395,19 @@ class AttachedImage(object):
             if self.mode == 'offline':
                 self.core.release_hold()    # on every path
             self._commit_lock.release()
+
+    def _wait_for_buffer(self, deadline, phases):
+        """Wait until the core has room for a COMMIT (or ``deadline``);
+        the time goes to the ``room`` phase. Returns now.
+        """
+        start = time.perf_counter()
+        self.room_waits += 1
+        while self.core.commit_busy() is not None and (
+                deadline is None or time.monotonic() < deadline):
+            time.sleep(0.005)
+        now = time.perf_counter()
+        phases['room'] = phases.get('room', 0) + (now - start) * 1000
+        return now
 
     def _snapshot(self, hold, wait=None):
         """Register the version (or take the one registered ahead,
@@ -550,6 +577,7 @@ class AttachedImage(object):
                  fetched_bytes=self.fetched_bytes,
                  busy_prechecked=self.busy_prechecked,
                  busy_aborted=self.busy_aborted,
+                 room_waits=self.room_waits,
                  reserved=self.meta.get('reserved'),
                  reservations_used=self.reserver.used,
                  reservations_aborted=self.reserver.aborted,

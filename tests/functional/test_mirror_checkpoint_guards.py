@@ -168,7 +168,9 @@ def test_busy_with_a_full_buffer_registers_no_version(tmp_path, monkeypatch):
         assert [(v.number, v.state) for v in
                 repo.image(header.id).versions] == [(first, 'pending')]
         stats = a.stats()
-        assert (stats['busy_prechecked'], stats['busy_aborted']) == (1, 0)
+        # Refused before registering, again after waiting out its wait.
+        assert (stats['busy_prechecked'], stats['busy_aborted']) == (2, 0)
+        assert stats['room_waits'] == 1
         gate.set()
         assert a.wait_persisted(30)
         assert a.core.commit_busy() is None
@@ -215,3 +217,42 @@ def test_close_waits_for_a_checkpoint_being_taken(attached, monkeypatch):
     version = result['checkpoint'][0]
     assert repo.image(image_id).version(version).state == 'stable'
     assert repo.read(image_id, version, 0, len(data)) == data
+
+
+def test_a_checkpoint_waits_for_room_in_a_full_buffer(tmp_path, monkeypatch):
+    """Load alone never refuses a checkpoint: with the copy-on-write
+    buffer full (the persister slow), it waits until the persister frees
+    a slot, within its wait, and is taken.
+    """
+    repo = repository.Repository(local.LocalBackend(str(tmp_path / 'store')),
+                                 chunk_size=CHUNK)
+    header = repo.create_image('disk', NCHUNKS * CHUNK)
+    a = image_mod.AttachedImage(repo, header.id, None,
+                                str(tmp_path / 'cache'), cow_chunks=1,
+                                prefetch=False, reserve=False)
+    gate, taken = threading.Event(), threading.Event()
+    slow_put = repository.Commit.put
+
+    def put(self, index, data):
+        taken.set()
+        gate.wait(30)
+        return slow_put(self, index, data)
+    monkeypatch.setattr(repository.Commit, 'put', put)
+    try:
+        _fill(a, 5)
+        first, _, _ = a.checkpoint(wait=1)
+        assert taken.wait(30)
+        a.write((NCHUNKS - 1) * CHUNK, b'\x06' * CHUNK)
+        assert 'full' in a.core.commit_busy()
+        threading.Timer(0.5, gate.set).start()
+        second, count, _ = a.checkpoint(wait=30)
+        assert second == first + 1 and count == 1
+        assert a.stats()['room_waits'] == 1
+        assert a.last_phases['room'] >= 400
+        assert a.wait_persisted(30)
+        assert repo.read(header.id, second, 0, NCHUNKS * CHUNK) == \
+            bytes([5]) * ((NCHUNKS - 1) * CHUNK) + b'\x06' * CHUNK
+    finally:
+        gate.set()
+        a.close()
+        repo.close()
