@@ -136,10 +136,11 @@ def test_offline_holds_writes_until_stable_and_says_so(tmp_path,
         repo.close()
 
 
-def test_busy_with_a_full_buffer_registers_no_version(tmp_path, monkeypatch):
-    """The core's room is asked before the version is registered: a
-    checkpoint refused because the copy-on-write buffer is full leaves
-    no aborted version in the repository (and no gap in the numbering).
+def _full_buffer(tmp_path, monkeypatch):
+    """An image with a one-slot copy-on-write buffer, full: its first
+    checkpoint's persist is stuck (until the gate is set) on chunk 0,
+    and a write to the last chunk copied that chunk's snapshot content
+    into the slot. Returns (repo, header, image, gate, first version).
     """
     repo = repository.Repository(local.LocalBackend(str(tmp_path / 'store')),
                                  chunk_size=CHUNK)
@@ -155,14 +156,21 @@ def test_busy_with_a_full_buffer_registers_no_version(tmp_path, monkeypatch):
         gate.wait(30)                  # the persist cannot go on yet
         return slow_put(self, index, data)
     monkeypatch.setattr(repository.Commit, 'put', put)
+    _fill(a, 5)
+    first, _, _ = a.checkpoint(wait=1)
+    assert taken.wait(30)
+    a.write((NCHUNKS - 1) * CHUNK, b'\x06' * CHUNK)
+    assert 'full' in a.core.commit_busy()
+    return repo, header, a, gate, first
+
+
+def test_busy_with_a_full_buffer_registers_no_version(tmp_path, monkeypatch):
+    """The core's room is asked before the version is registered: a
+    checkpoint refused because the copy-on-write buffer is full leaves
+    no aborted version in the repository (and no gap in the numbering).
+    """
+    repo, header, a, gate, first = _full_buffer(tmp_path, monkeypatch)
     try:
-        _fill(a, 5)
-        first, _, _ = a.checkpoint(wait=1)
-        # The persister holds chunk 0; a write to the last chunk copies
-        # its snapshot content into the only buffer slot.
-        assert taken.wait(30)
-        a.write((NCHUNKS - 1) * CHUNK, b'\x06' * CHUNK)
-        assert 'full' in a.core.commit_busy()
         with pytest.raises(exception.Busy, match='buffer is full'):
             a.checkpoint(wait=1)
         assert [(v.number, v.state) for v in
@@ -224,26 +232,8 @@ def test_a_checkpoint_waits_for_room_in_a_full_buffer(tmp_path, monkeypatch):
     buffer full (the persister slow), it waits until the persister frees
     a slot, within its wait, and is taken.
     """
-    repo = repository.Repository(local.LocalBackend(str(tmp_path / 'store')),
-                                 chunk_size=CHUNK)
-    header = repo.create_image('disk', NCHUNKS * CHUNK)
-    a = image_mod.AttachedImage(repo, header.id, None,
-                                str(tmp_path / 'cache'), cow_chunks=1,
-                                prefetch=False, reserve=False)
-    gate, taken = threading.Event(), threading.Event()
-    slow_put = repository.Commit.put
-
-    def put(self, index, data):
-        taken.set()
-        gate.wait(30)
-        return slow_put(self, index, data)
-    monkeypatch.setattr(repository.Commit, 'put', put)
+    repo, header, a, gate, first = _full_buffer(tmp_path, monkeypatch)
     try:
-        _fill(a, 5)
-        first, _, _ = a.checkpoint(wait=1)
-        assert taken.wait(30)
-        a.write((NCHUNKS - 1) * CHUNK, b'\x06' * CHUNK)
-        assert 'full' in a.core.commit_busy()
         threading.Timer(0.5, gate.set).start()
         second, count, _ = a.checkpoint(wait=30)
         assert second == first + 1 and count == 1
