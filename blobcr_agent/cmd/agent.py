@@ -143,6 +143,7 @@ class Agent(object):
             # incoming image re-attached by recover() asks it too).
             self.manager.set_peers(rpc_api.AgentAPI(self.conf))
         self.manager.mirror.recover()
+        self.manager.collector.start()
         # Making a transport registers its options (transport_url among
         # them) and connects to nothing yet.
         self.httpd = _start_proxy(self.conf, self.manager)
@@ -185,6 +186,7 @@ class Agent(object):
                 self.httpd.shutdown()
             self._stop_rpc()
             self.admin.shutdown()
+            self.manager.collector.stop()
             left = self.manager.wait_persists(
                 self.conf.agent.shutdown_timeout)
             for image_id in left:

@@ -250,12 +250,14 @@ def do_obsolete(repo, args):
 
 def do_delete(repo, args):
     repo.delete_image(args.image)
-    print('deleted %s (space is freed by gc)' % args.image)
+    print('deleted %s (space is freed by the next gc: the agents run it '
+          'every [repository] gc_interval, or "blobcr-manage gc")'
+          % args.image)
 
 
 def do_gc(repo, args):
-    report = gc.collect(repo, grace=args.grace,
-                        pending_timeout=args.pending_timeout)
+    report = gc.collect_exclusive(repo, grace=args.grace,
+                                  pending_timeout=args.pending_timeout)
     if args.json:
         _print(report.as_dict())
     else:

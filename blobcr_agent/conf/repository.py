@@ -39,6 +39,15 @@ repository_opts = [
                help='Seconds without a heartbeat after which garbage '
                     'collection declares a pending version abandoned and '
                     'marks it failed.'),
+    cfg.IntOpt('gc_interval', default=900, min=0,
+               help='Seconds between the garbage collections every agent '
+                    'runs by itself (one at a time per store: a lease, a '
+                    'RADOS lock on Ceph, a lock file on the local store). '
+                    'An agent also collects a few seconds after it deletes '
+                    'a volume or a version, and again once gc_grace has '
+                    'passed, so that space comes back within gc_interval '
+                    '+ gc_grace at most. 0: only those after deletes and '
+                    '"blobcr-manage gc".'),
     cfg.IntOpt('gc_grace', default=60, min=0,
                help='Seconds of clock skew tolerated between hosts: garbage '
                     'collection never deletes objects written this recently '

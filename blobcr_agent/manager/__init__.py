@@ -10,7 +10,8 @@ resumes it; the version is persisted in the background.
 own: attachments (attach, detach), checkpoints (checkpoints, holds,
 version states), handoff (the source side of a live migration),
 volumes (versions and the Cinder driver's calls), status (the agent's
-status and the guest endpoint's view).
+status and the guest endpoint's view); collector runs garbage
+collection.
 
 May import: the mirror, the repository, the hypervisor and the instance
 table; never the RPC server, the admin socket or the guest endpoint,
@@ -27,6 +28,7 @@ from blobcr_agent.hypervisor import timed_hold
 from blobcr_agent import instances as instances_mod
 from blobcr_agent.manager.attachments import Attachments
 from blobcr_agent.manager.checkpoints import Checkpoints
+from blobcr_agent.manager import collector as collector_mod
 from blobcr_agent.manager.handoff import Handoff
 from blobcr_agent.manager.status import Status
 from blobcr_agent.manager.volumes import Volumes
@@ -44,7 +46,7 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
 
     def __init__(self, repo, state_path, mountpoint, host,
                  mirror_mode='selective-cow', cow_chunks=64,
-                 quiesce='suspend', hypervisor=None):
+                 quiesce='suspend', hypervisor=None, gc_interval=0):
         if quiesce not in domains.QUIESCE_MODES:
             raise exception.InvalidInput('unknown quiesce mode %r'
                                          % (quiesce,))
@@ -60,6 +62,8 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
         self.default_quiesce = quiesce
         self.hypervisor = hypervisor
         self.holds = timed_hold.HoldTable()
+        # Started by the agent (cmd/agent.py); kicked by deletes.
+        self.collector = collector_mod.Collector(repo, gc_interval)
         self._handoff_lock = threading.Lock()
         self.started = time.time()
         self.proxy_url = None
@@ -71,6 +75,7 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
         manager = cls(repo, conf.agent.state_path, conf.agent.mountpoint,
                       conf.agent.host, mirror_mode=conf.agent.mirror_mode,
                       cow_chunks=conf.agent.cow_chunks,
-                      quiesce=conf.agent.quiesce, hypervisor=hypervisor)
+                      quiesce=conf.agent.quiesce, hypervisor=hypervisor,
+                      gc_interval=conf.repository.gc_interval)
         manager.mirror.handoff_timeout = conf.agent.handoff_timeout
         return manager

@@ -32,6 +32,7 @@ class Status(object):
                 'backend': self.repo.backend.describe(),
                 'proxy': self.proxy_url,
                 'default_quiesce': self.default_quiesce,
+                'gc': self.collector.status(),
                 'attached': attached}
 
     # -- the guest endpoint's view -----------------------------------------

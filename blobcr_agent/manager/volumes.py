@@ -12,7 +12,6 @@ snapshot never loses the image's content (the head is copied first).
 import os
 
 from blobcr_agent import exception
-from blobcr_agent.repository import gc
 from blobcr_agent.repository import image as image_mod
 from blobcr_agent.repository import treeview
 
@@ -41,6 +40,7 @@ class Volumes(object):
 
     def obsolete(self, image, versions):
         self.repo.obsolete(image, versions)
+        self.collector.kick()
         return self.list_versions(image)
 
     def create_image(self, name, size, chunk_size=None):
@@ -58,6 +58,7 @@ class Volumes(object):
                                          'detach it first'
                                          % (header.id, self.host))
         self.repo.delete_image(header.id)
+        self.collector.kick()
         return {'image': header.id, 'deleted': True}
 
     def extend_image(self, image, size):
@@ -123,6 +124,7 @@ class Volumes(object):
         if header.head() is v:
             self.repo.commit_copy(header.id, v.number, made_by='kept')
         self.repo.obsolete(header.id, [v.number])
+        self.collector.kick()
         return self.list_versions(header.id)
 
     def import_file(self, image, path):
@@ -151,8 +153,7 @@ class Volumes(object):
         return result
 
     def gc(self, grace=None, pending_timeout=None):
-        return gc.collect(self.repo, grace=grace,
-                          pending_timeout=pending_timeout).as_dict()
+        return self.collector.run_once(grace, pending_timeout).as_dict()
 
     def export(self, image, version, path, timeout=600, overwrite=False):
         """Write ``image@version`` to ``path`` (absolute, on this host),

@@ -30,6 +30,11 @@ shows obsolete and unpinned can be needed later only through a clone or
 pin recorded on it, which the listing shows too. A clone whose image is
 not in the listing keeps its source root alive even if its header exists
 by now: that header's own root was not walked.
+
+One collection at a time per store (:func:`collect_exclusive`): the
+store's ``gc`` lease, renewed while the collection runs. Every agent
+collects periodically and after its deletes (manager/collector.py);
+``blobcr-manage gc`` takes the same lease.
 """
 
 import dataclasses
@@ -37,6 +42,7 @@ import logging
 import os
 import re
 import socket
+import threading
 import time
 
 from blobcr_agent import exception
@@ -274,6 +280,45 @@ def collect(repo, grace=None, pending_timeout=None):
             prune(repo, header, needed, started - pending_timeout, report)
     LOG.info('gc: %s', report.as_dict())
     return report
+
+
+LEASE = 'gc'
+LEASE_SECONDS = 300         # renewed every third of it while collecting
+
+
+def lease_holder_name():
+    """This process, as a lease holder names it."""
+    return '%s:%d' % (socket.gethostname(), os.getpid())
+
+
+def collect_exclusive(repo, holder=None, grace=None, pending_timeout=None):
+    """:func:`collect`, holding the store's ``gc`` lease; raises Busy,
+    collecting nothing, while another process holds it.
+    """
+    holder = holder or lease_holder_name()
+    backend = repo.backend
+    if not backend.try_lease(LEASE, holder, LEASE_SECONDS):
+        raise exception.Busy('garbage collection of %s is running in %s; '
+                             'try again later' % (
+                                 backend.describe(),
+                                 backend.lease_holder(LEASE) or 'another '
+                                 'process'))
+    done = threading.Event()
+
+    def renew():
+        while not done.wait(LEASE_SECONDS / 3):
+            if not backend.try_lease(LEASE, holder, LEASE_SECONDS):
+                LOG.error('gc: lost the lease of %s to %s', backend.describe(),
+                          backend.lease_holder(LEASE))
+    renewer = threading.Thread(target=renew, name='blobcr-gc-lease',
+                               daemon=True)
+    renewer.start()
+    try:
+        return collect(repo, grace=grace, pending_timeout=pending_timeout)
+    finally:
+        done.set()
+        renewer.join()
+        backend.release_lease(LEASE, holder)
 
 
 def _unneeded(v, needed, failed_before, pending_parents):

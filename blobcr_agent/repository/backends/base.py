@@ -202,6 +202,23 @@ class ObjectBackend(metaclass=abc.ABCMeta):
         """
         return 0
 
+    def try_lease(self, name, holder, duration):
+        """Take the store-wide lease ``name`` for ``holder`` (a string
+        naming one process) for ``duration`` seconds, or renew it if
+        ``holder`` has it: True; False if another holder has it. A lease
+        ends at release_lease, with its holder's process (local store),
+        or when ``duration`` passes without a renewal (RADOS).
+        """
+        raise NotImplementedError
+
+    def release_lease(self, name, holder):
+        """End ``holder``'s lease ``name``; nothing if it has none."""
+        raise NotImplementedError
+
+    def lease_holder(self, name):
+        """Who holds lease ``name`` now, or None."""
+        raise NotImplementedError
+
     def close(self):
         """Release connections and threads."""
 

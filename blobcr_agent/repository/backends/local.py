@@ -36,6 +36,7 @@ import ctypes.util
 import errno
 import fcntl
 import os
+import threading
 import uuid
 
 from blobcr_agent import exception
@@ -74,6 +75,8 @@ class LocalBackend(base.ObjectBackend):
             raise exception.BackendUnavailable(
                 'cannot use %s as a local store: %s' % (self.root, e))
         self._root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        self._leases = {}               # name -> (holder, locked fd)
+        self._leases_lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=min(8, max_in_flight),
             thread_name_prefix='blobcr-local')
@@ -100,7 +103,62 @@ class LocalBackend(base.ObjectBackend):
                 'used_bytes': total - st.f_bfree * st.f_frsize,
                 'detail': 'file system of %s' % self.root}
 
+    # Leases: an flock on lock/lease.NAME, which ends with the process
+    # that holds it (no duration needed); the file names the holder.
+
+    def _lease_path(self, name):
+        return os.path.join(self.root, 'lock', 'lease.' + name)
+
+    def try_lease(self, name, holder, duration):
+        base.check_name(name)
+        with self._leases_lock:
+            held = self._leases.get(name)
+            if held is not None:
+                return held[0] == holder
+            fd = os.open(self._lease_path(name), os.O_RDWR | os.O_CREAT,
+                         0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return False
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, holder.encode(), 0)
+            self._leases[name] = (holder, fd)
+            return True
+
+    def release_lease(self, name, holder):
+        with self._leases_lock:
+            held = self._leases.get(name)
+            if held is None or held[0] != holder:
+                return
+            del self._leases[name]
+            os.ftruncate(held[1], 0)
+            os.close(held[1])           # and the flock with it
+
+    def lease_holder(self, name):
+        base.check_name(name)
+        with self._leases_lock:
+            if name in self._leases:
+                return self._leases[name][0]
+        try:
+            fd = os.open(self._lease_path(name), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return os.pread(fd, 4096, 0).decode(errors='replace') or '?'
+            return None                 # nobody holds it
+        finally:
+            os.close(fd)
+
     def close(self):
+        with self._leases_lock:
+            for _, fd in self._leases.values():
+                os.close(fd)
+            self._leases.clear()
         self._pool.shutdown(wait=True)
         if self._root_fd is not None:
             os.close(self._root_fd)

@@ -26,6 +26,8 @@ gets the chunk writes as write ops with the flag.
 import calendar
 import errno
 import json
+import logging
+import math
 import threading
 import time
 
@@ -37,7 +39,10 @@ try:
 except ImportError:  # pragma: no cover - depends on the host
     rados = None
 
+LOG = logging.getLogger(__name__)
 _PREFIX = {base.NODE: 'node.', base.HEADER: 'header.'}
+# LIBRADOS_LOCK_FLAG_MAY_RENEW: the holder takes its lock again to renew.
+_LOCK_MAY_RENEW = 1
 # librados.h; the python binding does not export it.
 FULL_TRY = getattr(rados, 'LIBRADOS_OPERATION_FULL_TRY', 64)
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
@@ -156,6 +161,49 @@ class RadosBackend(base.ObjectBackend):
                 'used_bytes': used,
                 'detail': 'pool %s (ceph df: stored + max_avail)'
                           % self.data_pool}
+
+    # Leases: an exclusive RADOS lock on object lease.NAME of the
+    # metadata pool, which ends when its duration passes unrenewed, so
+    # that a dead holder's ends too. The lock decides; the object's
+    # "holder" xattr (name and end) only tells who for messages (the
+    # binding cannot list lockers).
+
+    def try_lease(self, name, holder, duration):
+        oid = 'lease.' + base.check_name(name)
+        try:
+            self._meta.lock_exclusive(oid, name, holder, desc=holder,
+                                      duration=int(math.ceil(duration)),
+                                      flags=_LOCK_MAY_RENEW)
+            self._meta.set_xattr(oid, 'holder', json.dumps(
+                [holder, time.time() + duration]).encode())
+            return True
+        except (rados.ObjectBusy, rados.ObjectExists):
+            return False
+        except rados.Error as e:
+            raise exception.BackendUnavailable(
+                'cannot take lease %s on %s: %s' % (name, self._where, e))
+
+    def release_lease(self, name, holder):
+        oid = 'lease.' + base.check_name(name)
+        try:
+            self._meta.unlock(oid, name, holder)
+            self._meta.rm_xattr(oid, 'holder')
+        except rados.ObjectNotFound:
+            pass
+        except rados.Error as e:
+            LOG.warning('cannot release lease %s on %s: %s (it ends with '
+                        'its duration)', name, self._where, e)
+
+    def lease_holder(self, name):
+        try:
+            holder, until = json.loads(self._meta.get_xattr(
+                'lease.' + base.check_name(name), 'holder'))
+        except (rados.ObjectNotFound, rados.NoData, ValueError):
+            return None
+        except rados.Error as e:
+            raise exception.BackendUnavailable(
+                'cannot read lease %s on %s: %s' % (name, self._where, e))
+        return holder if until > time.time() else None
 
     def close(self):
         for ioctx in (self._data, self._meta, self._versioned,
