@@ -463,8 +463,14 @@ class BlobCRDriver(driver.VolumeDriver):
                          'discard': False}}
 
     def terminate_connection(self, volume, connector, **kwargs):
-        """Persist what the guest wrote since the last checkpoint, then
-        detach: a detached volume's content is its newest version.
+        """Checkpoint what the guest wrote since the last checkpoint,
+        then detach: a detached volume's content is its newest version.
+        This runs inside Cinder's attachment_delete, an RPC call bounded
+        by rpc_response_timeout: the agent returns once the image is off
+        its mount and the final checkpoint persists in the background
+        (agent API 1.7). Until it is stable every operation on the volume
+        (an attach on any host, a snapshot, a clone, a delete) waits for
+        it in the agent, bounded by its [agent] settle_timeout.
         """
         host = (connector or {}).get('host') or self._attached_host(volume)
         if not host:
@@ -481,10 +487,10 @@ class BlobCRDriver(driver.VolumeDriver):
         if attached is None:
             return
         if attached.get('dirty', 1):
-            cp = self._call(host, 'checkpoint', image, quiesce='none',
-                            label=MADE_BY)
-            self._wait_stable(host, image, cp['version'])
-        self._call(host, 'detach', image, force=kwargs.get('force', False))
+            self._call(host, 'checkpoint', image, quiesce='none',
+                       label=MADE_BY)
+        self._call(host, 'detach', image, force=kwargs.get('force', False),
+                   background=True)
         self._forget_superseded(volume)
 
     def _forget_superseded(self, volume):

@@ -55,6 +55,14 @@ agent_opts = [
                       'hand its image off (commit what it wrote last) '
                       'before they fail with EIO. The source still holds '
                       'every write then.'),
+    cfg.FloatOpt('settle_timeout', default=45.0, min=0.0,
+                 help='A detach asked from Cinder returns once the last '
+                      'checkpoint is taken; it persists in the background. '
+                      'Until it is stable, every operation on the detached '
+                      'volume (attach on any host, snapshot, clone, revert, '
+                      'delete, extend, export) waits for it, this many '
+                      'seconds at most (then it is refused busy). Keep it '
+                      'under Cinder\'s rpc_response_timeout.'),
     cfg.IntOpt('cow_chunks', default=64, min=1,
                help='Chunks of memory per image for copy-on-write copies; '
                     'when full, guest writes to unpersisted chunks wait.'),

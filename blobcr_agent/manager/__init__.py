@@ -46,7 +46,8 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
 
     def __init__(self, repo, state_path, mountpoint, host,
                  mirror_mode='selective-cow', cow_chunks=64,
-                 quiesce='suspend', hypervisor=None, gc_interval=0):
+                 quiesce='suspend', hypervisor=None, gc_interval=0,
+                 settle_timeout=45.0):
         if quiesce not in domains.QUIESCE_MODES:
             raise exception.InvalidInput('unknown quiesce mode %r'
                                          % (quiesce,))
@@ -64,6 +65,10 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
         self.holds = timed_hold.HoldTable()
         # Started by the agent (cmd/agent.py); kicked by deletes.
         self.collector = collector_mod.Collector(repo, gc_interval)
+        # How long an operation on a detached image waits for a
+        # background detach's last versions (Volumes.settle).
+        self.settle_timeout = settle_timeout
+        self.mirror.busy_detach_timeout = settle_timeout
         self._handoff_lock = threading.Lock()
         self.started = time.time()
         self.proxy_url = None
@@ -76,6 +81,7 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
                       conf.agent.host, mirror_mode=conf.agent.mirror_mode,
                       cow_chunks=conf.agent.cow_chunks,
                       quiesce=conf.agent.quiesce, hypervisor=hypervisor,
-                      gc_interval=conf.repository.gc_interval)
+                      gc_interval=conf.repository.gc_interval,
+                      settle_timeout=conf.agent.settle_timeout)
         manager.mirror.handoff_timeout = conf.agent.handoff_timeout
         return manager

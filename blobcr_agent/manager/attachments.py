@@ -45,6 +45,10 @@ class Attachments(object):
                 'state (migrate_from %r, version %r)'
                 % (migrate_from, version))
         was_attached = header.id in self.mirror.attached
+        if not was_attached and migrate_from is None:
+            # Detached elsewhere (or here) moments ago: its content is
+            # the final checkpoint once that is stable.
+            self.settle(header.id)
         path = self.mirror.attach(header.id, version=version,
                                   incoming_from=migrate_from)
         if instance is not None:
@@ -74,15 +78,18 @@ class Attachments(object):
         except Exception as e:
             LOG.error('could not undo the attach of %s: %s', image_id, e)
 
-    def detach(self, image, discard=False, force=False):
+    def detach(self, image, discard=False, force=False, background=False):
         """Stop mirroring ``image``. Refused while an active domain uses
         it, unless ``force``; and while writes since the last checkpoint
-        exist, unless ``discard``.
+        exist, unless ``discard``. With ``background``, returns before
+        the last checkpoints are stable (mirror/service.py): the image
+        settles (every host waits for them) meanwhile.
         """
         header = self.repo.image(image)
         if not force and header.id in self.mirror.attached:
             self._refuse_if_in_use(header.id)
-        result = self.mirror.detach(header.id, discard=discard)
+        result = self.mirror.detach(header.id, discard=discard,
+                                    background=background)
         self.instances.unbind_image(header.id)
         return result
 

@@ -131,7 +131,8 @@ class Checkpoints(object):
         """
         deadline = time.monotonic() + timeout
         left = []
-        for image_id, a in list(self.mirror.attached.items()):
+        for image_id, a in list(self.mirror.attached.items()) + \
+                list(self.mirror.detaching.items()):
             if not a.wait_persisted(max(0, deadline - time.monotonic())):
                 left.append(image_id)
         return left

@@ -4,12 +4,16 @@ delete, extend, snapshot, revert, delete_snapshot, import, export,
 capacity, GC).
 
 Invariants: the content of a detached image is its head (the stable
-version that turned stable last); one attached elsewhere is in that
-host's mirror, so snapshot, revert and import refuse it; deleting a
-snapshot never loses the image's content (the head is copied first).
+version that turned stable last) once no detach is under way: a detach
+returns while its final checkpoint still persists (its pins say
+"detaching"), so every operation on a detached image settles first
+(waits for that, bounded); one attached elsewhere is in that host's
+mirror, so snapshot, revert and import refuse it; deleting a snapshot
+never loses the image's content (the head is copied first).
 """
 
 import os
+import time
 
 from blobcr_agent import exception
 from blobcr_agent.repository import image as image_mod
@@ -21,7 +25,29 @@ class Volumes(object):
     :class:`~blobcr_agent.manager.AgentManager`).
     """
 
+    def settle(self, image):
+        """The image's header once no host is detaching it (its final
+        versions persisting in the background, mirror/service.py); Busy
+        after ``settle_timeout`` seconds.
+        """
+        deadline = time.monotonic() + self.settle_timeout
+        while True:
+            header = self.repo.image(image)
+            hosts = sorted({p.get('host') for v in header.versions
+                            for p in v.pins if p.get('detaching')})
+            if not hosts:
+                return header
+            if time.monotonic() >= deadline:
+                raise exception.Busy(
+                    'image %s is being detached on %s: its last versions '
+                    'are still being persisted there; try again (if that '
+                    'host is gone for good, release its pins with '
+                    '"blobcr-manage release-pins")'
+                    % (header.id, ', '.join(hosts)))
+            time.sleep(0.1)
+
     def clone(self, image, version=None, name=None):
+        self.settle(image)
         return treeview.summary(self.repo.clone(image, version, name))
 
     def list_versions(self, image):
@@ -52,7 +78,7 @@ class Volumes(object):
         return treeview.summary(self.repo.image(header.id))
 
     def delete_image(self, image):
-        header = self.repo.image(image)
+        header = self.settle(image)
         if header.id in self.mirror.attached:
             raise exception.InvalidInput('image %s is attached on %s: '
                                          'detach it first'
@@ -62,6 +88,7 @@ class Volumes(object):
         return {'image': header.id, 'deleted': True}
 
     def extend_image(self, image, size):
+        self.settle(image)
         return treeview.summary(self.repo.extend(image, size))
 
     def _attached_hosts(self, header):
@@ -96,7 +123,7 @@ class Volumes(object):
         content, sharing every chunk. An attached image is checkpointed
         instead, by the agent of its host.
         """
-        header = self.repo.image(image)
+        header = self.settle(image)
         self._refuse_if_attached(header, 'checkpoint it on that host')
         number = self.repo.commit_copy(header.id, made_by='snapshot')
         return self._version_of(header.id, number)
@@ -105,7 +132,7 @@ class Volumes(object):
         """Make a detached image's content equal to ``version`` again:
         a new version sharing its tree; later versions stay.
         """
-        header = self.repo.image(image)
+        header = self.settle(image)
         self._refuse_if_attached(header, 'detach it before reverting it')
         number = self.repo.commit_copy(header.id, version, made_by='revert')
         return self._version_of(header.id, number)
@@ -116,7 +143,7 @@ class Volumes(object):
         base its mirror builds on), a copy of it takes its place first.
         Clones and other versions keep what they share with it.
         """
-        header = self.repo.image(image)
+        header = self.settle(image)
         v = header.version(version)
         # The copy turns stable now, so it is the head until a version
         # that turns stable later (a checkpoint in flight or registered
@@ -134,7 +161,7 @@ class Volumes(object):
         """
         if not isinstance(path, str) or not os.path.isabs(path):
             raise exception.InvalidInput('import needs an absolute path')
-        header = self.repo.image(image)
+        header = self.settle(image)
         self._refuse_if_attached(header, 'detach it before writing it')
         number = self.repo.write_file(header.id, path, made_by='import')
         return self._version_of(header.id, number)
@@ -166,7 +193,7 @@ class Volumes(object):
         if not overwrite and os.path.lexists(path):
             raise exception.InvalidInput(
                 '%s exists; export with overwrite to replace it' % path)
-        header = self.repo.image(image)
+        header = self.settle(image)
         if version is None:
             version = header.stable_version().number
         state = self.wait_stable(header.id, version, timeout)

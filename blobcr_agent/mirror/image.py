@@ -132,6 +132,7 @@ class AttachedImage(object):
         self.reserver = reserve_mod.Reserver(
             self, enabled=self._wanted['reserve'] and not incoming)
         self._closing = False
+        self._closed = False        # close() was called (and returned)
         self.fetched_chunks = 0
         self.fetched_bytes = 0
         self._phases = {}
@@ -196,6 +197,17 @@ class AttachedImage(object):
         # Pinned: obsoleted meanwhile, it is still whole for this mirror.
         return self.repo.read(self.id, self.attached_version, offset, length,
                               pinned=True)
+
+    def record_detaching(self, detaching):
+        """Remember that a detach waits for this image's persists (the
+        service's background detach), so that a restarted agent resumes
+        it; or that it does not any more.
+        """
+        # The pins first: other hosts wait while they say so.
+        self.repo.mark_detaching(self.id, self.holder, bool(detaching))
+        with self._meta_lock:
+            self.meta['detaching'] = bool(detaching)
+            self._save_meta()
 
     def record_incoming(self, source):
         """Remember that the image waits for ``source``'s handoff, so
@@ -596,6 +608,7 @@ class AttachedImage(object):
         resume from its journal at the next start.
         """
         self._closing = True
+        self._closed = True
         # No version is registered ahead any more; the one that was is
         # failed (one header write): it must not stay pending.
         self.reserver.stop()

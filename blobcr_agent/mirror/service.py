@@ -66,6 +66,11 @@ class MirrorService(object):
         # image id -> the host it was handed off to (manager.handoff),
         # until it is attached here again: no other host gets it.
         self.handed_off = {}
+        # image id -> AttachedImage whose detach waits for its persists
+        # (detach(background=True)): off the mount, not attached. An
+        # attach of it waits that long for the detach to end.
+        self.detaching = {}
+        self.busy_detach_timeout = 45.0
         os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
 
     # -- operations ----------------------------------------------------
@@ -90,6 +95,9 @@ class MirrorService(object):
             if self.cached(image_id):
                 try:
                     self.attach(image_id)
+                    if self.attached[image_id].meta.get('detaching'):
+                        LOG.info('%s was being detached: resuming', image_id)
+                        self.detach(image_id, background=True)
                 except cache.StaleCache as e:
                     LOG.error('not re-attaching %s: %s', image_id, e)
                 except exception.BlobCRError as e:
@@ -107,6 +115,10 @@ class MirrorService(object):
         """
         header = self.repo.image(image)
         cache_dir = os.path.join(self.cache_dir, header.id)
+        if not self.wait_detached(header.id, self.busy_detach_timeout):
+            raise exception.Busy(
+                'image %s is being detached here: its last versions are '
+                'still being persisted; try again' % header.id)
         with self._lock:
             current = self.attached.get(header.id)
             if current is not None:
@@ -172,10 +184,17 @@ class MirrorService(object):
             raise exception.InvalidInput('image %s is not attached here'
                                          % image_id)
 
-    def detach(self, image, discard=False):
+    def detach(self, image, discard=False, background=False):
         """Detach; refuses to drop writes made since the last checkpoint
         unless ``discard``. No checkpoint runs or starts meanwhile, and
         the image leaves the mount before its cache is removed.
+
+        With ``background``, returns as soon as the image has left the
+        mount: the versions still being persisted (a detach's final
+        checkpoint) go on in the background, then the cache goes. The
+        cache's metadata says so, so that a restarted agent resumes the
+        persist and the detach; a persist that fails keeps the image
+        attached (its chunks are dirty again), as a detach refused.
 
         An image not attached because its cache is from before a reboot:
         with ``discard``, drops that cache (see cache.drop_stale).
@@ -193,25 +212,79 @@ class MirrorService(object):
                 if self.native_loop is not None:
                     self.native_loop.remove(attached.id)    # no more I/O
             try:
-                attached.wait_persisted()
+                if not background:
+                    attached.wait_persisted()
                 dirty = self._refuse_dirty(attached, discard)
+                if background:
+                    attached.record_detaching(True)
             except BaseException:
-                attached._closing = False
-                with self._lock:
-                    self._serve(attached)                   # as it was
+                self._serve_again(attached)
                 raise
-            try:
-                attached.save_profile()
-            except exception.BlobCRError as e:
-                LOG.warning('read profile of %s not saved: %s', attached.id,
-                            e)
-            with self._lock:
-                del self.attached[attached.id]
-                attached.close()
-                shutil.rmtree(attached.cache_dir, ignore_errors=True)
+            if background:
+                with self._lock:
+                    del self.attached[attached.id]
+                    self.detaching[attached.id] = attached
+                in_flight = attached.persister.versions()
+                threading.Thread(target=self._detach_when_persisted,
+                                 args=(attached,), daemon=True,
+                                 name='blobcr-detach-%s' % attached.id[:8]
+                                 ).start()
+                LOG.info('detaching %s: versions %s persist in the '
+                         'background', attached.id, in_flight)
+                return {'image': attached.id, 'discarded_chunks': dirty,
+                        'persisting': in_flight}
+            self._remove(attached)
+        return {'image': attached.id, 'discarded_chunks': dirty}
+
+    def _serve_again(self, attached):
+        """A detach that cannot go on: the image is served as it was."""
+        attached._closing = False
+        with self._lock:
+            self.detaching.pop(attached.id, None)
+            self.attached[attached.id] = attached
+            self._serve(attached)
+
+    def _remove(self, attached):
+        """The end of a detach: the cache and its pins go."""
+        try:
+            attached.save_profile()
+        except exception.BlobCRError as e:
+            LOG.warning('read profile of %s not saved: %s', attached.id, e)
+        with self._lock:
+            self.attached.pop(attached.id, None)
+            attached.close()
+            shutil.rmtree(attached.cache_dir, ignore_errors=True)
+            self.detaching.pop(attached.id, None)
         for number in {attached.attached_version, attached.meta['last']}:
             self.repo.unpin_quietly(attached.id, number, attached.holder)
-        return {'image': attached.id, 'discarded_chunks': dirty}
+
+    def _detach_when_persisted(self, attached):
+        """A background detach's second half (on its own thread)."""
+        attached.wait_persisted()
+        if attached._closed:
+            return      # the agent stopped: its next start resumes it
+        with attached.exclusive():
+            if attached.stats()['dirty']:
+                LOG.error('detach of %s stopped: version(s) failed to '
+                          'persist (%s); the image stays attached here '
+                          'with its writes, detach it again',
+                          attached.id, attached.last_error)
+                attached.record_detaching(False)
+                self._serve_again(attached)
+                return
+            self._remove(attached)
+        LOG.info('detached %s: its last versions are stable', attached.id)
+
+    def wait_detached(self, image_id, timeout):
+        """Wait up to ``timeout`` s for a background detach of the image
+        here; True if none is under way.
+        """
+        deadline = time.monotonic() + timeout
+        while image_id in self.detaching:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     @staticmethod
     def _refuse_dirty(attached, discard):
@@ -339,7 +412,8 @@ class MirrorService(object):
         finally:
             if self.native_loop is not None:
                 self.native_loop.stop()
-            for attached in list(self.attached.values()):
+            for attached in list(self.attached.values()) + \
+                    list(self.detaching.values()):
                 attached.close(timeout=self.close_timeout)
 
     def _serve_pyfuse3(self, native, ready, first):

@@ -93,6 +93,29 @@ class Pins(object):
                         image_id, holder, e)
             return 0
 
+    def mark_detaching(self, image_id, holder, detaching=True):
+        """Mark (or unmark) every pin of ``holder`` on this host as that
+        of a mirror being detached while its last versions persist in
+        the background: other hosts wait for it to end (a detached
+        image's content is its head once they are stable). Returns the
+        pins changed.
+        """
+        host = socket.gethostname()
+
+        def mutate(header):
+            changed = 0
+            for v in header.versions:
+                for p in v.pins:
+                    if same_pin(p, host, holder) and \
+                            bool(p.get('detaching')) != detaching:
+                        if detaching:
+                            p['detaching'] = True
+                        else:
+                            p.pop('detaching', None)
+                        changed += 1
+            return changed
+        return self.update_header(image_id, mutate)[1]
+
     def _pins_of(self, image_id, number):
         header, _ = self._read(image_id)
         try:

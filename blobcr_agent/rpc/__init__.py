@@ -24,10 +24,13 @@ side. Version history of the API:
   host, attached incoming until that host's handoff), handoff (asked by
   the destination's agent: the version that holds the source's writes,
   once its guest stopped).
+* 1.7 - detach(background=): return once the image is off the mount, its
+  last checkpoints persisting in the background (every host's operations
+  on the image wait for them meanwhile); sent as 1.7 only when asked.
 """
 
 TOPIC = 'blobcr-agent'
 # Named in every target, so that callers whatever their own
 # control_exchange (cinder, nova) reach the agents.
 EXCHANGE = 'blobcr'
-VERSION = '1.6'
+VERSION = '1.7'

@@ -111,10 +111,15 @@ class AgentAPI(object):
                           instance=instance,
                           **self._since('1.2', project=project))
 
-    def detach(self, host, image, discard=False, force=False):
+    def detach(self, host, image, discard=False, force=False,
+               background=False):
         """``force`` (API 1.1) detaches even while a running domain uses
-        the image.
+        the image; ``background`` (API 1.7) returns before the last
+        checkpoints are stable.
         """
+        if background:
+            return self._call(host, 'detach', api_version='1.7', image=image,
+                              discard=discard, force=force, background=True)
         if force:
             return self._call(host, 'detach', api_version='1.1', image=image,
                               discard=discard, force=True)

@@ -80,8 +80,10 @@ class AgentEndpoint(object):
         return self.manager.handoff(image, dest, wait=wait)
 
     @_expected
-    def detach(self, ctxt, image, discard=False, force=False):
-        return self.manager.detach(image, discard=discard, force=force)
+    def detach(self, ctxt, image, discard=False, force=False,
+               background=False):
+        return self.manager.detach(image, discard=discard, force=force,
+                                   background=background)
 
     @_expected
     def checkpoint(self, ctxt, image, quiesce=None, group=None,

@@ -37,6 +37,7 @@ import errno
 import fcntl
 import os
 import threading
+import time
 import uuid
 
 from blobcr_agent import exception
@@ -46,6 +47,9 @@ _libc = ctypes.CDLL(ctypes.util.find_library('c'), use_errno=True)
 
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# Tests only: seconds every object write waits, to stand for a store
+# that persists slowly (a remote one under load) in a real agent.
+_TEST_PUT_DELAY = float(os.environ.get('BLOBCR_TEST_STORE_DELAY') or 0)
 
 
 def _syncfs(fd):
@@ -196,6 +200,8 @@ class LocalBackend(base.ObjectBackend):
             raise
 
     def _put_sync(self, kind, name, data):
+        if _TEST_PUT_DELAY:
+            time.sleep(_TEST_PUT_DELAY)
         path = self._path(kind, name)
         try:
             # Same name, same bytes: refreshing the mtime is enough, and
