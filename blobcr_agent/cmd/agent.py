@@ -144,6 +144,7 @@ class Agent(object):
             self.manager.set_peers(rpc_api.AgentAPI(self.conf))
         self.manager.mirror.recover()
         self.manager.collector.start()
+        self.manager.protector.start()
         # Making a transport registers its options (transport_url among
         # them) and connects to nothing yet.
         self.httpd = _start_proxy(self.conf, self.manager)
@@ -187,6 +188,7 @@ class Agent(object):
             self._stop_rpc()
             self.admin.shutdown()
             self.manager.collector.stop()
+            self.manager.protector.stop()
             left = self.manager.wait_persists(
                 self.conf.agent.shutdown_timeout)
             for image_id in left:

@@ -55,6 +55,17 @@ agent_opts = [
                       'hand its image off (commit what it wrote last) '
                       'before they fail with EIO. The source still holds '
                       'every write then.'),
+    cfg.IntOpt('protect_interval', default=300, min=0,
+               help='Seconds after which the agent checkpoints an attached '
+                    'image written since its last checkpoint by itself (a '
+                    'protection version, superseded and collected once a '
+                    'newer one is stable): what a lost host can lose is '
+                    'bounded by about this plus a persist. 0: never by '
+                    'time.'),
+    cfg.IntOpt('protect_dirty_bytes', default=0, min=0,
+               help='Also checkpoint an attached image by itself once this '
+                    'many bytes of it (whole chunks) are written since its '
+                    'last checkpoint. 0: never by size.'),
     cfg.FloatOpt('settle_timeout', default=45.0, min=0.0,
                  help='A detach asked from Cinder returns once the last '
                       'checkpoint is taken; it persists in the background. '

@@ -11,7 +11,7 @@ own: attachments (attach, detach), checkpoints (checkpoints, holds,
 version states), handoff (the source side of a live migration),
 volumes (versions and the Cinder driver's calls), status (the agent's
 status and the guest endpoint's view); collector runs garbage
-collection.
+collection, protection the background protection checkpoints.
 
 May import: the mirror, the repository, the hypervisor and the instance
 table; never the RPC server, the admin socket or the guest endpoint,
@@ -30,6 +30,7 @@ from blobcr_agent.manager.attachments import Attachments
 from blobcr_agent.manager.checkpoints import Checkpoints
 from blobcr_agent.manager import collector as collector_mod
 from blobcr_agent.manager.handoff import Handoff
+from blobcr_agent.manager import protection
 from blobcr_agent.manager.status import Status
 from blobcr_agent.manager.volumes import Volumes
 from blobcr_agent.mirror import service as service_mod
@@ -47,7 +48,8 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
     def __init__(self, repo, state_path, mountpoint, host,
                  mirror_mode='selective-cow', cow_chunks=64,
                  quiesce='suspend', hypervisor=None, gc_interval=0,
-                 settle_timeout=45.0):
+                 settle_timeout=45.0, protect_interval=0,
+                 protect_dirty_bytes=0):
         if quiesce not in domains.QUIESCE_MODES:
             raise exception.InvalidInput('unknown quiesce mode %r'
                                          % (quiesce,))
@@ -69,6 +71,9 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
         # background detach's last versions (Volumes.settle).
         self.settle_timeout = settle_timeout
         self.mirror.busy_detach_timeout = settle_timeout
+        # Started by the agent too: background protection checkpoints.
+        self.protector = protection.Protector(self, protect_interval,
+                                              protect_dirty_bytes)
         self._handoff_lock = threading.Lock()
         self.started = time.time()
         self.proxy_url = None
@@ -82,6 +87,8 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
                       cow_chunks=conf.agent.cow_chunks,
                       quiesce=conf.agent.quiesce, hypervisor=hypervisor,
                       gc_interval=conf.repository.gc_interval,
-                      settle_timeout=conf.agent.settle_timeout)
+                      settle_timeout=conf.agent.settle_timeout,
+                      protect_interval=conf.agent.protect_interval,
+                      protect_dirty_bytes=conf.agent.protect_dirty_bytes)
         manager.mirror.handoff_timeout = conf.agent.handoff_timeout
         return manager

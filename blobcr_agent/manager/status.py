@@ -26,6 +26,8 @@ class Status(object):
             attached[image_id] = dict(
                 a.stats(), path=self.mirror.path_of(image_id),
                 attached_version=a.attached_version,
+                exposure_s=round(self.protector.exposure(
+                    a, self._stable_at(image_id, a.meta['last'])), 1),
                 instances=self.instances.instances_of(image_id))
         return {'host': self.host, 'uptime': time.time() - self.started,
                 'mountpoint': self.mirror.mountpoint,
@@ -33,7 +35,16 @@ class Status(object):
                 'proxy': self.proxy_url,
                 'default_quiesce': self.default_quiesce,
                 'gc': self.collector.status(),
+                'protection': self.protector.status(),
                 'attached': attached}
+
+    def _stable_at(self, image_id, number):
+        if number is None:
+            return None
+        try:
+            return self.repo.image(image_id).version(number).stable_at
+        except exception.BlobCRError:
+            return None
 
     # -- the guest endpoint's view -----------------------------------------
 

@@ -133,6 +133,7 @@ class AttachedImage(object):
             self, enabled=self._wanted['reserve'] and not incoming)
         self._closing = False
         self._closed = False        # close() was called (and returned)
+        self.attached_at = time.time()
         self.fetched_chunks = 0
         self.fetched_bytes = 0
         self._phases = {}

@@ -1,0 +1,132 @@
+"""Protection checkpoints: a bounded exposure to the loss of a host.
+
+An attached image's writes live only on its host until a version holding
+them is stable (doc/source/cinder.rst, "What is durable when"). The
+Protector checkpoints every attached image in the background, labelled
+``protection``: once ``[agent] protect_interval`` seconds have passed
+since its last stable version with writes since, or once
+``protect_dirty_bytes`` of it are written since its last checkpoint.
+A protection version is superseded once a newer version is stable: it is
+obsoleted (GC collects what nothing else shares) unless a clone was made
+from it. Snapshots are versions of their own and are never touched.
+
+The exposure window (0 with nothing written since the last stable
+version, else the age of that version, or of the attach if it is
+older) is in each image's status as ``exposure_s``.
+"""
+
+import logging
+import threading
+import time
+
+from blobcr_agent import exception
+from blobcr_agent.repository import image as image_mod
+
+LOG = logging.getLogger(__name__)
+
+LABEL = 'protection'
+TICK = 0.5          # how often the images are looked at (s)
+SUPERSEDE_EVERY = 2.0
+
+
+class Protector(object):
+
+    def __init__(self, manager, interval=0, dirty_bytes=0):
+        self.manager = manager
+        self.interval = interval
+        self.dirty_bytes = dirty_bytes
+        self._stop = threading.Event()
+        self._thread = None
+        self.taken = self.failed = self.superseded = 0
+        # image id -> monotonic time of its first write not yet in a
+        # checkpoint, as seen by the ticks
+        self._dirty_since = {}
+        self._superseded_at = {}
+
+    @property
+    def enabled(self):
+        return bool(self.interval or self.dirty_bytes)
+
+    def start(self):
+        if not self.enabled:
+            return
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name='blobcr-protect')
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def _loop(self):
+        while not self._stop.wait(TICK):
+            for image_id, attached in list(
+                    self.manager.mirror.attached.items()):
+                try:
+                    self._look_at(image_id, attached)
+                except Exception:       # the next tick tries again
+                    LOG.exception('protection checkpoint of %s', image_id)
+
+    def _look_at(self, image_id, attached):
+        if attached.incoming is not None and \
+                not attached.incoming.done.is_set():
+            return
+        stats = attached.core.stats()
+        now = time.monotonic()
+        if not attached.persister.versions() and now - \
+                self._superseded_at.get(image_id, 0) >= SUPERSEDE_EVERY:
+            self._superseded_at[image_id] = now
+            self._supersede(image_id, attached)
+        if not stats['dirty']:
+            self._dirty_since.pop(image_id, None)
+            return
+        since = self._dirty_since.setdefault(image_id, now)
+        due = (self.interval and now - since >= self.interval) or (
+            self.dirty_bytes and
+            stats['dirty'] * attached.chunk_size >= self.dirty_bytes)
+        if not due or attached.persister.versions():
+            return          # not yet, or the previous one still persists
+        try:
+            result = self.manager.checkpoint(image_id, quiesce='none',
+                                             label=LABEL)
+        except (exception.Busy, exception.InvalidInput) as e:
+            self.failed += 1
+            LOG.info('protection checkpoint of %s not taken: %s',
+                     image_id, e)
+            return
+        self._dirty_since.pop(image_id, None)
+        self.taken += 1
+        LOG.debug('protection checkpoint of %s: version %d', image_id,
+                  result['version'])
+
+    def _supersede(self, image_id, attached):
+        """Obsolete the protection versions a newer stable one holds."""
+        header = self.manager.repo.image(image_id)
+        head = header.head()
+        if head is None:
+            return
+        old = [v.number for v in header.versions
+               if v.made_by == LABEL and v.state == image_mod.STABLE
+               and v is not head and not v.clones
+               and v.number not in (attached.meta['last'],
+                                    attached.attached_version)]
+        if old:
+            self.manager.repo.obsolete(image_id, old)
+            self.superseded += len(old)
+            self.manager.collector.kick()
+
+    def exposure(self, attached, stable_at):
+        """The image's exposure window in seconds (see the top);
+        ``stable_at``: when its last stable version turned stable.
+        """
+        if not attached.core.stats()['dirty'] and \
+                not attached.persister.versions():
+            return 0.0
+        return max(0.0, time.time() - max(stable_at or 0,
+                                          attached.attached_at))
+
+    def status(self):
+        return {'interval': self.interval, 'dirty_bytes': self.dirty_bytes,
+                'taken': self.taken, 'not_taken': self.failed,
+                'superseded': self.superseded}
