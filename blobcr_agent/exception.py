@@ -72,5 +72,11 @@ class Busy(BlobCRError):
     """
 
 
+class Fenced(BlobCRError):
+    """Another host took the image over (its header's epoch moved on,
+    Repository.take_over): this writer may publish nothing of it.
+    """
+
+
 class QuiesceFailed(BlobCRError):
     """The guest could not be quiesced; nothing was checkpointed."""

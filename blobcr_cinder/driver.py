@@ -480,9 +480,22 @@ class BlobCRDriver(driver.VolumeDriver):
         try:
             status = self.api.status(host)
         except messaging.MessagingTimeout:
-            raise exception.VolumeBackendAPIException(
-                data='the BlobCR agent of host %s does not answer: volume '
-                     '%s stays attached there' % (host, volume.id))
+            if not kwargs.get('force'):
+                raise exception.VolumeBackendAPIException(
+                    data='the BlobCR agent of host %s does not answer: '
+                         'volume %s stays attached there (a force detach '
+                         'gives that host up: its writes since the last '
+                         'stable version are lost)' % (host, volume.id))
+            # Force detach of a lost host (evacuate): fence its claim so
+            # that its agent, should it come back, publishes nothing;
+            # the volume is its newest stable version.
+            taken = self._call(self.storage_host, 'take_over', image,
+                               'force detach from %s, whose agent does not '
+                               'answer' % host)
+            LOG.warning('volume %s: host %s given up; the volume is version '
+                        '%s of image %s (epoch %d)', volume.id, host,
+                        taken['version'], image, taken['epoch'])
+            return
         attached = status['attached'].get(image)
         if attached is None:
             return

@@ -40,7 +40,7 @@ OPERATIONS = ('attach', 'detach', 'checkpoint', 'state', 'wait_stable',
               'clone', 'list_versions', 'obsolete', 'gc', 'status',
               'export', 'group_state', 'create_image', 'delete_image',
               'extend_image', 'snapshot', 'revert', 'import_file',
-              'capacity', 'delete_snapshot', 'handoff')
+              'capacity', 'delete_snapshot', 'handoff', 'take_over')
 
 
 class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):

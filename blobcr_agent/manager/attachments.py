@@ -63,6 +63,22 @@ class Attachments(object):
                 'version': attached.attached_version,
                 'size': header.size}
 
+    def take_over(self, image, why='its host is lost'):
+        """Fence whoever had ``image`` attached (a host given up as lost:
+        Repository.take_over) so that it can be attached here or on any
+        host, from its newest stable version. Refused if it is attached
+        here: detach it instead.
+        """
+        header = self.repo.image(image)
+        if header.id in self.mirror.attached:
+            raise exception.InvalidInput('image %s is attached on this '
+                                         'host: detach it' % header.id)
+        result = self.repo.take_over(header.id, why)
+        head = self.repo.image(header.id).head()
+        self.collector.kick()
+        return dict(result, image=header.id,
+                    version=head.number if head else None)
+
     def _check_binding(self, instance, image_id):
         """Refuse, before attaching, what InstanceTable.bind would."""
         if not isinstance(instance, str) or not 0 < len(instance) <= 64:

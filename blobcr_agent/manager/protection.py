@@ -90,7 +90,7 @@ class Protector(object):
         try:
             result = self.manager.checkpoint(image_id, quiesce='none',
                                              label=LABEL)
-        except (exception.Busy, exception.InvalidInput) as e:
+        except exception.BlobCRError as e:     # Busy, fenced, detaching
             self.failed += 1
             LOG.info('protection checkpoint of %s not taken: %s',
                      image_id, e)

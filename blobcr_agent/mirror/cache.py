@@ -114,6 +114,22 @@ def check_boot(meta, cache_dir):
     return meta
 
 
+def check_epoch(meta, cache_dir, header):
+    """Raise StaleCache, saying what to do, if the image was taken over
+    by another host since this cache attached it (Repository.take_over:
+    this host was given up as lost).
+    """
+    if meta.get('epoch', 0) == header.epoch:
+        return
+    raise StaleCache(
+        'mirror cache %s of image %s is fenced: %s took the image over '
+        '(epoch %d; this cache attached it in epoch %d), so it is not '
+        're-attached and none of its writes since its last stable version '
+        'is published. Drop it with "blobcr-manage detach --discard %s"'
+        % (cache_dir, header.id, header.taken_over_by or 'another host',
+           header.epoch, meta.get('epoch', 0), header.id))
+
+
 def recover(repo, meta, cache_dir, header):
     """Return ``meta``, the cache's metadata, made right for the current
     boot: as it is if written during it, else rebuilt from the cache's
@@ -225,8 +241,11 @@ def drop_stale(repo, cache_dir, image_id, discard):
     if not meta or meta.get('image') != image_id:
         raise exception.InvalidInput('image %s is not attached here'
                                      % image_id)
+    header = repo.image(image_id)
+    fenced = meta.get('epoch', 0) != header.epoch
     try:
         check_boot(dict(meta), cache_dir)
+        check_epoch(meta, cache_dir, header)
     except StaleCache as e:
         stale = str(e)
     else:
@@ -236,9 +255,8 @@ def drop_stale(repo, cache_dir, image_id, discard):
             'works as usual)' % (image_id, cache_dir))
     if not discard:
         raise exception.InvalidInput(stale)
-    header = repo.image(image_id)
     last = meta.get('last')
-    if last is not None:
+    if last is not None and not fenced:
         try:
             state = header.version(last).state
         except exception.VersionNotFound:

@@ -79,6 +79,10 @@ class AttachedImage(object):
                 'image %s is already mirrored from version %d here; detach '
                 'it before attaching version %d'
                 % (self.id, meta['attached'], version))
+        if meta:
+            # Taken over by another host (this one was lost): nothing of
+            # this cache may be served or published any more.
+            cache.check_epoch(meta, cache_dir, header)
         # From another boot: rebuilt from its flush record (power loss).
         meta = cache.recover(repo, meta, cache_dir, header)
         if not meta:
@@ -89,7 +93,7 @@ class AttachedImage(object):
                 attached = header.stable_version(version).number
             meta = cache.stamp({'image': self.id, 'attached': attached,
                                 'last': attached, 'persisting': None,
-                                'mode': mode})
+                                'mode': mode, 'epoch': header.epoch})
         self.holder = os.path.abspath(cache_dir)
         # GC keeps what untouched chunks are fetched from, and the last
         # checkpoint the next one is built on, while the image is
@@ -97,6 +101,9 @@ class AttachedImage(object):
         for number in {meta['attached'], meta['last']} - {None}:
             repo.pin(self.id, number, self.holder)
         self.meta = meta
+        # The header's epoch at the attach: every version this mirror
+        # registers or finishes is refused once it moved on (take-over).
+        self.epoch = meta.get('epoch', 0)
         self.header = header
         self.size = header.size
         self.chunk_size = header.chunk_size
@@ -447,7 +454,8 @@ class AttachedImage(object):
             self._phases['reserved'] = 1
         else:
             parent, after = reserve_mod.successor_of(after, last)
-            pending = self.repo.begin_commit(self.id, parent=parent,
+            pending = self.repo.begin_commit(self.id, epoch=self.epoch,
+                                             parent=parent,
                                              after=after)
             self._phases['reserved'] = 0
         mark = self._phase('register', mark)

@@ -86,7 +86,8 @@ def _recover_in_flight(image):
     # The oldest's own snapshot: what later ones hold is theirs (failed).
     state = image.core.recovery(oldest=True)
     try:
-        pending = image.repo.resume_commit(image.id, number)
+        pending = image.repo.resume_commit(image.id, number,
+                                           epoch=image.epoch)
     except exception.CommitAborted as e:
         LOG.warning('interrupted version %d of %s: %s', number, image.id, e)
         give_up(image, versions, None, str(e))

@@ -272,7 +272,8 @@ class Reserver(object):
         confirmed = time.monotonic()
         try:
             commit = self.image.repo.begin_commit(
-                self.image.id, parent=parent, after=after)
+                self.image.id, parent=parent, after=after,
+                epoch=self.image.epoch)
         except Exception as e:
             # The checkpoint registers its version itself (and reports
             # the error, if it persists).

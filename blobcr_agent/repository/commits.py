@@ -48,7 +48,8 @@ class Commits(object):
             pending.abort('%s: %s' % (type(e).__name__, e))
             raise
 
-    def begin_commit(self, ref, parent=None, after=None, made_by=''):
+    def begin_commit(self, ref, parent=None, after=None, made_by='',
+                     epoch=None):
         """Register a pending version and return its :class:`Commit`.
 
         The new version is ``parent`` (default: the newest stable
@@ -56,7 +57,9 @@ class Commits(object):
         version of the image still pending (pipelined checkpoints), the
         new version follows it instead: its tree is built on that one's
         when it finishes, and it fails if that one does not become
-        stable first. ``made_by`` labels it (Version.made_by).
+        stable first. ``made_by`` labels it (Version.made_by). With
+        ``epoch`` (a mirror's), it is refused (Fenced) once the image was
+        taken over, and so is its finish.
         """
         image_id = self.image(ref).id
         self.retry_failed_marks()
@@ -65,6 +68,7 @@ class Commits(object):
         def mutate(header):
             if header.deleted:
                 raise exception.ImageNotFound(image_id)
+            header.check_epoch(epoch)
             base_version = None
             if after is not None:
                 base_version = header.version(after)
@@ -96,11 +100,12 @@ class Commits(object):
         if base_version is not None and \
                 base_version.state == image_mod.PENDING:
             return Commit(self, header, number, None,
-                          after=base_version.number)
+                          after=base_version.number, epoch=epoch)
         return Commit(self, header, number,
-                      base_version.root_ref if base_version else None)
+                      base_version.root_ref if base_version else None,
+                      epoch=epoch)
 
-    def resume_commit(self, ref, number):
+    def resume_commit(self, ref, number, epoch=None):
         """Adopt pending version ``number`` left by a writer that died,
         to finish it; raises CommitAborted if it is no longer pending.
         """
@@ -108,6 +113,7 @@ class Commits(object):
         now = time.time()
 
         def adopt(header):
+            header.check_epoch(epoch)
             v = header.version(number)
             if v.state != image_mod.PENDING:
                 raise exception.CommitAborted(
@@ -118,9 +124,10 @@ class Commits(object):
 
         header, parent = self.update_header(image_id, adopt)
         if parent is not None and parent.state == image_mod.PENDING:
-            return Commit(self, header, number, None, after=parent.number)
+            return Commit(self, header, number, None, after=parent.number,
+                          epoch=epoch)
         return Commit(self, header, number,
-                      parent.root_ref if parent else None)
+                      parent.root_ref if parent else None, epoch=epoch)
 
     def commit(self, ref, chunk_items, parent=None):
         """COMMIT: a new version from ``parent`` plus ``{index: data}``."""
@@ -144,8 +151,10 @@ class Commit(object):
     version this one follows, whose tree is the base, read at finish.
     """
 
-    def __init__(self, repo, header, number, base_root, after=None):
+    def __init__(self, repo, header, number, base_root, after=None,
+                 epoch=None):
         self.repo = repo
+        self.epoch = epoch
         self.header = header
         self.version = number
         self.image_id = header.id
@@ -228,6 +237,7 @@ class Commit(object):
         stored = self._batch.bytes + nodes.bytes
 
         def mutate(header):
+            header.check_epoch(self.epoch)
             v = header.version(self.version)
             if v.state != image_mod.PENDING:
                 raise exception.CommitAborted(

@@ -62,7 +62,7 @@ class Version(object):
         return bytes.fromhex(self.root) if self.root else None
 
 
-_OPTIONAL_HEADER = ('last_version', 'pruned')
+_OPTIONAL_HEADER = ('last_version', 'pruned', 'epoch', 'taken_over_by')
 _OPTIONAL_VERSION = ('pins', 'made_by', 'seq')
 
 
@@ -80,6 +80,10 @@ class ImageHeader(object):
     format: int = FORMAT
     last_version: int = 0       # highest number given, set when pruning
     pruned: int = 0             # entries GC removed (obsolete or failed)
+    # Raised by each take-over (a host lost, its volume evacuated): a
+    # writer registered under an older epoch can publish nothing.
+    epoch: int = 0
+    taken_over_by: str = ''     # the host that raised it last
 
     @property
     def nchunks(self):
@@ -148,6 +152,17 @@ class ImageHeader(object):
         if v.state == STABLE or (v.state == OBSOLETE and v.pins):
             return v
         raise exception.VersionNotStable(self.id, number, v.state)
+
+    def check_epoch(self, epoch):
+        """Raise Fenced unless ``epoch`` (a writer's; None: any) is the
+        header's.
+        """
+        if epoch is not None and epoch != self.epoch:
+            raise exception.Fenced(
+                'image %s was taken over by %s (epoch %d, this writer has '
+                '%d): nothing of it may be published from here'
+                % (self.id, self.taken_over_by or 'another host',
+                   self.epoch, epoch))
 
     def tree(self, store):
         return tree.Tree(store, self.nchunks, self.fanout)

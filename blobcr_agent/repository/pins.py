@@ -93,6 +93,39 @@ class Pins(object):
                         image_id, holder, e)
             return 0
 
+    def take_over(self, ref, why):
+        """Fence the claim of whoever had an image attached (its host is
+        lost and the volume is evacuated), before attaching it here: in
+        one header update the epoch moves on (a mirror registered under
+        the old one can register, resume or finish no version any more:
+        Fenced), every pending version fails and every pin goes (the
+        caller holds none yet). The image's content is then its newest
+        stable version. Returns ``{epoch, failed, pins_released}``.
+        """
+        image_id = self.image(ref).id
+        host = socket.gethostname()
+
+        def mutate(header):
+            header.epoch += 1
+            header.taken_over_by = host
+            failed, released = [], 0
+            for v in header.versions:
+                if v.state == image_mod.PENDING:
+                    v.state = image_mod.FAILED
+                    v.error = 'fenced: %s took the image over (%s)' % (
+                        host, why)
+                    failed.append(v.number)
+                released += len(v.pins)
+                v.pins = []
+            return {'epoch': header.epoch, 'failed': failed,
+                    'pins_released': released}
+        result = self.update_header(image_id, mutate)[1]
+        LOG.warning('image %s taken over by %s (epoch %d): %s; versions %s '
+                    'failed, %d pins released', image_id, host,
+                    result['epoch'], why, result['failed'],
+                    result['pins_released'])
+        return result
+
     def mark_detaching(self, image_id, holder, detaching=True):
         """Mark (or unmark) every pin of ``holder`` on this host as that
         of a mirror being detached while its last versions persist in

@@ -26,7 +26,9 @@ side. Version history of the API:
   once its guest stopped).
 * 1.7 - detach(background=): return once the image is off the mount, its
   last checkpoints persisting in the background (every host's operations
-  on the image wait for them meanwhile); sent as 1.7 only when asked.
+  on the image wait for them meanwhile); sent as 1.7 only when asked;
+  take_over (fence a lost host's claim on an image, Cinder's force
+  detach when that host's agent does not answer).
 """
 
 TOPIC = 'blobcr-agent'

@@ -125,6 +125,11 @@ class AgentAPI(object):
                               discard=discard, force=True)
         return self._call(host, 'detach', image=image, discard=discard)
 
+    def take_over(self, host, image, why='its host is lost'):
+        """Fence the claim of a lost host on ``image`` (API 1.7)."""
+        return self._call(host, 'take_over', api_version='1.7', image=image,
+                          why=why)
+
     def checkpoint(self, host, image, quiesce=None, group=None,
                    members=None, rpc_timeout=CHECKPOINT_TIMEOUT,
                    project=None, creator=None, label=None):

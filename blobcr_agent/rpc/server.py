@@ -86,6 +86,10 @@ class AgentEndpoint(object):
                                    background=background)
 
     @_expected
+    def take_over(self, ctxt, image, why='its host is lost'):
+        return self.manager.take_over(image, why=why)
+
+    @_expected
     def checkpoint(self, ctxt, image, quiesce=None, group=None,
                    members=None, project=None, creator='rpc', label=None):
         return self.manager.checkpoint(image, quiesce=quiesce, group=group,
