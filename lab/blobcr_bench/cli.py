@@ -197,6 +197,18 @@ def main(argv=None):
                    help='do not write the backing file back before each '
                         'fio job')
 
+    p = sub.add_parser('flush', parents=[common],
+                       help='fio with a flush per write: mirror against '
+                            'a plain file (and RBD with --rbd)')
+    p.add_argument('--size', type=_size, default=256 << 20)
+    p.add_argument('--runs', type=int, default=3)
+    p.add_argument('--runtime', type=float, default=5,
+                   help='seconds per fio job')
+    p.add_argument('--rbd', action='store_true',
+                   help='also librbd (cache off) on the --ceph-conf '
+                        'cluster')
+    p.add_argument('--rbd-pool', default='blobcr-rbd-bench')
+
     p = sub.add_parser('proxy', parents=[common],
                        help='checkpoint round trip: HTTP, RPC, admin')
     p.add_argument('--size', type=_size, default=64 << 20)
@@ -256,7 +268,7 @@ def main(argv=None):
         else:
             bench = importlib.import_module('blobcr_bench.' + {
                 'checkpoint': 'checkpoint', 'restart': 'restart',
-                'mirror': 'mirror_io', 'proxy': 'proxy',
+                'mirror': 'mirror_io', 'proxy': 'proxy', 'flush': 'flush',
                 'persist': 'persist'}[args.bench])
             args.workdir = scratch
             repo = open_repository(args, scratch)

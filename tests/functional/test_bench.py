@@ -202,3 +202,19 @@ def test_proxy(capsys, tmp_path, rabbitmq_url):
     assert result['forged']['requests'] > 0
     assert result['forged']['not_refused'] == 0
     assert all(c['ok'] for c in result['checks'])
+
+
+def test_flush(capsys, tmp_path, request):
+    """The flush benchmark runs fio's flushes through the mirror and on
+    RBD, and its checks count them (the mirror core's counter too).
+    """
+    cluster = request.getfixturevalue('ceph_cluster')
+    rc, result, err = run_bench(
+        capsys, tmp_path, 'flush', '--size', '16M', '--runs', '1',
+        '--runtime', '0.5', '--rbd', '--ceph-conf', cluster.conffile)
+    assert rc == 0, err
+    assert result['targets'] == ['mirror', 'plain', 'rbd']
+    assert result['mirror_flushes_counted'] > 0
+    for job in result['jobs'].values():
+        assert job['ratio_flush_ms_p50']['median'] > 0
+        assert job['ratio_rbd_flush_ms_p99']['median'] > 0
