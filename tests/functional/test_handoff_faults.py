@@ -24,6 +24,7 @@ from blobcr_agent.repository import repository
 from tests.functional.test_mirror_handoff import _pread
 from tests.functional.test_mirror_handoff import _pwrite
 from tests.functional.test_mirror_handoff import serve
+from tests.functional import test_mirror_reboot
 
 CHUNK = 64 * 1024
 CHUNKS = 8
@@ -133,9 +134,10 @@ def test_an_image_not_reattached_at_the_sources_restart(
 
 def test_a_stale_cache_at_the_source_refuses_the_handoff(repo, image,
                                                          tmp_path):
-    """A cache from another boot cannot be re-attached (cache.py): the
-    handoff is refused (the destination's guest gets EIO at its
-    timeout) rather than answered with a version without its writes.
+    """A cache from another boot whose flush record is torn cannot be
+    re-attached (cache.py): the handoff is refused (the destination's
+    guest gets EIO at its timeout) rather than answered with a version
+    without its writes.
     """
     first = _source(repo, tmp_path)
     first.mirror.attach(image)
@@ -144,6 +146,7 @@ def test_a_stale_cache_at_the_source_refuses_the_handoff(repo, image,
     attached.close()
     attached.meta['boot_id'] = 'another-boot'
     attached._save_meta()
+    test_mirror_reboot.tear_flush_record(attached.cache_dir)
     source = _source(repo, tmp_path)
     source.mirror.recover()
     assert image not in source.mirror.attached

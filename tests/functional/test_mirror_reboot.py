@@ -73,17 +73,20 @@ def _edit_meta(agent, image_id, **changes):
     return meta
 
 
-def _tear_record(agent, image_id):
-    """Both slots of the cache's flush record torn (a power loss in
-    the middle of writing each, which one flush never does).
+def tear_flush_record(cache_dir):
+    """Both slots of a cache's flush record torn (a power loss in the
+    middle of writing each, which one flush never does).
     """
-    path = os.path.join(os.path.dirname(_meta_path(agent, image_id)),
-                        'durable.bin')
+    path = os.path.join(cache_dir, 'durable.bin')
     size = os.path.getsize(path)
     with open(path, 'r+b') as f:
         for slot in (0, size // 2):
             f.seek(slot + 20)
             f.write(b'torn')
+
+
+def _tear_record(agent, image_id):
+    tear_flush_record(os.path.dirname(_meta_path(agent, image_id)))
 
 
 def _log(agent):
