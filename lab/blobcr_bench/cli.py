@@ -209,6 +209,16 @@ def main(argv=None):
                         'cluster')
     p.add_argument('--rbd-pool', default='blobcr-rbd-bench')
 
+    p = sub.add_parser('protect', parents=[common],
+                       help='fio random writes on an agent with and '
+                            'without protection checkpoints')
+    p.add_argument('--size', type=_size, default=256 << 20)
+    p.add_argument('--runs', type=int, default=3)
+    p.add_argument('--runtime', type=float, default=90,
+                   help='seconds of fio per variant and run')
+    p.add_argument('--interval', type=int, default=30,
+                   help='[agent] protect_interval of the protected runs')
+
     p = sub.add_parser('proxy', parents=[common],
                        help='checkpoint round trip: HTTP, RPC, admin')
     p.add_argument('--size', type=_size, default=64 << 20)
@@ -269,6 +279,7 @@ def main(argv=None):
             bench = importlib.import_module('blobcr_bench.' + {
                 'checkpoint': 'checkpoint', 'restart': 'restart',
                 'mirror': 'mirror_io', 'proxy': 'proxy', 'flush': 'flush',
+                'protect': 'protect',
                 'persist': 'persist'}[args.bench])
             args.workdir = scratch
             repo = open_repository(args, scratch)

@@ -218,3 +218,15 @@ def test_flush(capsys, tmp_path, request):
     for job in result['jobs'].values():
         assert job['ratio_flush_ms_p50']['median'] > 0
         assert job['ratio_rbd_flush_ms_p99']['median'] > 0
+
+
+def test_protect(capsys, tmp_path):
+    """The protection benchmark runs both variants on real agents, and
+    its check sees the protection checkpoints taken.
+    """
+    rc, result, err = run_bench(
+        capsys, tmp_path, 'protect', '--size', '8M', '--runs', '1',
+        '--runtime', '3', '--interval', '1')
+    assert rc == 0, err
+    assert result['protection_taken'][0] >= 1
+    assert result['slowdown']['median'] > 0
