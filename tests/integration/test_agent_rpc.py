@@ -430,9 +430,9 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
                 call()
         assert list(capped.status(host)['attached']) == [image_id]
         assert 'UnsupportedVersion' not in agent_log(agent)
-        # Without a cap, 1.1 to 1.6 are served; the agent's dispatcher
+        # Without a cap, 1.1 to 1.7 are served; the agent's dispatcher
         # refuses newer versions.
-        for version in ('1.1', '1.2', '1.3', '1.4', '1.5', '1.6'):
+        for version in ('1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7'):
             assert uncapped.client.prepare(server=host, version=version).call(
                 {}, 'status')['host'] == host
         assert uncapped.group_state(host, 'g', project='p1')['project'] == \
@@ -440,7 +440,7 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
         # oslo.messaging answers UnsupportedVersion, which the caller
         # gets as a RemoteError naming it (oslo_messaging.rpc.dispatcher
         # is not an allowed remote exception module).
-        for version in ('1.7', '2.0'):
+        for version in ('1.8', '2.0'):
             assert uncapped.client.can_send_version(version)
             with pytest.raises(oslo_messaging.RemoteError) as ei:
                 uncapped.client.prepare(server=host, version=version).call(
@@ -653,10 +653,12 @@ def test_calls_prepare_their_versions_and_timeouts():
         api.release('h', 'disk')
         api.attach('h', 'disk', instance='vm', migrate_from='a')
         api.handoff('h', 'disk', 'b', wait=2, rpc_timeout=32)
+        api.detach('h', 'disk', background=True)
+        api.take_over('h', 'disk', why='lost')
         got = [(m, kw, sorted(a)) for m, kw, a in api.client.prepared]
     finally:
         api.cleanup()
-    assert rpc.VERSION == '1.6'
+    assert rpc.VERSION == '1.7'
     checkpoint = ['group', 'image', 'members', 'quiesce']
     assert got == [
         # A checkpoint outlasts the agent's bounded wait (then Busy).
@@ -696,5 +698,9 @@ def test_calls_prepare_their_versions_and_timeouts():
         ('attach', {'server': 'h', 'version': '1.6'},
          ['image', 'instance', 'migrate_from', 'project', 'version']),
         ('handoff', {'server': 'h', 'version': '1.6', 'timeout': 32},
-         ['dest', 'image', 'wait'])]
+         ['dest', 'image', 'wait']),
+        # 1.7: a detach that returns before its persist, a take-over.
+        ('detach', {'server': 'h', 'version': '1.7'},
+         ['background', 'discard', 'force', 'image']),
+        ('take_over', {'server': 'h', 'version': '1.7'}, ['image', 'why'])]
     assert rpc_api.CHECKPOINT_TIMEOUT >= 300
