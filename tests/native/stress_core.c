@@ -564,6 +564,34 @@ prefetcher(void *arg)
     return NULL;
 }
 
+/* Guest flushes racing everything else: each must succeed, and every
+ * chunk present before it must be in the record it leaves (PRESENT is
+ * never cleared, so nothing a flush made durable is dropped later). */
+static void *
+flusher(void *arg)
+{
+    static uint8_t before[NCH];
+    uint64_t frng = seed * 977 + 11;
+    while (!__atomic_load_n(&stop_writers, __ATOMIC_SEQ_CST)) {
+        int err;
+        pthread_mutex_lock(&core.lock);
+        for (int c = 0; c < NCH; c++)
+            before[c] = core.state[c] & ST_PRESENT;
+        pthread_mutex_unlock(&core.lock);
+        err = mc_flush(&core, (int)(xs(&frng) % 2));
+        if (err)
+            report("flush failed: %s", strerror(err));
+        pthread_mutex_lock(&core.flush_lock);
+        for (int c = 0; c < NCH; c++)
+            if (before[c] && !(core.durable_last[c] & ST_PRESENT))
+                report("chunk %d was present before a flush, but its "
+                       "record does not say so", c);
+        pthread_mutex_unlock(&core.flush_lock);
+        usleep((useconds_t)(xs(&frng) % 2000));
+    }
+    return NULL;
+}
+
 static int
 in_flight(void)
 {
@@ -783,7 +811,7 @@ static void
 round_once(const char *tmp, int round, int round_ms)
 {
     char dir[4096], path[4096];
-    pthread_t w[NWRITERS], rd, pf, ps;
+    pthread_t w[NWRITERS], rd, pf, ps, fl;
     int err;
 
     snprintf(dir, sizeof dir, "%s/r%d", tmp, round);
@@ -814,6 +842,7 @@ round_once(const char *tmp, int round, int round_ms)
     pthread_create(&ps, NULL, persister, NULL);
     pthread_create(&pf, NULL, prefetcher, NULL);
     pthread_create(&rd, NULL, reader, NULL);
+    pthread_create(&fl, NULL, flusher, NULL);
     for (int t = 0; t < NWRITERS; t++)
         pthread_create(&w[t], NULL, writer, (void *)(intptr_t)t);
 
@@ -840,6 +869,7 @@ round_once(const char *tmp, int round, int round_ms)
         pthread_join(w[t], NULL);
     pthread_join(rd, NULL);
     pthread_join(pf, NULL);
+    pthread_join(fl, NULL);
     wait_persisted();
 
     /* Quiesced: a last version of everything, never failed. */
@@ -919,6 +949,8 @@ round_once(const char *tmp, int round, int round_ms)
     tot.core.busy_gens += s.busy_gens;
     tot.core.busy_full += s.busy_full;
     tot.core.cut_writers += s.cut_writers;
+    tot.core.flushes += s.flushes;
+    tot.core.flush_records += s.flush_records;
     if (cut_round) {
         tot.cut_rounds++;
         tot.cut_round_writers += s.cut_writers;
@@ -1143,6 +1175,7 @@ paths_missing(int report)
         {"COMMITs busy: buffer full", tot.core.busy_full},
         {"writers blocked for a slot cut by a COMMIT (cut rounds)",
          tot.cut_round_writers},
+        {"flushes that wrote a record", tot.core.flush_records},
     };
     int missing = 0;
     for (size_t k = 0; k < sizeof need / sizeof need[0]; k++)
@@ -1246,6 +1279,8 @@ main(int argc, char **argv)
            (long long)tot.directed, (long long)tot.cut_rounds,
            (long long)tot.core.cut_writers,
            (long long)tot.cut_round_writers);
+    printf("flushes %lld (that wrote a record %lld)\n",
+           (long long)tot.core.flushes, (long long)tot.core.flush_records);
     printf("core: cow copies %lld, copies dropped by a failure %lld, "
            "waits %lld, urgent %lld, avoided %lld, redirects %lld (whole "
            "chunk, no copy %lld), installs waiting for a write %lld, "
