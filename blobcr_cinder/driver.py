@@ -619,6 +619,9 @@ class BlobCRDriver(driver.VolumeDriver):
                 provisioned_capacity_gb=round(
                     room['provisioned_bytes'] / GiB, 2),
                 location_info=room['backend'],
+                # What a lost compute host could lose at most (the age of
+                # the oldest newest-stable-version of an attached volume).
+                blobcr_max_exposure_s=room.get('max_exposure_s'),
                 backend_state='up')
         self._stats = stats
 

@@ -176,7 +176,8 @@ class Volumes(object):
         images = self.repo.images()
         result.update(provisioned_bytes=sum(h.size for h in images),
                       images=len(images),
-                      backend=self.repo.backend.describe())
+                      backend=self.repo.backend.describe(),
+                      max_exposure_s=round(_max_exposure(images), 1))
         return result
 
     def gc(self, grace=None, pending_timeout=None):
@@ -203,6 +204,20 @@ class Volumes(object):
                                   overwrite=overwrite)
         return {'image': header.id, 'version': number, 'path': path,
                 'size': header.size}
+
+
+def _max_exposure(images):
+    """The age of the newest stable version of the image attached the
+    longest without one (any host: its pins say where): what a lost host
+    could lose at most, bounded by protection checkpoints. 0 if none is
+    attached.
+    """
+    now, ages = time.time(), [0.0]
+    for header in images:
+        head = header.head()
+        if head is not None and any(v.pins for v in header.versions):
+            ages.append(now - (head.stable_at or head.created))
+    return max(ages)
 
 
 def _version_dict(v):

@@ -78,3 +78,6 @@ def test_protection_versions_come_by_themselves_and_are_superseded(
     # Written no more: the window closes once the last one is stable.
     _wait(lambda: agent.client.call('status')['attached'][image]
           ['exposure_s'] == 0, 20, 'the window to close')
+    # What the Cinder driver reports (blobcr_max_exposure_s): the age of
+    # the newest stable version of the attached image, recent here.
+    assert 0 <= agent.client.call('capacity')['max_exposure_s'] < 10
