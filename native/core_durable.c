@@ -25,7 +25,8 @@
  * After a power loss (mc_recover_power_loss, before mc_open), the newest
  * whole record is the truth: its chunks are present (a redirected
  * chunk's content folded back into the mirror file), every other chunk
- * is absent (fetched again from the repository), and every present
+ * is absent (fetched again from the repository: the agent reads it
+ * from the newest stable version, cache.py), and every present
  * chunk is dirty. The latter is conservative: a write after the last
  * flush may have reached the disk on a chunk the record has clean, so
  * the next checkpoint persists every cached chunk once. Generations in

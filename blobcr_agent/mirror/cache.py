@@ -12,14 +12,15 @@ records which chunks it holds. So the cache's metadata (``meta.json``,
 synced at every change) records the kernel's boot id, and a cache from
 another boot is recovered from its flush record (``recover``): every
 write the guest flushed is kept, every recorded chunk is dirty (the next
-checkpoint persists it), and the versions that were in flight fail
-(their copies aside were in memory) unless the repository has them
-stable. A cache whose record is torn or missing is refused, never
-re-attached. The operator drops it with ``blobcr-manage detach --discard
-IMAGE``, which checks that the repository still has the image's last
-checkpoint (stable, or obsoleted since but kept whole by this cache's
-pin: the image goes back to it, or to its newest stable version if it
-was obsoleted) and removes the cache and its pins (``drop_stale``).
+checkpoint persists it), the others are read from the newest stable
+version, and the versions that were in flight fail (their copies aside
+were in memory) unless the repository has them stable. A cache whose
+record is torn or missing is refused, never re-attached. The operator
+drops it with ``blobcr-manage detach --discard IMAGE``, which checks
+that the repository still has the image's last checkpoint (stable, or
+obsoleted since but kept whole by this cache's pin: the image goes back
+to it, or to its newest stable version if it was obsoleted) and removes
+the cache and its pins (``drop_stale``).
 
 A cache written by a release that recorded no boot id is trusted if its
 metadata was written during the current boot (an agent upgrade without a
@@ -147,8 +148,7 @@ def recover(repo, meta, cache_dir, header):
                 else 'unreadable (%s)' % e)
         raise StaleCache(_refusal(
             meta, cache_dir, '%s, and its flush record is %s' % (why, what)))
-    # What was in flight: stable in the repository (its finish came
-    # after a flush, so this cache holds all of it) or lost.
+    # What was in flight: stable in the repository, or lost.
     last = meta.get('last')
     for version in persister.in_flight(meta):
         try:
@@ -163,12 +163,16 @@ def recover(repo, meta, cache_dir, header):
         os.unlink(os.path.join(cache_dir, persister.JOURNAL))
     except FileNotFoundError:
         pass
-    if last != meta.get('last') and meta.get('last') not in (
-            None, meta.get('attached')):
-        repo.unpin_quietly(meta['image'], meta['last'],
-                           os.path.abspath(cache_dir))
-    meta.update(boot_id=boot_id(), last=last, persisting=None, following=[],
-                reserved=None)
+    # The chunks the record does not hold are read from the newest
+    # stable version from now on: a write to one of them after the last
+    # flush is in that version if it was checkpointed, and was never
+    # flushed otherwise (a subset of unflushed writes survives, as on a
+    # disk). The record's chunks are dirty, so the next version is the
+    # image as read.
+    for number in {meta.get('attached'), meta.get('last')} - {None, last}:
+        repo.unpin_quietly(meta['image'], number, os.path.abspath(cache_dir))
+    meta.update(boot_id=boot_id(), attached=last, last=last,
+                persisting=None, following=[], reserved=None)
     LOG.warning('mirror cache %s of image %s %s: recovered from its flush '
                 'record (%d chunks kept, every flushed write; each is '
                 'persisted again by the next checkpoint)%s', cache_dir,

@@ -137,10 +137,6 @@ class Persister(object):
                     journal.write('%d %s\n' % (index, d.hex() if d else '-'))
                     journal.flush()
                     crashpoint.reached('journal')
-            # Every write up to the snapshot (and since) durable here
-            # before the version is stable: a power loss then never
-            # leaves this cache older than its newest stable version.
-            self.core.flush()
             version = pending.finish(pin=self.image.holder)
         except Exception as e:
             return e
