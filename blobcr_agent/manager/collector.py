@@ -21,6 +21,9 @@ from blobcr_agent.repository import gc
 LOG = logging.getLogger(__name__)
 
 KICK_DELAY = 2.0        # deletes come in bursts: one run for a burst
+# A collection lists and walks the whole store: after deletes, at most
+# one per this many seconds (or per gc_interval, if shorter).
+KICK_GAP = 30.0
 
 
 class Collector(object):
@@ -35,6 +38,7 @@ class Collector(object):
         self._thread = None
         self._running = threading.Lock()    # one run per process too
         self.runs = self.skipped = self.failures = 0
+        self._last_end = None               # monotonic end of a run
         self.last = None                    # the last run, as status shows
 
     def start(self):
@@ -54,7 +58,12 @@ class Collector(object):
             self._thread.join(10)
 
     def kick(self, delay=KICK_DELAY):
-        """Something was deleted: collect within ``delay`` s."""
+        """Something was deleted: collect within ``delay`` s, or once
+        the gap after the last run has passed.
+        """
+        if self._last_end is not None:
+            gap = min(self.interval or KICK_GAP, KICK_GAP)
+            delay = max(delay, self._last_end + gap - time.monotonic())
         self._schedule(delay)
 
     def _schedule(self, delay):
@@ -105,6 +114,7 @@ class Collector(object):
             self.last = {'at': started, 'error': str(e)}
             raise
         finally:
+            self._last_end = time.monotonic()
             self._running.release()
         self.runs += 1
         self.last = dict(report.as_dict(), at=started,
