@@ -28,6 +28,7 @@ import time
 
 from cinder import context as cinder_context
 from cinder import exception
+from cinder.i18n import _
 from cinder.image import image_utils
 from cinder import interface
 from cinder import objects
@@ -35,6 +36,7 @@ from cinder.volume import driver
 from cinder.volume import volume_utils
 from oslo_log import log as logging
 import oslo_messaging as messaging
+from oslo_serialization import jsonutils
 from oslo_utils import units
 
 from blobcr_agent import exception as agent_exception
@@ -52,6 +54,10 @@ MADE_BY = 'cinder'
 UNMANAGED = 'unmanaged'
 # Versions made only to hold a detached volume's content.
 SUPERSEDED = (MADE_BY, 'revert', 'kept')
+# A detach first asks the host's agent its status: a live agent answers
+# in milliseconds, and a dead one must not eat the rpc_response_timeout
+# (60 s) of Cinder's attachment_delete before the host is given up.
+ALIVE_PROBE_TIMEOUT = 10
 
 
 def image_name(volume):
@@ -459,6 +465,7 @@ class BlobCRDriver(driver.VolumeDriver):
                          'name': image_name(volume),
                          'blobcr_image': attached['image'],
                          'blobcr_host': host,
+                         'blobcr_epoch': attached.get('epoch', 0),
                          'access_mode': 'rw',
                          'discard': False}}
 
@@ -478,23 +485,9 @@ class BlobCRDriver(driver.VolumeDriver):
             return
         image = self._image_of(volume)
         try:
-            status = self.api.status(host)
+            status = self.api.status(host, timeout=ALIVE_PROBE_TIMEOUT)
         except messaging.MessagingTimeout:
-            if not kwargs.get('force'):
-                raise exception.VolumeBackendAPIException(
-                    data='the BlobCR agent of host %s does not answer: '
-                         'volume %s stays attached there (a force detach '
-                         'gives that host up: its writes since the last '
-                         'stable version are lost)' % (host, volume.id))
-            # Force detach of a lost host (evacuate): fence its claim so
-            # that its agent, should it come back, publishes nothing;
-            # the volume is its newest stable version.
-            taken = self._call(self.storage_host, 'take_over', image,
-                               'force detach from %s, whose agent does not '
-                               'answer' % host)
-            LOG.warning('volume %s: host %s given up; the volume is version '
-                        '%s of image %s (epoch %d)', volume.id, host,
-                        taken['version'], image, taken['epoch'])
+            self._give_up_host(volume, host, image, kwargs.get('force'))
             return
         attached = status['attached'].get(image)
         if attached is None:
@@ -505,6 +498,75 @@ class BlobCRDriver(driver.VolumeDriver):
         self._call(host, 'detach', image, force=kwargs.get('force', False),
                    background=True)
         self._forget_superseded(volume)
+
+    def _give_up_host(self, volume, host, image, force):
+        """The agent of ``host``, where the volume is attached, does not
+        answer. Its claim is fenced (Repository.take_over: that agent, if
+        it comes back, can publish nothing) and the volume becomes its
+        newest stable version, when that is what is being asked:
+
+        * Cinder's internal forced detaches (``force``);
+        * Nova's evacuate: it made an empty attachment for the same
+          instance (to connect on the new host) before deleting this
+          one, which it does only once the compute service is down;
+        * an operator already fenced it (``blobcr-manage take-over``):
+          the image's epoch moved past the one this attachment wrote
+          under, and the detach has nothing left to do.
+
+        Anything else (a plain detach, an admin's os-force_detach) could
+        be an agent that is slow, not lost: refused, with what to do.
+        """
+        if not force and not self._evacuating(volume, host):
+            epoch = self.api.list_versions(self.storage_host,
+                                           image).get('epoch', 0)
+            if epoch > self._attached_epoch(volume, host):
+                LOG.warning('volume %s: host %s was fenced (image %s epoch '
+                            '%d); detached without it', volume.id, host,
+                            image, epoch)
+                return
+            raise exception.VolumeBackendAPIException(
+                data=_('the BlobCR agent of host %(host)s does not answer: '
+                       'volume %(volume)s stays attached there. If the host '
+                       'is lost, evacuate its servers, or run "blobcr-manage '
+                       'take-over %(image)s" and detach again (the writes '
+                       'since its last stable version are lost)')
+                % {'host': host, 'volume': volume.id, 'image': image})
+        taken = self._call(self.storage_host, 'take_over', image,
+                           'detach from %s, whose agent does not answer'
+                           % host)
+        LOG.warning('volume %s: host %s given up; the volume is version %s '
+                    'of image %s (epoch %d)', volume.id, host,
+                    taken['version'], image, taken['epoch'])
+
+    @staticmethod
+    def _evacuating(volume, host):
+        """True when Nova evacuates the instance attached on ``host``:
+        that instance also has a reserved attachment, not connected yet
+        (live migration's pending attachment has the destination's
+        connector instead). Read from the database, like
+        _migrating_instance.
+        """
+        attachments = objects.VolumeAttachmentList.get_all_by_volume_id(
+            cinder_context.get_admin_context(), volume.id)
+        there = {a.instance_uuid for a in attachments
+                 if a.attached_host == host and a.instance_uuid}
+        return any(a.instance_uuid in there and
+                   a.attach_status == 'reserved' and not a.connector
+                   for a in attachments)
+
+    @staticmethod
+    def _attached_epoch(volume, host):
+        """The image epoch the attachment on ``host`` was made in (its
+        connection info; 0 for attachments made before it was kept).
+        """
+        for a in objects.VolumeAttachmentList.get_all_by_volume_id(
+                cinder_context.get_admin_context(), volume.id):
+            if a.attached_host == host and a.connection_info:
+                info = a.connection_info
+                if isinstance(info, str):
+                    info = jsonutils.loads(info)
+                return (info.get('data') or {}).get('blobcr_epoch', 0)
+        return 0
 
     def _forget_superseded(self, volume):
         """Obsolete the versions the driver made only to hold a detached

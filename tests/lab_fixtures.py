@@ -33,6 +33,7 @@ from blobcr_lab import agents
 from blobcr_lab.cinder_hosts import Hosts
 from blobcr_lab.cinder_hosts import KINDS
 from blobcr_lab.cinder_hosts import ROLES
+from blobcr_lab.cinder_hosts import SMALL_GC
 from blobcr_lab.cinder_hosts import SMALL_ROLES
 from blobcr_lab.cinder_hosts import SMALL_STORE
 from blobcr_lab import guest_vm
@@ -129,11 +130,13 @@ def cinder_hosts(request, rabbitmq_url, tmp_path_factory):
                 os.makedirs(workdir)
                 settings = agent_rpc.rpc_settings(rabbitmq_url, host,
                                                   export_dir=export_dir)
+                if kind == 'small':
+                    settings['repository'] = dict(SMALL_GC)
                 if kind == 'small' and role != 'storage':
                     # Slow persists (zstd's top level on every chunk):
                     # seconds in which the fault tests kill this agent.
-                    settings['repository'] = {'compression': 'always',
-                                              'compression_level': '19'}
+                    settings['repository'].update(compression='always',
+                                                  compression_level='19')
                 hosts.agents[role] = agents.AgentProcess(workdir, backend,
                                                          settings).start()
             for host in names.values():

@@ -255,6 +255,17 @@ def do_delete(repo, args):
           % args.image)
 
 
+def do_take_over(repo, args):
+    result = repo.take_over(args.image, args.why)
+    if args.json:
+        _print(result)
+    else:
+        print('%s taken over (epoch %d): its former host can publish no '
+              'version of it any more; pending versions failed: %s'
+              % (args.image, result['epoch'],
+                 ', '.join(map(str, result['failed'])) or 'none'))
+
+
 def do_gc(repo, args):
     report = gc.collect_exclusive(repo, grace=args.grace,
                                   pending_timeout=args.pending_timeout)
@@ -393,6 +404,13 @@ def add_parsers(subparsers):
     p.add_argument('versions', type=int, nargs='+')
     p = command('delete', do_delete, 'delete an image (all its versions)')
     p.add_argument('image')
+    p = command('take-over', do_take_over, 'fence the host an image is '
+                'attached on (lost for good): its agent can publish nothing '
+                'more, and the image can be attached elsewhere from its '
+                'newest stable version')
+    p.add_argument('image')
+    p.add_argument('--why', default='taken over by an operator',
+                   help='recorded in the failed versions and the log')
     p = command('gc', do_gc, 'delete objects no live version references')
     p.add_argument('--grace', type=int,
                    help='override [repository] gc_grace (seconds)')

@@ -59,9 +59,11 @@ class Attachments(object):
                     self._undo_attach(header.id)
                 raise
         attached = self.mirror.attached[header.id]
+        # The epoch this mirror writes under: a take-over raises it, and
+        # the driver tells a fenced attachment from a live one by it.
         return {'image': header.id, 'name': header.name, 'path': path,
                 'version': attached.attached_version,
-                'size': header.size}
+                'size': header.size, 'epoch': attached.epoch}
 
     def take_over(self, image, why='its host is lost'):
         """Fence whoever had ``image`` attached (a host given up as lost:

@@ -56,6 +56,7 @@ class Volumes(object):
         return {'image': header.id, 'name': header.name,
                 'origin': header.origin,
                 'head': head.number if head else None,
+                'epoch': header.epoch,
                 'versions': [_version_dict(v) for v in header.versions]}
 
     def label(self, image, version, made_by):

@@ -170,8 +170,8 @@ class AgentAPI(object):
         return self._call(host, 'gc', grace=grace,
                           pending_timeout=pending_timeout)
 
-    def status(self, host):
-        return self._call(host, 'status')
+    def status(self, host, timeout=None):
+        return self._call(host, 'status', rpc_timeout=timeout)
 
     def export(self, host, image, version, path, timeout=600,
                overwrite=False):

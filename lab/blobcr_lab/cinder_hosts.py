@@ -11,8 +11,10 @@ A third backend, ``small``, is for the fault tests
 (tests/integration/test_cinder_faults.py): a local store on a tmpfs of
 SMALL_STORE bytes (mounted here, unmounted at the end; a plain directory
 when mounting is not allowed, and ``Hosts.mount`` is None), with a
-storage agent and one compute agent. Those tests fill it up and kill
-and restart its agents (``Hosts.agents``), no other test uses it.
+storage agent and two compute agents (the second is where a lost host's
+volumes go), which collect garbage once it is 10 s old (SMALL_GC). Those
+tests fill it up and kill and restart its agents (``Hosts.agents``), no
+other test uses it.
 
 ``cinder_hosts``  ``{'local': Hosts, 'rados': Hosts, 'small': Hosts}``.
 ``BACKEND_SECTIONS``  what tests/openstack_fixtures.py puts in cinder.conf.
@@ -25,8 +27,12 @@ import typing
 
 KINDS = ('local', 'rados', 'small')
 ROLES = ('storage', 'compute-a', 'compute-b')
-SMALL_ROLES = ('storage', 'compute-a')
+SMALL_ROLES = ('storage', 'compute-a', 'compute-b')
 SMALL_STORE = 256 << 20
+# [repository] of the small store's agents: garbage is collected once it
+# is 10 s old (gc_grace guards only against clock skew; pending versions
+# protect their own objects), so that the space test waits seconds.
+SMALL_GC = {'gc_grace': '10', 'gc_interval': '120'}
 
 
 @dataclasses.dataclass
