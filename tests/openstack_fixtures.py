@@ -1,3 +1,17 @@
+# Copyright 2026 The BlobCR for OpenStack Authors
+#
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
 """Session fixtures for a real Keystone and Cinder (blobcr_lab/openstack.py).
 
 ``openstack_backends``  the session's one set of Cinder backend sections
@@ -38,6 +52,9 @@ HARNESS_BACKEND_SECTION = {
     'volume_backend_name': 'fake',
 }
 
+# The default volume type: BlobCR on the local store.
+DEFAULT_TYPE = 'blobcr-local'
+
 # Cinder's RBD driver on the session's Ceph cluster.
 RBD_BACKEND = 'rbd'
 RBD_POOL = 'rbd'
@@ -77,9 +94,14 @@ def openstack_stack(rabbitmq_url, tmp_path_factory):
                     'openstack_backends fixture (tests/openstack_fixtures.py)'
                     % (stack.backends, backends), pytrace=False)
             return stack
+        # BlobCR is the default volume type, as on a cloud that runs it
+        # (Tempest's volumes, and anything else made without a type).
+        default = {'DEFAULT': {'default_volume_type': DEFAULT_TYPE}} \
+            if DEFAULT_TYPE in backends else None
         stack = stack_module.OpenStackStack(
             str(tmp_path_factory.mktemp('openstack')), rabbitmq_url,
-            backends, debug=bool(os.environ.get('BLOBCR_OPENSTACK_DEBUG')))
+            backends, extra_conf=default,
+            debug=bool(os.environ.get('BLOBCR_OPENSTACK_DEBUG')))
         try:
             stack.start()  # stops what it started if it fails
         except Exception as exc:

@@ -1,4 +1,18 @@
 #!/bin/bash
+# Copyright 2026 The BlobCR for OpenStack Authors
+#
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
 # Install everything BlobCR needs on Debian 12, as root, idempotently:
 # Debian packages (only the missing ones), a virtualenv in .venv with the
 # Python requirements, the project itself (which builds the C core in
@@ -57,4 +71,6 @@ done
 "$venv/bin/python" -c 'import rados, rbd, blobcr_agent._native' \
     || { echo "install-deps: the rados or rbd binding or the C core does not load" >&2; exit 1; }
 bash "$top/tools/install-openstack.sh" "$venv"
+# Tempest and cinder-tempest-plugin, in a virtualenv of their own.
+bash "$top/tools/install-tempest.sh"
 echo "install-deps: ready ($venv)" >&2
