@@ -53,7 +53,6 @@ again. ``python -m blobcr_nova.listener --config-file
 /etc/blobcr/nova-listener.conf``.
 """
 
-import logging
 import signal
 import sys
 import threading
@@ -67,7 +66,7 @@ from blobcr_agent import exception as agent_exception
 from blobcr_agent.rpc import api as rpc_api
 from blobcr_nova import listener_opts
 
-LOG = logging.getLogger(__name__)
+LOG = oslo_log.getLogger(__name__)
 
 LOCKS = 64
 

@@ -53,7 +53,6 @@ standard library), or under any WSGI server with
 """
 
 import json
-import logging
 import os
 import signal
 import socketserver
@@ -70,7 +69,7 @@ from blobcr_agent.proxy import auth
 from blobcr_agent.repository import groups
 from blobcr_nova import conf as nova_conf
 
-LOG = logging.getLogger(__name__)
+LOG = oslo_log.getLogger(__name__)
 
 DEFAULT_CONFIG = '/etc/blobcr/nova-vendordata.conf'
 CONFIG_ENV = 'BLOBCR_VENDORDATA_CONFIG'

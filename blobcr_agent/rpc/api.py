@@ -34,6 +34,7 @@ import oslo_messaging as messaging
 
 from blobcr_agent import exception
 from blobcr_agent import rpc
+from blobcr_agent.rpc import context
 
 # Remote errors of these modules are rebuilt as their own types.
 REMOTE_EXMODS = ['blobcr_agent.exception']
@@ -90,7 +91,7 @@ class AgentAPI(object):
         cctxt = self.client.prepare(server=host, version=api_version,
                                     **extra)
         try:
-            return cctxt.call({}, method, **kwargs)
+            return cctxt.call(context.outgoing(), method, **kwargs)
         except exception.BlobCRError as e:
             raise _without_remote_traceback(e) from None
         except messaging.RemoteError as e:

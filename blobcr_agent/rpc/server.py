@@ -31,6 +31,7 @@ import oslo_messaging as messaging
 
 from blobcr_agent import exception
 from blobcr_agent import rpc
+from blobcr_agent.rpc import context
 
 LOG = logging.getLogger(__name__)
 
@@ -212,7 +213,8 @@ def get_server(conf, manager, transport=None):
     endpoint = AgentEndpoint(manager, export_dir=conf.agent.export_dir)
     server = messaging.get_rpc_server(
         transport, target, [endpoint], executor='threading',
-        access_policy=messaging.DefaultRPCAccessPolicy)
+        access_policy=messaging.DefaultRPCAccessPolicy,
+        serializer=context.RequestContextSerializer())
     LOG.info('RPC server on topic %s, server %s', rpc.TOPIC,
              conf.agent.host)
     return server

@@ -718,3 +718,27 @@ def test_calls_prepare_their_versions_and_timeouts():
          ['background', 'discard', 'force', 'image']),
         ('take_over', {'server': 'h', 'version': '1.7'}, ['image', 'why'])]
     assert rpc_api.CHECKPOINT_TIMEOUT >= 300
+
+
+def test_the_callers_request_id_is_in_the_agents_log(store, rpc_agent, api):
+    """A call made inside a request (Cinder's, Nova's) carries its
+    request id: the lines the agent logs while serving it name it, and
+    a call made outside any request gets an id of its own.
+    """
+    from oslo_context import context as oslo_context
+    agent, host = rpc_agent(store, 'ctx')
+    request_id = 'req-%s' % uuid.uuid4()
+    oslo_context.RequestContext(request_id=request_id, overwrite=True)
+    try:
+        inside = api.create_image(host, 'ctx-in-%s' % uuid.uuid4().hex[:6],
+                                  1 << 20)
+    finally:
+        del oslo_context._request_store.context     # no API clears it
+    outside = api.create_image(host, 'ctx-out-%s' % uuid.uuid4().hex[:6],
+                               1 << 20)
+    log = agent_log(agent).splitlines()
+    line_in = [line for line in log if inside['id'] in line]
+    line_out = [line for line in log if outside['id'] in line]
+    assert any(request_id in line for line in line_in), line_in
+    assert line_out and not any(request_id in line for line in line_out)
+    assert all('req-' in line for line in line_out), line_out
