@@ -65,6 +65,7 @@ import tempfile
 import time
 
 from blobcr_lab import agents
+from blobcr_lab import osc_server
 
 BIN = os.path.dirname(os.path.abspath(sys.executable))
 VENV = os.path.dirname(BIN)
@@ -84,7 +85,7 @@ SERVICE_USERS = ('cinder', 'glance')
 TEMPLATE_ENV = 'BLOBCR_OPENSTACK_TEMPLATE'
 # Bump when what a template holds changes (schema of this module, not of
 # the services: their versions are in the key already).
-TEMPLATE_FORMAT = 3
+TEMPLATE_FORMAT = 4     # 4: passwords hashed with 4 bcrypt rounds
 
 # Debian's server binaries: /usr/lib/postgresql/<major>/bin.
 POSTGRES_ROOT = '/usr/lib/postgresql'
@@ -512,6 +513,7 @@ class OpenStackStack:
         self.timings = {}
         self.from_template = None
         self._sessions = {}
+        self._osc_socket = None     # the CLI server's (osc_server.py)
 
     # -- paths and urls -------------------------------------------------
 
@@ -567,6 +569,8 @@ class OpenStackStack:
             self._timed('cinder up', self._wait_cinder)
             self._timed('volume types', self._create_volume_types)
             self._timed('glance up', self._wait_glance)
+            if os.environ.get('BLOBCR_OSC_FORK', '1') != '0':
+                self._timed('openstack CLI', self._start_osc_server)
         except BaseException:
             self.stop()
             raise
@@ -599,6 +603,11 @@ class OpenStackStack:
             'fernet_tokens': {'key_repository': self.path('fernet-keys')},
             'fernet_receipts': {'key_repository': self.path('fernet-keys')},
             'credential': {'key_repository': self.path('credential-keys')},
+            # bcrypt's fewest rounds: Keystone hashes every password it
+            # checks, and at the default 12 rounds the tests' logins
+            # (each CLI call, Tempest's users per test class) kept it busy
+            # on one of the two cores. A test stack; not for a cloud.
+            'identity': {'password_hash_rounds': 4},
         })
         # Keystone parses sys.argv with oslo.config: gunicorn gets its
         # settings from this file, not from its command line (any option
@@ -638,6 +647,9 @@ class OpenStackStack:
                 'enabled_backends': ','.join(self.backends),
                 'default_volume_type': next(iter(self.backends)),
                 'glance_api_servers': self.glance_url,
+                # "openstack image create --volume V --force" of an
+                # attached volume (the driver uploads a live checkpoint).
+                'enable_force_upload': True,
             },
             'database': {'connection': self.postgres.url('cinder')},
             'oslo_concurrency': {'lock_path': self.path('cinder-locks')},
@@ -812,6 +824,17 @@ class OpenStackStack:
                     env=dict(os.environ,
                              OS_GLANCE_CONFIG_DIR=self.path('glance')),
                     cwd=self.path('glance'))
+
+    def _start_osc_server(self):
+        """The openstack CLI imported once (blobcr_lab/osc_server.py)."""
+        path = self.path('osc.sock')
+        if os.path.exists(path):
+            os.unlink(path)
+        self._spawn('openstack-cli', [sys.executable, '-m',
+                                      'blobcr_lab.osc_server', path])
+        self._poll('the openstack CLI server', lambda: os.path.exists(path),
+                   60)
+        self._osc_socket = path
 
     def _start(self, service):
         self._spawn(service, [os.path.join(BIN, service), '--config-file',
@@ -1011,16 +1034,30 @@ class OpenStackStack:
         argv = [os.path.join(BIN, 'openstack')] + [str(a) for a in args]
         if json:
             argv += ['-f', 'json']
-        proc = subprocess.run(argv, env=self.env(user, password),
-                              stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=timeout, check=False)
-        if proc.returncode:
+        env = self.env(user, password)
+        done = None
+        if self._osc_socket:
+            try:
+                done = osc_server.request(self._osc_socket, argv[1:], env,
+                                          timeout)
+            except (ConnectionError, FileNotFoundError):
+                done = None     # the server is gone: run it the long way
+            except TimeoutError:
+                raise StackError('openstack %s (as %s) timed out after %s s'
+                                 % (' '.join(argv[1:]), user, timeout))
+        if done is None:
+            proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True,
+                                  timeout=timeout, check=False)
+            done = proc.returncode, proc.stdout, proc.stderr
+        returncode, stdout, stderr = done
+        if returncode:
             raise StackError('openstack %s (as %s) exited with %d:\n%s' % (
-                ' '.join(argv[1:]), user, proc.returncode, proc.stderr))
-        if json and proc.stdout.strip():
+                ' '.join(argv[1:]), user, returncode, stderr))
+        if json and stdout.strip():
             import json as json_module
-            return json_module.loads(proc.stdout)
-        return proc.stdout
+            return json_module.loads(stdout)
+        return stdout
 
     def wait_status(self, kind, resource_id, status, timeout=60,
                     user='admin'):
@@ -1069,6 +1106,7 @@ class OpenStackStack:
             process.terminate()
         killed = [p.name for p in running if p.wait_or_kill(timeout)]
         self._sessions.clear()
+        self._osc_socket = None
         postgres = ''
         if self.postgres:
             stopping = time.monotonic()
