@@ -40,6 +40,8 @@ packages=(
     chromium chromium-driver
     # Lints the devstack plugin (tests/integration/test_devstack_plugin.py).
     shellcheck
+    # xgettext: the Horizon panel's message catalogue (tools/extract_messages.py).
+    gettext
 )
 
 . "$top/tools/lib/apt.sh"
