@@ -40,6 +40,7 @@ import datetime
 import math
 import time
 
+from cinder.common import constants
 from cinder import context as cinder_context
 from cinder import exception
 from cinder.i18n import _
@@ -85,27 +86,41 @@ def parse_snapshot_id(provider_id):
         return image, int(version)
     except (AttributeError, ValueError):
         raise exception.InvalidSnapshot(
-            reason='not a BlobCR snapshot (provider_id %r)' % (provider_id,))
+            reason=_('not a BlobCR snapshot (provider_id %r)')
+            % (provider_id,))
+
+
+def _extra_specs(volume_type):
+    """A volume type's extra specs: the type is an object on a volume,
+    a dict where Cinder passes one (retype's new type).
+    """
+    if not volume_type:
+        return {}
+    if isinstance(volume_type, dict):
+        return volume_type.get('extra_specs') or {}
+    return volume_type.extra_specs or {}
 
 
 def quiesce_of(volume_type, default):
     """The quiesce mode a volume type asks for; InvalidVolumeType for an
     unknown ``blobcr:`` extra spec or value.
     """
-    specs = (volume_type.extra_specs or {}) if volume_type else {}
+    specs = _extra_specs(volume_type)
     for key, value in specs.items():
         if not key.startswith(EXTRA_SPEC_PREFIX):
             continue
         name = key[len(EXTRA_SPEC_PREFIX):]
         if name not in EXTRA_SPECS:
             raise exception.InvalidVolumeType(
-                reason='unknown extra spec %s (BlobCR knows %s)'
-                % (key, ', '.join(EXTRA_SPEC_PREFIX + k
-                                  for k in sorted(EXTRA_SPECS))))
+                reason=_('unknown extra spec %(key)s (BlobCR knows '
+                         '%(known)s)')
+                % {'key': key, 'known': ', '.join(
+                    EXTRA_SPEC_PREFIX + k for k in sorted(EXTRA_SPECS))})
         if value not in EXTRA_SPECS[name]:
             raise exception.InvalidVolumeType(
-                reason='%s=%s: must be one of %s'
-                % (key, value, ', '.join(EXTRA_SPECS[name])))
+                reason=_('%(key)s=%(value)s: must be one of %(known)s')
+                % {'key': key, 'value': value,
+                   'known': ', '.join(EXTRA_SPECS[name])})
     return specs.get(EXTRA_SPEC_PREFIX + 'quiesce', default)
 
 
@@ -117,8 +132,9 @@ def quiesce_asked(snapshot):
     mode = (snapshot.metadata or {}).get(META + 'quiesce')
     if mode is not None and mode not in options.QUIESCE_MODES:
         raise exception.InvalidSnapshot(
-            reason='%squiesce=%s: must be one of %s'
-            % (META, mode, ', '.join(options.QUIESCE_MODES)))
+            reason=_('%(meta)squiesce=%(mode)s: must be one of %(known)s')
+            % {'meta': META, 'mode': mode,
+               'known': ', '.join(options.QUIESCE_MODES)})
     return mode
 
 
@@ -144,7 +160,8 @@ class BlobCRDriver(driver.VolumeDriver):
     VERSION = '1.0.0'
     # Third-party CI wiki name (required by Cinder's driver registry).
     CI_WIKI_NAME = 'BlobCR_CI'
-    STORAGE_PROTOCOL = 'BLOBCR'
+    # Cinder's own name for volumes served as a file on the host.
+    STORAGE_PROTOCOL = constants.FILE
     # Nova's LibvirtGPFSVolumeDriver opens device_path as a plain file
     # (<disk type='file'>) with no mount or block-device step; os-brick's
     # GPFS connector is its local-path connector.
@@ -180,15 +197,28 @@ class BlobCRDriver(driver.VolumeDriver):
         with self._agent_errors(host, method, args):
             return getattr(self.api, method)(host, *args, **kwargs)
 
+    def _no_answer(self, method, target):
+        """The error for a call to the storage agent that timed out: an
+        agent that is down says so (status raises); one that answers is
+        slow, and the operation may still finish.
+        """
+        self._call(self.storage_host, 'status')
+        return exception.VolumeBackendAPIException(
+            data=_('the BlobCR agent of host %(host)s did not finish '
+                   '%(method)s of %(target)s within blobcr_rpc_timeout; it '
+                   'may still finish: try again')
+            % {'host': self.storage_host, 'method': method,
+               'target': target})
+
     @contextlib.contextmanager
     def _agent_errors(self, host, method, args=()):
         try:
             yield
         except messaging.MessagingTimeout:
             raise exception.VolumeBackendAPIException(
-                data='the BlobCR agent of host %s does not answer (%s): is '
-                     'blobcr-agent running there with RPC enabled?'
-                     % (host, method))
+                data=_('the BlobCR agent of host %(host)s does not answer '
+                       '(%(method)s): is blobcr-agent running there with '
+                       'RPC enabled?') % {'host': host, 'method': method})
         except agent_exception.Busy as e:
             raise exception.VolumeIsBusy(volume_name='%s (%s)' % (
                 args[0] if args else '', e))
@@ -197,11 +227,13 @@ class BlobCRDriver(driver.VolumeDriver):
                 agent_exception.VersionNotStable,
                 agent_exception.InvalidInput) as e:
             raise exception.VolumeBackendAPIException(
-                data='%s on %s: %s' % (method, host, e))
+                data=_('%(method)s on %(host)s: %(error)s')
+                % {'method': method, 'host': host, 'error': e})
         except (agent_exception.BlobCRError, messaging.MessagingException) \
                 as e:
             raise exception.VolumeBackendAPIException(
-                data='BlobCR %s on %s failed: %s' % (method, host, e))
+                data=_('BlobCR %(method)s on %(host)s failed: %(error)s')
+                % {'method': method, 'host': host, 'error': e})
 
     # -- where a volume is ------------------------------------------------
 
@@ -209,7 +241,7 @@ class BlobCRDriver(driver.VolumeDriver):
     def _image_of(volume):
         if not volume.provider_id:
             raise exception.VolumeBackendAPIException(
-                data='volume %s has no BlobCR image (provider_id)'
+                data=_('volume %s has no BlobCR image (provider_id)')
                 % volume.id)
         return volume.provider_id
 
@@ -220,9 +252,9 @@ class BlobCRDriver(driver.VolumeDriver):
                  if a.attach_status == 'attached' and a.attached_host}
         if len(hosts) > 1:
             raise exception.VolumeBackendAPIException(
-                data='volume %s is attached on several hosts (%s): BlobCR '
-                     'volumes are not multi-attach' % (volume.id,
-                                                       sorted(hosts)))
+                data=_('volume %(id)s is attached on several hosts '
+                       '(%(hosts)s): BlobCR volumes are not multi-attach')
+                % {'id': volume.id, 'hosts': sorted(hosts)})
         return hosts.pop() if hosts else None
 
     @staticmethod
@@ -265,8 +297,7 @@ class BlobCRDriver(driver.VolumeDriver):
             raise exception.VolumeIsBusy(volume_name='%s (%s)'
                                          % (volume.name, e))
         except messaging.MessagingTimeout:
-            self._call(self.storage_host, 'status')     # says who is down
-            raise
+            raise self._no_answer('delete_image', volume.provider_id)
 
     def extend_volume(self, volume, new_size):
         self._call(self.storage_host, 'extend_image', self._image_of(volume),
@@ -370,12 +401,16 @@ class BlobCRDriver(driver.VolumeDriver):
             reason = next((v['error'] for v in listed['versions']
                            if v['version'] == version), None)
             raise exception.VolumeBackendAPIException(
-                data='version %d of image %s failed: %s'
-                % (version, image, reason or 'no reason recorded'))
+                data=_('version %(version)d of image %(image)s failed: '
+                       '%(reason)s')
+                % {'version': version, 'image': image,
+                   'reason': reason or _('no reason recorded')})
         if state != 'stable':
             raise exception.VolumeBackendAPIException(
-                data='version %d of image %s is %s after %d s, not stable'
-                % (version, image, state, timeout))
+                data=_('version %(version)d of image %(image)s is '
+                       '%(state)s after %(timeout)d s, not stable')
+                % {'version': version, 'image': image, 'state': state,
+                   'timeout': timeout})
 
     def create_snapshot(self, snapshot):
         result = self._snapshot_version(snapshot.volume,
@@ -420,15 +455,15 @@ class BlobCRDriver(driver.VolumeDriver):
             raise exception.SnapshotIsBusy(snapshot_name='%s (%s)'
                                            % (snapshot.name, e))
         except messaging.MessagingTimeout:
-            self._call(self.storage_host, 'status')
-            raise
+            raise self._no_answer('delete_snapshot', snapshot.provider_id)
 
     def revert_to_snapshot(self, context, volume, snapshot):
         image, version = parse_snapshot_id(snapshot.provider_id)
         if image != self._image_of(volume):
             raise exception.InvalidSnapshot(
-                reason='snapshot %s is not of volume %s' % (snapshot.id,
-                                                            volume.id))
+                reason=_('snapshot %(snapshot)s is not of volume '
+                         '%(volume)s')
+                % {'snapshot': snapshot.id, 'volume': volume.id})
         self._call(self.storage_host, 'revert', image, version)
         self._forget_superseded(volume)
 
@@ -457,10 +492,11 @@ class BlobCRDriver(driver.VolumeDriver):
         if elsewhere not in (None, host):
             if self._migrating_instance(volume, elsewhere) is None:
                 raise exception.VolumeBackendAPIException(
-                    data='volume %s is attached on %s: a BlobCR volume is '
-                         'mirrored on one host at a time; only its own '
-                         'instance live-migrating can connect it on %s'
-                         % (volume.id, elsewhere, host))
+                    data=_('volume %(id)s is attached on %(there)s: a '
+                           'BlobCR volume is mirrored on one host at a '
+                           'time; only its own instance live-migrating can '
+                           'connect it on %(host)s')
+                    % {'id': volume.id, 'there': elsewhere, 'host': host})
             # Nova's live migration (pre_live_migration on the
             # destination, the guest still writing on the source): the
             # destination's mirror waits for the source's handoff
@@ -618,6 +654,20 @@ class BlobCRDriver(driver.VolumeDriver):
             LOG.warning('volume %s: could not obsolete superseded versions '
                         'of image %s: %s', volume.id, image, e)
 
+    # -- types -------------------------------------------------------------
+
+    def retype(self, context, volume, new_type, diff, host):
+        """Change a volume's type in place. Cinder asks only when the
+        new type stays on this backend and adds no encryption; the one
+        extra spec BlobCR acts on, ``blobcr:quiesce``, is read at each
+        snapshot, so no data moves. An invalid BlobCR spec fails the
+        retype (InvalidVolumeType) and the volume keeps its type.
+        """
+        quiesce_of(new_type, None)
+        LOG.info('volume %s retyped in place to %s', volume.id,
+                 new_type.get('name'))
+        return True, None
+
     # -- images ------------------------------------------------------------
 
     def copy_image_to_volume(self, context, volume, image_service, image_id,
@@ -636,11 +686,19 @@ class BlobCRDriver(driver.VolumeDriver):
 
     def copy_volume_to_image(self, context, volume, image_service,
                              image_meta):
+        """Upload the volume's newest stable version; an attached volume
+        (``--force``, which cinder-api allows when enable_force_upload is
+        set) first gets a live checkpoint on its host, and that version is
+        uploaded: what the guest had written when the upload was asked.
+        """
         image = self._image_of(volume)
+        version = None
         if self._attached_host(volume):
-            raise exception.VolumeIsBusy(volume_name=volume.name)
+            version = self._snapshot_version(volume)['version']
+            LOG.info('volume %s is attached: uploading its live checkpoint, '
+                     'version %d of image %s', volume.id, version, image)
         with self._exchange_path(volume, 'export') as path:
-            self._call(self.storage_host, 'export', image, None, path,
+            self._call(self.storage_host, 'export', image, version, path,
                        timeout=self.configuration.blobcr_snapshot_timeout)
             image_utils.upload_volume(context, image_service, image_meta,
                                       path, run_as_root=False)
@@ -702,16 +760,29 @@ class BlobCRDriver(driver.VolumeDriver):
         self._stats = stats
 
     # -- group snapshots -----------------------------------------------
+    #
+    # Groups whose type asks for consistent snapshots are BlobCR group
+    # checkpoints; for any other group Cinder's generic implementation
+    # (one snapshot per volume) is right, and NotImplementedError is how
+    # a driver asks for it.
+
+    @staticmethod
+    def _consistent_only(group):
+        if not volume_utils.is_group_a_cg_snapshot_type(group):
+            raise NotImplementedError()
 
     def create_group(self, context, group):
+        self._consistent_only(group)
         return {'status': 'available'}
 
     def delete_group(self, context, group, volumes):
+        self._consistent_only(group)
         return {'status': 'deleted'}, _each(
             volumes, self.delete_volume, 'group %s' % group.id)
 
     def update_group(self, context, group, add_volumes=None,
                      remove_volumes=None):
+        self._consistent_only(group)
         return None, None, None
 
     def create_group_snapshot(self, context, group_snapshot, snapshots):
@@ -723,6 +794,7 @@ class BlobCRDriver(driver.VolumeDriver):
         are consistent with each other (agent API 1.5 hold/release; a
         guest without a domain, or quiesce none, holds nothing).
         """
+        self._consistent_only(group_snapshot)
         attached = [(s, self._attached_host(s.volume)) for s in snapshots]
         members = sum(1 for _, host in attached if host)
         group = 'cinder-%s' % group_snapshot.id
@@ -780,6 +852,7 @@ class BlobCRDriver(driver.VolumeDriver):
                         'failure: %s', version, image, e)
 
     def delete_group_snapshot(self, context, group_snapshot, snapshots):
+        self._consistent_only(group_snapshot)
         return {'status': 'deleted'}, _each(
             snapshots, self.delete_snapshot,
             'group snapshot %s' % group_snapshot.id)
@@ -787,6 +860,7 @@ class BlobCRDriver(driver.VolumeDriver):
     def create_group_from_src(self, context, group, volumes,
                               group_snapshot=None, snapshots=None,
                               source_group=None, source_vols=None):
+        self._consistent_only(group)
         updates = []
         if group_snapshot is not None:
             by_id = {s.id: s for s in snapshots}
@@ -818,17 +892,19 @@ class BlobCRDriver(driver.VolumeDriver):
         if not ref:
             raise exception.ManageExistingInvalidReference(
                 existing_ref=existing_ref,
-                reason='give source-id (a BlobCR image id) or source-name '
-                       '(its name)')
+                reason=_('give source-id (a BlobCR image id) or '
+                         'source-name (its name)'))
         images = self._images()
         found = [i for i in images if i['id'] == ref] or \
             [i for i in images if i['name'] == ref]
         if len(found) != 1:
             raise exception.ManageExistingInvalidReference(
                 existing_ref=existing_ref,
-                reason='%s BlobCR image named %s on %s' % (
-                    'no' if not found else 'more than one', ref,
-                    self.storage_host))
+                reason=(_('no BlobCR image named %(ref)s on %(host)s')
+                        if not found else
+                        _('more than one BlobCR image named %(ref)s on '
+                          '%(host)s'))
+                % {'ref': ref, 'host': self.storage_host})
         return found[0]
 
     @staticmethod
@@ -863,13 +939,14 @@ class BlobCRDriver(driver.VolumeDriver):
     @staticmethod
     def _not_manageable(image, claimed):
         if claimed:
-            return 'image %s is already volume %s' % (image['id'],
-                                                      ', '.join(claimed))
+            return _('image %(image)s is already volume %(volumes)s') % {
+                'image': image['id'], 'volumes': ', '.join(claimed)}
         if image['attached_on']:
-            return 'image %s is attached on %s: detach it first' % (
-                image['id'], ', '.join(image['attached_on']))
+            return _('image %(image)s is attached on %(hosts)s: detach it '
+                     'first') % {'image': image['id'],
+                                 'hosts': ', '.join(image['attached_on'])}
         if image['newest_stable'] is None:
-            return 'image %s has no stable version' % image['id']
+            return _('image %s has no stable version') % image['id']
         return None
 
     def unmanage(self, volume):
@@ -907,20 +984,25 @@ class BlobCRDriver(driver.VolumeDriver):
         except exception.InvalidSnapshot:
             raise exception.ManageExistingInvalidReference(
                 existing_ref=existing_ref,
-                reason='give source-name IMAGE@VERSION (a BlobCR version)')
+                reason=_('give source-name IMAGE@VERSION (a BlobCR '
+                         'version)'))
         if image != snapshot.volume.provider_id:
             raise exception.ManageExistingInvalidReference(
                 existing_ref=existing_ref,
-                reason='%s is not a version of volume %s (image %s)'
-                % (ref, snapshot.volume_id, snapshot.volume.provider_id))
+                reason=_('%(ref)s is not a version of volume %(volume)s '
+                         '(image %(image)s)')
+                % {'ref': ref, 'volume': snapshot.volume_id,
+                   'image': snapshot.volume.provider_id})
         listed = self._call(self.storage_host, 'list_versions', image)
         found = [v for v in listed['versions'] if v['version'] == number]
         if not found or found[0]['state'] != 'stable':
             raise exception.ManageExistingInvalidReference(
                 existing_ref=existing_ref,
-                reason='version %d of image %s is %s' % (
-                    number, image, found[0]['state'] if found else
-                    'not there (any more)'))
+                reason=_('version %(version)d of image %(image)s is '
+                         '%(state)s')
+                % {'version': number, 'image': image,
+                   'state': found[0]['state'] if found else
+                   _('not there (any more)')})
         return image, found[0]
 
     def manage_existing_snapshot_get_size(self, snapshot, existing_ref):
@@ -936,8 +1018,8 @@ class BlobCRDriver(driver.VolumeDriver):
         if taken:
             raise exception.ManageExistingInvalidReference(
                 existing_ref=existing_ref,
-                reason='%s is already snapshot %s' % (provider_id,
-                                                      ', '.join(taken)))
+                reason=_('%(ref)s is already snapshot %(taken)s')
+                % {'ref': provider_id, 'taken': ', '.join(taken)})
         return self._snapshot_model(snapshot, {'image': image,
                                                'version': version['version']})
 

@@ -361,7 +361,7 @@ function configure_blobcr_tempest {
     iniset "$TEMPEST_CONFIG" volume-feature-enabled manage_volume True
     iniset "$TEMPEST_CONFIG" volume-feature-enabled manage_snapshot True
     iniset "$TEMPEST_CONFIG" volume-feature-enabled extend_attached_volume False
-    iniset "$TEMPEST_CONFIG" volume storage_protocol BLOBCR
+    iniset "$TEMPEST_CONFIG" volume storage_protocol file
     iniset "$TEMPEST_CONFIG" volume vendor_name "BlobCR for OpenStack"
 }
 

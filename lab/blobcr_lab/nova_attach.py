@@ -18,6 +18,7 @@ token, a connector naming the compute host; the connection info names
 the file the hypervisor would open.
 """
 
+import os
 import uuid
 
 from blobcr_lab import openstack as stack_module
@@ -66,3 +67,14 @@ class Attachment(object):
     def detach(self):
         self.api.delete('/attachments/%s' % self.id,
                         microversion=self.MICROVERSION)
+
+
+def write_at(path, offset, data):
+    """Write ``data`` at ``offset`` of an attachment's file and fsync it,
+    as a guest's write and flush.
+    """
+    with open(path, 'r+b') as f:
+        f.seek(offset)
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())

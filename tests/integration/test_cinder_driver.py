@@ -147,8 +147,15 @@ def test_volume_snapshot_clone_revert_extend_delete(cloud, rabbitmq_url):
     att_c.detach()
 
     # The chain, as the OSC plugin draws it.
-    listed = stack.openstack('blobcr', 'checkpoint', 'list', vol['id'])
+    listed = stack.openstack('blobcr', 'checkpoint', 'list', '--volume',
+                             vol['id'])
     assert [c['ID'] for c in listed] == [snap['id']]
+    # Numbers as numbers, and the same row among everyone's checkpoints.
+    assert isinstance(listed[0]['Version'], int), listed
+    assert isinstance(listed[0]['Bytes Written'], int), listed
+    everyone = stack.openstack('blobcr', 'checkpoint', 'list')
+    assert [c for c in everyone if c['ID'] == snap['id']] == [
+        dict(listed[0], **{'Volume ID': vol['id']})]
     tree = stack.openstack('blobcr', 'checkpoint', 'tree', vol['id'])
     assert [(row['Kind'], row['ID']) for row in tree] == [
         ('volume', vol['id']), ('checkpoint', snap['id']),
@@ -264,6 +271,82 @@ def test_unknown_extra_spec_fails_the_create_clearly(cloud):
     finally:
         stack.openstack('volume', 'type', 'delete', name, user='admin',
                         json=False)
+
+
+def wait_type(stack, volume_id, type_name, timeout=120):
+    """The volume once its type is ``type_name`` and the retype is over
+    (a status other than retyping).
+    """
+    api = stack.block_storage('admin')
+    deadline = time.monotonic() + timeout
+    while True:
+        shown = api.get('/volumes/%s' % volume_id).json()['volume']
+        if shown['volume_type'] == type_name and \
+                shown['status'] != 'retyping':
+            return shown
+        assert time.monotonic() < deadline, shown
+        time.sleep(0.5)
+
+
+def test_retype_in_place_between_blobcr_types(openstack_cloud,
+                                              cinder_hosts, rabbitmq_url):
+    """Two types of one BlobCR backend that differ only in
+    ``blobcr:quiesce``: a retype with ``--retype-policy never`` (no
+    migration allowed) is done in place, on an attached volume too; the
+    image, its versions and the data stay. A type with an invalid BlobCR
+    spec is refused, and the volume keeps its type.
+    """
+    stack, hosts = openstack_cloud, cinder_hosts['local']
+    tag = uuid.uuid4().hex[:6]
+    types = {mode: 'rt-%s-%s' % (mode, tag)
+             for mode in ('none', 'fsfreeze', 'bogus')}
+    for mode, name in types.items():
+        stack.openstack('volume', 'type', 'create', '--property',
+                        'volume_backend_name=%s' % hosts.backend_name,
+                        '--property', 'blobcr:quiesce=%s' % mode, name,
+                        user='admin')
+    agent = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=60)
+    try:
+        vol = create_volume(stack, hosts, 'rt-%s' % tag, '--size', '1')
+        # create_volume picked the backend's own type: retype to ours.
+        stack.openstack('volume', 'set', '--type', types['none'],
+                        '--retype-policy', 'never', vol['id'], json=False)
+        wait_type(stack, vol['id'], types['none'])
+        image = 'volume-%s' % vol['id']
+        att = Attachment(stack, vol['id'], hosts.compute[0])
+        data = random.Random(7).randbytes(1 << 20)
+        with open(att.path, 'r+b') as f:
+            f.write(data)
+            os.fsync(f.fileno())
+        versions = agent.list_versions(hosts.storage, image)['versions']
+        stack.openstack('volume', 'set', '--type', types['fsfreeze'],
+                        '--retype-policy', 'never', vol['id'], json=False)
+        shown = wait_type(stack, vol['id'], types['fsfreeze'])
+        assert shown['status'] == 'in-use', shown
+        assert agent.list_versions(hosts.storage, image)['versions'] == \
+            versions
+        assert 'retyped in place to %s' % types['fsfreeze'] in \
+            stack.log('cinder-volume', 2000)
+
+        stack.openstack('volume', 'set', '--type', types['bogus'],
+                        '--retype-policy', 'never', vol['id'], json=False)
+        deadline = time.monotonic() + 120
+        while 'blobcr:quiesce=bogus: must be one of' not in \
+                stack.log('cinder-volume', 2000):
+            assert time.monotonic() < deadline
+            time.sleep(1)
+        shown = wait_type(stack, vol['id'], types['fsfreeze'])
+        assert shown['status'] == 'in-use', shown
+        assert read_file(att.path, 0, len(data)) == data
+        att.detach()
+        stack.wait_status('volume', vol['id'], 'available')
+        stack.openstack('volume', 'delete', vol['id'], json=False)
+        stack.wait_status('volume', vol['id'], 'deleted')
+    finally:
+        agent.cleanup()
+        for name in types.values():
+            stack.openstack('volume', 'type', 'delete', name, user='admin',
+                            json=False)
 
 
 def wait_group(stack, group_id, status, timeout=120):

@@ -37,6 +37,7 @@ import pytest
 
 from blobcr_agent.rpc import api as rpc_api
 from blobcr_lab.nova_attach import Attachment
+from blobcr_lab.nova_attach import write_at
 from blobcr_lab import openstack as openstack_stack
 
 GiB = 1 << 30
@@ -190,11 +191,7 @@ def test_volume_to_image_and_back(cloud, images, agent, tmp_path):
     offset = 5 * MiB + 512
     att = Attachment(stack, vol['id'], hosts.compute[0])
     try:
-        with open(att.path, 'r+b') as f:
-            f.seek(offset)
-            f.write(written)
-            f.flush()
-            os.fsync(f.fileno())
+        write_at(att.path, offset, written)
     finally:
         att.detach()
     stack.wait_status('volume', vol['id'], 'available')
@@ -283,3 +280,57 @@ def test_image_bigger_than_volume_past_the_api(cloud, images, agent):
                 if v['made_by'] == 'import'], images_of_volume
     delete_volume(stack, volume_id)
     assert no_root_copy(stack)
+
+
+def test_attached_volume_uploads_its_live_checkpoint(openstack_cloud,
+                                                     cinder_hosts, agent,
+                                                     tmp_path):
+    """``openstack image create --volume V --force`` of a volume in use:
+    the driver takes a live checkpoint on the compute host and uploads
+    that version (Cinder's own default would attach the volume a second
+    time, which a BlobCR volume refuses). The image holds what the
+    "guest" had written; the volume stays in use, and keeps its later
+    writes after the detach.
+    """
+    stack, hosts = openstack_cloud, cinder_hosts['local']
+    vol = create_volume(stack, hosts, 'upload-in-use')
+    first, later = pattern(3, MiB), pattern(4, MiB)
+    offset = 7 * MiB + 4096
+    att = Attachment(stack, vol['id'], hosts.compute[0])
+    image_id = None
+    try:
+        write_at(att.path, offset, first)
+        # Stable versions only: an attached image has its next version
+        # reserved ahead (pending) already.
+        before = {v['version'] for v in versions_of(agent, hosts, vol['id'])
+                  if v['state'] == 'stable'}
+        uploaded = stack.openstack('image', 'create', '--volume', vol['id'],
+                                   '--force', '--disk-format', 'qcow2',
+                                   'upload-in-use')
+        image_id = uploaded.get('image_id') or uploaded['id']
+        stack.wait_status('volume', vol['id'], 'in-use', timeout=300)
+        shown = stack.openstack('image', 'show', image_id)
+        assert shown['status'] == 'active', shown
+        taken = [v for v in versions_of(agent, hosts, vol['id'])
+                 if v['state'] == 'stable' and v['version'] not in before]
+        assert [v['made_by'] for v in taken] == ['cinder'], taken
+        write_at(att.path, offset, later)
+        out = tmp_path / 'download.qcow2'
+        stack.openstack('image', 'save', '--file', out, image_id,
+                        json=False, timeout=300)
+        qemu_img('convert', '-f', 'qcow2', '-O', 'raw', out,
+                 tmp_path / 'download.raw')
+        assert same_as(str(tmp_path / 'download.raw'),
+                       bytes(offset) + first, GiB)
+    finally:
+        att.detach()
+        if image_id:
+            stack.openstack('image', 'delete', image_id, json=False)
+    stack.wait_status('volume', vol['id'], 'available')
+    again = Attachment(stack, vol['id'], hosts.compute[1])
+    try:
+        assert read_file(again.path, offset, MiB) == later
+    finally:
+        again.detach()
+    stack.wait_status('volume', vol['id'], 'available')
+    delete_volume(stack, vol['id'])

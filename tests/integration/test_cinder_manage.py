@@ -32,6 +32,7 @@ import pytest
 from blobcr_agent.rpc import api as rpc_api
 from blobcr_lab import agents
 from blobcr_lab.nova_attach import Attachment
+from blobcr_lab.nova_attach import write_at
 from blobcr_lab import openstack as stack_module
 
 GiB = 1 << 30
@@ -88,14 +89,6 @@ def run_sync(stack, hosts, workdir, expect_ok=True):
 @pytest.fixture(params=['local', 'rados'])
 def cloud(request, openstack_cloud, cinder_hosts, sync_user):
     return openstack_cloud, cinder_hosts[request.param]
-
-
-def write_at(path, offset, data):
-    with open(path, 'r+b') as f:
-        f.seek(offset)
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def read_at(path, offset, length):

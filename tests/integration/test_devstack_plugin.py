@@ -431,7 +431,7 @@ def check_nova_conf(path, port):
 
 def check_tempest_conf(path):
     conf = read_conf(path)
-    assert conf.get('volume', 'storage_protocol') == 'BLOBCR'
+    assert conf.get('volume', 'storage_protocol') == 'file'
     assert conf.get('volume', 'vendor_name') == 'BlobCR for OpenStack'
     assert conf.getboolean('volume-feature-enabled', 'volume_revert')
     assert not conf.getboolean('volume-feature-enabled',
