@@ -12,28 +12,34 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""``openstack blobcr restart --group G``: blobcr-restart as an
+"""``openstack blobcr group restart G``: blobcr-restart as an
 OpenStackClient command, on the CLI's own session (its credentials,
 region and interface), with the same plan, steps and progress
-(blobcr_nova/restart.py).
+(blobcr_nova/restart.py). ``openstack blobcr restart --group G`` is its
+earlier, deprecated name.
 """
+
+import logging
 
 from osc_lib.command import command
 from osc_lib import exceptions
 
 from blobcr_nova import restart
 
+LOG = logging.getLogger(__name__)
+
 COLUMNS = ('Name', 'Snapshot', 'Source Volume', 'Volume', 'Server')
 
 
-class RestartJob(command.Lister):
+class RestartGroup(command.Lister):
     """Restart a job (a Cinder volume group of boot volumes) from its
     newest complete group checkpoint: a volume from each member snapshot,
     a server booted from each volume (no network).
     """
 
     def get_parser(self, prog_name):
-        return restart.add_arguments(super().get_parser(prog_name))
+        return restart.add_arguments(super().get_parser(prog_name),
+                                     group_positional=True)
 
     def take_action(self, parsed_args):
         if restart.flavor_missing(parsed_args):
@@ -54,3 +60,18 @@ class RestartJob(command.Lister):
                          member['source_volume'], got.get('volume'),
                          got.get('server')))
         return COLUMNS, rows
+
+
+class RestartJob(RestartGroup):
+    """Deprecated: use ``openstack blobcr group restart <group>``."""
+
+    deprecated = True
+
+    def get_parser(self, prog_name):
+        return restart.add_arguments(command.Lister.get_parser(self,
+                                                               prog_name))
+
+    def take_action(self, parsed_args):
+        LOG.warning('"openstack blobcr restart --group G" is deprecated: '
+                    'use "openstack blobcr group restart G"')
+        return super().take_action(parsed_args)

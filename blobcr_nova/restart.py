@@ -317,12 +317,17 @@ def public_plan(the_plan, flavor):
 FLAVOR_NEEDED = '--flavor is required (unless --dry-run or --no-boot)'
 
 
-def add_arguments(parser):
-    """A restart's options: blobcr-restart's and ``openstack blobcr
-    restart``'s (blobcr_nova/osc.py).
+def add_arguments(parser, group_positional=False):
+    """A restart's options: blobcr-restart's and ``openstack blobcr group
+    restart``'s (blobcr_nova/osc.py; the group is its positional
+    argument there, as OSC names the object acted on).
     """
-    parser.add_argument('--group', metavar='<group>', required=True,
-                        help='the Cinder volume group id')
+    if group_positional:
+        parser.add_argument('group', metavar='<group>',
+                            help='the Cinder volume group id')
+    else:
+        parser.add_argument('--group', metavar='<group>', required=True,
+                            help='the Cinder volume group id')
     parser.add_argument('--flavor', metavar='<flavor>',
                         help='Nova flavor (name or id) of the servers; '
                         'required unless --dry-run or --no-boot')

@@ -51,12 +51,21 @@ def blobcr_fields(snapshot):
     return {k[len(META):]: v for k, v in meta.items() if k.startswith(META)}
 
 
-def version_of(node):
-    """The image version of a checkpoint node (None if unknown)."""
+def number(text):
+    """A metadata value as a number: int if whole, float otherwise, None
+    if missing or not a number.
+    """
     try:
-        return int(node.blobcr.get('version'))
+        value = float(text)
     except (TypeError, ValueError):
         return None
+    return int(value) if value.is_integer() else value
+
+
+def version_of(node):
+    """The image version of a checkpoint node (None if unknown)."""
+    value = number(node.blobcr.get('version'))
+    return value if isinstance(value, int) else None
 
 
 def state_of(node):

@@ -23,10 +23,15 @@ COLUMNS = ('ID', 'Name', 'Version', 'Parent', 'Status', 'Size',
 
 
 def _row(node):
+    """A checkpoint's columns; Cinder keeps metadata as strings, the
+    numbers are given back as numbers (``-f json`` sorts and sums them).
+    """
     b = node.blobcr
-    return (node.id, node.name, b.get('version'), b.get('parent'),
-            node.status, node.size, b.get('bytes_written'), b.get('ack_ms'),
-            b.get('held_ms'), b.get('quiesce'), node.created)
+    return (node.id, node.name, chain.number(b.get('version')),
+            chain.number(b.get('parent')), node.status, node.size,
+            chain.number(b.get('bytes_written')),
+            chain.number(b.get('ack_ms')), chain.number(b.get('held_ms')),
+            b.get('quiesce'), node.created)
 
 
 class _VolumeCommand(object):
@@ -48,15 +53,39 @@ class _VolumeCommand(object):
 
 
 class ListCheckpoint(_VolumeCommand, command.Lister):
-    """List the checkpoints of a volume, oldest version first."""
+    """List checkpoints, oldest version first: of one volume
+    (``--volume``), or of every BlobCR volume the user sees.
+    """
 
     def get_parser(self, prog_name):
-        return self._add_volume(super().get_parser(prog_name))
+        parser = super().get_parser(prog_name)
+        parser.add_argument('--volume', metavar='<volume>',
+                            help='Only the checkpoints of this volume '
+                                 '(name or ID)')
+        parser.add_argument('--status', metavar='<status>',
+                            help='Only checkpoints with this snapshot '
+                                 'status (available, creating, error...)')
+        # The positional form of earlier releases.
+        parser.add_argument('volume_positional', metavar='<volume>',
+                            nargs='?', help='Same as --volume (deprecated)')
+        return parser
 
     def take_action(self, parsed_args):
-        volume = self._volume(parsed_args.volume)
-        nodes = chain.checkpoints_of(self._snapshots_of(volume.id))
-        return COLUMNS, [_row(n) for n in nodes]
+        name = parsed_args.volume or parsed_args.volume_positional
+        filters = {'status': parsed_args.status} \
+            if parsed_args.status else {}
+        if name:
+            filters['volume_id'] = self._volume(name).id
+        snapshots = list(self._client().snapshots(details=True, **filters))
+        if not name:
+            # Every snapshot the user sees: only BlobCR's (a checkpoint
+            # still being made has no BlobCR metadata yet; --volume
+            # shows it).
+            snapshots = [s for s in snapshots if chain.blobcr_fields(s)]
+        nodes = chain.checkpoints_of(snapshots)
+        by_id = {s.id: s.volume_id for s in snapshots}
+        return COLUMNS + ('Volume ID',), [_row(n) + (by_id[n.id],)
+                                          for n in nodes]
 
 
 class ShowCheckpoint(_VolumeCommand, command.ShowOne):

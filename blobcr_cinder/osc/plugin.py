@@ -19,6 +19,9 @@ metadata the BlobCR driver records on them, and the volumes made from
 them), so any user who can list their volumes can draw it.
 """
 
+from osc_lib import exceptions
+from osc_lib import utils
+
 API_NAME = 'blobcr'
 API_VERSION_OPTION = 'os_blobcr_api_version'
 API_VERSIONS = {'1': 'blobcr_cinder.osc.plugin'}
@@ -27,8 +30,19 @@ DEFAULT_API_VERSION = '1'
 
 def make_client(instance):
     """The block-storage client of the session (openstacksdk)."""
+    version = instance._api_version.get(API_NAME, DEFAULT_API_VERSION)
+    if version not in API_VERSIONS:
+        raise exceptions.UnsupportedVersion(
+            'BlobCR API version %s is not supported (supported: %s)'
+            % (version, ', '.join(sorted(API_VERSIONS))))
     return instance.sdk_connection.block_storage
 
 
 def build_option_parser(parser):
+    parser.add_argument(
+        '--os-blobcr-api-version', metavar='<blobcr-api-version>',
+        default=utils.env('OS_BLOBCR_API_VERSION',
+                          default=DEFAULT_API_VERSION),
+        help='BlobCR API version, default=%s (Env: OS_BLOBCR_API_VERSION)'
+        % DEFAULT_API_VERSION)
     return parser

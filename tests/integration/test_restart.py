@@ -205,7 +205,7 @@ def test_restart_plan_and_volumes_from_newest_checkpoint(openstack_cloud,
         # Nothing made by a dry run.
         assert volume_ids(stack) == before
         # The same plan through the openstack CLI (its own session).
-        rows = stack.openstack('blobcr', 'restart', '--group', job.group,
+        rows = stack.openstack('blobcr', 'group', 'restart', job.group,
                                '--dry-run')
         assert sorted((r['Snapshot'], r['Source Volume']) for r in rows) == \
             sorted((m['snapshot'], m['source_volume'])
