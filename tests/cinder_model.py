@@ -49,6 +49,7 @@ reach the test session's process.
 import os
 import random
 import threading
+import time
 import types
 import uuid
 
@@ -471,8 +472,25 @@ class Walk(object):
             raise ModelError('volume %s: its last chunk was never written '
                              'but is not zero' % volume.provider_id)
 
+    def _settled(self, image, timeout=60):
+        """The image's header once no agent is detaching it. A detach
+        returns while its final version persists (agent API 1.7); every
+        operation on the volume waits for that first (the agent's
+        Volumes.settle), and so does this check.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            header = self.world.repo.image(image)
+            if not any(p.get('detaching') for v in header.versions
+                       for p in v.pins):
+                return header
+            if time.monotonic() > deadline:
+                raise ModelError('image %s is still being detached after '
+                                 '%d s' % (image, timeout))
+            time.sleep(0.05)
+
     def _check_detached(self, volume):
-        header = self.world.repo.image(volume.provider_id)
+        header = self._settled(volume.provider_id)
         if header.size != volume.size * GiB:
             raise ModelError('volume %s is %d bytes, not %d GiB'
                              % (volume.provider_id, header.size, volume.size))

@@ -24,6 +24,8 @@ import uuid
 
 import oslo_messaging
 
+from blobcr_agent import exception
+
 RPC_UP_TIMEOUT = 60
 
 
@@ -49,6 +51,22 @@ def wait_rpc(api, host, timeout=RPC_UP_TIMEOUT):
         except oslo_messaging.MessagingTimeout:
             if time.monotonic() > deadline:
                 raise
+
+
+def collect_garbage(api, host, timeout=120):
+    """GC now through ``host``'s agent, with no grace (the caller's
+    writes are done). A store that collects by itself ([repository]
+    gc_interval, the small backend's) may be collecting already: the
+    agent says Busy until that run ends, and this waits for it.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return api.gc(host, grace=0)
+        except exception.Busy:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
 
 
 def agent_log(agent):

@@ -32,6 +32,7 @@ import uuid
 import pytest
 
 from blobcr_agent.rpc import api as rpc_api
+from blobcr_lab import agent_rpc
 from blobcr_lab.nova_attach import as_nova
 from blobcr_lab.nova_attach import Attachment
 from blobcr_lab import seq_writer
@@ -72,7 +73,7 @@ def collect_garbage(rabbitmq_url, host):
     """
     api = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=60)
     try:
-        api.gc(host, grace=0)
+        agent_rpc.collect_garbage(api, host)
     finally:
         api.cleanup()
 

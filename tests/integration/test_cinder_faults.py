@@ -296,7 +296,7 @@ def test_full_backend(small, agent_api):
         delete(stack, 'snapshot', snap['id'])
     for volume in (vol, other):
         delete(stack, 'volume', volume['id'])
-    agent_api.gc(hosts.storage, grace=0)
+    agent_rpc.collect_garbage(agent_api, hosts.storage)
 
 
 # -- an agent killed mid-operation -------------------------------------------
