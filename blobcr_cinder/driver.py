@@ -162,10 +162,6 @@ class BlobCRDriver(driver.VolumeDriver):
     CI_WIKI_NAME = 'BlobCR_CI'
     # Cinder's own name for volumes served as a file on the host.
     STORAGE_PROTOCOL = constants.FILE
-    # Nova's LibvirtGPFSVolumeDriver opens device_path as a plain file
-    # (<disk type='file'>) with no mount or block-device step; os-brick's
-    # GPFS connector is its local-path connector.
-    DRIVER_VOLUME_TYPE = 'gpfs'
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -510,7 +506,12 @@ class BlobCRDriver(driver.VolumeDriver):
             host, 'attach', self._image_of(volume), instance=instance,
             project=volume.project_id if instance else None,
             migrate_from=migrate_from)
-        return {'driver_volume_type': self.DRIVER_VOLUME_TYPE,
+        # 'blobcr': Nova's LibvirtBlobCRVolumeDriver and os-brick's
+        # BlobCRConnector (blobcr_nova; devstack/patches/ register them);
+        # 'gpfs': their GPFS classes, which open the same plain file
+        # (<disk type='file'>) with no mount or block-device step.
+        return {'driver_volume_type':
+                self.configuration.blobcr_connection_type,
                 'data': {'device_path': attached['path'],
                          'name': image_name(volume),
                          'blobcr_image': attached['image'],

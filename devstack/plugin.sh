@@ -48,13 +48,14 @@ function blobcr_bindir {
 function blobcr_check_settings {
     local name value allowed
     for name in BLOBCR_BACKEND BLOBCR_CEPH_CLUSTER BLOBCR_QUIESCE \
-            BLOBCR_CEPH_DATA_POOL_TYPE; do
+            BLOBCR_CEPH_DATA_POOL_TYPE BLOBCR_CONNECTION_TYPE; do
         value=${!name}
         case $name in
             BLOBCR_BACKEND) allowed="local ceph" ;;
             BLOBCR_CEPH_CLUSTER) allowed="devstack-plugin-ceph micro" ;;
             BLOBCR_QUIESCE) allowed="none fsfreeze suspend" ;;
             BLOBCR_CEPH_DATA_POOL_TYPE) allowed="auto erasure replicated" ;;
+            BLOBCR_CONNECTION_TYPE) allowed="blobcr gpfs" ;;
         esac
         if [[ " $allowed " != *" $value "* ]]; then
             die $LINENO "BlobCR: $name=$value is not one of: $allowed"
@@ -74,9 +75,9 @@ function blobcr_check_settings {
 
 function install_blobcr_packages {
     # FUSE and the C core's build, libvirt-python's build, qemu-img for the
-    # Cinder driver's image copies.
+    # Cinder driver's image copies, patch for the connection type.
     install_package fuse3 libfuse3-dev pkg-config build-essential python3-dev \
-        libvirt-dev qemu-utils
+        libvirt-dev qemu-utils patch
     if [[ $BLOBCR_BACKEND == ceph ]]; then
         # The ceph CLI makes the pools; the agent uses the rados binding
         # (devstack's venv sees the system's site-packages).
@@ -94,6 +95,12 @@ function install_blobcr {
     if [[ $BLOBCR_BACKEND == ceph ]] && ! "$python" -c 'import rados' 2>/dev/null; then
         die $LINENO "BlobCR: $python cannot import rados (python3-rados): use devstack's global venv, which sees the system's site-packages"
     fi
+    if [[ $BLOBCR_CONNECTION_TYPE == blobcr ]]; then
+        # Nova's libvirt volume drivers and os-brick's connectors are
+        # fixed tables: add BlobCR's (after stack.sh installed both).
+        bash "$BLOBCR_DIR/tools/apply-connection-patches.sh" "$python" \
+            || die $LINENO "BlobCR: the connection patches do not fit this Nova or os-brick: set BLOBCR_CONNECTION_TYPE=gpfs"
+    fi
 }
 
 # configure_cinder_backend_blobcr NAME: the [NAME] section of cinder.conf.
@@ -107,6 +114,7 @@ function configure_cinder_backend_blobcr {
     iniset "$CINDER_CONF" "$be_name" blobcr_agent_host "$BLOBCR_AGENT_HOST"
     iniset "$CINDER_CONF" "$be_name" blobcr_exchange_dir "$BLOBCR_EXPORT_DIR"
     iniset "$CINDER_CONF" "$be_name" blobcr_rpc_timeout "$BLOBCR_RPC_TIMEOUT"
+    iniset "$CINDER_CONF" "$be_name" blobcr_connection_type "$BLOBCR_CONNECTION_TYPE"
     if [[ -n $BLOBCR_CINDER_QUIESCE ]]; then
         iniset "$CINDER_CONF" "$be_name" blobcr_default_quiesce "$BLOBCR_CINDER_QUIESCE"
     fi

@@ -42,6 +42,8 @@ packages=(
     shellcheck
     # xgettext: the Horizon panel's message catalogue (tools/extract_messages.py).
     gettext
+    # tools/apply-connection-patches.sh (Nova's and os-brick's tables).
+    patch
 )
 
 . "$top/tools/lib/apt.sh"

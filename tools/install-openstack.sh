@@ -113,6 +113,10 @@ PYTHONWARNINGS=ignore "$py" -c 'import rados, blobcr_agent._native, cinder, keys
     || { echo "install-openstack: $venv/etc/glance/glance-api-paste.ini is missing" >&2; exit 1; }
 PYTHONWARNINGS=ignore "$py" -c 'import nova.virt.libvirt.volume.volume, nova.virt.libvirt.volume.gpfs, nova.api.metadata.vendordata_dynamic' \
     || { echo "install-openstack: nova's libvirt volume drivers or vendordata client do not load" >&2; exit 1; }
+# The 'blobcr' connection type in this Nova and os-brick (devstack/patches).
+bash "$top/tools/apply-connection-patches.sh" "$py"
+PYTHONWARNINGS=ignore "$py" -c 'import nova.virt.libvirt.driver as d, blobcr_nova.libvirt_volume; from os_brick.initiator import connector as c; assert d.VOLUME_DRIVERS["blobcr"] and c.get_connector_mapping()["BLOBCR"]' \
+    || { echo "install-openstack: the blobcr connection type is not in nova or os-brick" >&2; exit 1; }
 PYTHONWARNINGS=ignore "$py" -c 'import pyfuse3, oslo_messaging, libvirt, keystonemiddleware, openstackclient, psycopg2, openstack_dashboard' \
     || { echo "install-openstack: an import of the test suite broke" >&2; exit 1; }
 for tool in gunicorn openstack keystone-manage cinder-manage cinder-api \

@@ -163,6 +163,8 @@ def test_harness_iniset_keeps_devstack_rules(tmp_path):
      'BLOBCR_BACKEND=ceph needs a cluster'),
     ({'BLOBCR_BACKEND': 'ceph', 'BLOBCR_CEPH_CLUSTER': 'rook'},
      'BLOBCR_CEPH_CLUSTER=rook is not one of'),
+    ({'BLOBCR_CONNECTION_TYPE': 'iscsi'},
+     'BLOBCR_CONNECTION_TYPE=iscsi is not one of: blobcr gpfs'),
 ])
 def test_bad_settings_stop_pre_install(tmp_path, settings, message):
     env = devstack_env(tmp_path, 'rabbit://unused', **settings)
@@ -285,6 +287,7 @@ def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
         assert section['blobcr_agent_host'] == host
         assert section['blobcr_exchange_dir'] == os.path.join(data,
                                                               'exports')
+        assert section['blobcr_connection_type'] == 'blobcr'
         volume_service = stack_module.ServiceProcess(
             'cinder-volume-devstack',
             [os.path.join(BIN, 'cinder-volume'), '--config-file',

@@ -85,7 +85,11 @@ for info in spec['connections']:
     name = driver.VOLUME_DRIVERS[info['driver_volume_type']]
     volume_driver = importutils.import_class(name)(connection)
     before = mounts()
-    volume_driver.connect_volume(info, None)
+    try:
+        volume_driver.connect_volume(info, None)
+    except Exception as e:
+        out['disks'].append({'class': name, 'error': str(e)})
+        continue
     config = volume_driver.get_config(info, spec['disk_info'])
     volume_driver.disconnect_volume(info, None)
     out['disks'].append({'class': name, 'xml': config.to_xml(),
@@ -94,7 +98,7 @@ print(json.dumps(out))
 '''
 
 
-def nova_disks(connections, kinds=('gpfs', 'nfs', 'local'),
+def nova_disks(connections, kinds=('blobcr', 'gpfs', 'nfs', 'local'),
                disk_info=DISK_INFO):
     proc = subprocess.run(
         [sys.executable, '-c', NOVA_SCRIPT], capture_output=True, text=True,
@@ -105,12 +109,16 @@ def nova_disks(connections, kinds=('gpfs', 'nfs', 'local'),
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def check_file_disk(disk, path, dev='vdb'):
+DRIVER_CLASSES = {
+    'blobcr': 'blobcr_nova.libvirt_volume.LibvirtBlobCRVolumeDriver',
+    'gpfs': 'nova.virt.libvirt.volume.gpfs.LibvirtGPFSVolumeDriver'}
+
+
+def check_file_disk(disk, path, dev='vdb', kind='blobcr'):
     """Nova's disk for ``path``: a plain file, raw, QEMU opens it
     itself, uncached (O_DIRECT, which the FUSE mirror serves).
     """
-    assert disk['class'] == \
-        'nova.virt.libvirt.volume.gpfs.LibvirtGPFSVolumeDriver'
+    assert disk['class'] == DRIVER_CLASSES[kind], disk
     assert disk['mounts_changed'] is False
     element = ElementTree.fromstring(disk['xml'])
     assert (element.tag, element.get('type'), element.get('device')) == \
@@ -138,9 +146,9 @@ def test_cinder_connection_is_a_file_disk_with_no_mount(openstack_cloud,
     attachment = Attachment(stack, made['id'], hosts.compute[0])
     try:
         data = attachment.connection
-        # What Cinder handed out names the gpfs type and a file on the
-        # compute agent's FUSE mirror.
-        assert data['driver_volume_type'] == 'gpfs', data
+        # What Cinder handed out names BlobCR's own type and a file on
+        # the compute agent's FUSE mirror.
+        assert data['driver_volume_type'] == 'blobcr', data
         path = data['device_path']
         mount = os.path.realpath(hosts.agents['compute-a'].mount)
         real = os.path.realpath(path)
@@ -148,15 +156,26 @@ def test_cinder_connection_is_a_file_disk_with_no_mount(openstack_cloud,
         # On the agent's FUSE mount (mnt, or mnt/images).
         assert os.path.ismount(mount) or os.path.ismount(
             os.path.dirname(real))
-        out = nova_disks([{'attachment': {'connection_info': dict(data),
+        # The same connection as the fallback type (blobcr_connection_
+        # type = gpfs) and with a path no mirror serves (the attachment's
+        # connection_info is flat: Nova nests it under 'data').
+        fallback = dict(data, driver_volume_type='gpfs')
+        gone = dict(data, device_path=path + '-gone')
+        out = nova_disks([{'attachment': {'connection_info': dict(info),
                                           'status': 'attached'},
-                           'serial': made['id']}])
-        # gpfs is not one of Nova's mount-based drivers; nfs is (it
-        # would mount its share: the reason the driver does not use it).
-        assert out['mount_based'] == {'gpfs': False, 'nfs': True,
-                                      'local': False}
+                           'serial': made['id']}
+                          for info in (data, fallback, gone)])
+        # Neither blobcr nor gpfs is one of Nova's mount-based drivers;
+        # nfs is (it would mount its share).
+        assert out['mount_based'] == {'blobcr': False, 'gpfs': False,
+                                      'nfs': True, 'local': False}
         element = check_file_disk(out['disks'][0], path)
         assert element.find('serial').text == made['id']
+        check_file_disk(out['disks'][1], path, kind='gpfs')
+        # Both routes give libvirt the same disk.
+        assert out['disks'][0]['xml'] == out['disks'][1]['xml']
+        assert 'no BlobCR mirror file at %s-gone' % path in \
+            out['disks'][2]['error'], out['disks'][2]
     finally:
         attachment.detach()
         volumes.delete('/volumes/%s' % made['id'])
@@ -173,12 +192,15 @@ def test_agent_finds_the_domain_nova_defines(tmp_path):
     image = repo.create_image('nova-disk', CHUNK * 16).id
     workdir = tmp_path / 'agent'
     workdir.mkdir()
-    # Where the agent's mirror file will be (see tests/functional).
+    # Where the agent's mirror file will be (see tests/functional). The
+    # domain is defined before the agent starts: the gpfs class, which
+    # does not check that the file exists, gives the XML (the same as
+    # blobcr's: test_cinder_connection_is_a_file_disk_with_no_mount).
     path = os.path.join(str(workdir), 'mnt', 'images', image)
     out = nova_disks([{'driver_volume_type': 'gpfs', 'serial': image,
                        'data': {'device_path': path, 'access_mode': 'rw',
                                 'discard': False}}], kinds=())
-    check_file_disk(out['disks'][0], path)
+    check_file_disk(out['disks'][0], path, kind='gpfs')
     instance = str(uuid.uuid4())
     node = tmp_path / 'libvirt-node.xml'
     node.write_text(
@@ -262,7 +284,8 @@ def test_guest_boots_from_the_disk_nova_describes_and_checkpoints(
         path = agent.client.call('attach', image='data', instance=instance,
                                  project=project)['path']
         disk_info = {'bus': 'virtio', 'dev': 'vda', 'type': 'disk'}
-        out = nova_disks([{'driver_volume_type': 'gpfs', 'serial': header.id,
+        out = nova_disks([{'driver_volume_type': 'blobcr',
+                           'serial': header.id,
                            'data': {'device_path': path, 'access_mode': 'rw',
                                     'discard': False}}], kinds=(),
                          disk_info=disk_info)
