@@ -30,15 +30,34 @@ RestartError = restart.RestartError
 plan = restart.plan
 
 
+def _verify():
+    """TLS verification as Horizon's own API clients do it: off with
+    OPENSTACK_SSL_NO_VERIFY, else against OPENSTACK_SSL_CACERT if set.
+    """
+    if getattr(settings, 'OPENSTACK_SSL_NO_VERIFY', False):
+        return False
+    return getattr(settings, 'OPENSTACK_SSL_CACERT', None) or True
+
+
+def _interface():
+    """keystoneauth's name of Horizon's OPENSTACK_ENDPOINT_TYPE
+    (publicURL, internalURL, adminURL).
+    """
+    endpoint = getattr(settings, 'OPENSTACK_ENDPOINT_TYPE', None) \
+        or 'publicURL'
+    return endpoint[:-len('URL')] if endpoint.endswith('URL') else endpoint
+
+
 def cloud_of(request):
-    """blobcr-restart's Cloud acting as the request's user."""
+    """blobcr-restart's Cloud acting as the request's user, through the
+    endpoints and with the certificates Horizon's settings name.
+    """
     auth = v3.Token(auth_url=base.url_for(request, 'identity'),
                     token=request.user.token.id,
                     project_id=request.user.project_id)
-    session = ks_session.Session(
-        auth=auth, verify=not getattr(settings, 'OPENSTACK_SSL_NO_VERIFY',
-                                      False))
-    return restart.Cloud(session, region=request.user.services_region)
+    session = ks_session.Session(auth=auth, verify=_verify())
+    return restart.Cloud(session, region=request.user.services_region,
+                         interface=_interface())
 
 
 def run(cloud, the_plan, flavor, boot, stream):

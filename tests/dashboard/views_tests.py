@@ -326,6 +326,22 @@ class RestartTests(helpers.TestCase):
         self.assertEqual([m['volume'] for m in made],
                          ['vol-again-0', 'vol-again-1'])
 
+    def test_restart_session_follows_horizons_settings(self):
+        request = self.request
+        for overrides, verify, interface in (
+                ({}, True, 'public'),
+                ({'OPENSTACK_ENDPOINT_TYPE': 'internalURL',
+                  'OPENSTACK_SSL_CACERT': '/etc/ssl/cloud-ca.pem'},
+                 '/etc/ssl/cloud-ca.pem', 'internal'),
+                ({'OPENSTACK_ENDPOINT_TYPE': 'adminURL',
+                  'OPENSTACK_SSL_CACERT': '/etc/ssl/cloud-ca.pem',
+                  'OPENSTACK_SSL_NO_VERIFY': True}, False, 'admin')):
+            with override_settings(**overrides):
+                cloud = restarts.cloud_of(request)
+            self.assertEqual((cloud.session.verify, cloud.interface,
+                              cloud.volume.interface),
+                             (verify, interface, interface))
+
     def test_restart_needs_a_flavor_to_boot(self):
         url = reverse('horizon:project:checkpoints:restart', args=['job'])
         with mock.patch.object(restarts, 'cloud_of') as cloud_of:
