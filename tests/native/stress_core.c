@@ -129,10 +129,11 @@ static uint64_t seed;
 static int verbose;
 static volatile int hooks_on;
 static int cut_round;                    /* see the top of this file */
-/* Directed run: the next copy-aside stops in its hook until released. */
+/* Directed runs: the next pass through hook latch_at (a copy-aside, or
+ * a write before its pwrite) stops there until released. */
 static pthread_mutex_t latch_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t latch_cond = PTHREAD_COND_INITIALIZER;
-static int latch_armed, latch_held;
+static int latch_armed, latch_held, latch_at = MC_AT_COPY;
 static uint64_t clock_ticks;
 static int64_t fault_countdown = -1;     /* live-precopy copy error */
 static int64_t faults_fired;
@@ -159,9 +160,9 @@ void
 mc_test_pause(int where)
 {
     uint64_t r;
-    if (where == MC_AT_COPY) {
+    if (where == MC_AT_COPY || where == MC_AT_WRITE) {
         pthread_mutex_lock(&latch_lock);
-        if (latch_armed) {
+        if (latch_armed && where == latch_at) {
             latch_armed = 0;
             latch_held = 1;
             pthread_cond_broadcast(&latch_cond);
@@ -1158,6 +1159,97 @@ directed_cut(const char *tmp)
         die("cannot remove %s", dir);
 }
 
+/* ---- the directed install race ---------------------------------------- */
+
+static int directed_installed = -1, directed_install_done;
+
+static void *
+directed_install_writer(void *arg)
+{
+    directed_write(0, 1, 'W');
+    return NULL;
+}
+
+static void *
+directed_installer(void *arg)
+{
+    int err = mc_install(&core, 0, (const char *)base, &directed_installed);
+    if (err)
+        die("directed install: %s", strerror(err));
+    __atomic_store_n(&directed_install_done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/* An install racing a write, step by step (the random rounds hit it
+ * rarely under ThreadSanitizer's scheduling): chunk 0 is absent; writer
+ * W writes it whole ('W') and stops in flight, before its pwrite; an
+ * install of chunk 0 (the repository's older content) must wait for W,
+ * then find the chunk present and install nothing: the file holds W's
+ * bytes, never the older content over them. */
+static void
+directed_install(const char *tmp)
+{
+    char dir[4096], path[4096], cmd[8192];
+    static char live[CS];
+    pthread_t w, i;
+    int64_t missing[8], nmissing;
+    MirrorStats s;
+    int err;
+
+    mode = MODE_SELECTIVE;
+    snprintf(dir, sizeof dir, "%s/directed-install", tmp);
+    if (mkdir(dir, 0700) != 0)
+        die("mkdir %s: %s", dir, strerror(errno));
+    mc_init(&core);
+    err = mc_open(&core, dir, SIZE, CS, MODE_SELECTIVE, 2, 0, path,
+                  sizeof path);
+    if (err)
+        die("open %s: %s", path, strerror(err));
+    pthread_mutex_lock(&latch_lock);
+    latch_at = MC_AT_WRITE;
+    latch_armed = 1;
+    pthread_mutex_unlock(&latch_lock);
+    pthread_create(&w, NULL, directed_install_writer, NULL);
+    pthread_mutex_lock(&latch_lock);
+    while (!latch_held)
+        pthread_cond_wait(&latch_cond, &latch_lock);
+    pthread_mutex_unlock(&latch_lock);
+    pthread_create(&i, NULL, directed_installer, NULL);
+    do {        /* until the install waits for W (or, wrongly, is done) */
+        usleep(200);
+        mc_stats(&core, &s);
+    } while (s.install_waits == 0 &&
+             !__atomic_load_n(&directed_install_done, __ATOMIC_SEQ_CST));
+    pthread_mutex_lock(&latch_lock);
+    latch_held = 0;
+    latch_at = MC_AT_COPY;
+    pthread_cond_broadcast(&latch_cond);
+    pthread_mutex_unlock(&latch_lock);
+    pthread_join(w, NULL);
+    pthread_join(i, NULL);
+    mc_stats(&core, &s);
+    if (s.install_waits != 1)
+        report("directed: the install did not wait for the write in "
+               "flight (%lld waits)", (long long)s.install_waits);
+    if (directed_installed != 0)
+        report("directed: the install wrote over a write in flight");
+    if ((err = mc_read(&core, live, 0, sizeof live, missing, &nmissing)) ||
+        nmissing)
+        die("directed read: %s", err ? strerror(err) : "missing");
+    for (size_t k = 0; k < sizeof live; k++)
+        if (live[k] != 'W') {
+            report("directed: chunk 0's byte %zu is not the write's", k);
+            break;
+        }
+    tot.core.install_waits += s.install_waits;
+    tot.directed++;
+    mc_close(&core, 0);
+    mc_destroy(&core);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        die("cannot remove %s", dir);
+}
+
 static void
 on_alarm(int sig)
 {
@@ -1244,6 +1336,7 @@ main(int argc, char **argv)
     if (only < 0 || only == MODE_SELECTIVE) {
         alarm(60);
         directed_cut(tmp);
+        directed_install(tmp);
         alarm(0);
     }
 
