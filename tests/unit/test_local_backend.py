@@ -16,6 +16,7 @@
 also when GC is killed in the middle of one.
 """
 
+import errno
 import os
 import signal
 import subprocess
@@ -178,3 +179,50 @@ def test_refresh_racing_with_delete_is_never_lost(backend, monkeypatch):
     b.put('chunk', 'ef' * 32, b'y')
     b.wait()
     assert backend.get('chunk', 'ef' * 32) == b'y'
+
+
+@pytest.fixture
+def full_fs(tmp_path):
+    """A real file system with no free page: a 1 MiB tmpfs, filled."""
+    mnt = tmp_path / 'tiny'
+    mnt.mkdir()
+    done = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=1m', 'tiny',
+                           str(mnt)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip('cannot mount a tmpfs here: %s' % done.stderr.strip())
+    try:
+        yield mnt
+    finally:
+        subprocess.run(['umount', '-l', str(mnt)], check=False)
+
+
+def fill(path):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b'\xff' * 4096)
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, e
+    finally:
+        os.close(fd)
+
+
+def test_the_gc_lease_is_taken_and_given_back_on_a_full_store(full_fs):
+    """A collection is what frees a full store: its lease must not need a
+    free page (the holder's name is not written then) and must not stay
+    held by nobody. Before, the name's write failed with ENOSPC after
+    the flock: the lease stayed locked for the agent's life, every later
+    collection was Busy ("running in ?") and space never came back.
+    """
+    store = local.LocalBackend(str(full_fs / 'store'))
+    other = local.LocalBackend(str(full_fs / 'store'))
+    try:
+        fill(str(full_fs / 'filler'))
+        assert store.try_lease('gc', 'agent-a:1', 300)
+        assert not other.try_lease('gc', 'agent-b:2', 300)
+        store.release_lease('gc', 'agent-a:1')
+        assert other.try_lease('gc', 'agent-b:2', 300)
+        other.release_lease('gc', 'agent-b:2')
+    finally:
+        store.close()
+        other.close()

@@ -140,8 +140,18 @@ class LocalBackend(base.ObjectBackend):
             except BlockingIOError:
                 os.close(fd)
                 return False
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, holder.encode(), 0)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, holder.encode(), 0)
+            except OSError as e:
+                # A full file system, the moment a collection matters
+                # most, has no page for the holder's name: the flock
+                # alone is the lease (its holder shows as '?'). Any
+                # other error gives the lock back rather than keep it
+                # with nobody to release it.
+                if e.errno != errno.ENOSPC:
+                    os.close(fd)
+                    raise
             self._leases[name] = (holder, fd)
             return True
 
