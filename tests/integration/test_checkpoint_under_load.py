@@ -94,7 +94,7 @@ def test_checkpoints_every_2s_under_random_writes_are_all_taken(
         assert a.wait_persisted(300)
         states = [a.version_state(v) for v in versions]
         stats = a.stats()
-        print('\n%d checkpoints every %.0f s under %d writers (%d writes): '
+        print('\n%d checkpoints every %.1f s under %d writers (%d writes): '
               'ack median %.0f ms, max %.0f ms; longest write %.0f ms; '
               'waits for buffer room %d, cow copies %d; states %s'
               % (len(versions), EVERY, WRITERS, sum(written),
