@@ -990,6 +990,36 @@ round_once(const char *tmp, int round, int round_ms)
 
 /* ---- the directed cut ------------------------------------------------- */
 
+/* A selective-cow core of its own in TMP/NAME for a directed run (its
+ * directory in dir); directed_end closes it and removes the directory. */
+static void
+directed_begin(const char *tmp, const char *name, char *dir, size_t size)
+{
+    char path[4096];
+    int err;
+    mode = MODE_SELECTIVE;
+    snprintf(dir, size, "%s/%s", tmp, name);
+    if (mkdir(dir, 0700) != 0)
+        die("mkdir %s: %s", dir, strerror(errno));
+    mc_init(&core);
+    err = mc_open(&core, dir, SIZE, CS, MODE_SELECTIVE, 2, 0, path,
+                  sizeof path);
+    if (err)
+        die("open %s: %s", path, strerror(err));
+}
+
+static void
+directed_end(const char *dir)
+{
+    char cmd[8192];
+    tot.directed++;
+    mc_close(&core, 0);
+    mc_destroy(&core);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        die("cannot remove %s", dir);
+}
+
 /* Chunk k of the directed run written whole with byte v. */
 static void
 directed_write(int64_t first, int64_t nchunks, int v)
@@ -1073,22 +1103,14 @@ directed_take(const char *what, const int64_t *want, int n, int v)
 static void
 directed_cut(const char *tmp)
 {
-    char dir[4096], path[4096];
+    char dir[4096];
     pthread_t w, k;
     int err, installed;
     static char live[4 * CS];
     int64_t missing[8], nmissing, n;
     int b;
 
-    mode = MODE_SELECTIVE;
-    snprintf(dir, sizeof dir, "%s/directed", tmp);
-    if (mkdir(dir, 0700) != 0)
-        die("mkdir %s: %s", dir, strerror(errno));
-    mc_init(&core);
-    err = mc_open(&core, dir, SIZE, CS, MODE_SELECTIVE, 2, 0, path,
-                  sizeof path);
-    if (err)
-        die("open %s: %s", path, strerror(err));
+    directed_begin(tmp, "directed", dir, sizeof dir);
     for (int64_t c = 0; c < NCH; c++)
         if ((err = mc_install(&core, c, (const char *)base + c * CS,
                               &installed)))
@@ -1150,13 +1172,7 @@ directed_cut(const char *tmp)
         report("directed: %lld writers cut, not 1",
                (long long)s.cut_writers);
     tot.core.cut_writers += s.cut_writers;
-    tot.directed++;
-    mc_close(&core, 0);
-    mc_destroy(&core);
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        die("cannot remove %s", dir);
+    directed_end(dir);
 }
 
 /* ---- the directed install race ---------------------------------------- */
@@ -1189,22 +1205,14 @@ directed_installer(void *arg)
 static void
 directed_install(const char *tmp)
 {
-    char dir[4096], path[4096], cmd[8192];
+    char dir[4096];
     static char live[CS];
     pthread_t w, i;
     int64_t missing[8], nmissing;
     MirrorStats s;
     int err;
 
-    mode = MODE_SELECTIVE;
-    snprintf(dir, sizeof dir, "%s/directed-install", tmp);
-    if (mkdir(dir, 0700) != 0)
-        die("mkdir %s: %s", dir, strerror(errno));
-    mc_init(&core);
-    err = mc_open(&core, dir, SIZE, CS, MODE_SELECTIVE, 2, 0, path,
-                  sizeof path);
-    if (err)
-        die("open %s: %s", path, strerror(err));
+    directed_begin(tmp, "directed-install", dir, sizeof dir);
     pthread_mutex_lock(&latch_lock);
     latch_at = MC_AT_WRITE;
     latch_armed = 1;
@@ -1242,12 +1250,7 @@ directed_install(const char *tmp)
             break;
         }
     tot.core.install_waits += s.install_waits;
-    tot.directed++;
-    mc_close(&core, 0);
-    mc_destroy(&core);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        die("cannot remove %s", dir);
+    directed_end(dir);
 }
 
 static void
