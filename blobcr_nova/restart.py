@@ -30,8 +30,9 @@ its id in each snapshot's ``blobcr:group`` metadata).  The restart:
 
 Progress: on a terminal, one line per step with a bar and a rate; else
 one JSON line per event on stderr.  ``--dry-run`` prints the plan and
-changes nothing.  Credentials: the usual ``OS_*`` variables (password
-auth through keystoneauth).
+changes nothing.  Credentials: the usual ``OS_*`` variables (a password,
+or a token: ``OS_TOKEN`` and ``OS_PROJECT_ID``; ``OS_CACERT``,
+``OS_INSECURE``), through keystoneauth.
 """
 
 import argparse
@@ -39,6 +40,8 @@ import json
 import os
 import sys
 import time
+
+from keystoneauth1 import exceptions as ks_exceptions
 
 BLOCK_STORAGE_MICROVERSION = '3.14'     # group snapshots; snapshot's group
 COMPUTE_MICROVERSION = '2.37'           # networks 'none'
@@ -104,22 +107,36 @@ class Progress(object):
 # -- cloud --------------------------------------------------------------------
 
 def session_from_env(env=None):
-    """A keystoneauth1 session from the OS_* variables (password auth)."""
+    """A keystoneauth1 session from the OS_* variables: a token
+    (``OS_TOKEN`` with ``OS_PROJECT_ID``, as the Horizon panel passes
+    its user's) or a password, verified with ``OS_CACERT`` unless
+    ``OS_INSECURE``.
+    """
     from keystoneauth1.identity import v3
     from keystoneauth1 import session
     env = os.environ if env is None else env
-    missing = [name for name in ('OS_AUTH_URL', 'OS_USERNAME', 'OS_PASSWORD')
-               if not env.get(name)]
+    by_token = bool(env.get('OS_TOKEN'))
+    needed = ('OS_AUTH_URL', 'OS_TOKEN', 'OS_PROJECT_ID') if by_token \
+        else ('OS_AUTH_URL', 'OS_USERNAME', 'OS_PASSWORD')
+    missing = [name for name in needed if not env.get(name)]
     if missing:
         raise RestartError('set %s (the openstack CLI\'s credentials)'
                            % ', '.join(missing))
-    return session.Session(auth=v3.Password(
-        auth_url=env['OS_AUTH_URL'], username=env['OS_USERNAME'],
-        password=env['OS_PASSWORD'],
-        project_name=env.get('OS_PROJECT_NAME'),
-        project_id=env.get('OS_PROJECT_ID'),
-        user_domain_name=env.get('OS_USER_DOMAIN_NAME', 'Default'),
-        project_domain_name=env.get('OS_PROJECT_DOMAIN_NAME', 'Default')))
+    if by_token:
+        auth = v3.Token(auth_url=env['OS_AUTH_URL'], token=env['OS_TOKEN'],
+                        project_id=env['OS_PROJECT_ID'])
+    else:
+        auth = v3.Password(
+            auth_url=env['OS_AUTH_URL'], username=env['OS_USERNAME'],
+            password=env['OS_PASSWORD'],
+            project_name=env.get('OS_PROJECT_NAME'),
+            project_id=env.get('OS_PROJECT_ID'),
+            user_domain_name=env.get('OS_USER_DOMAIN_NAME', 'Default'),
+            project_domain_name=env.get('OS_PROJECT_DOMAIN_NAME',
+                                        'Default'))
+    insecure = env.get('OS_INSECURE', '').lower() in ('1', 'true', 'yes')
+    verify = False if insecure else (env.get('OS_CACERT') or True)
+    return session.Session(auth=auth, verify=verify)
 
 
 class Cloud(object):
@@ -227,13 +244,19 @@ def complete(group_snapshot, snapshots):
     return None
 
 
-def plan(cloud, group_id, prefix=None):
-    """The newest complete group checkpoint of ``group_id`` and what to
-    create: ``{'group', 'group_snapshot', 'skipped', 'members': [...]}``.
+def plan(cloud, group_id, prefix=None, group_snapshot=None):
+    """The newest complete group checkpoint of ``group_id`` (or
+    ``group_snapshot`` of it, if complete) and what to create:
+    ``{'group', 'group_snapshot', 'skipped', 'members': [...]}``.
     """
     group = cloud.group(group_id)
     candidates = sorted(cloud.group_snapshots(group_id),
                         key=lambda g: g['created_at'], reverse=True)
+    if group_snapshot is not None:
+        candidates = [g for g in candidates if g['id'] == group_snapshot]
+        if not candidates:
+            raise RestartError('group %s has no group snapshot %s'
+                               % (group_id, group_snapshot))
     skipped = []
     for candidate in candidates:
         snapshots = sorted(cloud.snapshots_of(candidate['id']),
@@ -334,6 +357,9 @@ def add_arguments(parser, group_positional=False):
     parser.add_argument('--name-prefix', metavar='<prefix>',
                         help='names: PREFIX-0, PREFIX-1... (default '
                         'restart-<group name>)')
+    parser.add_argument('--group-snapshot', metavar='<group-snapshot>',
+                        help='restart from this group snapshot (it must '
+                        'be complete) instead of the newest complete one')
     parser.add_argument('--no-boot', action='store_true',
                         help='create the volumes only (to boot elsewhere)')
     parser.add_argument('--dry-run', action='store_true',
@@ -352,7 +378,8 @@ def run(cloud, args, progress):
     """Plan, then (unless ``args.dry_run``) restart: ``(plan, made)``,
     ``made`` None for a dry run. RestartError says why not.
     """
-    the_plan = plan(cloud, args.group, args.name_prefix)
+    the_plan = plan(cloud, args.group, args.name_prefix,
+                    getattr(args, 'group_snapshot', None))
     for skipped in the_plan['skipped']:
         progress.info('skipped group snapshot %s: %s'
                       % (skipped['id'], skipped['reason']),
@@ -400,6 +427,11 @@ def main(argv=None, stdout=None, stderr=None, cloud=None):
             return 0
     except RestartError as exc:
         progress.info('blobcr-restart: %s' % exc, error=str(exc))
+        return 1
+    except ks_exceptions.ClientException as exc:
+        # Keystone or Cinder unreachable, or refusing: say it, no trace.
+        progress.info('blobcr-restart: %s: %s' % (type(exc).__name__, exc),
+                      error='%s: %s' % (type(exc).__name__, exc))
         return 1
     json.dump({'group': args.group,
                'group_snapshot': the_plan['group_snapshot'],

@@ -31,31 +31,10 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 venv=${1:-${BLOBCR_VENV:-$top/.venv}}
 py=$venv/bin/python
-requirements=(
-    'keystone==30.*'
-    'cinder==29.*'
-    # Glance of the same release (the newest on PyPI, as keystone 30 and
-    # cinder 29 are; pip install --dry-run added only its own few
-    # dependencies and changed no installed one): the stack's image
-    # service (tests/integration/test_cinder_images.py).
-    'glance==33.*'
-    # Nova's own code in the tests: nova.virt.libvirt.volume (the disk XML
-    # of the connection the Cinder driver returns) and
-    # nova.api.metadata.vendordata_dynamic (what Nova POSTs to blobcr-vendordata).
-    'nova==34.*'
-    'openstack-placement==16.*'  # blobcr_lab/nova.py (real Nova, BLOBCR_REAL_NOVA=1)
-    # The Checkpoints panel (blobcr_dashboard) and its tests; pip install
-    # --dry-run only added packages (Django 5.2, XStatic...), changed none.
-    'horizon==27.*'
-    'python-openstackclient'
-    'keystonemiddleware'
-    'gunicorn'
-    # cinder.tests.fake_driver (the harness smoke test's backend) imports
-    # cinder's unit-test utilities, which need fixtures.
-    'fixtures'
-    # The services' database driver (PostgreSQL).
-    'psycopg2-binary'
-)
+# The services and what the tests import of them: service-requirements.txt
+# (tox's envs install the same file).
+mapfile -t requirements < <(sed -e 's/[[:space:]]*#.*//' -e '/^[[:space:]]*$/d' \
+    "$top/service-requirements.txt")
 
 [ -x "$py" ] || { echo "install-openstack: no venv at $venv (run tools/install-deps.sh)" >&2; exit 1; }
 

@@ -23,6 +23,15 @@ agent_group = cfg.OptGroup(
     help='The blobcr-agent daemon of a compute host: its mirror, its RPC '
          'server and its admin socket.')
 
+
+# How a guest is held still during a checkpoint, with what each does (the
+# Cinder backend's blobcr_default_quiesce offers the same).
+QUIESCE_CHOICES = [
+    ('none', 'not at all: the guest synced itself (a guest checkpoint)'),
+    ('fsfreeze', 'qemu-guest-agent freezes the file systems'),
+    ('suspend', 'libvirt pauses the domain (the BlobCR paper\'s choice)'),
+]
+
 agent_opts = [
     cfg.StrOpt('host', default=socket.gethostname(),
                sample_default='<hostname>',
@@ -59,7 +68,12 @@ agent_opts = [
                     'export) may use any path; admin_group members only '
                     'this one. Keep it writable by root only.'),
     cfg.StrOpt('mirror_mode', default='selective-cow',
-               choices=['selective-cow', 'live-cow', 'offline'],
+               choices=[('selective-cow', 'copy a chunk aside only when the '
+                         'guest rewrites it before it is persisted'),
+                        ('live-cow', 'copy every dirty chunk aside at the '
+                         'checkpoint, then persist the copies'),
+                        ('offline', 'no live checkpoint: the image is '
+                         'persisted when it is closed')],
                help='How a checkpoint snapshots an image: selective-cow '
                     'copies a chunk aside only if the guest rewrites it '
                     'before it is persisted (the BlobCR scheme).'),
@@ -91,8 +105,7 @@ agent_opts = [
     cfg.IntOpt('cow_chunks', default=64, min=1,
                help='Chunks of memory per image for copy-on-write copies; '
                     'when full, guest writes to unpersisted chunks wait.'),
-    cfg.StrOpt('quiesce', default='suspend',
-               choices=['none', 'fsfreeze', 'suspend'],
+    cfg.StrOpt('quiesce', default='suspend', choices=QUIESCE_CHOICES,
                help='How the guest is held still while a checkpoint is '
                     'taken, unless the request says otherwise: none (the '
                     'guest synced itself), fsfreeze (qemu-guest-agent) or '

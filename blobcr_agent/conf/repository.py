@@ -21,7 +21,9 @@ repository_group = cfg.OptGroup(
     help='Where checkpoint images live and how they are laid out.')
 
 repository_opts = [
-    cfg.StrOpt('backend', default='local', choices=['local', 'rados'],
+    cfg.StrOpt('backend', default='local',
+               choices=[('local', 'a directory tree on this host'),
+                        ('rados', 'a Ceph pool through librados')],
                help='Object backend: "local" is a directory tree on this '
                     'host (the embedded default, not distributed); "rados" '
                     'stores chunks in an erasure-coded Ceph pool.'),
@@ -34,7 +36,9 @@ repository_opts = [
                     '64 keeps the metadata of a random 4096-chunk commit '
                     'near 1% of its data.'),
     cfg.StrOpt('compression', default='auto',
-               choices=['auto', 'never', 'always'],
+               choices=[('auto', 'when it is predicted to pay'),
+                        ('never', 'store chunks raw'),
+                        ('always', 'compress every chunk')],
                help='Per-chunk zstd compression. "auto" compresses only when '
                     'compressing plus uploading the smaller chunk is '
                     'predicted to beat uploading it raw.'),

@@ -40,6 +40,7 @@ class Row(object):
     # The volume's newest snapshot, and the volume detached (Cinder's
     # rules for a revert).
     revertible: bool = False
+    root: str = ''              # the chain's root volume (for paging)
 
 
 @dataclasses.dataclass
@@ -52,6 +53,7 @@ class GroupCheckpoint(object):
     members: typing.List[typing.Tuple[str, chain.Node]]  # (volume, node)
     stable: int                 # members whose version is stable
     incomplete: typing.Optional[str]    # why it cannot be restarted
+    restart: typing.Any = None          # the panel's last restart of it
 
 
 def _newest_per_volume(snapshots):
@@ -89,13 +91,34 @@ def rows(volumes, snapshots):
                            volumes)
         for text, node in chain.walk(root):
             if node.kind == 'volume':
-                result.append(Row(text, node, node.id, node.status))
+                result.append(Row(text, node, node.id, node.status,
+                                  root=volume.id))
             else:
                 result.append(Row(text, node, volume_of[node.id],
                                   chain.state_of(node), chain.made_by(node),
                                   node.id in revertible
-                                  and volume_of[node.id] in detached))
+                                  and volume_of[node.id] in detached,
+                                  root=volume.id))
     return result
+
+
+def page(all_rows, size, marker=None, prev_marker=None):
+    """One page of whole chains: ``size`` chains after the one holding
+    row ``marker`` (Horizon's next link), or before the one holding
+    ``prev_marker`` (its previous link), or the first ones. Returns
+    ``(rows, has_prev, has_more)``; an unknown marker (the row went
+    away) gives the first page.
+    """
+    roots = list(dict.fromkeys(r.root for r in all_rows))
+    root_of = {r.node.id: r.root for r in all_rows}
+    start = 0
+    if prev_marker in root_of:
+        start = max(roots.index(root_of[prev_marker]) - size, 0)
+    elif marker in root_of:
+        start = roots.index(root_of[marker]) + 1
+    shown = set(roots[start:start + size])
+    return ([r for r in all_rows if r.root in shown], start > 0,
+            start + size < len(roots))
 
 
 def _as_dict(snapshot):

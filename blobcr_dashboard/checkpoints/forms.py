@@ -13,12 +13,10 @@
 #    under the License.
 
 """The panel's actions, each a Cinder call through Horizon's API layer
-(the group restart: blobcr_nova.restart, as blobcr-restart runs it).
+(the group restart: blobcr-restart in a process of its own, restarts.py).
 """
 
-import io
 import logging
-import threading
 
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
@@ -187,12 +185,17 @@ class RestartGroup(forms.SelfHandlingForm):
                                          'group %s.') % group_id,
                               redirect=_index())
             return False
-        threading.Thread(target=restarts.run, name='restart-%s' % group_id,
-                         args=(cloud, plan, data['flavor'], data['boot'],
-                               io.StringIO()),
-                         daemon=True).start()
+        try:
+            restarts.launch(request, plan, data['name_prefix'],
+                            data['flavor'], data['boot'])
+        except Exception:
+            exceptions.handle(request, _('Unable to start the restart of '
+                                         'group %s.') % group_id,
+                              redirect=_index())
+            return False
         messages.info(request, _('Restarting group %(g)s from group '
-                                 'checkpoint %(c)s: %(n)d volumes.')
+                                 'checkpoint %(c)s: %(n)d volumes; the '
+                                 'group checkpoint\'s row follows it.')
                       % {'g': group_id, 'c': plan['group_snapshot'],
                          'n': len(plan['members'])})
         return plan

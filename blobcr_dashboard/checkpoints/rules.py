@@ -16,8 +16,6 @@
 and Snapshots panels for the same Cinder calls.
 """
 
-from openstack_dashboard import policy
-
 # The catalog types Horizon's Volumes panel accepts for Cinder.
 VOLUME_SERVICE = (('openstack.services.block-storage',
                    'openstack.services.block-store',
@@ -30,12 +28,3 @@ REVERT = (('volume', 'volume:revert_to_snapshot'),)
 DELETE = (('volume', 'volume:delete_snapshot'),)
 # A restart creates volumes (and boots servers, which Nova checks).
 RESTART = (('volume', 'volume:create'),)
-
-ACTIONS = {'take': TAKE, 'create_volume': CREATE_VOLUME, 'revert': REVERT,
-           'delete': DELETE, 'restart': RESTART}
-
-
-def allowed(request):
-    """{action: True/False} for the current user."""
-    return {name: policy.check(rules, request)
-            for name, rules in ACTIONS.items()}

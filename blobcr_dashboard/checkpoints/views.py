@@ -14,45 +14,89 @@
 
 """The Checkpoints page and its action dialogs."""
 
+import time
+
 from django.urls import reverse
 from django.urls import reverse_lazy
+from django.utils import safestring
 from django.utils.translation import gettext_lazy as _
 from horizon import exceptions
 from horizon import forms
-from horizon import views
+from horizon import tables
+from horizon.utils import functions as utils
 from openstack_dashboard.api import cinder
 from openstack_dashboard import policy
 
 from blobcr_dashboard.checkpoints import chains
 from blobcr_dashboard.checkpoints import forms as checkpoint_forms
+from blobcr_dashboard.checkpoints import picture
 from blobcr_dashboard.checkpoints import rules
+from blobcr_dashboard.checkpoints import tables as checkpoint_tables
 
 INDEX = reverse_lazy('horizon:project:checkpoints:index')
 
 
-class IndexView(views.HorizonTemplateView):
+def _page(request, fetched):
+    """The page of chains the request's markers name, as the chains
+    table shows it: ``(rows, has_prev, has_more)``.
+    """
+    meta = checkpoint_tables.ChainsTable._meta
+    return chains.page(chains.rows(*fetched), utils.get_page_size(request),
+                       request.GET.get(meta.pagination_param),
+                       request.GET.get(meta.prev_pagination_param))
+
+
+def _picture(rows, groups):
+    roots = [row.node for row in rows if row.node.id == row.root]
+    return picture.draw(roots, groups, now=time.time())
+
+
+class IndexView(tables.MultiTableView):
+    """The chains (paged by whole chains, as many per page as the user's
+    page size), their picture, and the group checkpoints.
+    """
+    table_classes = (checkpoint_tables.ChainsTable,
+                     checkpoint_tables.GroupCheckpointsTable)
     template_name = 'project/checkpoints/index.html'
     page_title = _("Checkpoints")
 
-    def get_context_data(self, **kwargs):
-        context = super().get_context_data(**kwargs)
-        context['rows'], context['groups'] = [], []
+    def _fetch(self):
+        if not hasattr(self, '_fetched'):
+            self._fetched = ([], [])
+            try:
+                self._fetched = (cinder.volume_list(self.request),
+                                 cinder.volume_snapshot_list(self.request))
+            except Exception:
+                exceptions.handle(self.request,
+                                  _('Unable to retrieve the checkpoint '
+                                    'chains.'))
+        return self._fetched
+
+    def get_chains_data(self):
+        rows, self._prev, self._more = _page(self.request, self._fetch())
+        return rows
+
+    def get_groups_data(self):
+        volumes, snapshots = self._fetch()
         try:
-            volumes = cinder.volume_list(self.request)
-            snapshots = cinder.volume_snapshot_list(self.request)
-            context['rows'] = chains.rows(volumes, snapshots)
-        except Exception:
-            exceptions.handle(self.request,
-                              _('Unable to retrieve the checkpoint chains.'))
-            return context
-        try:
-            context['groups'] = chains.groups(
-                cinder.group_snapshot_list(self.request), snapshots,
-                volumes)
+            return checkpoint_tables.group_checkpoints(
+                self.request, snapshots, volumes)
         except Exception:
             exceptions.handle(self.request,
                               _('Unable to retrieve group checkpoints.'))
-        context['allowed'] = rules.allowed(self.request)
+            return []
+
+    def has_prev_data(self, table):
+        return table.name == 'chains' and self._prev
+
+    def has_more_data(self, table):
+        return table.name == 'chains' and self._more
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        data = self._get_data_dict()
+        context['picture'] = safestring.mark_safe(
+            _picture(data['chains'], data['groups']))
         return context
 
 

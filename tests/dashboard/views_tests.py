@@ -20,7 +20,11 @@ tests/integration/test_dashboard_browser.py). Run by
 tests/unit/test_dashboard_views.py through Django's test runner.
 """
 
+import json
+import os
 import re
+import tempfile
+import time
 from unittest import mock
 
 from cinderclient.v3 import group_snapshots
@@ -70,11 +74,23 @@ def group_snapshot(id, group_id, status='available'):
             'created_at': '2026-11-24T02:00:00'}))
 
 
+def _attrs(tag):
+    return dict(re.findall(r'([\w-]+)="([^"]*)"', tag))
+
+
+def table_rows(content, table):
+    """The attributes of each row of a DataTable, in order."""
+    return [_attrs(tag) for tag in re.findall(r'<tr[^>]*>', content)
+            if 'id="%s__row__' % table in tag]
+
+
 def rows_of(content):
-    """(kind, id, state) of each row of the chains table, in order."""
-    return re.findall(r'data-kind="(\w+)" data-id="([\w-]+)"'
-                      r'(?:\s+data-version="\d*" data-state="(\w+)")?',
-                      content)
+    """(kind, id, state) of each checkpoint row of the chains table, in
+    order (a volume's state: '').
+    """
+    return [(r['data-kind'], r['data-object-id'],
+             r['data-state'] if r['data-kind'] == 'checkpoint' else '')
+            for r in table_rows(content, 'chains')]
 
 
 def _denying(*denied):
@@ -112,16 +128,18 @@ class IndexTests(helpers.TestCase):
             ('checkpoint', 's5', 'failed'), ('volume', 'clone', ''),
             ('checkpoint', 'c2', 'stable'), ('volume', 'busy', ''),
             ('checkpoint', 'd2', 'stable')])
-        made_by = {r.node.id: r.made_by for r in res.context['rows']
+        shown = res.context['chains_table'].data
+        made_by = {r.node.id: r.made_by for r in shown
                    if r.node.kind == 'checkpoint'}
         self.assertEqual(made_by, {'s2': 'operator', 's3': 'guest',
                                    's4': 'operator', 's5': 'operator',
                                    'c2': 'operator', 'd2': 'operator'})
         # The clone hangs under v3 in the drawing, and links to its volume.
-        trees = [r.tree for r in res.context['rows']]
+        trees = [r.tree for r in shown]
         self.assertEqual(trees[5], '      └─ volume clone')
-        self.assertIn(reverse('horizon:project:volumes:detail',
-                              args=['clone']), content)
+        self.assertIn('<span class="blobcr-tree"><a href="%s">' % reverse(
+            'horizon:project:volumes:detail', args=['clone']), content)
+        self.assertNotIn('&lt;span', content)      # markup, not text
         # Revert only to a volume's newest snapshot, and when it is
         # stable: vol's newest (s5) failed, the clone's is c2.
         self.assertNotIn(reverse('horizon:project:checkpoints:revert',
@@ -132,6 +150,10 @@ class IndexTests(helpers.TestCase):
         self.assertNotIn(reverse('horizon:project:checkpoints:revert',
                                  args=['d2']), content)
         self.assertIn('256.0\xa0KB', content)      # bytes written
+        # The pending checkpoint's row (only) is refreshed by ajax.
+        ajax = [r['data-object-id'] for r in table_rows(content, 'chains')
+                if 'data-update-url' in r and 'warning' in r['class']]
+        self.assertEqual(ajax, ['s4'])
         # No volume from a checkpoint that is not stable.
         self.assertNotIn(reverse('horizon:project:checkpoints:create_volume',
                                  args=['s4']), content)
@@ -149,18 +171,24 @@ class IndexTests(helpers.TestCase):
         groups = [group_snapshot('g1', 'job'),
                   group_snapshot('g2', 'job', status='creating')]
         res, content = self._show([volume('a'), volume('b')], snaps, groups)
+        groups = res.context['groups_table'].data
         shown = {g.id: (g.stable, len(g.members), g.incomplete)
-                 for g in res.context['groups']}
-        members = {g.id: [(v, n.id) for v, n in g.members]
-                   for g in res.context['groups']}
+                 for g in groups}
+        members = {g.id: [(v, n.id) for v, n in g.members] for g in groups}
         self.assertEqual(members['g1'], [('a', 'a1'), ('b', 'b1')])
         self.assertEqual(shown['g1'], (2, 2, None))
         self.assertEqual(shown['g2'][:2], (1, 2))
         self.assertIn('creating', shown['g2'][2])
-        self.assertIn('data-id="g1" data-complete="yes"', content)
-        self.assertIn('data-id="g2" data-complete="no"', content)
-        self.assertIn(reverse('horizon:project:checkpoints:restart',
-                              args=['job']), content)
+        complete = {r['data-object-id']: r['data-complete']
+                    for r in table_rows(content, 'groups')}
+        self.assertEqual(complete, {'g1': 'yes', 'g2': 'no'})
+        # Restart offered on the complete one only.
+        self.assertEqual(content.count(reverse(
+            'horizon:project:checkpoints:restart', args=['job'])), 1)
+        # The picture cuts through both members of each group.
+        cuts = dict(re.findall(r'data-kind="cut" data-id="(\w+)" '
+                               r'data-members="(\d+)"', content))
+        self.assertEqual(cuts, {'g1': '2', 'g2': '2'})
 
     @override_settings(POLICY_CHECK_FUNCTION=_denying(
         'volume:create_snapshot', 'volume:revert_to_snapshot'))
@@ -171,15 +199,86 @@ class IndexTests(helpers.TestCase):
                                   [snapshot('s2', 'vol', 2, 1)])
         self.assertEqual(rows_of(content), [('volume', 'vol', ''),
                                             ('checkpoint', 's2', 'stable')])
-        self.assertEqual(res.context['allowed'], {
-            'take': False, 'create_volume': True, 'revert': False,
-            'delete': True, 'restart': True})
         self.assertNotIn('blobcr-take', content)
         self.assertNotIn('/s2/revert/', content)
         self.assertIn('/s2/delete/', content)
         res = self.client.get(reverse('horizon:project:checkpoints:take',
                                       args=['vol']))
         self.assertEqual(res.status_code, 403)      # NotAuthorized
+
+    @override_settings(API_RESULT_PAGE_SIZE=2)
+    @helpers.create_mocks({api.cinder: ['volume_list', 'volume_snapshot_list',
+                                        'group_snapshot_list']})
+    def test_pages_hold_whole_chains(self):
+        vols = [volume('v%d' % k, created='2026-11-24T0%d:00' % k)
+                for k in range(5)] + [volume('c0', snapshot_id='s0')]
+        snaps = [snapshot('s%d' % k, 'v%d' % k, 2, 1) for k in range(5)]
+        seen, url, pages = [], INDEX, 0
+        while url:
+            res, content = self._next(url, vols, snaps)
+            seen.append([r[1] for r in rows_of(content)])
+            table = res.context['chains_table']
+            url = ('%s?%s' % (INDEX, table.get_pagination_string())
+                   if table.has_more_data() else None)
+            pages += 1
+            self.assertLess(pages, 5)
+        # Two chains a page; v0's clone stays with v0.
+        self.assertEqual(seen, [['v0', 's0', 'c0', 'v1', 's1'],
+                                ['v2', 's2', 'v3', 's3'], ['v4', 's4']])
+        # And back: the previous link of the last page.
+        res, content = self._next('%s?%s' % (
+            INDEX, table.get_prev_pagination_string()), vols, snaps)
+        self.assertEqual([r[1] for r in rows_of(content)],
+                         ['v2', 's2', 'v3', 's3'])
+        self.assertTrue(res.context['chains_table'].has_prev_data())
+
+    def _next(self, url, vols, snaps):
+        self.mock_volume_list.return_value = vols
+        self.mock_volume_snapshot_list.return_value = snaps
+        self.mock_group_snapshot_list.return_value = []
+        res = self.client.get(url)
+        return res, res.content.decode()
+
+    @helpers.create_mocks({api.cinder: ['volume_list', 'volume_snapshot_list',
+                                        'group_snapshot_list']})
+    def test_pending_row_is_updated_by_ajax(self):
+        vols = [volume('vol')]
+        self.mock_volume_list.return_value = vols
+        self.mock_volume_snapshot_list.return_value = [
+            snapshot('s2', 'vol', 2, 1)]
+        url = '%s?action=row_update&table=chains&obj_id=%s' % (INDEX, '%s')
+        res = self.client.get(url % 's2', HTTP_X_REQUESTED_WITH=(
+            'XMLHttpRequest'))
+        row = _attrs(re.search(r'<tr[^>]*>', res.content.decode()).group())
+        self.assertEqual((row['data-object-id'], row['data-state']),
+                         ('s2', 'stable'))
+        self.assertNotIn('warning', row['class'])
+        # A row gone from Cinder: 404, and Horizon's script drops it.
+        res = self.client.get(url % 'gone', HTTP_X_REQUESTED_WITH=(
+            'XMLHttpRequest'))
+        self.assertEqual(res.status_code, 404)
+
+    @helpers.create_mocks({api.cinder: ['volume_list', 'volume_snapshot_list',
+                                        'group_snapshot_list']})
+    def test_picture_sizes_dots_by_bytes_and_links_clones(self):
+        snaps = [snapshot('s2', 'vol', 2, 1, bytes_written='1048576'),
+                 snapshot('s3', 'vol', 3, 2, bytes_written='4096'),
+                 snapshot('c2', 'clone', 2, 1, status='creating')]
+        vols = [volume('vol'), volume('clone', snapshot_id='s2')]
+        res, content = self._show(vols, snaps)
+        dots = {d['data-id']: d for d in map(_attrs, re.findall(
+            r'<circle[^>]*>', content))}
+        self.assertEqual(set(dots), {'s2', 's3', 'c2'})
+        self.assertGreater(float(dots['s2']['r']), float(dots['s3']['r']))
+        self.assertEqual(dots['c2']['data-state'], 'pending')
+        # Later versions further right, on the same lane.
+        self.assertGreater(float(dots['s3']['cx']), float(dots['s2']['cx']))
+        self.assertEqual(dots['s3']['cy'], dots['s2']['cy'])
+        self.assertNotEqual(dots['c2']['cy'], dots['s2']['cy'])
+        clones = [(p['data-from'], p['data-to']) for p in map(
+            _attrs, re.findall(r'<path[^>]*data-kind="clone"[^>]*>',
+                               content))]
+        self.assertEqual(clones, [('s2', 'clone')])
 
 
 class ActionTests(helpers.TestCase):
@@ -313,18 +412,45 @@ class RestartTests(helpers.TestCase):
         cloud = StubCloud()
         url = reverse('horizon:project:checkpoints:restart', args=['job'])
         with mock.patch.object(restarts, 'cloud_of', return_value=cloud), \
-                mock.patch('threading.Thread') as thread:
+                mock.patch.object(restarts, 'launch') as launch:
             res = self.client.post(url, {'name_prefix': 'again',
                                          'flavor': ''})
             self.assertNoFormErrors(res)
-            target = thread.call_args.kwargs['target']
-            args = thread.call_args.kwargs['args']
-            made = target(*args)        # the thread's work, here
-        # The newest complete group checkpoint ('new' failed).
-        self.assertEqual(cloud.created, [('old-a', 'again-0'),
-                                         ('old-b', 'again-1')])
-        self.assertEqual([m['volume'] for m in made],
-                         ['vol-again-0', 'vol-again-1'])
+        # Planned here: the newest complete group checkpoint ('new'
+        # failed); run by blobcr-restart in its own process.
+        (_, the_plan, prefix, flavor, boot), _ = launch.call_args
+        self.assertEqual((the_plan['group_snapshot'], prefix, boot),
+                         ('old', 'again', False))
+        self.assertEqual(cloud.created, [])
+
+    def test_restart_runs_in_a_process_of_its_own(self):
+        """A real blobcr-restart process, detached from this one, against
+        a Keystone that does not answer (127.0.0.1:9, nothing listens):
+        the job is seen running, then failed with the reason.
+        """
+        request = self.request
+        request.user.services_region = None
+        with tempfile.TemporaryDirectory() as top, \
+                override_settings(BLOBCR_RESTART_DIR=top), \
+                mock.patch('openstack_dashboard.api.base.url_for',
+                           return_value='http://127.0.0.1:9/v3'):
+            job = restarts.launch(request, {
+                'group': 'job', 'group_snapshot': 'gs-1',
+                'members': [{}, {}]}, 'again', None, False)
+            meta = json.load(open(os.path.join(
+                top, request.user.project_id, job + '.meta')))
+            # Its own session: a worker's signals to its group miss it.
+            self.assertEqual(os.getsid(meta['pid']), meta['pid'])
+            deadline = time.monotonic() + 60
+            while True:
+                found = restarts.jobs(request.user.project_id)['gs-1']
+                if found.state != 'running' or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            mode = os.stat(os.path.join(top, request.user.project_id)).st_mode
+        self.assertEqual(found.state, 'failed', found)
+        self.assertIn('127.0.0.1', found.error)
+        self.assertEqual(mode & 0o777, 0o700)
 
     def test_restart_session_follows_horizons_settings(self):
         request = self.request

@@ -20,9 +20,12 @@ Keystone and Cinder (blobcr_lab/openstack.py) with the BlobCR local
 backend and its real agents (blobcr_lab/cinder_hosts.py). Debian's headless
 Chromium, driven by selenium through chromium-driver, logs in as demo,
 opens the panel, takes a live checkpoint of an attached volume with the
-panel's action, and restarts a volume group (volumes only: the stack has
-no Nova) from its group checkpoint. The chains and groups are checked in
-the DOM, and a screenshot of the page is checked to be a real image
+table's row action (the row follows it by Horizon's ajax refresh, the
+page is not reloaded), and restarts a volume group (volumes only: the
+stack has no Nova) from its group checkpoint; the restart runs in a
+process of its own and the group's row follows it to the end. The
+DataTables, the chain picture (SVG) and the groups are checked in the
+DOM, and a screenshot of the page is checked to be a real image
 (BLOBCR_DASHBOARD_SCREENSHOT=PATH also copies it there: the docs' one,
 doc/source/_static/dashboard-checkpoints.png, is made that way).
 """
@@ -109,9 +112,13 @@ def browser(tmp_path_factory):
 
 
 def wait_for(what, check, timeout=60, every=0.5, driver=None):
+    from selenium.common import exceptions
     deadline = time.monotonic() + timeout
     while True:
-        got = check()
+        try:
+            got = check()
+        except exceptions.StaleElementReferenceException:
+            got = None      # the panel's script replaced what it read
         if got:
             return got
         assert time.monotonic() < deadline, 'no %s after %s s%s' % (
@@ -130,19 +137,32 @@ def login(driver, url, user='demo'):
         stack_module.PASSWORDS[user])
     driver.find_element(By.ID, 'loginBtn').click()
     wait_for('panel after login',
-             lambda: driver.find_elements(By.ID, 'blobcr-chains'),
+             lambda: driver.find_elements(By.CSS_SELECTOR, 'table#chains'),
              driver=driver)
 
 
-def rows(driver):
-    """{id: (kind, state, tree text, name)} of the chains table."""
+def rows(driver, tries=5):
+    """{id: (kind, state, tree text, version)} of the chains table (read
+    again if the panel's script replaced the rows meanwhile).
+    """
+    from selenium.common import exceptions
+    try:
+        return _rows(driver)
+    except exceptions.StaleElementReferenceException:
+        if tries <= 1:
+            raise
+        time.sleep(0.5)
+        return rows(driver, tries - 1)
+
+
+def _rows(driver):
     from selenium.webdriver.common.by import By
     found = {}
-    for tr in driver.find_elements(By.CSS_SELECTOR, '#blobcr-chains tbody '
-                                   'tr[data-id]'):
-        found[tr.get_attribute('data-id')] = (
+    for tr in driver.find_elements(By.CSS_SELECTOR, 'table#chains tbody '
+                                   'tr[data-object-id]'):
+        found[tr.get_attribute('data-object-id')] = (
             tr.get_attribute('data-kind'), tr.get_attribute('data-state'),
-            tr.find_element(By.CSS_SELECTOR, 'td.blobcr-tree').text,
+            tr.find_element(By.CSS_SELECTOR, 'span.blobcr-tree').text,
             tr.get_attribute('data-version'))
     return found
 
@@ -209,29 +229,85 @@ def check_chain(browser, job, members, group_snapshot, clone):
     assert ids.index(clone) == ids.index(member) + 1
     assert shown[clone][2].endswith('volume clone-%s' % job.suffix)
     group_row = browser.find_element(
-        By.CSS_SELECTOR, '#blobcr-groups tr[data-id="%s"]' % group_snapshot)
+        By.CSS_SELECTOR, 'table#groups tr[data-object-id="%s"]'
+        % group_snapshot)
     assert group_row.get_attribute('data-complete') == 'yes'
     assert '2/2 stable' in group_row.text
+    check_picture(browser, job, members, group_snapshot, clone)
+
+
+def check_picture(browser, job, members, group_snapshot, clone):
+    """The SVG: a dot per member checkpoint on its volume's lane, the
+    clone's lane starting from its checkpoint, the group's cut through
+    both members.
+    """
+    from selenium.webdriver.common.by import By
+    svg = browser.find_element(By.CSS_SELECTOR, 'svg.blobcr-chain-picture')
+    assert svg.size['width'] > 500 and svg.size['height'] > 50, svg.size
+
+    def marks(kind):
+        return {e.get_attribute('data-id') or e.get_attribute('data-to'): e
+                for e in svg.find_elements(By.CSS_SELECTOR,
+                                           '[data-kind="%s"]' % kind)}
+    dots, lanes = marks('checkpoint'), marks('lane')
+    for volume, member in members.items():
+        dot = dots[member['id']]
+        assert dot.get_attribute('data-state') == 'stable'
+        assert dot.get_attribute('cy') == lanes[volume].get_attribute('y1')
+    assert marks('clone')[clone].get_attribute('data-from') == \
+        members[job.volumes[0]]['id']
+    assert marks('cut')[group_snapshot].get_attribute('data-members') == '2'
 
 
 def take_checkpoint(browser, horizon, volume, name):
-    """Take one with the panel's action; its row once it is stable."""
+    """Take one with the table's row action; its row once it is stable,
+    as Horizon's ajax row update shows it (the page is not reloaded).
+    """
     from selenium.webdriver.common.by import By
-    browser.find_element(By.CSS_SELECTOR, 'tr[data-id="%s"] a.blobcr-take'
-                         % volume).click()
+    browser.find_element(By.CSS_SELECTOR, 'tr[data-object-id="%s"] '
+                         'a.blobcr-take' % volume).click()
     submit_modal(browser, {'name': name})
 
-    def stable():
-        browser.get(horizon + '/project/checkpoints/')
+    def shown(state=None):
         for tr in browser.find_elements(By.CSS_SELECTOR,
-                                        '#blobcr-chains tr.blobcr-checkpoint'):
-            if name in tr.text and tr.get_attribute('data-state') == 'stable':
+                                        'table#chains tr.blobcr-checkpoint'):
+            if name in tr.text and state in (None, tr.get_attribute(
+                    'data-state')):
                 return tr
-    return wait_for('checkpoint %s stable' % name, stable, timeout=120,
-                    driver=browser)
+    first = wait_for('checkpoint %s listed' % name, shown, driver=browser)
+    pending = first.get_attribute('data-state') == 'pending'
+    # A mark on this page: a reload would lose it.
+    browser.execute_script('window.blobcrSamePage = true;')
+    row = wait_for('checkpoint %s stable' % name, lambda: shown('stable'),
+                   timeout=120, driver=browser)
+    assert browser.execute_script('return window.blobcrSamePage === true;')
+    snapshot = row.get_attribute('data-object-id')
+
+    def drawn_stable():
+        return browser.find_elements(
+            By.CSS_SELECTOR, 'svg.blobcr-chain-picture circle[data-id="%s"]'
+            '[data-state="stable"]' % snapshot)
+    # The picture follows the table (redrawn by the panel's script).
+    wait_for('checkpoint %s stable in the picture' % name, drawn_stable,
+             timeout=30, driver=browser)
+    # And the tree is drawn as a fresh page draws it: the settled
+    # version may have moved under its parent, and its neighbours with it.
+    updated = wait_for('the rows redrawn', lambda: (
+        lambda r: r if r[snapshot][1] == 'stable' else None)(rows(browser)),
+        driver=browser)
+    print('checkpoint %s: first shown %s' % (
+        name, 'pending, then updated by ajax (picture redrawn %s times)'
+        % browser.find_element(By.CSS_SELECTOR, 'div.blobcr-picture')
+        .get_attribute('data-redrawn') if pending else 'stable'))
+    browser.refresh()
+    wait_for('the panel again', lambda: browser.find_elements(
+        By.CSS_SELECTOR, 'table#chains'), driver=browser)
+    assert list(rows(browser).items()) == list(updated.items())
+    row = shown('stable')
+    return row
 
 
-def restart_group(browser, horizon, api, job, prefix):
+def restart_group(browser, horizon, api, job, group_snapshot, prefix):
     """Restart the job from the panel (no boot); the new volumes."""
     from selenium.webdriver.common.by import By
     before = {v['id'] for v in api.get('/volumes').json()['volumes']}
@@ -246,7 +322,16 @@ def restart_group(browser, horizon, api, job, prefix):
         if len(found) == 2 and all(v['status'] == 'available' and
                                    v['bootable'] == 'true' for v in found):
             return found
-    return wait_for('restarted volumes', made, timeout=120, driver=browser)
+    found = wait_for('restarted volumes', made, timeout=120, driver=browser)
+
+    def followed():
+        row = browser.find_element(By.CSS_SELECTOR, 'table#groups '
+                                   'tr[data-object-id="%s"]' % group_snapshot)
+        return row if row.get_attribute('data-restart') == 'done' else None
+    row = wait_for('the restart followed to its end', followed, timeout=120,
+                   driver=browser)
+    assert 'done: 2 volumes' in row.text, row.text
+    return found
 
 
 def clean_up(stack, api, job):
@@ -301,7 +386,7 @@ def test_panel_draws_chains_takes_a_checkpoint_and_restarts(
             assert float(cells[4]) > 0
             assert cells[6] in ('fsfreeze', 'suspend', 'none')
             taken = api.get('/snapshots/%s' % row.get_attribute(
-                'data-id')).json()['snapshot']
+                'data-object-id')).json()['snapshot']
             assert taken['volume_id'] == first
             assert taken['metadata']['blobcr:host'] == hosts.compute[0]
             (tmp_path / 'dashboard-checkpoints.png').write_bytes(png)
@@ -312,7 +397,7 @@ def test_panel_draws_chains_takes_a_checkpoint_and_restarts(
 
             stack.wait_status('volume', first, 'available')
             found = restart_group(browser, horizon, api, job,
-                                  'again-%s' % job.suffix)
+                                  group_snapshot, 'again-%s' % job.suffix)
             assert {v['metadata']['blobcr:restart_snapshot']
                     for v in found} == {s['id'] for s in members.values()}
         finally:

@@ -68,11 +68,24 @@ def volume_ids(stack):
         'volumes']}
 
 
-def run_restart(stack, *args, user='demo'):
+def run_restart(stack, *args, user='demo', env=None):
     proc = subprocess.run(
         [sys.executable, '-m', 'blobcr_nova.restart'] + list(args),
-        env=stack.env(user), capture_output=True, text=True, timeout=900)
+        env=env or stack.env(user), capture_output=True, text=True,
+        timeout=900)
     return proc
+
+
+def token_env(stack, user='demo'):
+    """The user's token and project instead of a password, as the
+    Horizon panel passes its user's to blobcr-restart.
+    """
+    session = stack.session(user)
+    env = {k: v for k, v in stack.env(user).items()
+           if k not in ('OS_PASSWORD', 'OS_USERNAME', 'OS_PROJECT_NAME')}
+    env.update(OS_TOKEN=session.get_token(),
+               OS_PROJECT_ID=session.get_project_id())
+    return env
 
 
 class Job(object):
@@ -213,6 +226,16 @@ def test_restart_plan_and_volumes_from_newest_checkpoint(openstack_cloud,
         assert all(r['Volume'] is None and r['Server'] is None
                    for r in rows)
         assert volume_ids(stack) == before
+        # The older one on request, on a token's credentials.
+        proc = run_restart(stack, '--group', job.group, '--dry-run',
+                           '--group-snapshot', first,
+                           env=token_env(stack))
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)['group_snapshot'] == first
+        proc = run_restart(stack, '--group', job.group, '--dry-run',
+                           '--group-snapshot', str(uuid.uuid4()))
+        assert proc.returncode == 1
+        assert 'has no group snapshot' in proc.stderr
 
         proc = run_restart(stack, '--group', job.group, '--no-boot',
                            '--name-prefix', 'restart-%s' % job.suffix)
