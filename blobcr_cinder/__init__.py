@@ -13,8 +13,8 @@
 #    under the License.
 
 """BlobCR's Cinder side: the volume driver (volumes are images, snapshots
-are versions), its options, blobcr-cinder-sync and the OSC commands
-(``osc/``).
+are versions), its options and blobcr-cinder-sync (the OSC commands are
+the client's, python-blobcrclient).
 
 May import: Cinder, oslo.*, the OpenStack clients and the agent's RPC
 client (blobcr_agent.rpc) with what it returns. Never imports the lab,

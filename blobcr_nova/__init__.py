@@ -13,9 +13,11 @@
 #    under the License.
 
 """BlobCR's Nova side: the vendordata provider, the notification
-listener, blobcr-restart and its OSC command.
+listener, and the libvirt volume driver and os-brick connector of the
+'blobcr' connection type (blobcr-restart and its OSC command are the
+client's, python-blobcrclient).
 
-May import: oslo.*, keystonemiddleware, osc_lib and the agent's RPC
+May import: oslo.*, keystonemiddleware and the agent's RPC
 client (blobcr_agent.rpc); it talks to Nova over its API and
 notifications. Never imports the lab, the benchmarks or
 the tests (tests/unit/test_import_contract.py).

@@ -90,6 +90,12 @@ function install_blobcr_packages {
 
 function install_blobcr {
     setup_develop "$BLOBCR_DIR"
+    # The client (openstack blobcr ..., blobcr-restart) and, with Horizon,
+    # the panel: distributions of their own in the tree.
+    setup_develop "$BLOBCR_DIR/python-blobcrclient"
+    if blobcr_horizon_wanted; then
+        setup_develop "$BLOBCR_DIR/blobcr-dashboard"
+    fi
     # devstack's Python (PYTHON: its global venv's when GLOBAL_VENV).
     local python=${PYTHON:-python3}
     if [[ $BLOBCR_BACKEND == ceph ]] && ! "$python" -c 'import rados' 2>/dev/null; then
@@ -262,13 +268,13 @@ function configure_blobcr_sync {
 # post-config).
 function configure_blobcr_horizon {
     local enabled_dir=$HORIZON_DIR/openstack_dashboard/local/enabled file copied=0
-    for file in "$BLOBCR_DIR"/blobcr_dashboard/enabled/_[0-9]*.py; do
+    for file in "$BLOBCR_DIR"/blobcr-dashboard/blobcr_dashboard/enabled/_[0-9]*.py; do
         [[ -f $file ]] || continue
         cp "$file" "$enabled_dir/"
         copied=$((copied + 1))
     done
     if (( copied == 0 )); then
-        warn $LINENO "BlobCR: no Horizon enabled file in $BLOBCR_DIR/blobcr_dashboard/enabled: no Checkpoints panel"
+        warn $LINENO "BlobCR: no Horizon enabled file in $BLOBCR_DIR/blobcr-dashboard/blobcr_dashboard/enabled: no Checkpoints panel"
     fi
 }
 
@@ -354,7 +360,7 @@ function cleanup_blobcr {
     sudo rm -rf --one-file-system "$BLOBCR_DATA_DIR"
     sudo rm -f "$BLOBCR_CONF" "$BLOBCR_VENDORDATA_CONF" "$BLOBCR_LISTENER_CONF" "$BLOBCR_SYNC_CONF"
     if [[ -d $HORIZON_DIR/openstack_dashboard/local/enabled ]]; then
-        for file in "$BLOBCR_DIR"/blobcr_dashboard/enabled/_[0-9]*.py; do
+        for file in "$BLOBCR_DIR"/blobcr-dashboard/blobcr_dashboard/enabled/_[0-9]*.py; do
             [[ -f $file ]] || continue
             rm -f "$HORIZON_DIR/openstack_dashboard/local/enabled/${file##*/}"
         done

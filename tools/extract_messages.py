@@ -13,8 +13,9 @@
 #    under the License.
 
 """Extract the Horizon panel's messages into its catalogue template,
-blobcr_dashboard/locale/django.pot, with Django's makemessages (GNU
-xgettext underneath), as Horizon plugins keep theirs for translators.
+blobcr-dashboard/blobcr_dashboard/locale/django.pot, with Django's
+makemessages (GNU xgettext underneath), as Horizon plugins keep theirs
+for translators.
 
     .venv/bin/python tools/extract_messages.py [--output FILE]
 
@@ -29,7 +30,7 @@ import sys
 import tempfile
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-APP = os.path.join(TOP, 'blobcr_dashboard')
+APP = os.path.join(TOP, 'blobcr-dashboard', 'blobcr_dashboard')
 CATALOGUE = os.path.join(APP, 'locale', 'django.pot')
 
 

@@ -65,6 +65,11 @@ fi
 # The lab and the benchmarks (blobcr-demo, blobcr-bench), a distribution
 # of their own (lab/setup.cfg): cloud hosts install the product alone.
 "$venv/bin/pip" install -q -e "$top/lab"
+# The client (openstack blobcr ..., blobcr-restart) and the Horizon panel,
+# distributions of their own: a workstation or a Horizon host installs
+# them without the agent's C core, libfuse3 or libvirt.
+"$venv/bin/pip" install -q -e "$top/python-blobcrclient" \
+    -e "$top/blobcr-dashboard"
 
 bash "$top/tools/link-rados.sh" "$venv"
 # Debian's librbd binding, linked the same way (PyPI has none either).

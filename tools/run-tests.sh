@@ -25,6 +25,6 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 bash tools/install-deps.sh
-.venv/bin/flake8 blobcr_agent blobcr_cinder blobcr_nova blobcr_guest blobcr_dashboard lab tests
+.venv/bin/flake8 blobcr_agent blobcr_cinder blobcr_nova blobcr_guest python-blobcrclient blobcr-dashboard lab tests
 make -s -C tests/native check tsan OUT="$top/build/native-tests"
 exec .venv/bin/pytest -p no:cacheprovider --durations=15 tests "$@"

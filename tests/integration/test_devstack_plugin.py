@@ -61,7 +61,8 @@ from tests import devstack_harness as harness
 BIN = os.path.dirname(os.path.abspath(sys.executable))
 BACKEND = 'blobcr'  # override-defaults: CINDER_ENABLED_BACKENDS=blobcr:blobcr
 ENABLED_FILES = sorted(glob.glob(os.path.join(
-    harness.TREE, 'blobcr_dashboard', 'enabled', '_[0-9]*.py')))
+    harness.TREE, 'blobcr-dashboard', 'blobcr_dashboard', 'enabled',
+    '_[0-9]*.py')))
 
 
 def read_conf(path):
@@ -446,8 +447,8 @@ def check_horizon(horizon_dir, work):
     (openstack_dashboard.utils.settings.update_dashboards, what its
     settings run on local/enabled) takes them: the app is installed and
     each panel class it adds imports (Django set up with Horizon's
-    settings; the tree on the path, as devstack's setup_develop installs
-    it). None in the tree: a warning says so.
+    settings; the panel's distribution on the path, as devstack's
+    setup_develop installs it). None in the tree: a warning says so.
     """
     enabled = os.path.join(horizon_dir, 'openstack_dashboard', 'local',
                            'enabled')
@@ -474,7 +475,8 @@ def check_horizon(horizon_dir, work):
         '    panels.append(getattr(importlib.import_module(module), name)'
         '.__name__)\n'
         'print(json.dumps({"apps": apps, "panels": panels}))\n')
-    env = dict(os.environ, PYTHONPATH=harness.TREE,
+    env = dict(os.environ, PYTHONPATH=os.path.join(harness.TREE,
+                                                   'blobcr-dashboard'),
                PYTHONDONTWRITEBYTECODE='1')
     done = subprocess.run([sys.executable, '-c', code, enabled], env=env,
                           cwd=work, capture_output=True, text=True,
@@ -482,6 +484,9 @@ def check_horizon(horizon_dir, work):
     assert done.returncode == 0, done.stderr
     horizon = json.loads(done.stdout.splitlines()[-1])
     assert 'blobcr_dashboard' in horizon['apps']
+    # Installed as devstack installs it (the panel's own distribution).
+    assert ('setup_develop', os.path.join(harness.TREE, 'blobcr-dashboard')) \
+        in harness.calls(work, 'setup_develop')
     assert len(horizon['panels']) == len(ENABLED_FILES), horizon
 
 
@@ -491,6 +496,8 @@ def check_recorded(work, env):
     assert ('define_plugin', 'blobcr') in recorded
     assert ('enable_service', 'blobcr-agent') in recorded
     assert ('setup_develop', harness.TREE) in recorded
+    assert ('setup_develop', os.path.join(harness.TREE,
+                                          'python-blobcrclient')) in recorded
     assert ('create_service_user', 'blobcr') in recorded
     # The agent runs as root with the generated file; the others as the
     # stack user.

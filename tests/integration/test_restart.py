@@ -12,7 +12,8 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""blobcr-restart (blobcr_nova/restart.py) on the real stack.
+"""blobcr-restart (python-blobcrclient/blobcrclient/restart.py) on the
+real stack.
 
 The Cinder half runs with the session's OpenStack stack: a volume group
 of two BlobCR volumes, two group checkpoints of different content, and
@@ -32,7 +33,7 @@ import pytest
 from blobcr_lab import nova as nova_stack
 from blobcr_lab.nova_attach import Attachment
 from blobcr_lab.openstack import StackError
-from blobcr_nova import restart
+from blobcrclient import restart
 from tests.integration.test_cinder_driver import wait_group
 
 MARK = 4096
@@ -70,7 +71,7 @@ def volume_ids(stack):
 
 def run_restart(stack, *args, user='demo', env=None):
     proc = subprocess.run(
-        [sys.executable, '-m', 'blobcr_nova.restart'] + list(args),
+        [sys.executable, '-m', 'blobcrclient.restart'] + list(args),
         env=env or stack.env(user), capture_output=True, text=True,
         timeout=900)
     return proc

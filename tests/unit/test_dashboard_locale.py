@@ -12,10 +12,11 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""The Horizon panel's message catalogue (blobcr_dashboard/locale/
-django.pot) holds every message the code and templates mark for
-translation: a fresh extraction (tools/extract_messages.py, Django's
-makemessages and GNU xgettext) has no message the catalogue lacks.
+"""The Horizon panel's message catalogue (blobcr-dashboard/
+blobcr_dashboard/locale/django.pot) holds every message the code and
+templates mark for translation: a fresh extraction
+(tools/extract_messages.py, Django's makemessages and GNU xgettext) has
+no message the catalogue lacks.
 """
 
 import os
@@ -25,7 +26,8 @@ import sys
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
-CATALOGUE = os.path.join(TOP, 'blobcr_dashboard', 'locale', 'django.pot')
+CATALOGUE = os.path.join(TOP, 'blobcr-dashboard', 'blobcr_dashboard',
+                         'locale', 'django.pot')
 STRING = re.compile(r'^(msgid|msgid_plural|msgctxt)?\s*"(.*)"\s*$')
 
 
@@ -59,5 +61,6 @@ def test_the_catalogue_holds_every_marked_message(tmp_path):
     assert len(extracted) > 20, extracted     # the extraction ran
     missing = extracted - messages(CATALOGUE)
     assert not missing, (
-        'messages not in blobcr_dashboard/locale/django.pot (run '
-        '.venv/bin/python tools/extract_messages.py): %s' % sorted(missing))
+        'messages not in %s (run '
+        '.venv/bin/python tools/extract_messages.py): %s'
+        % (os.path.relpath(CATALOGUE, TOP), sorted(missing)))

@@ -24,7 +24,12 @@ not on a host that lacks the imported code.
 - The agent imports no Cinder, Nova or Horizon code, nor the packages
   that wrap them.
 - The guest side uses the standard library only: it runs inside VMs.
-- The agent's distribution (setup.cfg) ships the product packages only.
+- The agent's distribution (setup.cfg) ships its product packages only;
+  the client (python-blobcrclient) and the Horizon panel
+  (blobcr-dashboard) are distributions of their own that import none of
+  the agent, the Cinder driver or the Nova side, so that a workstation
+  or a Horizon host installs them without the C core, libfuse3 or
+  libvirt.
 """
 
 import ast
@@ -37,13 +42,19 @@ import pytest
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
-PRODUCT = ('blobcr_agent', 'blobcr_cinder', 'blobcr_nova', 'blobcr_guest',
-           'blobcr_dashboard')
+AGENT_DISTRIBUTION = ('blobcr_agent', 'blobcr_cinder', 'blobcr_nova',
+                      'blobcr_guest')
+CLIENT = os.path.join('python-blobcrclient', 'blobcrclient')
+DASHBOARD = os.path.join('blobcr-dashboard', 'blobcr_dashboard')
+PRODUCT = AGENT_DISTRIBUTION + (CLIENT, DASHBOARD)
 LAB = os.path.join('lab', 'blobcr_lab')
 BENCH = os.path.join('lab', 'blobcr_bench')
 OPENSTACK_SIDE = ('cinder', 'nova', 'os_brick', 'horizon', 'django',
                   'openstack_dashboard', 'blobcr_cinder', 'blobcr_nova',
-                  'blobcr_dashboard')
+                  'blobcr_dashboard', 'blobcrclient')
+# What the client and the panel run without.
+AGENT_SIDE = ('blobcr_agent', 'blobcr_cinder', 'blobcr_nova', 'blobcr_guest',
+              'pyfuse3', 'trio', 'libvirt', 'rados', 'zstandard')
 
 # What each part may not import (top-level package names).
 FORBIDDEN = {
@@ -140,11 +151,74 @@ def test_the_guest_side_uses_the_standard_library_only():
     assert found == []
 
 
-def test_the_agent_distribution_ships_the_product_only():
+def test_the_client_and_the_panel_need_nothing_of_the_agent():
+    assert violations((CLIENT, DASHBOARD), AGENT_SIDE) == []
+    for folder in (CLIENT,):
+        assert violations((folder,), ('blobcr_dashboard', 'horizon',
+                                      'django')) == []
+
+
+@pytest.mark.parametrize('distribution,packages,forbidden', [
+    ('.', AGENT_DISTRIBUTION, ()),
+    ('python-blobcrclient', ('blobcrclient',),
+     ('pyfuse3', 'trio', 'libvirt-python', 'zstandard', 'blobcr-openstack')),
+    ('blobcr-dashboard', ('blobcr_dashboard',),
+     ('pyfuse3', 'trio', 'libvirt-python', 'zstandard', 'blobcr-openstack')),
+])
+def test_each_distribution_ships_its_own_packages(distribution, packages,
+                                                  forbidden):
     config = configparser.ConfigParser()
-    config.read(os.path.join(TOP, 'setup.cfg'))
-    packages = config['files']['packages'].split()
-    assert sorted(packages) == sorted(PRODUCT)
+    config.read(os.path.join(TOP, distribution, 'setup.cfg'))
+    assert sorted(config['files']['packages'].split()) == sorted(packages)
+    with open(os.path.join(TOP, distribution, 'requirements.txt')) as f:
+        required = {line.split('>')[0].split('=')[0].split('<')[0].strip()
+                    .lower() for line in f if line.strip()
+                    and not line.startswith('#')}
+    assert required.isdisjoint(forbidden), required & set(forbidden)
+    # No extension module outside the agent's distribution.
+    if distribution != '.':
+        with open(os.path.join(TOP, distribution, 'setup.py')) as f:
+            assert 'Extension' not in f.read()
+
+
+@pytest.mark.parametrize('distribution,must_hold', [
+    ('python-blobcrclient', ('blobcrclient/osc/plugin.py',
+                             'blobcrclient/restart.py')),
+    ('blobcr-dashboard', (
+        'blobcr_dashboard/templates/project/checkpoints/index.html',
+        'blobcr_dashboard/static/blobcr/checkpoints.js',
+        'blobcr_dashboard/locale/django.pot',
+        'blobcr_dashboard/enabled/_1375_project_blobcr_checkpoints.py')),
+])
+def test_client_and_panel_build_as_pure_wheels(distribution, must_hold,
+                                               tmp_path):
+    """Built as pip builds them (no C compiler involved): a pure
+    Python wheel holding the panel's templates, static files and
+    catalogue.
+    """
+    import shutil
+    import zipfile
+    # From a copy (no build/ left in the tree), outside git as in an
+    # sdist: the files must come from the distribution's own MANIFEST.in.
+    source = tmp_path / distribution
+    shutil.copytree(os.path.join(TOP, distribution), source,
+                    ignore=shutil.ignore_patterns('build', '*.egg-info',
+                                                  '__pycache__'))
+    done = subprocess.run(
+        [sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps',
+         '--no-build-isolation', '-w', str(tmp_path / 'wheels'),
+         str(source)], env=dict(os.environ, PBR_VERSION='1.0.0'),
+        cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    wheels = list((tmp_path / 'wheels').glob('*.whl'))
+    assert len(wheels) == 1 and wheels[0].name.endswith('-py3-none-any.whl')
+    names = zipfile.ZipFile(wheels[0]).namelist()
+    missing = [name for name in must_hold if name not in names]
+    assert missing == [], missing
+    assert not [n for n in names if n.endswith('.so')]
+
+
+def test_no_benchmark_hides_in_the_product():
     # No benchmark or lab code hides inside a product package.
     for package in PRODUCT:
         for path in _python_files(package):

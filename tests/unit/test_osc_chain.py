@@ -18,7 +18,7 @@
 
 import types
 
-from blobcr_cinder.osc import chain
+from blobcrclient import chain
 
 
 def volume(id, snapshot_id=None, source=None):

@@ -28,9 +28,9 @@ from osc_lib import exceptions
 from osc_lib.test import fakes
 import pytest
 
-from blobcr_cinder.osc import checkpoint
-from blobcr_cinder.osc import plugin
-from blobcr_nova import osc as nova_osc
+from blobcrclient.osc import checkpoint
+from blobcrclient.osc import plugin
+from blobcrclient.osc import restart as nova_osc
 
 
 def snapshot(id, volume_id, version=None, status='available', **meta):

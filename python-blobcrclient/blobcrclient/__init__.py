@@ -12,14 +12,9 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""Horizon plugin of BlobCR: the Project > Volumes > Checkpoints panel.
-
-Enable it by copying
-``blobcr_dashboard/enabled/_1375_project_blobcr_checkpoints.py`` into
-Horizon's ``openstack_dashboard/local/enabled/``; the Django app is
-``blobcr_dashboard`` (its templates are under ``project/checkpoints/``).
-
-May import: Horizon, Django, the OpenStack clients and the Cinder
-side's chain helpers (blobcr_cinder.osc). Never imports the lab, the
-benchmarks or the tests (tests/unit/test_import_contract.py).
+"""python-blobcrclient: the BlobCR commands of the openstack CLI
+(``openstack blobcr ...``), ``blobcr-restart``, and the checkpoint chain
+and restart library the Horizon panel uses. Talks to Cinder and Nova
+through their APIs only: it imports none of the agent, the Cinder driver
+or the Nova side (tests/unit/test_import_contract.py).
 """

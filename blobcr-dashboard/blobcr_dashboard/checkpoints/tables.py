@@ -27,10 +27,10 @@ from django.utils.translation import gettext_lazy as _
 from horizon import tables
 from openstack_dashboard.api import cinder
 
-from blobcr_cinder.osc import chain
 from blobcr_dashboard.checkpoints import chains
 from blobcr_dashboard.checkpoints import restarts
 from blobcr_dashboard.checkpoints import rules
+from blobcrclient import chain
 
 # A row's state as Horizon's status: True settled, False failed, None
 # (polled) on its way. Checkpoints: chain.STATES; volumes: Cinder's.

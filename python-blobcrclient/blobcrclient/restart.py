@@ -342,8 +342,8 @@ FLAVOR_NEEDED = '--flavor is required (unless --dry-run or --no-boot)'
 
 def add_arguments(parser, group_positional=False):
     """A restart's options: blobcr-restart's and ``openstack blobcr group
-    restart``'s (blobcr_nova/osc.py; the group is its positional
-    argument there, as OSC names the object acted on).
+    restart``'s (blobcrclient/osc/restart.py; the group is its
+    positional argument there, as OSC names the object acted on).
     """
     if group_positional:
         parser.add_argument('group', metavar='<group>',

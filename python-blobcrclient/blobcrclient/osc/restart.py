@@ -15,8 +15,8 @@
 """``openstack blobcr group restart G``: blobcr-restart as an
 OpenStackClient command, on the CLI's own session (its credentials,
 region and interface), with the same plan, steps and progress
-(blobcr_nova/restart.py). ``openstack blobcr restart --group G`` is its
-earlier, deprecated name.
+(blobcrclient/restart.py). ``openstack blobcr restart --group G`` is
+its earlier, deprecated name.
 """
 
 import logging
@@ -24,7 +24,7 @@ import logging
 from osc_lib.command import command
 from osc_lib import exceptions
 
-from blobcr_nova import restart
+from blobcrclient import restart
 
 LOG = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@
 """The project's checkpoint chains and group checkpoints, from Cinder
 through Horizon's API layer (openstack_dashboard.api.cinder).
 
-The tree itself is blobcr_cinder.osc.chain's (the OSC plugin draws the
+The tree itself is blobcrclient.chain's (the OSC plugin draws the
 same one); this module only fetches, picks the roots and adds what the
 panel's actions need (which checkpoint a volume can revert to).
 """
@@ -26,8 +26,8 @@ import typing
 
 from openstack_dashboard.api import cinder
 
-from blobcr_cinder.osc import chain
-from blobcr_nova import restart
+from blobcrclient import chain
+from blobcrclient import restart
 
 
 @dataclasses.dataclass

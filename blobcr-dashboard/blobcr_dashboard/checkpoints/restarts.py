@@ -12,7 +12,7 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""Group restart from the panel: blobcr-restart (blobcr_nova.restart)
+"""Group restart from the panel: blobcr-restart (blobcrclient.restart)
 run as a process of its own, on the Horizon user's token, so that a
 restart outlives the web worker that asked for it (workers are recycled;
 a thread would die with them). The page follows the restart from the
@@ -45,7 +45,7 @@ from keystoneauth1.identity import v3
 from keystoneauth1 import session as ks_session
 from openstack_dashboard.api import base
 
-from blobcr_nova import restart
+from blobcrclient import restart
 
 LOG = logging.getLogger(__name__)
 RestartError = restart.RestartError
@@ -111,7 +111,7 @@ def launch(request, the_plan, prefix, flavor, boot):
     """
     job = '%s-%s' % (time.strftime('%Y%m%dT%H%M%S'), uuid.uuid4().hex[:8])
     where = os.path.join(_directory(request.user.project_id), job)
-    argv = [sys.executable, '-m', 'blobcr_nova.restart',
+    argv = [sys.executable, '-m', 'blobcrclient.restart',
             '--group', the_plan['group'],
             '--group-snapshot', the_plan['group_snapshot'],
             '--os-interface', _interface()]

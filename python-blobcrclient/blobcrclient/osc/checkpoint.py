@@ -16,7 +16,7 @@
 
 from osc_lib.command import command
 
-from blobcr_cinder.osc import chain
+from blobcrclient import chain
 
 COLUMNS = ('ID', 'Name', 'Version', 'Parent', 'Status', 'Size',
            'Bytes Written', 'Ack ms', 'Held ms', 'Quiesce', 'Created At')

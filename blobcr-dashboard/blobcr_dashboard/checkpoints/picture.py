@@ -28,7 +28,7 @@ import datetime
 import math
 from xml.sax import saxutils
 
-from blobcr_cinder.osc import chain
+from blobcrclient import chain
 
 LANE = 34           # px between lanes
 LEFT = 180          # px for the lanes' names

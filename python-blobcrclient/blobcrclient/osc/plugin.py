@@ -24,7 +24,7 @@ from osc_lib import utils
 
 API_NAME = 'blobcr'
 API_VERSION_OPTION = 'os_blobcr_api_version'
-API_VERSIONS = {'1': 'blobcr_cinder.osc.plugin'}
+API_VERSIONS = {'1': 'blobcrclient.osc.plugin'}
 DEFAULT_API_VERSION = '1'
 
 
