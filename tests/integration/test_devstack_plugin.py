@@ -608,6 +608,18 @@ def test_zuul_jobs_use_what_the_plugin_defines():
         if backends:
             assert any(b.split(':')[0] == 'blobcr'
                        for b in backends.split(','))
+    with open(os.path.join(harness.TREE, '.zuul.yaml')) as f:
+        project = [item['project'] for item in yaml.safe_load(f)
+                   if 'project' in item]
+    assert len(project) == 1
+    # The jobs the Python PTI's tox envs feed, and the OSC plugin's.
+    assert {'openstack-python3-jobs', 'publish-openstack-docs-pti',
+            'release-notes-jobs-python3', 'openstackclient-plugin-jobs'} \
+        <= set(project[0]['templates'])
+    for pipeline in ('check', 'gate'):
+        named = [j if isinstance(j, str) else next(iter(j))
+                 for j in project[0][pipeline]['jobs']]
+        assert set(named) <= set(jobs), (pipeline, named)
 
 
 def test_stack_ceph_micro_cluster(tmp_path, rabbitmq_url, cleanup_services):
