@@ -24,8 +24,11 @@ refused and the others run):
   the mirror's control socket; durable when the version is stable.
 * ``qemu-backup``: qemu-storage-daemon, a persistent dirty bitmap and
   ``blockdev-backup sync=incremental`` per checkpoint (peers_qemu.py).
-* ``rbd-snap``: an RBD image (EC data pool), ``rbd snap create`` per
-  checkpoint and ``rbd export-diff`` as copy-out (peers_rbd.py).
+* ``rbd-snap``, ``rbd-snap-rep``: an RBD image (its data in an EC pool
+  shaped like BlobCR's, or all in a replicated pool), librbd's cache off
+  as with Nova's cache=none (``--rbd-cache writeback``: on), ``rbd snap
+  create`` per checkpoint and ``rbd export-diff`` as copy-out
+  (peers_rbd.py).
 * ``qcow2-layers``: external qcow2 snapshots, each closed layer copied
   out (peers_qemu.py), the naive baseline.
 
@@ -47,20 +50,31 @@ Per checkpoint:
 * ``pause_ms``: the guest-visible pause, the longest write of the
   application that overlapped the request-to-ack window (beside
   ``baseline_write_p99_ms``, the same writes without checkpoints);
+  ``pause_to_durable_ms`` and ``write_p99_to_durable_ms``: the longest
+  write and the 99th percentile of the writes over the whole
+  request-to-durable window (copy-before-write stalls, a full
+  copy-on-write buffer);
 * ``durable_s``: request to the copy being durable where the peer keeps
   it (``durable_at`` says where); RBD's ``copy_out_s`` apart;
-* ``stored_bytes`` per checkpoint and in total with the first (full)
-  copy; and per run ``slowdown_s`` (run time minus the baseline's),
-  ``run_over_baseline`` (their ratio) and ``restart_s``: open the last
-  checkpoint as a restart does (BlobCR: a second mirror attaches the
-  version lazily; QEMU, qcow2: a daemon opens the copied chain; RBD: the
-  image at its snapshot) and read every block the workload writes. The
+* ``stored_bytes`` per checkpoint (the bytes the peer wrote to its
+  store: BlobCR's objects as its repository counts them, the backup
+  target's or layer copy's allocated bytes, the export-diff file) and
+  in total with the first (full) copy; and per run ``slowdown_s`` (run
+  time minus the baseline's), ``run_over_baseline`` (their ratio) and
+  ``restart_s``: open the last checkpoint as a restart does and read
+  every block the workload writes. What a restart finds running is
+  started before the timing on every side (BlobCR: a second mirror,
+  which attaches the version lazily; QEMU, qcow2: an empty daemon,
+  which opens the copied chain and exports it; RBD: a connected client,
+  which opens the image at its snapshot). The
   data read must be a point in time of the application's writes (every
   block of a pass, then a prefix of the next one), or the restart is
   counted inconsistent.
 
 ``ratios`` divide each peer's per-run medians by BlobCR's of the same
-run (``vs_blobcr_local``, ``vs_blobcr_ceph``). Each peer proves its
+run (``vs_blobcr_local``, ``vs_blobcr_ceph``). The peers run in a random
+order in each run and workload, drawn from ``--seed`` and recorded
+(``order``). Each peer proves its
 path ran: the bytes its copy-out copied (BlobCR's chunks, the backup
 job's progress, the export-diff's bytes, the layer copied), writes
 overlapping each checkpoint, a consistent restart, and BlobCR's
@@ -80,11 +94,11 @@ from blobcr_bench import peers_common
 from blobcr_lab import agents
 
 PEERS = ('blobcr-local', 'blobcr-ceph', 'qemu-backup', 'rbd-snap',
-         'qcow2-layers')
+         'rbd-snap-rep', 'qcow2-layers')
 WORKLOADS = ('checkpoint', 'random4k')
 REFERENCES = ('blobcr-local', 'blobcr-ceph')
-RATIO_KEYS = ('ack_ms', 'pause_ms', 'slowdown_s', 'run_over_baseline',
-              'durable_s', 'stored_bytes', 'restart_s')
+RATIO_KEYS = ('ack_ms', 'pause_ms', 'pause_to_durable_ms', 'slowdown_s',
+              'run_over_baseline', 'durable_s', 'stored_bytes', 'restart_s')
 SMALL_WRITE = 4096
 SUN_PATH = 108          # a Unix socket's path, its NUL included
 
@@ -111,10 +125,11 @@ def add_arguments(p, size_type=int):
                    help='erasure-coded data pool of the RBD image, made '
                         'with overwrites on if missing (empty: none)')
     p.add_argument('--rbd-cache', choices=['writeback', 'off'],
-                   default='writeback',
-                   help='librbd cache of the application\'s client: on, '
-                        'as QEMU sets it with cache=writeback (the default '
-                        'here), or off, as with cache=none')
+                   default='off',
+                   help='librbd cache of the application\'s client: off, '
+                        'as with Nova\'s default cache mode none (the '
+                        'default here), or on, as QEMU sets it with '
+                        'cache=writeback')
     p.add_argument('--seed', type=int, default=42)
     p.add_argument('--plot', help='write a PNG of the results here')
 
@@ -200,10 +215,15 @@ class BlobcrPeer(peers_common.Peer):
 
     def settle(self, checkpoints):
         self.subject.settle(checkpoints)
+        header = self.repo.image(self.subject.id)
         for cp in checkpoints:
-            size = (cp['chunks'] or 0) * checkpoint.CHUNK
+            # Copied: the chunks the version persisted; stored: the bytes
+            # of the objects it wrote (compressed chunks, tree nodes), as
+            # the repository counted them.
             cp.update(durable_s=cp['stable_at'] - cp['requested'],
-                      copied_bytes=size, stored_bytes=size)
+                      copied_bytes=(cp['chunks'] or 0) * checkpoint.CHUNK,
+                      stored_bytes=header.version(cp['version'])
+                      .stored_bytes)
 
     def counters(self):
         return self.subject.stats()
@@ -250,9 +270,10 @@ def make_peer(name, args, open_repository):
         return BlobcrPeer(args, name, 'local', open_repository)
     if name == 'blobcr-ceph':
         return BlobcrPeer(args, name, 'rados', open_repository)
-    if name == 'rbd-snap':
+    if name in ('rbd-snap', 'rbd-snap-rep'):
         from blobcr_bench import peers_rbd
-        return peers_rbd.RbdPeer(args)
+        return {'rbd-snap': peers_rbd.RbdPeer,
+                'rbd-snap-rep': peers_rbd.ReplicatedRbdPeer}[name](args)
     from blobcr_bench import peers_qemu
     why = peers_qemu.refusal()
     if why:
@@ -323,6 +344,11 @@ class Writer(threading.Thread):
         """The longest write overlapping [t0, t1] (None if none did)."""
         hit = [d for s, d in self.writes if s < t1 and s + d > t0]
         return max(hit) if hit else None
+
+    def p99_in(self, t0, t1):
+        """The 99th percentile of the writes overlapping [t0, t1]."""
+        hit = sorted(d for s, d in self.writes if s < t1 and s + d > t0)
+        return common.percentile(hit, 99) if hit else None
 
 
 def state_epoch(read_blocks, expected):
@@ -401,7 +427,15 @@ def one_run(peer, workload, pattern, args, epoch, run, log):
 
         for cp in cps:
             cp['pause_ms'] = _ms(timed.longest_in(cp['t_req'], cp['t_ack']))
+            # Over the whole request-to-durable window too: a copy-before-
+            # write stall or a full copy-on-write buffer shows there.
+            durable_at = cp['t_req'] + cp['durable_s']
+            cp['pause_to_durable_ms'] = _ms(timed.longest_in(
+                cp['t_req'], durable_at))
+            cp['write_p99_to_durable_ms'] = _ms(timed.p99_in(
+                cp['t_req'], durable_at))
         last = cps[-1]
+        peer.restart_prepare(last)
         t0 = time.perf_counter()
         reader = peer.restart_open(last)
         try:
@@ -457,6 +491,8 @@ def per_run_figures(r):
     cps = r['checkpoints']
     return {'ack_ms': _median([c['ack_ms'] for c in cps]),
             'pause_ms': _median([c['pause_ms'] for c in cps]),
+            'pause_to_durable_ms': _median([c['pause_to_durable_ms']
+                                            for c in cps]),
             'slowdown_s': r['slowdown_s'],
             'run_over_baseline': common.ratio(r['run_s'], r['baseline_s']),
             'durable_s': _median([c['durable_s'] for c in cps]),
@@ -469,6 +505,10 @@ def aggregate(peer, runs):
     out = {
         'ack_ms': common.summary([c['ack_ms'] for c in cps], 2),
         'pause_ms': common.summary([c['pause_ms'] for c in cps], 2),
+        'pause_to_durable_ms': common.summary(
+            [c['pause_to_durable_ms'] for c in cps], 2),
+        'write_p99_to_durable_ms': common.summary(
+            [c['write_p99_to_durable_ms'] for c in cps], 3),
         'baseline_write_p99_ms': common.summary(
             [r['baseline_write_p99_ms'] for r in runs], 2),
         'slowdown_s': common.summary([r['slowdown_s'] for r in runs]),
@@ -495,6 +535,8 @@ def aggregate(peer, runs):
                   'ack_ms': [round(c['ack_ms'], 2) for c in
                              r['checkpoints']],
                   'pause_ms': [c['pause_ms'] for c in r['checkpoints']],
+                  'pause_to_durable_ms': [c['pause_to_durable_ms']
+                                          for c in r['checkpoints']],
                   'stored_bytes': [c['stored_bytes'] for c in
                                    r['checkpoints']],
                   'restart_s': round(r['restart_s'], 3),
@@ -583,6 +625,7 @@ def run(args, log, open_repository):
     log.event('generate', mib=args.size >> 20)
     pattern = common.Pattern(args.size)
     peers, refused = {}, {}
+    orders = []
     checks = common.Checks()
     results = {w.name: {} for w in chosen}
     try:
@@ -596,10 +639,16 @@ def run(args, log, open_repository):
         for w in chosen:
             for name in names:
                 results[w.name][name] = []
+        # A random order per run and workload (from --seed, recorded),
+        # not a rotation that keeps the same neighbours.
+        shuffler = random.Random(args.seed)
         for r in range(args.runs):
             for w in chosen:
-                k = r % max(len(names), 1)
-                for name in names[k:] + names[:k]:
+                order = shuffler.sample(names, len(names))
+                orders.append({'run': r + 1, 'workload': w.name,
+                               'order': order})
+                log.event('order', run=r + 1, workload=w.name, order=order)
+                for name in order:
                     epoch = r * epochs_per_run
                     results[w.name][name].append(one_run(
                         peers[name], w, pattern, args, epoch, r, log))
@@ -619,7 +668,8 @@ def run(args, log, open_repository):
            'peers': {n: (peers[n].describe()
                          if hasattr(peers[n], 'describe') else {})
                      for n in peers},
-           'refused': refused, 'workloads': {}}
+           'refused': refused, 'workloads': {},
+           'order': {'seed': args.seed, 'runs': orders}}
     checks.require_true('blobcr-local ran', 'blobcr-local' in peers or
                         'blobcr-local' not in args.peers,
                         'BlobCR on the local store is the reference',

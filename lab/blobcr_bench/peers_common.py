@@ -51,9 +51,16 @@ class Peer(object):
     def checkpoint(self):
         raise NotImplementedError
 
+    def restart_prepare(self, cp):
+        """What a restart finds running already, made before the restart
+        is timed: BlobCR's mirror runs on every host, so a QEMU peer
+        starts its storage daemon here (empty) and a restart adds the
+        chain to it, as BlobCR's adds the version to its mirror.
+        """
+
     def restart_open(self, cp):
         """A reader (``read(offset, length)``, ``close()``) of the disk as
-        it was at ``cp``, opened as a restart would.
+        it was at ``cp``, opened as a restart would (timed).
         """
         raise NotImplementedError
 

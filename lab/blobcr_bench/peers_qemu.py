@@ -132,10 +132,13 @@ class QMP(object):
 
 class Daemon(object):
     """A qemu-storage-daemon with ``blockdevs``, the node ``export``
-    exported through FUSE at ``mountpoint``, and a QMP monitor.
+    exported through FUSE at ``mountpoint``, and a QMP monitor. Without
+    ``export``, a daemon with its monitor only, which :meth:`add` later
+    gives a chain and its export (a restart's, on a daemon that was
+    running already).
     """
 
-    def __init__(self, workdir, blockdevs, export, writable):
+    def __init__(self, workdir, blockdevs=(), export=None, writable=False):
         self.workdir = workdir
         self.mountpoint = os.path.join(workdir, 'export')
         self.qmp_path = os.path.join(workdir, 'qmp.sock')
@@ -143,15 +146,23 @@ class Daemon(object):
         args = [QSD]
         for b in blockdevs:
             args += ['--blockdev', json.dumps(b)]
-        args += ['--export', json.dumps({
-            'type': 'fuse', 'id': 'export', 'node-name': export,
-            'mountpoint': self.mountpoint, 'writable': writable}),
-            '--chardev', 'socket,id=qmp,path=%s,server=on,wait=off'
-            % self.qmp_path, '--monitor', 'chardev=qmp']
+        if export is not None:
+            args += ['--export', json.dumps(self._export(export, writable))]
+        args += ['--chardev', 'socket,id=qmp,path=%s,server=on,wait=off'
+                 % self.qmp_path, '--monitor', 'chardev=qmp']
         self.log = open(os.path.join(workdir, 'qsd.log'), 'ab')
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                      stdout=self.log, stderr=self.log)
         self.qmp = None
+        if export is not None:
+            self._wait_mount()
+        self.qmp = QMP(self.qmp_path)
+
+    def _export(self, node, writable):
+        return {'type': 'fuse', 'id': 'export', 'node-name': node,
+                'mountpoint': self.mountpoint, 'writable': writable}
+
+    def _wait_mount(self):
         deadline = time.monotonic() + 30
         while not os.path.ismount(self.mountpoint):
             if self.proc.poll() is not None:
@@ -161,7 +172,13 @@ class Daemon(object):
                 raise RuntimeError('qemu-storage-daemon export did not '
                                    'appear: %s' % self._log_tail())
             time.sleep(0.01)
-        self.qmp = QMP(self.qmp_path)
+
+    def add(self, blockdev, writable=False):
+        """Open ``blockdev`` and export it (the daemon had none)."""
+        self.qmp.call('blockdev-add', **blockdev)
+        self.qmp.call('block-export-add',
+                      **self._export(blockdev['node-name'], writable))
+        self._wait_mount()
 
     def _log_tail(self):
         self.log.flush()
@@ -200,7 +217,9 @@ def create_qcow2(path, size, cluster, backing=None):
     args = [QEMU_IMG, 'create', '-q', '-f', 'qcow2', '-o',
             'cluster_size=%d' % cluster]
     if backing:
-        args += ['-b', backing, '-F', 'qcow2']
+        # -u: the size is given, so the backing file need not be opened
+        # (it may still be written by a backup job).
+        args += ['-u', '-b', backing, '-F', 'qcow2']
     subprocess.run(args + [path, str(size)], check=True, capture_output=True)
 
 
@@ -227,14 +246,15 @@ def refusal():
 
 
 class _ChainRestart(object):
-    """A checkpoint's chain opened read-only in a daemon of its own."""
+    """A checkpoint's chain opened read-only in a daemon that runs
+    already (started before the restart is timed, as BlobCR's mirror
+    is).
+    """
 
-    def __init__(self, workdir, top):
-        os.makedirs(workdir, exist_ok=True)
-        self.daemon = Daemon(workdir, [qcow2_node('restart', top,
-                                                  backing=False,
-                                                  read_only=True)],
-                             'restart', writable=False)
+    def __init__(self, daemon, top):
+        self.daemon = daemon
+        daemon.add(qcow2_node('restart', top, backing=False,
+                              read_only=True))
         self.fd = os.open(self.daemon.mountpoint, os.O_RDONLY)
 
     def read(self, offset, length):
@@ -281,11 +301,19 @@ class _QemuPeer(peers_common.Peer):
         return {'qemu': version[0] if version else None,
                 'cluster_size': self.cluster, 'export': 'fuse'}
 
+    def restart_prepare(self, cp):
+        workdir = os.path.join(self.workdir, 'restart-%d' % cp['index'])
+        os.makedirs(workdir, exist_ok=True)
+        self.restart_daemon = Daemon(workdir)
+
     def restart_open(self, cp):
-        return _ChainRestart(os.path.join(self.workdir, 'restart-%d'
-                                          % cp['index']), cp['top'])
+        daemon, self.restart_daemon = self.restart_daemon, None
+        return _ChainRestart(daemon, cp['top'])
 
     def close(self):
+        if getattr(self, 'restart_daemon', None) is not None:
+            self.restart_daemon.stop()
+            self.restart_daemon = None
         if getattr(self, 'worker', None) is not None:
             self.worker.stop()
         if getattr(self, 'fd', None) is not None:
@@ -305,6 +333,7 @@ class QemuBackupPeer(_QemuPeer):
 
     def open(self, workdir, size):
         self._begin(workdir, size)
+        self.completed = {}
         disk = os.path.join(workdir, 'disk.qcow2')
         create_qcow2(disk, size, self.cluster)
         self.targets = os.path.join(workdir, 'backup')
@@ -321,7 +350,14 @@ class QemuBackupPeer(_QemuPeer):
 
     def checkpoint(self):
         t0 = time.perf_counter()
-        self.worker.drain()          # the bitmap is busy until then
+        # The bitmap is busy until the previous job completed (QEMU
+        # refuses a second incremental job on it meanwhile, as libvirt
+        # refuses a second backup job); closing and syncing its target
+        # come after, behind the application.
+        if self.index:
+            while not self.completed[self.index - 1].wait(0.1):
+                if self.worker.error is not None:
+                    raise self.worker.error
         index = self.index
         backup = {'type': 'blockdev-backup', 'data': {
             'job-id': 'backup-%d' % index, 'device': 'disk',
@@ -338,15 +374,22 @@ class QemuBackupPeer(_QemuPeer):
         self.daemon.qmp.call('transaction', actions=actions)
         cp = self.acked(t0, index=index, top=self._target(index))
         self.index += 1
+        self.completed[index] = threading.Event()
         self.worker.put(lambda: self._finish(cp))
+        # The next job's target, after the ack (its backing file is
+        # named, not opened: this one is still being written).
+        self._prepare(index + 1)
         return cp
 
     def _finish(self, cp):
         job = 'backup-%d' % cp['index']
-        event = self.daemon.qmp.wait_event(
-            lambda e: e['event'] in ('BLOCK_JOB_COMPLETED',
-                                     'BLOCK_JOB_CANCELLED') and
-            e['data'].get('device') == job)
+        try:
+            event = self.daemon.qmp.wait_event(
+                lambda e: e['event'] in ('BLOCK_JOB_COMPLETED',
+                                         'BLOCK_JOB_CANCELLED') and
+                e['data'].get('device') == job)
+        finally:
+            self.completed[cp['index']].set()
         if event['event'] != 'BLOCK_JOB_COMPLETED' or \
                 event['data'].get('error'):
             raise RuntimeError('%s: %s' % (job, event))
@@ -356,7 +399,6 @@ class QemuBackupPeer(_QemuPeer):
         fsync_path(self.targets)
         self.durable(cp, copied=event['data']['offset'],
                      stored=allocated(cp['top']))
-        self._prepare(cp['index'] + 1)
 
 
 class Qcow2LayersPeer(_QemuPeer):

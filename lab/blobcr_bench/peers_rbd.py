@@ -12,10 +12,18 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""The Ceph RBD peer of ``blobcr-bench peers``: an image in a replicated
-pool with its data in an erasure-coded pool (overwrites enabled), in the
-same cluster as BlobCR-on-Ceph, written through librbd by the
-application's own client.
+"""The Ceph RBD peers of ``blobcr-bench peers``, in the same cluster as
+BlobCR-on-Ceph, written through librbd by the application's own client:
+
+* ``rbd-snap``: the image's data in an erasure-coded pool (overwrites
+  enabled) of the same profile and as many placement groups as BlobCR's
+  data pool, its header in a replicated pool;
+* ``rbd-snap-rep``: the whole image in the replicated pool, as most
+  RBD deployments keep it.
+
+The client is set up as Nova sets it: librbd's cache off (cache mode
+none, Nova's default); ``--rbd-cache writeback`` is the variant with
+QEMU's cache=writeback.
 
 A checkpoint is a snapshot made by a second client (the orchestrator's,
 as an operator's ``rbd snap create`` would be): with the exclusive-lock
@@ -46,25 +54,43 @@ def _mon(cluster, **command):
     return out
 
 
-def ensure_ec_data_pool(conffile, pool, profile=EC_PROFILE, pg_num=8):
-    """An erasure-coded pool that RBD can keep data in (overwrites on);
-    returns None, or why it cannot be had.
+def _pool_get(cluster, pool, var):
+    return json.loads(_mon(cluster, prefix='osd pool get', pool=pool,
+                           var=var, format='json'))[var]
+
+
+def ensure_ec_data_pool(conffile, pool, like=None, profile=EC_PROFILE,
+                        pg_num=8):
+    """An erasure-coded pool that RBD can keep data in (overwrites on),
+    shaped ``like`` BlobCR's data pool where it exists (its erasure-code
+    profile and number of placement groups); returns ``(None, shape)``,
+    or ``(why it cannot be had, None)``.
     """
     import rados
     cluster = rados.Rados(conffile=conffile)
     cluster.connect(timeout=10)
     try:
+        if like and cluster.pool_exists(like):
+            profile = _pool_get(cluster, like, 'erasure_code_profile')
+            pg_num = _pool_get(cluster, like, 'pg_num')
         if not cluster.pool_exists(pool):
             _mon(cluster, prefix='osd pool create', pool=pool,
                  pg_num=pg_num, pgp_num=pg_num, pool_type='erasure',
                  erasure_code_profile=profile)
             _mon(cluster, prefix='osd pool application enable', pool=pool,
                  app='rbd')
+        elif _pool_get(cluster, pool, 'pg_num') != pg_num:
+            for var in ('pg_num', 'pgp_num'):
+                _mon(cluster, prefix='osd pool set', pool=pool, var=var,
+                     val=str(pg_num))
         _mon(cluster, prefix='osd pool set', pool=pool,
              var='allow_ec_overwrites', val='true')
-        return None
+        return None, {'erasure_code_profile': _pool_get(
+            cluster, pool, 'erasure_code_profile'),
+            'pg_num': _pool_get(cluster, pool, 'pg_num'),
+            'like': like}
     except Exception as e:
-        return str(e)
+        return str(e), None
     finally:
         cluster.shutdown()
 
@@ -72,6 +98,7 @@ def ensure_ec_data_pool(conffile, pool, profile=EC_PROFILE, pg_num=8):
 class RbdPeer(peers_common.Peer):
     name = 'rbd-snap'
     durable_at = 'snapshot in RADOS (ack); export-diff file fsync\'ed'
+    erasure_coded = True
 
     def __init__(self, args):
         super().__init__(args)
@@ -89,13 +116,17 @@ class RbdPeer(peers_common.Peer):
         except Exception as e:
             raise peers_common.PeerRefused('cannot have the RBD pool %s: %s'
                                            % (args.rbd_pool, e))
-        self.data_pool = args.rbd_data_pool or None
-        self.data_pool_refused = None
+        self.data_pool = (args.rbd_data_pool or None) \
+            if self.erasure_coded else None
+        self.data_pool_refused = self.data_pool_shape = None
         if self.data_pool:
-            self.data_pool_refused = ensure_ec_data_pool(args.ceph_conf,
-                                                         self.data_pool)
+            self.data_pool_refused, self.data_pool_shape = \
+                ensure_ec_data_pool(args.ceph_conf, self.data_pool,
+                                    like=args.data_pool)
             if self.data_pool_refused:
-                self.data_pool = None
+                raise peers_common.PeerRefused(
+                    'cannot have the erasure-coded data pool %s: %s'
+                    % (self.data_pool, self.data_pool_refused))
         # Two clients: the application's (it owns the exclusive lock) and
         # the orchestrator's, which asks for snapshots.
         self.clients = []
@@ -203,10 +234,17 @@ class RbdPeer(peers_common.Peer):
 
     def describe(self):
         return {'pool': self.args.rbd_pool, 'data_pool': self.data_pool,
-                'data_pool_refused': self.data_pool_refused,
+                'data_pool_shape': self.data_pool_shape,
                 'object_size': self.args.granularity,
                 'rbd_cache': self.args.rbd_cache,
                 'features': 'layering,exclusive-lock,object-map,fast-diff'}
+
+
+class ReplicatedRbdPeer(RbdPeer):
+    """The same, with the image's data in the replicated pool."""
+
+    name = 'rbd-snap-rep'
+    erasure_coded = False
 
 
 class _SnapshotReader(object):

@@ -37,7 +37,8 @@ from blobcr_bench import peers
 
 BENCH = os.path.join(os.path.dirname(sys.executable), 'blobcr-bench')
 ITERATIONS = 2
-FIGURES = ('ack_ms', 'pause_ms', 'slowdown_s', 'durable_s',
+FIGURES = ('ack_ms', 'pause_ms', 'pause_to_durable_ms',
+           'write_p99_to_durable_ms', 'slowdown_s', 'durable_s',
            'stored_bytes_per_checkpoint', 'stored_total_bytes', 'restart_s')
 
 
@@ -96,9 +97,21 @@ def test_every_peer_runs_or_says_why(ceph_cluster, quick_snap_trim, workdir,
     # qemu-storage-daemon install-deps.sh installs.
     assert {'blobcr-local', 'blobcr-ceph', 'qemu-backup',
             'qcow2-layers'} <= ran
-    if 'rbd-snap' in ran:
-        assert result['peers']['rbd-snap']['data_pool'] or \
-            result['peers']['rbd-snap']['data_pool_refused']
+    # Both RBD variants on this cluster: the EC one shaped like BlobCR's
+    # data pool, the replicated one without a data pool; cache off.
+    assert {'rbd-snap', 'rbd-snap-rep'} <= ran
+    shape = result['peers']['rbd-snap']['data_pool_shape']
+    blobcr_pgs = json.loads(subprocess.run(
+        ['ceph', '--conf', ceph_cluster.conffile, 'osd', 'pool', 'get',
+         'blobcr-data', 'pg_num', '--format', 'json'], capture_output=True,
+        text=True, check=True, timeout=60).stdout)['pg_num']
+    assert shape['pg_num'] == blobcr_pgs
+    assert result['peers']['rbd-snap-rep']['data_pool'] is None
+    assert {p['rbd_cache'] for n, p in result['peers'].items()
+            if n.startswith('rbd')} == {'off'}
+    # A random order per run and workload, recorded with its seed.
+    assert [set(o['order']) for o in result['order']['runs']] == \
+        [ran] * len(peers.WORKLOADS)
 
     assert set(result['workloads']) == set(peers.WORKLOADS)
     for wname, w in result['workloads'].items():

@@ -64,7 +64,8 @@ def test_state_epoch_refuses_a_torn_state():
 
 
 def _run(ack_ms, stored, slowdown=1.0, restart=0.5, copied=1):
-    cps = [{'ack_ms': a, 'pause_ms': a / 2, 'durable_s': 1.0,
+    cps = [{'ack_ms': a, 'pause_ms': a / 2, 'pause_to_durable_ms': a,
+            'durable_s': 1.0,
             'stored_bytes': stored, 'copied_bytes': copied} for a in ack_ms]
     return {'checkpoints': cps, 'slowdown_s': slowdown, 'run_s': 2.0,
             'baseline_s': 1.0, 'restart_s': restart,
