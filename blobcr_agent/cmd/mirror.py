@@ -49,6 +49,9 @@ def main(argv=None):
     parser.add_argument('--mode', choices=image_mod.MODES,
                         default='selective-cow')
     parser.add_argument('--cow-chunks', type=int, default=64)
+    parser.add_argument('--readahead-chunks', type=int, default=64,
+                        help='chunks fetched ahead of a sequential reader '
+                        'of a lazily restarted image (0: none)')
     parser.add_argument('--in-order', action='store_true',
                         help='persist chunks in index order instead of the '
                              'adaptive order')
@@ -78,7 +81,7 @@ def main(argv=None):
     service = service_mod.MirrorService(
         repo, args.mount, args.cache, mode=args.mode,
         cow_chunks=args.cow_chunks, adaptive=not args.in_order,
-        io_loop=args.io_loop)
+        io_loop=args.io_loop, readahead_chunks=args.readahead_chunks)
     service.recover()
     server = service.serve_control(args.control)
 

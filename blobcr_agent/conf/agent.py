@@ -102,6 +102,11 @@ agent_opts = [
                       'delete, extend, export) waits for it, this many '
                       'seconds at most (then it is refused busy). Keep it '
                       'under Cinder\'s rpc_response_timeout.'),
+    cfg.IntOpt('readahead_chunks', default=64, min=0,
+               help='A lazily restarted image read in order gets up to '
+                    'this many chunks after the ones it misses fetched '
+                    'ahead, in a window that doubles while the reads stay '
+                    'sequential. 0: fetch only what is read.'),
     cfg.IntOpt('cow_chunks', default=64, min=1,
                help='Chunks of memory per image for copy-on-write copies; '
                     'when full, guest writes to unpersisted chunks wait.'),

@@ -63,7 +63,7 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
                  mirror_mode='selective-cow', cow_chunks=64,
                  quiesce='suspend', hypervisor=None, gc_interval=0,
                  settle_timeout=45.0, protect_interval=0,
-                 protect_dirty_bytes=0):
+                 protect_dirty_bytes=0, readahead_chunks=64):
         if quiesce not in domains.QUIESCE_MODES:
             raise exception.InvalidInput('unknown quiesce mode %r'
                                          % (quiesce,))
@@ -73,7 +73,8 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
         os.makedirs(self.state_path, mode=0o700, exist_ok=True)
         self.mirror = service_mod.MirrorService(
             repo, mountpoint, os.path.join(self.state_path, 'cache'),
-            mode=mirror_mode, cow_chunks=cow_chunks)
+            mode=mirror_mode, cow_chunks=cow_chunks,
+            readahead_chunks=readahead_chunks)
         self.instances = instances_mod.InstanceTable(
             os.path.join(self.state_path, 'instances.json'))
         self.default_quiesce = quiesce
@@ -99,6 +100,7 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
         manager = cls(repo, conf.agent.state_path, conf.agent.mountpoint,
                       conf.agent.host, mirror_mode=conf.agent.mirror_mode,
                       cow_chunks=conf.agent.cow_chunks,
+                      readahead_chunks=conf.agent.readahead_chunks,
                       quiesce=conf.agent.quiesce, hypervisor=hypervisor,
                       gc_interval=conf.repository.gc_interval,
                       settle_timeout=conf.agent.settle_timeout,

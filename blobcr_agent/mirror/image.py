@@ -49,6 +49,7 @@ from blobcr_agent import exception
 from blobcr_agent.mirror import cache
 from blobcr_agent.mirror import persister as persister_mod
 from blobcr_agent.mirror import prefetch as prefetch_mod
+from blobcr_agent.mirror import readahead as readahead_mod
 from blobcr_agent.mirror import recovery
 from blobcr_agent.mirror import reserve as reserve_mod
 from blobcr_agent.repository import image as image_mod
@@ -73,7 +74,7 @@ class AttachedImage(object):
 
     def __init__(self, repo, image, version, cache_dir, mode='selective-cow',
                  cow_chunks=64, adaptive=True, prefetch=True,
-                 reserve=None, incoming=False):
+                 reserve=None, incoming=False, readahead_chunks=64):
         if mode not in MODES:
             raise exception.InvalidInput('unknown mirror mode %r (choose '
                                          'from %s)' % (mode, ', '.join(MODES)))
@@ -156,6 +157,8 @@ class AttachedImage(object):
         self._closed = False        # close() was called (and returned)
         self.attached_at = time.time()
         self.fetched_chunks = 0
+        # Guest reads that fetched a chunk themselves (none on its way).
+        self.read_fetches = 0
         self.fetched_bytes = 0
         self._phases = {}
         self.last_phases = {}
@@ -172,6 +175,8 @@ class AttachedImage(object):
         self.last_error = None
         self._save_meta()
         recovery.recover(self)
+        self.readahead = readahead_mod.ReadAhead(self,
+                                                 maximum=readahead_chunks)
         self._prefetcher = prefetch_mod.start(self) \
             if prefetch and not incoming else None
         self.reserver.request()
@@ -292,7 +297,7 @@ class AttachedImage(object):
             result = self.core.read(offset, length)
             if not isinstance(result, list):
                 return result
-            self.fetch(result)
+            self.fetch_missed(result)
 
     def write(self, offset, data, nonblock=False):
         while True:
@@ -301,9 +306,19 @@ class AttachedImage(object):
                 return result
             self.fetch(result)
 
+    def fetch_missed(self, indices):
+        """A guest's read missed ``indices`` (the core's callback): fetch
+        them, and what comes after them when the reads are sequential
+        (readahead.py), in the background.
+        """
+        self.readahead.missed(indices)
+        if self.fetch(indices):
+            self.read_fetches += 1
+
     def fetch(self, indices):
         """Make chunks present, fetching each from the attached version
-        once even when several readers want it at the same time.
+        once even when several readers want it at the same time; returns
+        how many this call fetched itself (not already on their way).
         """
         mine, theirs = [], []
         with self._fetch_lock:
@@ -323,6 +338,7 @@ class AttachedImage(object):
             self._release(mine)        # the rest, on error
         for event in theirs:
             event.wait()
+        return len(mine)
 
     def _release(self, indices):
         with self._fetch_lock:
@@ -609,6 +625,8 @@ class AttachedImage(object):
     def stats(self):
         s = self.core.stats()
         s.update(fetched_chunks=self.fetched_chunks,
+                 read_fetches=self.read_fetches,
+                 readahead_chunks=self.readahead.issued,
                  fetched_bytes=self.fetched_bytes,
                  busy_prechecked=self.busy_prechecked,
                  busy_aborted=self.busy_aborted,
@@ -651,6 +669,7 @@ class AttachedImage(object):
                 return False
             if self._prefetcher is not None:
                 self._prefetcher.join()
+            self.readahead.stop()
             self.core.close()
             return True
         finally:

@@ -53,12 +53,13 @@ class MirrorService(object):
 
     def __init__(self, repo, mountpoint, cache_dir, mode='selective-cow',
                  cow_chunks=64, adaptive=True, io_loop='native',
-                 busy_timeout=120):
+                 busy_timeout=120, readahead_chunks=64):
         self.repo = repo
         self.mountpoint = os.path.abspath(mountpoint)
         self.cache_dir = os.path.abspath(cache_dir)
         self.mode = mode
         self.cow_chunks = cow_chunks
+        self.readahead_chunks = readahead_chunks
         self.adaptive = adaptive
         self.attached = {}
         self.io_loop = io_loop
@@ -158,7 +159,8 @@ class MirrorService(object):
                 mode=mode or self.mode,
                 cow_chunks=cow_chunks or self.cow_chunks,
                 adaptive=self.adaptive if adaptive is None else adaptive,
-                prefetch=prefetch, incoming=incoming_from is not None)
+                prefetch=prefetch, incoming=incoming_from is not None,
+                readahead_chunks=self.readahead_chunks)
             if incoming_from is not None:
                 self._make_incoming(attached, incoming_from)
             self.attached[header.id] = attached
@@ -370,10 +372,10 @@ class MirrorService(object):
             incoming = attached.incoming
             if incoming is not None and not incoming.done.is_set():
                 self.native_loop.add(attached.id, attached.core,
-                                     attached.fetch, incoming.gate)
+                                     attached.fetch_missed, incoming.gate)
             else:
                 self.native_loop.add(attached.id, attached.core,
-                                     attached.fetch)
+                                     attached.fetch_missed)
 
     @property
     def fuse_mountpoint(self):

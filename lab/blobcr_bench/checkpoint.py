@@ -160,12 +160,13 @@ class Subject(object):
     """
 
     def __init__(self, repo, mirror, name, size, mode, adaptive,
-                 cow_chunks, pattern):
+                 cow_chunks, pattern, stream=0):
         self.repo = repo
         self.mirror = mirror
         self.client = mirror.client
         self.size = size
         self.pattern = pattern
+        self.stream = stream          # its own data (pattern's stream)
         self.header = repo.create_image('bench-' + name.replace('/', '-'),
                                         size, chunk_size=CHUNK)
         repo.commit(self.header.id, {})
@@ -184,8 +185,8 @@ class Subject(object):
         epoch = self.epoch
         self.epoch += 1
         for offset in offsets:
-            os.pwrite(self.fd, self.pattern.block(offset, block, epoch),
-                      offset)
+            os.pwrite(self.fd, self.pattern.block(offset, block, epoch,
+                                                  self.stream), offset)
             if think:
                 time.sleep(think)
             if rate is not None:
@@ -301,6 +302,18 @@ def _one_run(subject, variant, offsets, args, log):
     }
 
 
+def _per_run(runs, key):
+    """Each run's median of a checkpoint figure: runs are the samples (a
+    run's checkpoints share its conditions, so pooling them would weigh
+    one noisy run as several).
+    """
+    medians = []
+    for r in runs:
+        values = [c[key] for c in r['checkpoints'] if c[key] is not None]
+        medians.append(statistics.median(values) if values else None)
+    return medians
+
+
 def _aggregate(variant, runs, subject):
     cps = [c for r in runs for c in r['checkpoints']]
     out = {
@@ -308,16 +321,17 @@ def _aggregate(variant, runs, subject):
         'order': variant.order,
         'writer_pace_mib_s': round(subject.pace / common.MIB, 1)
         if subject.pace else None,
-        'ack_ms': common.summary([c['ack_ms'] for c in cps], 2),
-        'held_ms': common.summary([c['held_ms'] for c in cps], 2),
-        'mirror_ack_ms': common.summary([c['mirror_ack_ms'] for c in cps],
+        # Summaries of the per-run medians.
+        'ack_ms': common.summary(_per_run(runs, 'ack_ms'), 2),
+        'held_ms': common.summary(_per_run(runs, 'held_ms'), 2),
+        'mirror_ack_ms': common.summary(_per_run(runs, 'mirror_ack_ms'),
                                         2),
         'busy': sum(c['busy'] for c in cps),
-        'to_stable_s': common.summary([c['to_stable_s'] for c in cps]),
+        'to_stable_s': common.summary(_per_run(runs, 'to_stable_s')),
         'slowdown_s': common.summary([r['slowdown_s'] for r in runs]),
         'run_s': common.summary([r['run_s'] for r in runs]),
         'baseline_s': common.summary([r['baseline_s'] for r in runs]),
-        'chunks_per_checkpoint': common.summary([c['chunks'] for c in cps],
+        'chunks_per_checkpoint': common.summary(_per_run(runs, 'chunks'),
                                                 0),
         'counters': {k: [r['counters'][k] for r in runs] for k in COUNTERS},
         'overlapped_persists': [r['overlapped_persists'] for r in runs],
@@ -333,8 +347,13 @@ def _aggregate(variant, runs, subject):
         # stable (checked: stable at acknowledgment), whatever part of
         # that the mirror counts as held.
         out['writes_held_ms'] = out['ack_ms']
-    out['cow_bytes'] = [(r['counters']['cow_copies'] +
-                         r['counters']['redirects']) * CHUNK for r in runs]
+    # Copied: chunks copied aside (selective-cow's buffer, live-cow's
+    # redirects of a partial write); a whole-chunk write redirected by
+    # live-cow copies nothing, so redirects are counted apart.
+    c = [r['counters'] for r in runs]
+    out['cow_bytes'] = [(x['cow_copies'] + x['redirects'] -
+                         x['redirects_nocopy']) * CHUNK for x in c]
+    out['redirected_bytes'] = [x['redirects'] * CHUNK for x in c]
     return out
 
 
@@ -390,7 +409,7 @@ def _downtime(repo, mirror, args, pattern, log, checks):
     sizes = sorted(args.downtime_sizes)
     top = max(sizes)
     subject = Subject(repo, mirror, 'downtime', top, 'selective-cow', True,
-                      args.cow_chunks, pattern)
+                      args.cow_chunks, pattern, stream=pattern.streams - 1)
     try:
         subject.write(range(0, top, args.block), args.block)
         subject.settle([subject.checkpoint()])
@@ -457,8 +476,17 @@ def run(repo, backend_args, args, log):
     checks = common.Checks()
     log.event('generate', mib=args.size >> 20)
     top = max([args.size] + list(args.downtime_sizes))
-    pattern = common.Pattern(args.size, laps=-(-top // args.size))
     chosen = variants(args)
+    # Every variant writes data of its own (a stream; the downtime
+    # subject the last), or the local store's dedup would let all but
+    # the first write for free; and no epoch of a subject repeats.
+    pattern = common.Pattern(args.size, laps=-(-top // args.size),
+                             streams=len(chosen) + 1)
+    epochs = 1 + 2 * args.runs * args.iterations
+    if epochs > pattern.epochs:
+        raise SystemExit('--runs x --iterations too large: a variant would '
+                         'write %d epochs, and the pattern holds %d distinct '
+                         'ones' % (epochs, pattern.epochs))
     nblocks = args.size // args.block
     mirror = new_mirror(workdir, backend_args, args)
     subjects = {}
@@ -469,7 +497,8 @@ def run(repo, backend_args, args, log):
         for v in chosen:
             s = subjects[v.name] = Subject(repo, mirror, v.name, args.size,
                                            v.mode, v.adaptive,
-                                           args.cow_chunks, pattern)
+                                           args.cow_chunks, pattern,
+                                           stream=len(subjects))
             s.write(range(0, args.size, args.block), args.block)
             cp = s.checkpoint()
             s.settle([cp])                        # every chunk present

@@ -206,23 +206,39 @@ class Pattern(object):
     any ``windows // laps`` successive ones: every rewrite writes new
     chunk objects, as fresh random data would, without generating any
     while the clock runs.
+
+    ``streams`` writers that must not share data (the variants of one
+    benchmark, which a deduplicating store would otherwise let write for
+    free after the first) each read their own ``size`` bytes of random
+    data: ``block(..., stream=s)``. ``epochs`` is how many successive
+    epochs never repeat a chunk (``windows // laps``).
     """
 
     SHIFT = 4096
 
-    def __init__(self, size, laps=1, windows=60):
+    def __init__(self, size, laps=1, windows=60, streams=1):
         if not 0 < laps <= windows <= 64:
             raise ValueError('need 0 < laps <= windows <= 64')
+        if streams < 1:
+            raise ValueError('need at least one stream')
         self.size = size
         self.laps = laps
         self.windows = windows
-        self.data = os.urandom(size + windows * self.SHIFT)
+        self.streams = streams
+        self.data = os.urandom(streams * size + windows * self.SHIFT)
         self.view = memoryview(self.data)
 
-    def block(self, offset, length, epoch):
+    @property
+    def epochs(self):
+        return self.windows // self.laps
+
+    def block(self, offset, length, epoch, stream=0):
         lap, inner = divmod(offset, self.size)
         if inner + length > self.size or lap >= self.laps:
             raise ValueError('block at %d: past the pattern\'s %d laps or '
                              'across a lap' % (offset, self.laps))
-        start = ((epoch * self.laps + lap) % self.windows) * self.SHIFT
+        if not 0 <= stream < self.streams:
+            raise ValueError('stream %d of %d' % (stream, self.streams))
+        start = stream * self.size + \
+            ((epoch * self.laps + lap) % self.windows) * self.SHIFT
         return self.view[start + inner:start + inner + length]

@@ -40,6 +40,9 @@ Workloads (``--workloads``): ``checkpoint``, the checkpoint benchmark's
 ``random4k`` (``--random-writes`` 4 KiB writes at fixed random offsets,
 pass after pass). The data is common.Pattern's, made before any timing.
 
+The application keeps ``--queue-depth`` writes in flight (8, as QEMU
+issues a guest's requests: librbd's aio for RBD, threads writing the
+FUSE file for the others) and ends each pass when its writes completed.
 One run of a peer: a fresh disk, one pass and a full checkpoint (not
 timed), ``--iterations + 1`` passes without checkpoints (the baseline),
 then as many with a checkpoint requested at the end of each pass but
@@ -130,6 +133,14 @@ def add_arguments(p, size_type=int):
                         'as with Nova\'s default cache mode none (the '
                         'default here), or on, as QEMU sets it with '
                         'cache=writeback')
+    p.add_argument('--queue-depth', type=int, default=8,
+                   help='the application\'s writes in flight at once, '
+                        'as QEMU issues a guest\'s (default 8): librbd\'s '
+                        'aio for RBD, threads writing the FUSE file for '
+                        'BlobCR and the QEMU peers')
+    p.add_argument('--readahead-chunks', type=int, default=64,
+                   help='readahead of the BlobCR mirror that restarts '
+                        '(the agent\'s [agent] readahead_chunks; 0: off)')
     p.add_argument('--seed', type=int, default=42)
     p.add_argument('--plot', help='write a PNG of the results here')
 
@@ -188,7 +199,9 @@ class BlobcrPeer(peers_common.Peer):
         self.mirror.start()
         restart_dir = os.path.join(self.workdir, 'restart')
         os.makedirs(restart_dir)
-        self.restarter = agents.MirrorProcess(restart_dir, store)
+        self.restarter = agents.MirrorProcess(
+            restart_dir, store,
+            ['--readahead-chunks', str(args.readahead_chunks)])
         self.restarter.start()
         self.subject = None
         self.count = 0
@@ -246,7 +259,8 @@ class BlobcrPeer(peers_common.Peer):
     def describe(self):
         return {'backend': self.repo.backend.name,
                 'chunk': checkpoint.CHUNK,
-                'cow_chunks': self.args.cow_chunks}
+                'cow_chunks': self.args.cow_chunks,
+                'readahead_chunks': self.args.readahead_chunks}
 
 
 class _MirrorReader(object):
@@ -287,11 +301,15 @@ def make_peer(name, args, open_repository):
 
 class Writer(threading.Thread):
     """The application: ``passes`` passes of the workload from epoch
-    ``epoch``, each write timed; ``ends`` gets the number of every pass
-    done (the orchestrator checkpoints then, while this goes on).
+    ``epoch`` with up to ``depth`` writes in flight (the peer's queue),
+    each write timed from submission to completion; a pass ends when
+    its writes completed (as an application syncs its checkpoint file),
+    and ``ends`` gets its number (the orchestrator checkpoints then,
+    while the next pass goes on).
     """
 
-    def __init__(self, peer, workload, pattern, epoch, passes, rate=None):
+    def __init__(self, peer, workload, pattern, epoch, passes, rate=None,
+                 depth=1):
         super().__init__(name='peers-writer', daemon=True)
         self.peer = peer
         self.workload = workload
@@ -302,22 +320,29 @@ class Writer(threading.Thread):
         self.ends = []
         self.ended = threading.Condition()
         self.writes = []          # (start, seconds), perf_counter
+        self.depth = depth
         self.error = None
         self.elapsed = None
+
+    def _done(self, start):
+        # From the peer's completion thread; list.append is atomic.
+        self.writes.append((start, time.perf_counter() - start))
 
     def run(self):
         block = self.workload.block
         t0 = time.perf_counter()
+        queue = self.peer.queue(self.depth)
         try:
             for p in range(self.passes):
                 epoch = self.epoch + p
                 for offset in self.workload.offsets:
                     data = self.pattern.block(offset, block, epoch)
                     start = time.perf_counter()
-                    self.peer.write(offset, data)
-                    self.writes.append((start, time.perf_counter() - start))
+                    queue.submit(offset, data,
+                                 lambda start=start: self._done(start))
                     if self.rate is not None:
                         self.rate.add(block)
+                queue.drain()
                 with self.ended:
                     self.ends.append(p)
                     self.ended.notify_all()
@@ -325,6 +350,11 @@ class Writer(threading.Thread):
             self.error = e
             with self.ended:
                 self.ended.notify_all()
+        finally:
+            try:
+                queue.close()
+            except Exception as e:
+                self.error = self.error or e
         self.elapsed = time.perf_counter() - t0
 
     def wait_pass(self, p):
@@ -351,22 +381,28 @@ class Writer(threading.Thread):
         return common.percentile(hit, 99) if hit else None
 
 
-def state_epoch(read_blocks, expected):
+def state_epoch(read_blocks, expected, window=1):
     """The epoch E such that the blocks read are a point in time of the
     application: blocks ``[0, i)`` (in write order) of epoch E, the rest
-    of E - 1. ``expected(k, epoch)`` is block k's data in that epoch.
-    None if the blocks are no such state.
+    of E - 1, but for the ``window`` blocks from ``i``, which may be of
+    either (with writes in flight, the ones that completed are in; a
+    window of 1 is a strict prefix). ``expected(k, epoch)`` is block k's
+    data in that epoch. None if the blocks are no such state.
     """
     n = len(read_blocks)
-    first = read_blocks[0]
-    candidates = [e for e in range(expected.low, expected.high + 1)
-                  if first == expected(0, e)]
-    for epoch in candidates:
+    for epoch in range(expected.low, expected.high + 1):
         k = 0
         while k < n and read_blocks[k] == expected(k, epoch):
             k += 1
-        if all(read_blocks[j] == expected(j, epoch - 1)
-               for j in range(k, n)):
+        if k == 0 and read_blocks[0] != expected(0, epoch - 1):
+            continue
+        if all(read_blocks[j] in (expected(j, epoch), expected(j, epoch - 1))
+               for j in range(k, min(k + window, n))) and \
+                all(read_blocks[j] == expected(j, epoch - 1)
+                    for j in range(k + window, n)):
+            if k == 0 and all(read_blocks[j] == expected(j, epoch - 1)
+                              for j in range(n)):
+                continue        # nothing of E: it is E - 1's full state
             return epoch
     return None
 
@@ -393,7 +429,8 @@ def one_run(peer, workload, pattern, args, epoch, run, log):
     os.makedirs(workdir)
     peer.open(workdir, args.size)
     try:
-        fill = Writer(peer, workload, pattern, epoch, 1)
+        depth = args.queue_depth
+        fill = Writer(peer, workload, pattern, epoch, 1, depth=depth)
         fill.start()
         fill.finish()
         full = peer.checkpoint()
@@ -401,7 +438,8 @@ def one_run(peer, workload, pattern, args, epoch, run, log):
 
         base = Writer(peer, workload, pattern, epoch + 1, passes,
                       log.rate('%s %s baseline' % (peer.name, workload.name),
-                               passes * workload.bytes_per_pass))
+                               passes * workload.bytes_per_pass),
+                      depth=depth)
         base.start()
         baseline_s = base.finish()
         base.rate.finish()
@@ -410,7 +448,8 @@ def one_run(peer, workload, pattern, args, epoch, run, log):
         first = epoch + 1 + passes
         timed = Writer(peer, workload, pattern, first, passes,
                        log.rate('%s %s timed' % (peer.name, workload.name),
-                                passes * workload.bytes_per_pass))
+                                passes * workload.bytes_per_pass),
+                       depth=depth)
         timed.start()
         cps = []
         for p in range(passes - 1):
@@ -445,7 +484,7 @@ def one_run(peer, workload, pattern, args, epoch, run, log):
         finally:
             reader.close()
         got = state_epoch(data, _Expected(pattern, workload, first,
-                                          first + passes - 1))
+                                          first + passes - 1), window=depth)
     finally:
         peer.close()
     base_lat = sorted(d for _, d in base.writes)
@@ -609,8 +648,9 @@ def run(args, log, open_repository):
             args.size % checkpoint.CHUNK:
         raise SystemExit('--size must be a multiple of --block and of '
                          '256K; --block a multiple of 4K')
-    if args.iterations < 1 or args.runs < 1:
-        raise SystemExit('--iterations and --runs must be at least 1')
+    if args.iterations < 1 or args.runs < 1 or args.queue_depth < 1:
+        raise SystemExit('--iterations, --runs and --queue-depth must be '
+                         'at least 1')
     # The deepest socket the peers make (a restart daemon's QMP).
     deepest = os.path.join(args.workdir, 'runs', 'qcow2-layers-random4k-%d'
                            % args.runs, 'restart-%d' % args.iterations,
@@ -662,6 +702,7 @@ def run(args, log, open_repository):
                     log('cannot shut %s down: %s' % (peer.name, e))
 
     out = {'size': args.size, 'block': args.block,
+           'queue_depth': args.queue_depth,
            'random_writes': args.random_writes,
            'iterations': args.iterations, 'runs': args.runs,
            'granularity': args.granularity,

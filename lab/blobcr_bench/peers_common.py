@@ -48,6 +48,13 @@ class Peer(object):
     def write(self, offset, data):
         raise NotImplementedError
 
+    def queue(self, depth):
+        """The application's writes with up to ``depth`` in flight
+        (``submit``, ``drain``, ``close``): blocking writes on a pool of
+        threads, as QEMU's aio=threads issues a guest's requests.
+        """
+        return QueuedWrites(self.write, depth)
+
     def checkpoint(self):
         raise NotImplementedError
 
@@ -98,6 +105,54 @@ class Peer(object):
         if missing:
             raise RuntimeError('%s: checkpoints %s never became durable'
                                % (self.name, missing))
+
+
+class QueuedWrites(object):
+    """Up to ``depth`` calls of a blocking ``write(offset, data)`` in
+    flight on as many threads; ``submit`` waits for a free slot.
+    """
+
+    def __init__(self, write, depth):
+        import concurrent.futures
+        self.write = write
+        self.depth = depth
+        self.slots = threading.Semaphore(depth)
+        self.pool = concurrent.futures.ThreadPoolExecutor(
+            depth, thread_name_prefix='peers-write')
+        self.error = None
+
+    def take_slot(self):
+        """Wait for room for one more write; raise the first error."""
+        self.slots.acquire()
+        if self.error is not None:
+            self.slots.release()
+            raise self.error
+
+    def submit(self, offset, data, done):
+        """Write ``data`` at ``offset``; ``done()`` once it completed."""
+        self.take_slot()
+
+        def run():
+            try:
+                self.write(offset, data)
+            except Exception as e:
+                self.error = e
+            finally:
+                done()
+                self.slots.release()
+        self.pool.submit(run)
+
+    def drain(self):
+        """Wait until every write submitted completed."""
+        for _ in range(self.depth):
+            self.slots.acquire()
+        for _ in range(self.depth):
+            self.slots.release()
+        if self.error is not None:
+            raise self.error
+
+    def close(self):
+        self.pool.shutdown(wait=True)
 
 
 class CopyOutWorker(object):

@@ -39,6 +39,7 @@ a clone of it would.
 import json
 import os
 import subprocess
+import threading
 import time
 
 from blobcr_bench import cinder
@@ -162,6 +163,9 @@ class RbdPeer(peers_common.Peer):
     def write(self, offset, data):
         self.image.write(bytes(data), offset)
 
+    def queue(self, depth):
+        return _AioWrites(self.image, depth)
+
     def checkpoint(self):
         t0 = time.perf_counter()
         snap = 'cp-%d' % self.index
@@ -238,6 +242,33 @@ class RbdPeer(peers_common.Peer):
                 'object_size': self.args.granularity,
                 'rbd_cache': self.args.rbd_cache,
                 'features': 'layering,exclusive-lock,object-map,fast-diff'}
+
+
+class _AioWrites(peers_common.QueuedWrites):
+    """librbd's own asynchronous writes, ``depth`` in flight, as QEMU's
+    rbd driver issues them.
+    """
+
+    def __init__(self, image, depth):
+        self.image = image
+        self.depth = depth
+        self.slots = threading.Semaphore(depth)
+        self.error = None
+
+    def submit(self, offset, data, done):
+        self.take_slot()
+
+        def completed(completion):
+            result = completion.get_return_value()
+            if result < 0:
+                self.error = OSError(-result, 'rbd aio_write at %d failed'
+                                     % offset)
+            done()
+            self.slots.release()
+        self.image.aio_write(bytes(data), offset, completed)
+
+    def close(self):
+        self.drain()
 
 
 class ReplicatedRbdPeer(RbdPeer):

@@ -69,6 +69,21 @@ def test_pattern_chunks_never_repeat():
         pattern.block(16 << 20, CHUNK, 0)          # a fifth lap
 
 
+def test_pattern_streams_share_no_chunk():
+    # Three writers of a benchmark (variants), each its epochs: no chunk
+    # is written twice, across streams or epochs.
+    pattern = common.Pattern(2 << 20, windows=16, streams=3)
+    seen = set()
+    for stream in range(3):
+        for epoch in range(pattern.epochs):
+            for offset in range(0, 2 << 20, CHUNK):
+                chunk = bytes(pattern.block(offset, CHUNK, epoch, stream))
+                assert chunk not in seen, (stream, epoch, offset)
+                seen.add(chunk)
+    with pytest.raises(ValueError):
+        pattern.block(0, CHUNK, 0, stream=3)
+
+
 def test_block_orders():
     assert checkpoint.block_order(4, 'sequential', 1) == [0, 1, 2, 3]
     assert checkpoint.block_order(4, 'reverse', 1) == [3, 2, 1, 0]

@@ -63,6 +63,23 @@ def test_state_epoch_refuses_a_torn_state():
     assert peers.state_epoch([b'zeros'] * 5, expected) is None
 
 
+def test_state_epoch_takes_writes_in_flight_within_the_window():
+    expected = _expected(10, 13)
+    # Block 1 of epoch 12 still in flight while block 2 completed.
+    blocks = _state(expected, 12, 1)
+    blocks[2] = expected(2, 12)
+    assert peers.state_epoch(blocks, expected) is None
+    assert peers.state_epoch(blocks, expected, window=2) == 12
+    # Block 0 in flight, block 1 done: the head itself may lag.
+    blocks = _state(expected, 12, 0)
+    blocks[1] = expected(1, 12)
+    assert peers.state_epoch(blocks, expected, window=2) == 12
+    # Beyond the window, a torn state still.
+    blocks = _state(expected, 12, 1)
+    blocks[4] = expected(4, 12)
+    assert peers.state_epoch(blocks, expected, window=2) is None
+
+
 def _run(ack_ms, stored, slowdown=1.0, restart=0.5, copied=1):
     cps = [{'ack_ms': a, 'pause_ms': a / 2, 'pause_to_durable_ms': a,
             'durable_s': 1.0,
