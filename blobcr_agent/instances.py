@@ -12,18 +12,21 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""Which instance uses which image on this host, and the instance's
+"""Which instance uses which images on this host, and the instance's
 project, kept across restarts.
 
 Filled by attach calls that name an instance (Cinder, Nova, or
-``blobcr-manage attach --instance [--project]``); the guest endpoint
-asks it first and falls back to libvirt (a Nova domain's UUID is its
-instance id, its metadata names the project). The project scopes the
-instance's group checkpoints (repository/groups.py).
+``blobcr-manage attach --instance [--project]``); an instance may use
+several images (a boot volume and data volumes), in the order they were
+attached. The guest endpoint asks it first and falls back to libvirt (a
+Nova domain's UUID is its instance id, its metadata names the project);
+a guest's CHECKPOINT takes the instance's first image (its boot volume
+when Nova attached it first). The project scopes the instance's group
+checkpoints (repository/groups.py).
 
-On disk: ``{instance: {"image": id, "project": id or null}}``; a table
-of the previous release (``{instance: image id}``) is read as having no
-projects.
+On disk: ``{instance: {"images": [id, ...], "project": id or null}}``;
+tables of earlier releases (``{"image": id, ...}``, or ``{instance:
+image id}`` with no projects) are read as one image.
 """
 
 import json
@@ -52,9 +55,17 @@ class InstanceTable(object):
         if not isinstance(table, dict):
             raise exception.CorruptObject('instance table', self.path,
                                           'not a JSON object')
-        return {instance: entry if isinstance(entry, dict)
-                else {'image': entry, 'project': None}
+        return {instance: self._entry(entry)
                 for instance, entry in table.items()}
+
+    @staticmethod
+    def _entry(entry):
+        if not isinstance(entry, dict):
+            return {'images': [entry], 'project': None}
+        if 'images' not in entry:
+            return {'images': [entry['image']],
+                    'project': entry.get('project')}
+        return entry
 
     def _save(self):
         tmp = self.path + '.tmp'
@@ -65,34 +76,36 @@ class InstanceTable(object):
         os.replace(tmp, self.path)
 
     def bind(self, instance, image_id, project=None):
-        """Bind ``instance`` to ``image_id``; a project given again
-        replaces the one recorded, none keeps it.
+        """Add ``image_id`` to the images ``instance`` uses; a project
+        given again replaces the one recorded, none keeps it.
         """
-        if not isinstance(instance, str) or not 0 < len(instance) <= 64:
-            raise exception.InvalidInput('an instance id is 1-64 characters')
+        check_instance(instance)
         with self._lock:
-            entry = self._table.get(instance)
-            if entry is not None and entry['image'] != image_id:
-                raise exception.InvalidInput(
-                    'instance %s already uses image %s'
-                    % (instance, entry['image']))
-            if project is None and entry is not None:
+            entry = self._table.get(instance) or {'images': [],
+                                                  'project': None}
+            if project is None:
                 project = entry['project']
-            self._table[instance] = {'image': image_id, 'project': project}
+            images = entry['images'] + (
+                [] if image_id in entry['images'] else [image_id])
+            self._table[instance] = {'images': images, 'project': project}
             self._save()
 
     def unbind_image(self, image_id):
         with self._lock:
-            gone = [i for i, e in self._table.items()
-                    if e['image'] == image_id]
-            for instance in gone:
-                del self._table[instance]
-            if gone:
+            changed = False
+            for instance, entry in list(self._table.items()):
+                if image_id in entry['images']:
+                    entry['images'].remove(image_id)
+                    if not entry['images']:
+                        del self._table[instance]
+                    changed = True
+            if changed:
                 self._save()
 
-    def image_of(self, instance):
+    def images_of(self, instance):
+        """The images ``instance`` uses here, in attach order."""
         with self._lock:
-            return (self._table.get(instance) or {}).get('image')
+            return list((self._table.get(instance) or {}).get('images', []))
 
     def project_of(self, instance):
         with self._lock:
@@ -101,4 +114,9 @@ class InstanceTable(object):
     def instances_of(self, image_id):
         with self._lock:
             return sorted(i for i, e in self._table.items()
-                          if e['image'] == image_id)
+                          if image_id in e['images'])
+
+
+def check_instance(instance):
+    if not isinstance(instance, str) or not 0 < len(instance) <= 64:
+        raise exception.InvalidInput('an instance id is 1-64 characters')

@@ -24,6 +24,7 @@ checkpoint exist (unless discarded).
 import logging
 
 from blobcr_agent import exception
+from blobcr_agent import instances as instances_mod
 from blobcr_agent.repository import groups
 
 LOG = logging.getLogger(__name__)
@@ -50,7 +51,8 @@ class Attachments(object):
             raise exception.InvalidInput('a project goes with an instance')
         groups.check_project(project)
         if instance is not None:
-            self._check_binding(instance, header.id)
+            # Refused before attaching, as InstanceTable.bind would.
+            instances_mod.check_instance(instance)
         if migrate_from is not None and (
                 migrate_from == self.host or version is not None or
                 not isinstance(migrate_from, str)):
@@ -94,15 +96,6 @@ class Attachments(object):
         self.collector.kick()
         return dict(result, image=header.id,
                     version=head.number if head else None)
-
-    def _check_binding(self, instance, image_id):
-        """Refuse, before attaching, what InstanceTable.bind would."""
-        if not isinstance(instance, str) or not 0 < len(instance) <= 64:
-            raise exception.InvalidInput('an instance id is 1-64 characters')
-        other = self.instances.image_of(instance)
-        if other not in (None, image_id):
-            raise exception.InvalidInput(
-                'instance %s already uses image %s' % (instance, other))
 
     def _undo_attach(self, image_id):
         try:

@@ -69,17 +69,19 @@ class Status(object):
         unbound instance's project cannot be read from libvirt: a guest
         must not fall into the scope of callers without a project.
         """
-        if self.instances.image_of(instance) is not None:
+        if self.instances.images_of(instance):
             return self.instances.project_of(instance)
         if self.hypervisor is None:
             return None
         return self.hypervisor.instance_project(instance)
 
     def resolve(self, instance):
-        """The image an instance hosted here checkpoints, or None."""
-        image_id = self.instances.image_of(instance)
-        if image_id is not None and image_id in self.mirror.attached:
-            return image_id
+        """The image an instance hosted here checkpoints (its first one
+        attached here, if it uses several), or None.
+        """
+        for image_id in self.instances.images_of(instance):
+            if image_id in self.mirror.attached:
+                return image_id
         if self.hypervisor is None:
             return None
         try:

@@ -337,9 +337,18 @@ def test_a_failed_attach_binds_no_instance(image, agent_factory):
     assert list(attached) == [other]
     assert attached[other]['instances'] == ['vm-1']
     # A binding that cannot be made is refused before attaching.
-    status, out, err = manage(agent, 'attach', 'disk', '--instance', 'vm-1')
-    assert status == 1 and 'instance vm-1 already uses image' in err
+    status, out, err = manage(agent, 'attach', 'disk', '--instance',
+                              'x' * 65)
+    assert status == 1 and 'an instance id is 1-64 characters' in err
     assert list(agent.client.call('status')['attached']) == [other]
+    # A second volume of the same instance (a data volume beside its
+    # boot volume): both bound, the guest endpoint takes the first.
+    status, out, err = manage(agent, 'attach', 'disk', '--instance', 'vm-1')
+    assert status == 0, err
+    attached = agent.client.call('status')['attached']
+    assert sorted(attached) == sorted([other, image_id])
+    assert attached[image_id]['instances'] == ['vm-1']
+    assert attached[other]['instances'] == ['vm-1']
 
 
 # -- blobcr-manage and the admin socket ------------------------------------
