@@ -39,6 +39,44 @@ from blobcr_agent.rpc import context
 # Remote errors of these modules are rebuilt as their own types.
 REMOTE_EXMODS = ['blobcr_agent.exception']
 
+# Rolling upgrades, as Nova's and Cinder's [upgrade_levels]: callers
+# (cinder-volume, the Nova listener, agents calling their peers) send no
+# newer RPC version than the oldest agent still running understands.
+UPGRADE_GROUP = 'upgrade_levels'
+upgrade_opts = [
+    cfg.StrOpt('blobcr_agent',
+               help='Highest RPC API version (such as 1.2) sent to '
+                    'blobcr-agents, while some still run an older release '
+                    'during a rolling upgrade; unset: the newest this '
+                    'release speaks. A call that needs a newer version is '
+                    'refused here with a clear error instead of failing on '
+                    'the old agent. Unset it once every agent is '
+                    'upgraded.'),
+]
+
+
+def configured_version_cap(conf):
+    """The RPC version cap ``conf`` asks for (checked), or the newest."""
+    conf.register_opts(upgrade_opts, group=UPGRADE_GROUP)
+    cap = conf[UPGRADE_GROUP].blobcr_agent
+    if cap is None:
+        return rpc.VERSION
+    try:
+        wanted = tuple(int(p) for p in cap.split('.'))
+    except ValueError:
+        wanted = ()
+    newest = tuple(int(p) for p in rpc.VERSION.split('.'))
+    if len(wanted) != 2 or wanted[0] != newest[0] or wanted > newest:
+        raise exception.InvalidInput(
+            '[%s] blobcr_agent = %s: a version 1.0 to %s'
+            % (UPGRADE_GROUP, cap, rpc.VERSION))
+    return cap
+
+
+def list_opts():
+    return [(UPGRADE_GROUP, upgrade_opts)]
+
+
 # Seconds a checkpoint call waits for its answer, unless told otherwise.
 CHECKPOINT_TIMEOUT = 300
 
@@ -73,8 +111,10 @@ def _unrebuilt(error):
 class AgentAPI(object):
 
     def __init__(self, conf=None, transport_url=None, timeout=None,
-                 version_cap=rpc.VERSION):
+                 version_cap=None):
         conf = conf or cfg.CONF
+        if version_cap is None:
+            version_cap = configured_version_cap(conf)
         self.transport = messaging.get_rpc_transport(
             conf, url=transport_url, allowed_remote_exmods=REMOTE_EXMODS)
         target = messaging.Target(exchange=rpc.EXCHANGE, topic=rpc.TOPIC,

@@ -1,0 +1,57 @@
+# Copyright 2026 The BlobCR for OpenStack Authors
+#
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""``[upgrade_levels] blobcr_agent``: during a rolling upgrade, the
+callers of the agents' RPC API send no newer version than the oldest
+agent understands. oslo.messaging's in-process fake transport stands in
+for RabbitMQ here (the cap is checked before anything is sent; a capped
+client against real agents: tests/integration/test_agent_rpc.py).
+"""
+
+from oslo_config import cfg
+import oslo_messaging
+import pytest
+
+from blobcr_agent import exception
+from blobcr_agent import rpc
+from blobcr_agent.rpc import api as rpc_api
+
+
+def _conf(cap=None):
+    conf = cfg.ConfigOpts()
+    conf([], project='blobcr-test', default_config_files=[])
+    conf.register_opts(rpc_api.upgrade_opts, group=rpc_api.UPGRADE_GROUP)
+    if cap is not None:
+        conf.set_override('blobcr_agent', cap, group=rpc_api.UPGRADE_GROUP)
+    return conf
+
+
+def test_unset_sends_the_newest_version():
+    api = rpc_api.AgentAPI(_conf(), transport_url='fake:/')
+    assert api.client.can_send_version(rpc.VERSION)
+
+
+def test_a_cap_refuses_newer_calls_before_sending():
+    api = rpc_api.AgentAPI(_conf('1.2'), transport_url='fake:/')
+    assert api.client.can_send_version('1.2')
+    assert not api.client.can_send_version('1.3')
+    # create_image is a 1.3 call: refused here, nothing sent.
+    with pytest.raises(oslo_messaging.RPCVersionCapError):
+        api.create_image('host-a', 'name', 1 << 20)
+
+
+@pytest.mark.parametrize('bad', ['2.0', '1', 'one.two', '1.99', '1.2.3'])
+def test_a_cap_this_release_cannot_mean_is_refused(bad):
+    with pytest.raises(exception.InvalidInput, match='blobcr_agent'):
+        rpc_api.AgentAPI(_conf(bad), transport_url='fake:/')
