@@ -29,9 +29,13 @@ It drives the cloud as an operator would, through Keystone (the usual
   image closed again before its snapshot;
 * each run writes the same ``--write-mib`` of fresh data (one random
   pattern, a new window of it per run, made before any timing) to both
-  volumes, each write made durable (fsync, librbd flush), then takes a
-  snapshot of each; the backends take turns, the first alternating from
-  run to run. Each snapshot is deleted once measured (and the deletion
+  volumes, each write made durable (fsync on the mirror file, which
+  reaches the mirror's own flush; librbd flush), RBD's as QEMU writes a
+  disk in Nova's cache mode none (librbd's cache off, 8 asynchronous
+  writes in flight), then takes a snapshot of each; the backends take
+  turns, the first alternating from run to run. Where the RBD image's
+  data is (``rbd_pool``: its pool, data pool, erasure-coded or not) is
+  reported beside. Each snapshot is deleted once measured (and the deletion
   waited for, timed apart): one snapshot per volume at a time, so any
   ``--runs`` fits Cinder's default quota of 10 snapshots a project.
 
@@ -335,21 +339,47 @@ class _Volumes(object):
 
 
 class _RBDImage(object):
-    """The RBD volume's image, through librbd."""
+    """The RBD volume's image, through librbd, written as QEMU writes a
+    disk in Nova's default cache mode (none): librbd's cache off,
+    ``QUEUE_DEPTH`` asynchronous writes in flight, then a flush.
+    """
+
+    QUEUE_DEPTH = 8
 
     def __init__(self, args):
         import rados
         self.cluster = rados.Rados(conffile=args.ceph_conf,
-                                   rados_id=args.rbd_user)
+                                   rados_id=args.rbd_user,
+                                   conf={'rbd_cache': 'false'})
         self.cluster.connect(timeout=10)
         self.ioctx = self.cluster.open_ioctx(args.rbd_pool)
 
     def write(self, name, chunks):
         import rbd
+
+        from blobcr_bench import peers_rbd
         with rbd.Image(self.ioctx, name) as image:
+            writes = peers_rbd.AioWrites(image, self.QUEUE_DEPTH)
             for offset, data in chunks:
-                image.write(bytes(data), offset)
+                writes.submit(offset, data, lambda: None)
+            writes.drain()
             image.flush()
+
+    def pool_kind(self, name):
+        """Where the image's data is: ``{'pool', 'data_pool',
+        'erasure_coded'}``.
+        """
+        import rbd
+        with rbd.Image(self.ioctx, name, read_only=True) as image:
+            data_pool_id = image.data_pool_id()
+        pool = self.cluster.pool_reverse_lookup(data_pool_id) \
+            if data_pool_id >= 0 else None
+        kind = json.loads(self.cluster.mon_command(json.dumps({
+            'prefix': 'osd pool get', 'pool': pool or self.ioctx.name,
+            'var': 'erasure_code_profile', 'format': 'json'}), b'',
+            timeout=30)[1] or b'{}')
+        return {'pool': self.ioctx.name, 'data_pool': pool,
+                'erasure_coded': bool(kind.get('erasure_code_profile'))}
 
     def snaps(self, name):
         import rbd
@@ -404,6 +434,8 @@ def run(args, log):
         log.event('ready', blobcr=volumes['blobcr'], rbd=volumes['rbd'],
                   mirror=attachment.path)
         rbd_name = 'volume-%s' % volumes['rbd']
+        rbd_pool = rbd_image.pool_kind(rbd_name)
+        log.event('rbd pool', **rbd_pool)
 
         for i in range(args.runs):
             base = (i * write_bytes) % (size - write_bytes + 1)
@@ -443,6 +475,9 @@ def run(args, log):
         _cleanup(cloud, made, args, log)
         rbd_image.close()
     result = _result(args, samples)
+    result['rbd_pool'] = rbd_pool
+    result['rbd_write'] = {'cache': 'off',
+                           'queue_depth': _RBDImage.QUEUE_DEPTH}
     result['seconds'] = round(time.monotonic() - began, 1)
     if args.plot:
         plot(result, args.plot)

@@ -164,7 +164,7 @@ class RbdPeer(peers_common.Peer):
         self.image.write(bytes(data), offset)
 
     def queue(self, depth):
-        return _AioWrites(self.image, depth)
+        return AioWrites(self.image, depth)
 
     def checkpoint(self):
         t0 = time.perf_counter()
@@ -244,7 +244,7 @@ class RbdPeer(peers_common.Peer):
                 'features': 'layering,exclusive-lock,object-map,fast-diff'}
 
 
-class _AioWrites(peers_common.QueuedWrites):
+class AioWrites(peers_common.QueuedWrites):
     """librbd's own asynchronous writes, ``depth`` in flight, as QEMU's
     rbd driver issues them.
     """

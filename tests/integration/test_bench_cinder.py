@@ -68,6 +68,9 @@ def test_bench_cinder_runs_both_paths(cloud, tmp_path):
     for backend in ('blobcr', 'rbd'):
         assert result[backend]['available_s']['n'] == RUNS
     assert result['blobcr']['ack_ms']['n'] == RUNS
+    # Where the RBD volume's data is, as the cluster says.
+    assert result['rbd_pool']['pool'] == openstack_fixtures.RBD_POOL
+    assert result['rbd_pool']['erasure_coded'] is False
     assert result['ratios_blobcr_over_rbd']['available_s']['median'] > 0
     assert plot.stat().st_size > 0
     assert 'errors=0' in proc.stderr, proc.stderr[-2000:]
