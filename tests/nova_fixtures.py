@@ -16,9 +16,11 @@
 
 ``nova_cloud``  ``(stack, nova, hosts)``: the session's OpenStack stack
     (tests/openstack_fixtures.py), a started
-    :class:`~blobcr_lab.nova.NovaStack` beside it, and the BlobCR
-    ``local`` backend's hosts (blobcr_lab/cinder_hosts.py).  nova-compute's
-    host name is ``nova.compute_host``: a BlobCR agent of its own, on the
+    :class:`~blobcr_lab.nova.NovaStack` beside it (with a Neutron API
+    when blobcr_lab.nova.neutron_venv() finds Neutron's venv:
+    ``nova.neutron``), and the BlobCR ``local`` backend's hosts
+    (blobcr_lab/cinder_hosts.py).  nova-compute's host name is
+    ``nova.compute_host``: a BlobCR agent of its own, on the
     same store as the ``local`` backend, started here.  Its libvirtd is a
     private session one (blobcr_lab.guest_vm.SessionLibvirt).
 
@@ -57,8 +59,9 @@ def nova_cloud(openstack_cloud, cinder_hosts, rabbitmq_url,
     try:
         agent_rpc.wait_rpc(api, host)
         libvirtd.start()
-        nova = nova_module.NovaStack(openstack_cloud, directory, host,
-                                     libvirtd.uri)
+        nova = nova_module.NovaStack(
+            openstack_cloud, directory, host, libvirtd.uri,
+            neutron=nova_module.neutron_venv())
         nova.agent = agent
         nova.start()
         yield openstack_cloud, nova, hosts

@@ -38,6 +38,15 @@ No Glance and no Neutron: servers boot from volume with ``--nic none``
 (microversion 2.37).  The guest needs a bootable disk: see
 :func:`make_boot_disk`.
 
+``neutron=VENV`` adds a real neutron-api (ML2, no mechanism driver, no
+agent, no network: database ``neutron``, user ``neutron``) under
+gunicorn, so that what nova-api and nova-compute ask Neutron is
+answered: a server with no port has no security group (show, detailed
+list) and nothing to deallocate (delete).  Servers still get no NIC.
+VENV is a virtualenv of its own with Neutron (:func:`neutron_venv`):
+neutron-lib registers flake8 checks (N5xx) that the project venv's
+flake8 would then run on the project.
+
 Logs: ``WORKDIR/logs/<service>.log``.  Everything is the real service.
 """
 
@@ -58,7 +67,31 @@ from blobcr_lab.openstack import StackError
 from blobcr_lab.openstack import VENV
 
 NOVA_ETC = os.path.join(VENV, 'etc', 'nova')
-PASSWORDS = {'nova': 'nova-secret', 'placement': 'placement-secret'}
+PASSWORDS = {'nova': 'nova-secret', 'placement': 'placement-secret',
+             'neutron': 'neutron-secret'}
+
+
+def neutron_venv():
+    """The virtualenv with Neutron (``BLOBCR_NEUTRON_VENV``, else
+    build/neutron-venv), or None when it has none.  Made by
+    ``python3 -m venv build/neutron-venv``, a .pth file naming the project
+    venv's site-packages (its OpenStack libraries), then
+    ``build/neutron-venv/bin/pip install 'neutron==29.*'`` (the release
+    of nova 34), which adds only Neutron and its few own packages
+    (tools/tempest.sh does it).
+    """
+    top = os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    path = os.environ.get('BLOBCR_NEUTRON_VENV',
+                          os.path.join(top, 'build', 'neutron-venv'))
+    python = os.path.join(path, 'bin', 'python')
+    if not os.path.exists(python):
+        return None
+    found = subprocess.run([python, '-c', 'import neutron.wsgi'],
+                           capture_output=True)
+    return path if found.returncode == 0 else None
+
+
 PROJECT = 'service'
 FLAVOR = 'blobcr.tiny'
 COMPUTE_MICROVERSION = '2.37'   # --nic none
@@ -132,7 +165,7 @@ class NovaStack:
     _poll = stack_module.OpenStackStack._poll
 
     def __init__(self, stack, workdir, compute_host, libvirt_uri,
-                 debug=True):
+                 debug=True, neutron=None):
         self.stack = stack
         self.postgres = stack.postgres
         self.workdir = os.path.abspath(workdir)
@@ -140,8 +173,10 @@ class NovaStack:
         self.compute_host = compute_host
         self.libvirt_uri = libvirt_uri
         self.debug = debug
+        self.neutron = neutron
         self.nova_port = None
         self.placement_port = None
+        self.neutron_port = None
         self.processes = {}
         self.timings = {}
         self._sessions = {}
@@ -157,30 +192,62 @@ class NovaStack:
     def placement_url(self):
         return 'http://127.0.0.1:%d' % self.placement_port
 
+    @property
+    def neutron_url(self):
+        return 'http://127.0.0.1:%d' % self.neutron_port
+
+    def _apis(self):
+        """(name, port, WSGI app, env, argv) of each API under gunicorn.
+        """
+        gunicorn = [os.path.join(BIN, 'gunicorn')]
+        apis = [('nova-api', self.nova_port,
+                 'nova.wsgi.osapi_compute:application',
+                 {'OS_NOVA_CONFIG_DIR': self.workdir,
+                  'OS_NOVA_CONFIG_FILES': os.path.join(
+                      NOVA_ETC, 'api-paste.ini') + ';nova.conf'}, gunicorn),
+                ('placement', self.placement_port,
+                 'placement.wsgi.api:application',
+                 {'OS_PLACEMENT_CONFIG_DIR': self.workdir}, gunicorn)]
+        if self.neutron:
+            apis.append(('neutron-api', self.neutron_port,
+                         'neutron.wsgi.api:application',
+                         {'OS_NEUTRON_CONFIG_DIR': self.workdir,
+                          'OS_NEUTRON_CONFIG_FILES':
+                          'neutron.conf;ml2_conf.ini'},
+                         [os.path.join(self.neutron, 'bin', 'python'),
+                          '-m', 'gunicorn']))
+        return apis
+
     # -- start ------------------------------------------------------------
 
     def start(self):
         began = time.monotonic()
-        for sub in ('logs', 'nova-api', 'placement', 'instances', 'state',
-                    'locks'):
+        for sub in ('logs', 'nova-api', 'placement', 'neutron-api',
+                    'instances', 'state', 'locks'):
             os.makedirs(self.path(sub), exist_ok=True)
         self.nova_port = stack_module.free_port()
         self.placement_port = stack_module.free_port()
+        self.neutron_port = stack_module.free_port()
+        databases = ['nova_api', 'nova_cell0', 'nova', 'placement']
+        if self.neutron:
+            databases.append('neutron')
         try:
             self._timed('databases', self.stack.postgres.execute,
-                        'postgres', *['CREATE DATABASE %s' % name for name in
-                                      ('nova_api', 'nova_cell0', 'nova',
-                                       'placement')])
+                        'postgres', *['CREATE DATABASE %s' % name
+                                      for name in databases])
             self._write_confs()
-            with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
                 register = pool.submit(self._timed, 'register identities',
                                        self._register)
                 placement = pool.submit(self._timed, 'placement db',
                                         self._manage, 'placement-manage',
                                         'db', 'sync')
+                neutron = pool.submit(self._timed, 'neutron db',
+                                      self._neutron_db)
                 self._timed('nova dbs', self._nova_dbs)
                 placement.result()
                 register.result()
+                neutron.result()
             self._start_services()
             self._timed('apis up', self._wait_apis)
             self._timed('compute up', self._wait_compute)
@@ -253,17 +320,65 @@ class NovaStack:
             'keystone_authtoken': dict(
                 auth('placement'), www_authenticate_uri=self.stack.auth_url),
         })
-        for name, port, app in (
-                ('nova-api', self.nova_port,
-                 'nova.wsgi.osapi_compute:application'),
-                ('placement', self.placement_port,
-                 'placement.wsgi.api:application')):
+        if self.neutron:
+            self._write_neutron_confs()
+        for name, port, app, _env, _argv in self._apis():
             with open(self.path(name, 'gunicorn.conf.py'), 'w') as f:
                 f.write('bind = %r\n' % ('127.0.0.1:%d' % port)
                         + 'workers = 1\nthreads = 4\ntimeout = 300\n'
                         + 'pidfile = %r\n' % self.path(name, 'pid')
                         + 'wsgi_app = %r\n' % app
                         + 'control_socket_disable = True\n')
+
+    def _write_neutron_confs(self):
+        auth = self._authentication
+        agents.write_conf(self.path('neutron.conf'), {
+            'DEFAULT': {
+                'debug': self.debug, 'use_stderr': True,
+                'host': self.compute_host,
+                'auth_strategy': 'keystone',
+                'core_plugin': 'ml2', 'service_plugins': '',
+                'transport_url': self.stack.transport_url,
+                'api_paste_config': os.path.join(
+                    self.neutron, 'etc', 'neutron', 'api-paste.ini'),
+                # No port ever binds: nothing to tell Nova.
+                'notify_nova_on_port_status_changes': False,
+                'notify_nova_on_port_data_changes': False},
+            'database': {'connection':
+                         self.stack.postgres.url('neutron')},
+            'keystone_authtoken': dict(
+                auth('neutron'), www_authenticate_uri=self.stack.auth_url),
+            'nova': auth('nova'),
+            'oslo_concurrency': {'lock_path': self.path('locks')},
+            'oslo_messaging_notifications': {'driver': 'noop'},
+        })
+        # ML2 with no mechanism driver: the API and its database only.
+        agents.write_conf(self.path('ml2_conf.ini'), {
+            'ml2': {'type_drivers': 'flat', 'tenant_network_types': '',
+                    'mechanism_drivers': '', 'extension_drivers': ''},
+        })
+
+    def _neutron_db(self):
+        """Neutron's tables from its models, then its migrations stamped
+        as done: Neutron's migrations are MySQL's (one runs ``ALTER TABLE
+        tags CONVERT TO CHARACTER SET utf8mb4``, a syntax error on
+        PostgreSQL), the models are not (Neutron's own tests build the
+        schema the same way).
+        """
+        if not self.neutron:
+            return
+        log = os.path.join(self.logdir, 'neutron-db-manage.log')
+        stack_module.run(
+            [os.path.join(self.neutron, 'bin', 'python'), '-c',
+             'import sys, sqlalchemy\n'
+             'from neutron.db.migration.models import head\n'
+             'head.get_metadata().create_all('
+             'sqlalchemy.create_engine(sys.argv[1]))',
+             self.stack.postgres.url('neutron')], log, timeout=300)
+        stack_module.run(
+            [os.path.join(self.neutron, 'bin', 'neutron-db-manage'),
+             '--config-file', self.path('neutron.conf'), '--config-file',
+             self.path('ml2_conf.ini'), 'stamp', 'heads'], log, timeout=300)
 
     def _manage(self, tool, *args, log=None):
         conf = self.path('%s.conf' % tool.split('-')[0])
@@ -285,16 +400,20 @@ class NovaStack:
         domain = keystone.domains.get('default')
         roles = {role.name: role for role in keystone.roles.list()}
         project = keystone.projects.find(name=PROJECT)
-        for user in ('nova', 'placement'):
+        users = ['nova', 'placement'] + (['neutron'] if self.neutron
+                                         else [])
+        for user in users:
             account = keystone.users.create(user, domain=domain,
                                             password=PASSWORDS[user],
                                             default_project=project)
             for role in ('admin', 'service'):
                 keystone.roles.grant(roles[role], user=account,
                                      project=project)
-        for name, kind, url in (
-                ('nova', 'compute', self.nova_url + '/v2.1'),
-                ('placement', 'placement', self.placement_url)):
+        services = [('nova', 'compute', self.nova_url + '/v2.1'),
+                    ('placement', 'placement', self.placement_url)]
+        if self.neutron:
+            services.append(('neutron', 'network', self.neutron_url))
+        for name, kind, url in services:
             service = keystone.services.create(name, type=kind)
             for interface in ('public', 'internal'):
                 keystone.endpoints.create(service, url, interface,
@@ -302,22 +421,20 @@ class NovaStack:
         self.stack._sessions.clear()
 
     def _start_services(self):
-        self._spawn('placement-api', [os.path.join(BIN, 'gunicorn')],
-                    env=dict(os.environ,
-                             OS_PLACEMENT_CONFIG_DIR=self.workdir),
-                    cwd=self.path('placement'))
-        self._spawn('nova-api', [os.path.join(BIN, 'gunicorn')],
-                    env=dict(os.environ, OS_NOVA_CONFIG_DIR=self.workdir,
-                             OS_NOVA_CONFIG_FILES=os.path.join(
-                                 NOVA_ETC, 'api-paste.ini') + ';nova.conf'),
-                    cwd=self.path('nova-api'))
+        for name, _port, _app, env, argv in self._apis():
+            self._spawn('placement-api' if name == 'placement' else name,
+                        argv, env=dict(os.environ, **env),
+                        cwd=self.path(name))
         for service in self.SERVICES:
             self._spawn(service, [os.path.join(BIN, service),
                                   '--config-file', self.path('nova.conf')])
 
     def _wait_apis(self):
         import requests
-        for url in (self.placement_url, self.nova_url):
+        urls = [self.placement_url, self.nova_url]
+        if self.neutron:
+            urls.append(self.neutron_url)
+        for url in urls:
             self._poll('%s answering' % url,
                        lambda: requests.get(url, timeout=5).status_code
                        < 500, 120)

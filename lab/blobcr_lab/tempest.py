@@ -22,9 +22,17 @@ tempest.conf from the stack (its Keystone, the admin account for dynamic
 credentials, the BlobCR volume type, what the driver supports) and runs
 ``tempest run``; it returns the counts Tempest prints.
 
-No Nova, Neutron or Swift here: tests that need a server are skipped by
-Tempest itself (``[service_available]``); ``BLOBCR_REAL_NOVA=1`` runs
-them elsewhere (tests/integration/test_guest_vm.py).
+By default no Nova, Neutron or Swift: tests that need a server are
+skipped by Tempest itself (``[service_available]``). With ``compute=``
+(a real Nova beside the stack, blobcr_lab/nova.py: :func:`compute_settings`)
+Nova is available and :data:`SERVER_TESTS` are the volume tests that
+need a server: attach and detach, snapshots of attached volumes, boot
+from volume (extend attached is skipped: no online extend in the
+driver). Neutron's API answers but has no network (Tempest makes none:
+its servers have no NIC) and no guest is reached by SSH (``[validation]
+run_validation = false``: a wait for SSHABLE is a wait for ACTIVE), so
+the tests that need a network or a guest's answer are skipped by
+Tempest or left out (:data:`NOT_WITH_NOVA`).
 """
 
 import configparser
@@ -38,6 +46,24 @@ from blobcr_lab import openstack as stack_module
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 VOLUME_API = r'^(tempest\.api\.volume|cinder_tempest_plugin\.api\.volume)'
+# The volume tests that boot or attach to a server (with compute=): the
+# volume API's modules that use Nova, Nova's volume API and the volume
+# scenarios of Tempest and of cinder-tempest-plugin.
+SERVER_TESTS = (
+    r'^(tempest\.api\.volume\.(test_volumes_actions|test_volumes_extend'
+    r'|test_volumes_snapshots|admin\.test_volumes_actions)\.'
+    r'|tempest\.api\.compute\.volumes\.'
+    r'|tempest\.scenario\.(test_volume_boot_pattern|test_stamp_pattern'
+    r'|test_server_volume_attachment|test_instances_with_cinder_volumes'
+    r'|test_volume_migrate_attached|test_encrypted_cinder_volumes)\.'
+    r'|cinder_tempest_plugin\.scenario\.)')
+# Of those, not run with compute=: the tests that log in to the guest by
+# SSH (and so need it on a network).
+NOT_WITH_NOVA = (
+    r'^(tempest\.scenario\.(test_server_volume_attachment'
+    r'|test_instances_with_cinder_volumes)\.'
+    r'|cinder_tempest_plugin\.scenario\.(test_snapshots'
+    r'|test_volume_replication|test_encrypted_volume_transfer)\.)')
 IMAGE_SIZE = 1 << 20
 
 
@@ -50,8 +76,10 @@ def venv():
                           os.path.join(TOP, '.tempest-venv'))
 
 
-def upload_image(stack, name='tempest-raw'):
-    """A raw image of IMAGE_SIZE zeros in the stack's Glance; its id."""
+def upload_image(stack, name='tempest-raw', path=None):
+    """A raw image in the stack's Glance, its id: the file ``path``, or
+    IMAGE_SIZE zeros.
+    """
     from keystoneauth1 import adapter
     glance = adapter.Adapter(stack.session('admin'), service_type='image',
                              interface='public',
@@ -59,15 +87,37 @@ def upload_image(stack, name='tempest-raw'):
     made = glance.post('/v2/images', json={
         'name': name, 'disk_format': 'raw', 'container_format': 'bare',
         'visibility': 'public'}).json()
-    glance.put('/v2/images/%s/file' % made['id'], data=bytes(IMAGE_SIZE),
+    if path:
+        with open(path, 'rb') as f:
+            data = f.read()
+    else:
+        data = bytes(IMAGE_SIZE)
+    glance.put('/v2/images/%s/file' % made['id'], data=data,
                headers={'Content-Type': 'application/octet-stream'})
     return made['id']
 
 
+def compute_settings(flavor, flavor_alt=None, build_timeout=300,
+                     neutron=True):
+    """``compute=`` for :func:`run`: a real Nova with ``flavor`` (its id),
+    as tempest.conf sections.  ``neutron``: a Neutron API is there
+    (Tempest's volume tests that attach to a server ask for one, as
+    nova-api does), though with no network: Tempest makes none
+    (``create_isolated_networks = false``) and servers get no NIC.
+    """
+    return {'compute': {'flavor_ref': flavor,
+                        'flavor_ref_alt': flavor_alt or flavor,
+                        'build_timeout': str(build_timeout)},
+            'service_available': {'neutron': str(bool(neutron)).lower()}}
+
+
 def write_conf(stack, path, volume_type, backend_names, image_id,
-               protocol, vendor):
+               protocol, vendor, compute=None):
     """tempest.conf for the stack: only what differs from Tempest's
     defaults, each for a reason the comment gives.
+
+    ``compute``: None (no Nova), or the sections that a real Nova sets
+    (:func:`compute_settings`).
     """
     admin = 'admin'
     logs = os.path.join(os.path.dirname(os.path.dirname(path)), 'logs')
@@ -112,15 +162,43 @@ def write_conf(stack, path, volume_type, backend_names, image_id,
             'multi_backend': 'true' if len(backend_names) > 1 else 'false',
             'extend_attached_volume': 'false'},     # needs Nova
     })
+    if compute:
+        conf['service_available']['nova'] = 'true'
+        conf.read_dict(compute)
+        # Not 'true': the driver reports online_extend_support False,
+        # and Cinder's scheduler refuses an in-use extend (NoValidBackend).
+        conf['volume-feature-enabled']['extend_attached_volume'] = 'false'
+        conf.read_dict({
+            # No route to a guest (no Neutron for Tempest, servers have
+            # no NIC): nothing is pinged or reached by SSH.
+            'validation': {'run_validation': 'false'},
+            'compute-feature-enabled': {
+                # No key manager here: no encrypted volumes.
+                'attach_encrypted_volume': 'false',
+                # One compute host.
+                'live_migration': 'false', 'cold_migration': 'false',
+                'resize': 'false',
+                'vnc_console': 'false', 'spice_console': 'false',
+                'serial_console': 'false',
+                # Needs ports.
+                'interface_attach': 'false',
+                'console_output': 'true', 'snapshot': 'true'},
+        })
     with open(path, 'w') as f:
         conf.write(f)
 
 
 def run(stack, workdir, regex=VOLUME_API, volume_type=None,
         backend_names=(), protocol='file', vendor='BlobCR for OpenStack',
-        concurrency=2, timeout=1800, log=None):
+        concurrency=2, timeout=1800, log=None, compute=None, image=None,
+        exclude=None):
     """Run Tempest's tests matching ``regex``; returns
     ``{'passed': n, 'skipped': n, 'failed': n, 'output': text}``.
+
+    ``compute``: tempest.conf sections of a real Nova beside the stack
+    (:func:`compute_settings`); None: no Nova.  ``image``: a raw disk
+    file for Tempest's image (a guest that boots: it answers a detach),
+    else IMAGE_SIZE zeros.  ``exclude``: Tempest's --exclude-regex.
     """
     tempest = os.path.join(venv(), 'bin', 'tempest')
     if not os.path.exists(tempest):
@@ -137,15 +215,18 @@ def run(stack, workdir, regex=VOLUME_API, volume_type=None,
         if done.returncode:
             raise TempestError('tempest init failed:\n%s%s'
                                % (done.stdout, done.stderr))
-    image_id = upload_image(stack)
+    image_id = upload_image(stack, path=image)
     write_conf(stack, os.path.join(workspace, 'etc', 'tempest.conf'),
                volume_type or next(iter(stack.backends)),
                list(backend_names) or [volume_type], image_id, protocol,
-               vendor)
+               vendor, compute=compute)
     env = {k: v for k, v in os.environ.items() if not k.startswith('OS_')}
+    argv = [tempest, 'run', '--regex', regex, '--concurrency',
+            str(concurrency)]
+    if exclude:
+        argv += ['--exclude-regex', exclude]
     proc = subprocess.run(
-        [tempest, 'run', '--regex', regex, '--concurrency',
-         str(concurrency)], cwd=workspace, env=env, text=True,
+        argv, cwd=workspace, env=env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
     if log:
         with open(log, 'w') as f:
