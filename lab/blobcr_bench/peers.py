@@ -85,6 +85,7 @@ copy-on-write (copies or waits); a zero makes the run invalid.
 """
 
 import copy
+import json
 import os
 import random
 import threading
@@ -385,8 +386,9 @@ def state_epoch(read_blocks, expected, window=1):
     """The epoch E such that the blocks read are a point in time of the
     application: blocks ``[0, i)`` (in write order) of epoch E, the rest
     of E - 1, but for the ``window`` blocks from ``i``, which may be of
-    either (with writes in flight, the ones that completed are in; a
-    window of 1 is a strict prefix). ``expected(k, epoch)`` is block k's
+    either, page by page (with writes in flight, what completed is in,
+    and a write may have reached part of its pages; a window of 1 is a
+    prefix but for a torn last write). ``expected(k, epoch)`` is block k's
     data in that epoch. None if the blocks are no such state.
     """
     n = len(read_blocks)
@@ -396,7 +398,8 @@ def state_epoch(read_blocks, expected, window=1):
             k += 1
         if k == 0 and read_blocks[0] != expected(0, epoch - 1):
             continue
-        if all(read_blocks[j] in (expected(j, epoch), expected(j, epoch - 1))
+        if all(_torn(read_blocks[j], expected(j, epoch),
+                     expected(j, epoch - 1))
                for j in range(k, min(k + window, n))) and \
                 all(read_blocks[j] == expected(j, epoch - 1)
                     for j in range(k + window, n)):
@@ -405,6 +408,37 @@ def state_epoch(read_blocks, expected, window=1):
                 continue        # nothing of E: it is E - 1's full state
             return epoch
     return None
+
+
+PAGE = 4096     # what a disk writes atomically (a sector's page)
+
+
+def _torn(block, new, old):
+    """``block`` is, page by page, either ``new`` or ``old``: a write in
+    flight at the point in time that reached part of its pages.
+    """
+    block, new, old = bytes(block), bytes(new), bytes(old)
+    return len(block) == len(new) and all(
+        block[k:k + PAGE] in (new[k:k + PAGE], old[k:k + PAGE])
+        for k in range(0, len(block), PAGE))
+
+
+def describe_state(read_blocks, expected):
+    """What each block read is, run-length coded: ``[(epoch or 'torn E'
+    or '?', count), ...]``, to say why a restart was no point in time.
+    """
+    out = []
+    epochs = range(expected.high, expected.low - 2, -1)
+    for k, block in enumerate(read_blocks):
+        what = next((e for e in epochs if block == expected(k, e)), None)
+        if what is None:
+            what = next(('torn %d' % e for e in epochs if _torn(
+                block, expected(k, e), expected(k, e - 1))), '?')
+        if out and out[-1][0] == what:
+            out[-1][1] += 1
+        else:
+            out.append([what, 1])
+    return out
 
 
 class _Expected(object):
@@ -483,8 +517,15 @@ def one_run(peer, workload, pattern, args, epoch, run, log):
             restart_s = time.perf_counter() - t0
         finally:
             reader.close()
-        got = state_epoch(data, _Expected(pattern, workload, first,
-                                          first + passes - 1), window=depth)
+        expected = _Expected(pattern, workload, first, first + passes - 1)
+        got = state_epoch(data, expected, window=depth)
+        state = describe_state(data, expected)
+        torn = sum(n for what, n in state if str(what).startswith('torn'))
+        if got is None:
+            log.event('no point in time', peer=peer.name,
+                      workload=workload.name, run=run + 1,
+                      after_epoch=last['after_epoch'],
+                      blocks=json.dumps(state))
     finally:
         peer.close()
     base_lat = sorted(d for _, d in base.writes)
@@ -502,6 +543,8 @@ def one_run(peer, workload, pattern, args, epoch, run, log):
         got >= last['after_epoch'],
         'restart_epoch_lag': None if got is None else
         got - last['after_epoch'],
+        # Blocks a write in flight had reached in part (page by page).
+        'restart_torn_blocks': torn,
         'stored_total_bytes': (full['stored_bytes'] or 0) +
         sum(c['stored_bytes'] or 0 for c in cps),
     }
@@ -567,6 +610,7 @@ def aggregate(peer, runs):
         'restart_s': common.summary([r['restart_s'] for r in runs]),
         'restart_consistent': [r['restart_consistent'] for r in runs],
         'restart_epoch_lag': [r['restart_epoch_lag'] for r in runs],
+        'restart_torn_blocks': [r['restart_torn_blocks'] for r in runs],
         'checkpoints': len(cps),
         'late_checkpoints': [r['late_checkpoints'] for r in runs],
         'durable_at': peer.durable_at,

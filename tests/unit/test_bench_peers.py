@@ -80,6 +80,28 @@ def test_state_epoch_takes_writes_in_flight_within_the_window():
     assert peers.state_epoch(blocks, expected, window=2) is None
 
 
+class _BytesPattern(object):
+    """Two 4 KiB pages a block, their bytes telling (block, epoch)."""
+
+    def block(self, offset, length, epoch):
+        return bytes([offset % 251, epoch % 251]) * (length // 2)
+
+
+def test_state_epoch_takes_a_write_torn_between_pages():
+    workload = peers.Workload('w', 2 * peers.PAGE, list(range(0, 6 * 8192,
+                                                              8192)))
+    expected = peers._Expected(_BytesPattern(), workload, 10, 13)
+    blocks = [expected(k, 12 if k < 2 else 11) for k in range(6)]
+    # Block 2 in flight: its first page written, not its second.
+    blocks[2] = expected(2, 12)[:peers.PAGE] + expected(2, 11)[peers.PAGE:]
+    assert peers.state_epoch(blocks, expected, window=1) == 12
+    assert peers.describe_state(blocks, expected) == [
+        [12, 2], ['torn 12', 1], [11, 3]]
+    # A page of neither epoch is no point in time.
+    blocks[2] = bytes(2 * peers.PAGE)
+    assert peers.state_epoch(blocks, expected, window=8) is None
+
+
 def _run(ack_ms, stored, slowdown=1.0, restart=0.5, copied=1):
     cps = [{'ack_ms': a, 'pause_ms': a / 2, 'pause_to_durable_ms': a,
             'durable_s': 1.0,
