@@ -384,28 +384,33 @@ class Writer(threading.Thread):
 
 def state_epoch(read_blocks, expected, window=1):
     """The epoch E such that the blocks read are a point in time of the
-    application: blocks ``[0, i)`` (in write order) of epoch E, the rest
-    of E - 1, but for the ``window`` blocks from ``i``, which may be of
-    either, page by page (with writes in flight, what completed is in,
-    and a write may have reached part of its pages; a window of 1 is a
-    prefix but for a torn last write). ``expected(k, epoch)`` is block k's
-    data in that epoch. None if the blocks are no such state.
+    application with up to ``window`` writes in flight. ``expected(k,
+    epoch)`` is block k's data in that epoch; blocks are in write order.
+
+    Every block after the last block of E holds E - 1. Before it, the
+    blocks that do not hold E yet are writes that were in flight: they
+    hold E - 1, or part of E page by page (a torn write), and they were
+    in flight together with that last block, so there are at most
+    ``window - 1`` of them (none with one write at a time: a prefix);
+    the last block of E may itself be torn. None if the blocks are no
+    such state.
     """
     n = len(read_blocks)
     for epoch in range(expected.low, expected.high + 1):
-        k = 0
-        while k < n and read_blocks[k] == expected(k, epoch):
-            k += 1
-        if k == 0 and read_blocks[0] != expected(0, epoch - 1):
+        new = [read_blocks[j] == expected(j, epoch) for j in range(n)]
+        reached = [new[j] or _torn(read_blocks[j], expected(j, epoch),
+                                   expected(j, epoch - 1))
+                   for j in range(n)]
+        written = [j for j in range(n) if new[j] or (
+            reached[j] and read_blocks[j] != expected(j, epoch - 1))]
+        if not written:
             continue
-        if all(_torn(read_blocks[j], expected(j, epoch),
-                     expected(j, epoch - 1))
-               for j in range(k, min(k + window, n))) and \
-                all(read_blocks[j] == expected(j, epoch - 1)
-                    for j in range(k + window, n)):
-            if k == 0 and all(read_blocks[j] == expected(j, epoch - 1)
-                              for j in range(n)):
-                continue        # nothing of E: it is E - 1's full state
+        last = written[-1]
+        if any(read_blocks[j] != expected(j, epoch - 1)
+               for j in range(last + 1, n)):
+            continue
+        holes = [j for j in range(last) if not new[j]]
+        if len(holes) <= window - 1 and all(reached[j] for j in holes):
             return epoch
     return None
 

@@ -102,6 +102,23 @@ def test_state_epoch_takes_a_write_torn_between_pages():
     assert peers.state_epoch(blocks, expected, window=8) is None
 
 
+def test_state_epoch_takes_completions_out_of_order():
+    """Two states a QD-8 run read (CI and here): writes completed out of
+    order, the last done one further than 8 blocks past the first still
+    in flight. Points in time with 8 in flight, not with one.
+    """
+    expected = _expected(4, 6, n=16)
+    epochs = [6] * 3 + [5] * 5 + [6, 5, 6, 5, 6] + [5] * 3
+    blocks = [expected(k, e) for k, e in enumerate(epochs)]
+    assert peers.state_epoch(blocks, expected, window=8) == 6
+    assert peers.state_epoch(blocks, expected, window=1) is None
+    # Eight still in flight before the last done block: one too many.
+    epochs = [6] + [5] * 8 + [6] + [5] * 6
+    blocks = [expected(k, e) for k, e in enumerate(epochs)]
+    assert peers.state_epoch(blocks, expected, window=8) is None
+    assert peers.state_epoch(blocks, expected, window=9) == 6
+
+
 def _run(ack_ms, stored, slowdown=1.0, restart=0.5, copied=1):
     cps = [{'ack_ms': a, 'pause_ms': a / 2, 'pause_to_durable_ms': a,
             'durable_s': 1.0,
