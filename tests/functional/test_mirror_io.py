@@ -112,6 +112,56 @@ def test_a_sequential_reader_is_read_ahead(base_image, mirror_factory,
         assert stats['read_fetches'] >= (nchunks - 3) // 2, stats
 
 
+def test_writes_racing_the_readahead_are_kept(base_image, mirror_factory):
+    """A sequential reader starts the readahead while a second thread
+    writes whole and partial chunks ahead of it, on the chunks the
+    readahead is fetching: no fetched chunk is installed over a write,
+    every write reads back, every other chunk is the version's.
+    """
+    repo = base_image[0]
+    nchunks = 256
+    content = os.urandom(nchunks * CHUNK)
+    image = repo.create_image('race', len(content)).id
+    number = repo.commit(image, {i: content[i * CHUNK:(i + 1) * CHUNK]
+                                 for i in range(nchunks)})
+    mirror = mirror_factory(repo.backend)
+    path = mirror.client.call('attach', image=image, version=number,
+                              prefetch=False)
+    expected = bytearray(content)
+    writes = []
+    for k in range(40, nchunks, 7):
+        whole = k % 2 == 0
+        offset = k * CHUNK + (0 if whole else 1000)
+        data = os.urandom(CHUNK if whole else 3000)
+        writes.append((offset, data))
+        expected[offset:offset + len(data)] = data
+    fd = os.open(path, os.O_RDWR)
+    errors = []
+
+    def writer():
+        try:
+            for offset, data in writes:
+                os.pwrite(fd, data, offset)
+        except Exception as e:
+            errors.append(e)
+    try:
+        for k in range(20):            # past the trigger: readahead on
+            os.pread(fd, CHUNK, k * CHUNK)
+        thread = threading.Thread(target=writer)
+        thread.start()
+        for k in range(20, nchunks):
+            os.pread(fd, CHUNK, k * CHUNK)
+        thread.join()
+        assert errors == []
+        for k in range(nchunks):
+            assert os.pread(fd, CHUNK, k * CHUNK) == \
+                bytes(expected[k * CHUNK:(k + 1) * CHUNK]), k
+    finally:
+        os.close(fd)
+    stats = mirror.client.call('stats', image=image)
+    assert stats['readahead_chunks'] > 0, stats
+
+
 def test_partial_write_to_an_absent_chunk_fills_the_rest(base_image,
                                                          mirror_factory):
     repo, image, number, content = base_image
