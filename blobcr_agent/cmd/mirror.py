@@ -52,6 +52,10 @@ def main(argv=None):
     parser.add_argument('--readahead-chunks', type=int, default=64,
                         help='chunks fetched ahead of a sequential reader '
                         'of a lazily restarted image (0: none)')
+    parser.add_argument('--delta-max-fraction', type=float,
+                        help='[repository] delta_max_fraction: persist a '
+                             'chunk as a delta when at most this fraction '
+                             'of it changed (0: whole chunks only)')
     parser.add_argument('--in-order', action='store_true',
                         help='persist chunks in index order instead of the '
                              'adaptive order')
@@ -74,8 +78,11 @@ def main(argv=None):
     blobcr_conf.override_store(conf, args.backend, args.store,
                                args.ceph_conf)
     try:
+        if args.delta_max_fraction is not None:
+            conf.set_override('delta_max_fraction', args.delta_max_fraction,
+                              'repository')
         repo = repository.Repository.from_conf(conf)
-    except (exception.BlobCRError, cfg.Error) as e:
+    except (exception.BlobCRError, cfg.Error, ValueError) as e:
         print('blobcr-mirror: error: %s' % e, file=sys.stderr)
         return 1
     service = service_mod.MirrorService(

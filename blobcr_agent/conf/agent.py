@@ -107,6 +107,13 @@ agent_opts = [
                     'this many chunks after the ones it misses fetched '
                     'ahead, in a window that doubles while the reads stay '
                     'sequential. 0: fetch only what is read.'),
+    cfg.IntOpt('delta_tracking_mb', default=64, min=0,
+               help='Memory per attached image for the page hashes of the '
+                    'chunks its mirror stored (2.3 KiB per 256 KiB chunk '
+                    'written). A chunk remembered there is persisted as a '
+                    'delta of its changed pages when few changed (see '
+                    '[repository] delta_max_fraction); one forgotten is '
+                    'persisted whole. 0: whole chunks only.'),
     cfg.IntOpt('cow_chunks', default=64, min=1,
                help='Chunks of memory per image for copy-on-write copies; '
                     'when full, guest writes to unpersisted chunks wait.'),

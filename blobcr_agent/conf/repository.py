@@ -44,6 +44,13 @@ repository_opts = [
                     'predicted to beat uploading it raw.'),
     cfg.IntOpt('compression_level', default=1, min=1, max=19,
                help='zstd level used when a chunk is compressed.'),
+    cfg.FloatOpt('delta_max_fraction', default=0.5, min=0.0, max=1.0,
+                 help='A chunk a mirror persists is stored as a delta over '
+                      'the whole chunk it last stored at that place (its '
+                      'changed 4 KiB pages) when the pages that differ are '
+                      'at most this fraction of the chunk. A delta costs a '
+                      'second object read when the chunk is fetched. 0: '
+                      'always whole chunks.'),
     cfg.IntOpt('max_in_flight', default=32, min=1,
                help='Object writes or reads kept in flight at once.'),
     cfg.IntOpt('pack_max_bytes', default=1024 * 1024, min=65536,

@@ -52,6 +52,7 @@ from blobcr_agent.mirror import prefetch as prefetch_mod
 from blobcr_agent.mirror import readahead as readahead_mod
 from blobcr_agent.mirror import recovery
 from blobcr_agent.mirror import reserve as reserve_mod
+from blobcr_agent.repository import deltas
 from blobcr_agent.repository import image as image_mod
 
 LOG = logging.getLogger(__name__)
@@ -74,7 +75,8 @@ class AttachedImage(object):
 
     def __init__(self, repo, image, version, cache_dir, mode='selective-cow',
                  cow_chunks=64, adaptive=True, prefetch=True,
-                 reserve=None, incoming=False, readahead_chunks=64):
+                 reserve=None, incoming=False, readahead_chunks=64,
+                 delta_tracking_mb=64):
         if mode not in MODES:
             raise exception.InvalidInput('unknown mirror mode %r (choose '
                                          'from %s)' % (mode, ', '.join(MODES)))
@@ -138,6 +140,8 @@ class AttachedImage(object):
         # Held from registering a version to queueing its persist (see
         # Persister): a failure is handled under it.
         self._gate = threading.Lock()
+        # What the persister stored, for sub-chunk deltas (deltas.py).
+        self.tracker = deltas.Tracker(delta_tracking_mb << 20)
         self.persister = persister_mod.Persister(self, self._gate)
         # Snapshots the core keeps in flight at once (1: a checkpoint
         # waits for the previous persist).
@@ -282,6 +286,7 @@ class AttachedImage(object):
                                      incoming=None)
                     self._save_meta()
                 self.header = header
+                self.tracker.forget()
                 if old not in (None, number):
                     self.repo.unpin_quietly(self.id, old, self.holder)
         finally:

@@ -28,8 +28,14 @@ built on its predecessor. The core then makes all their chunks dirty
 again (``snapshot_done(False)``), so the next checkpoint carries them.
 
 ``journal`` (in the image's cache directory) lists "index digest" of
-every chunk of the version being taken that reached the repository, so
-that a restart after a crash can resume it (recovery.py).
+every chunk of the version being taken that reached the repository
+("index digest base" for a delta: deltas.py), so that a restart after
+a crash can resume it (recovery.py).
+
+Chunks are stored as deltas over what this persister stored before
+where few pages changed (the image's ``tracker``); a failed version
+makes the tracker forget everything, so the next one stores whole
+chunks.
 """
 
 import collections
@@ -71,6 +77,7 @@ class Persister(object):
         self.gate = gate
         self.core = image.core
         self._journal_path = os.path.join(image.cache_dir, JOURNAL)
+        self.tracker = image.tracker
         self._cond = threading.Condition()
         self._queue = collections.deque()   # (Commit, journal mode)
         self._thread = None
@@ -138,6 +145,8 @@ class Persister(object):
         the error, or None.
         """
         started = time.monotonic()
+        if self.tracker.max_entries:
+            pending.track(self.tracker)
         try:
             with open(self._journal_path, journal_mode) as journal:
                 while True:
@@ -148,12 +157,15 @@ class Persister(object):
                     d = pending.put(index, data)
                     # No fsync: the journal only has to survive the
                     # agent, and the page cache does that.
-                    journal.write('%d %s\n' % (index, d.hex() if d else '-'))
+                    journal.write(_journal_line(index, d,
+                                                self.tracker.staged(index)))
                     journal.flush()
                     crashpoint.reached('journal')
             version = pending.finish(pin=self.image.holder)
         except Exception as e:
+            self.tracker.forget()
             return e
+        self.tracker.stable()
         # Stable from here on: what follows must not fail it. A crash
         # before the metadata says so is recovered (recovery.py adopts a
         # version the repository has as stable).
@@ -180,3 +192,11 @@ class Persister(object):
         self.core.snapshot_done(False)
         self.image._failed([pending.version] +
                            [f.version for f in followers], str(error))
+
+
+def _journal_line(index, d, tracked):
+    if d is None:
+        return '%d -\n' % index
+    if tracked is not None and tracked.base is not None:
+        return '%d %s %s\n' % (index, d.hex(), tracked.base.hex())
+    return '%d %s\n' % (index, d.hex())

@@ -36,6 +36,7 @@ from blobcr_agent import exception
 from blobcr_agent.mirror import persister as persister_mod
 from blobcr_agent.repository.backends import base
 from blobcr_agent.repository import chunks
+from blobcr_agent.repository import deltas
 from blobcr_agent.repository import identity
 from blobcr_agent.repository import image as image_mod
 
@@ -116,9 +117,11 @@ def _recover_in_flight(image):
             why = 'its snapshot holds no chunk'
         give_up(image, versions, pending, why)
         return
-    done = {i: d for i, d in read_journal(
+    done = {i: d for i, (d, over) in read_journal(
         os.path.join(image.cache_dir, persister_mod.JOURNAL)).items()
-        if _durable(image.repo, d, found.created)}
+        if _durable(image.repo, d, found.created) and (
+            over is None or
+            _durable_link(image.repo, d, over, found.created))}
     snapshot = image.core.snapshot_chunks()
     lost = image.core.requeue([i for i in snapshot if i not in done])
     if lost:
@@ -215,16 +218,19 @@ def give_up(image, versions, pending, why):
 
 
 def read_journal(path):
-    """``{index: digest or None}`` of the chunks a journal lists."""
+    """``{index: (digest or None, base or None)}`` of the chunks a
+    journal lists (a base: the chunk is a delta over it).
+    """
     taken = {}
     try:
         with open(path) as f:
             for line in f:
                 parts = line.split()
-                if len(parts) != 2 or not line.endswith('\n'):
+                if len(parts) not in (2, 3) or not line.endswith('\n'):
                     continue        # torn last line
-                taken[int(parts[0])] = (None if parts[1] == '-'
-                                        else bytes.fromhex(parts[1]))
+                taken[int(parts[0])] = (
+                    None if parts[1] == '-' else bytes.fromhex(parts[1]),
+                    bytes.fromhex(parts[2]) if len(parts) == 3 else None)
     except FileNotFoundError:
         pass
     return taken
@@ -243,6 +249,18 @@ def _durable(repo, chunk_digest, since):
     try:
         _, mtime = repo.backend.stat(base.CHUNK,
                                      chunks.object_name(chunk_digest))
+    except exception.ObjectNotFound:
+        return False
+    return mtime >= since - 1
+
+
+def _durable_link(repo, delta, over, since):
+    """A delta is kept whole only with its link (GC keeps its base
+    through it): the same test as :func:`_durable`, on the link.
+    """
+    try:
+        _, mtime = repo.backend.stat(base.CHUNK,
+                                     deltas.link_name(delta, over))
     except exception.ObjectNotFound:
         return False
     return mtime >= since - 1

@@ -53,13 +53,15 @@ class MirrorService(object):
 
     def __init__(self, repo, mountpoint, cache_dir, mode='selective-cow',
                  cow_chunks=64, adaptive=True, io_loop='native',
-                 busy_timeout=120, readahead_chunks=64):
+                 busy_timeout=120, readahead_chunks=64,
+                 delta_tracking_mb=64):
         self.repo = repo
         self.mountpoint = os.path.abspath(mountpoint)
         self.cache_dir = os.path.abspath(cache_dir)
         self.mode = mode
         self.cow_chunks = cow_chunks
         self.readahead_chunks = readahead_chunks
+        self.delta_tracking_mb = delta_tracking_mb
         self.adaptive = adaptive
         self.attached = {}
         self.io_loop = io_loop
@@ -160,7 +162,8 @@ class MirrorService(object):
                 cow_chunks=cow_chunks or self.cow_chunks,
                 adaptive=self.adaptive if adaptive is None else adaptive,
                 prefetch=prefetch, incoming=incoming_from is not None,
-                readahead_chunks=self.readahead_chunks)
+                readahead_chunks=self.readahead_chunks,
+                delta_tracking_mb=self.delta_tracking_mb)
             if incoming_from is not None:
                 self._make_incoming(attached, incoming_from)
             self.attached[header.id] = attached

@@ -17,7 +17,9 @@
 A chunk object is named by the SHA-256 of its raw content, so identical
 chunks are stored once across versions and images, a retried write is
 harmless, and a tenant cannot make its chunk stand for another's. The
-object holds one codec byte followed by the payload.
+object holds one codec byte followed by the payload. A chunk that
+differs from a whole chunk in a few pages is stored as a delta over it
+(deltas.py, codec DELTA), under a name of its own.
 
 Compression follows the rule of the Goiri et al. checkpoint paper: compress
 only when ``t_compress + t_upload(compressed) < t_upload(raw)``. With
@@ -37,9 +39,11 @@ import zstandard
 
 from blobcr_agent import exception
 from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import deltas
 
 RAW = 0
 ZSTD = 1
+DELTA = 2
 PROBE_EVERY = 16
 PROBE_BYTES = 32 * 1024
 _SMOOTHING = 0.2
@@ -118,31 +122,98 @@ class CompressionPolicy(object):
                 self.ratio += _SMOOTHING * (ratio - self.ratio)
 
 
-def decode(name, blob, chunk_len):
-    """Return the raw content of a chunk object, checking its digest."""
+def is_delta(blob):
+    return bool(blob) and blob[0] == DELTA
+
+
+def encode_delta(policy, over, data, pages, upload_bps=None):
+    """``(name, object bytes)`` of ``data`` stored as ``pages`` over the
+    chunk object ``over`` (a digest); the pages are compressed as a
+    chunk would be.
+    """
+    bitmap = deltas.make_bitmap(pages, len(data))
+    raw = deltas.gather(data, pages)
+    content = digest(data)
+    name = deltas.delta_name(over, content, len(data), bitmap, raw)
+    return name, deltas.pack(DELTA, over, content, len(data), bitmap,
+                             policy.encode(raw, upload_bps))
+
+
+def _payload(name, blob, limit):
+    """The raw bytes of a codec byte + payload: a chunk's, or the
+    pages of a delta.
+    """
     if not blob:
-        raise exception.CorruptObject(base.CHUNK, name, 'empty object')
+        raise exception.CorruptObject(base.CHUNK, name, 'empty payload')
     codec, payload = blob[0], blob[1:]
     if codec == RAW:
-        data = payload
-    elif codec == ZSTD:
+        return bytes(payload)
+    if codec == ZSTD:
         try:
-            data = zstandard.ZstdDecompressor().decompress(
-                payload, max_output_size=chunk_len)
+            return zstandard.ZstdDecompressor().decompress(
+                payload, max_output_size=limit)
         except zstandard.ZstdError as e:
             raise exception.CorruptObject(base.CHUNK, name,
                                           'cannot decompress: %s' % e)
+    raise exception.CorruptObject(base.CHUNK, name,
+                                  'unknown codec %d' % codec)
+
+
+def decode(name, blob, chunk_len, load_base=None, _depth=0):
+    """Return the raw content of a chunk object, checking its name.
+
+    A delta needs ``load_base(name)``: the object bytes of its base
+    (whole, or a delta in turn, at most deltas.MAX_DEPTH deep).
+    """
+    if not blob:
+        raise exception.CorruptObject(base.CHUNK, name, 'empty object')
+    if blob[0] == DELTA:
+        data = _decode_delta(name, blob, chunk_len, load_base, _depth)
     else:
-        raise exception.CorruptObject(base.CHUNK, name,
-                                      'unknown codec %d' % codec)
-    if not 0 < len(data) <= chunk_len:
-        raise exception.CorruptObject(
-            base.CHUNK, name, '%d bytes, expected %d' % (len(data), chunk_len))
-    if object_name(digest(data)) != name:
-        raise exception.CorruptObject(base.CHUNK, name,
-                                      'content does not match its hash')
+        data = _payload(name, blob, chunk_len)
+        if not 0 < len(data) <= chunk_len:
+            raise exception.CorruptObject(
+                base.CHUNK, name,
+                '%d bytes, expected %d' % (len(data), chunk_len))
+        if object_name(digest(data)) != name:
+            raise exception.CorruptObject(base.CHUNK, name,
+                                          'content does not match its hash')
     if len(data) < chunk_len:
         # The short last chunk of an image that was extended since: the
         # space added after it reads as zeros.
         data += bytes(chunk_len - len(data))
+    return data
+
+
+def _decode_delta(name, blob, chunk_len, load_base, depth):
+    try:
+        over, content, length, bitmap, payload = deltas.unpack(blob)
+    except ValueError as e:
+        raise exception.CorruptObject(base.CHUNK, name, str(e))
+    if length > chunk_len:
+        raise exception.CorruptObject(
+            base.CHUNK, name, '%d bytes, expected %d' % (length, chunk_len))
+    pages = deltas.bitmap_pages(bitmap, length)
+    raw = _payload(name, payload, len(pages) * deltas.PAGE)
+    if deltas.delta_name(over, content, length, bitmap, raw).hex() != name:
+        raise exception.CorruptObject(base.CHUNK, name,
+                                      'delta does not match its hash')
+    if load_base is None:
+        raise exception.CorruptObject(base.CHUNK, name,
+                                      'a delta read without its base')
+    if depth >= deltas.MAX_DEPTH:
+        raise exception.CorruptObject(
+            base.CHUNK, name, 'more than %d deltas deep' % deltas.MAX_DEPTH)
+    over_name = object_name(over)
+    over_data = decode(over_name, load_base(over_name), chunk_len,
+                       load_base, depth + 1)
+    try:
+        data = deltas.apply(over_data, length, pages, raw)
+    except ValueError as e:
+        raise exception.CorruptObject(base.CHUNK, name, str(e))
+    if digest(data) != content:
+        raise exception.CorruptObject(
+            base.CHUNK, name,
+            'rebuilt over %s, it does not match its content hash'
+            % over_name)
     return data

@@ -31,6 +31,7 @@ from blobcr_agent import _native
 from blobcr_agent import exception
 from blobcr_agent.repository.backends import base
 from blobcr_agent.repository import chunks
+from blobcr_agent.repository import deltas
 from blobcr_agent.repository.identity import pin_record
 from blobcr_agent.repository import image as image_mod
 from blobcr_agent.repository import tree
@@ -175,27 +176,84 @@ class Commit(object):
         self._base_root = base_root
         self.after = after
         self._changes = {}
+        # index -> the object the base version must hold there: the
+        # chunks stored relative to what the writer remembers of it.
+        self._expected = {}
+        self.tracker = None
         self._batch = repo.backend.batch()
         self._heartbeat = time.monotonic()
         self._stored = 0
 
+    def track(self, tracker):
+        """Store chunks as deltas where ``tracker`` (a deltas.Tracker of
+        this writer's earlier versions) knows the chunk replaced: see
+        :meth:`put`. What each put stored is staged in the tracker.
+        """
+        self.tracker = tracker
+
     def put(self, index, data):
-        """Write chunk ``index``; return its digest (None: all zero)."""
+        """Write chunk ``index``; return its object's digest (None: all
+        zero).
+
+        With a tracker (:meth:`track`) that knows the chunk at ``index``
+        in the base version, a chunk that differs from it or from its
+        anchor in few pages (at most ``delta_max_fraction`` of its
+        bytes, and at least one: an equal chunk is rewritten whole) is
+        stored as a delta (deltas.choose); finish() then checks that the
+        base version holds what the tracker knew.
+        """
+        self._check_length(index, data)
+        if _native.is_zero(data):
+            d = None
+            if self.tracker is not None:
+                self.tracker.stage(index, None)
+        elif self.tracker is not None:
+            return self._put_tracked(index, data)
+        else:
+            d = self._put_whole(data)
+        self._changes[index] = d
+        self._tick()
+        return d
+
+    def _check_length(self, index, data):
         expected = self.header.chunk_len(index)
         if len(data) != expected:
             raise exception.InvalidInput(
                 'chunk %d of image %s must be %d bytes, got %d'
                 % (index, self.image_id, expected, len(data)))
-        if _native.is_zero(data):
-            d = None
-        else:
-            d = chunks.digest(data)
-            blob = self.repo.policy.encode(
-                data, self._batch.rate() or self.repo.upload_bps)
-            self._batch.put(base.CHUNK, chunks.object_name(d), blob)
-        self._changes[index] = d
+
+    def _tick(self):
         if time.monotonic() - self._heartbeat > HEARTBEAT_SECONDS:
             self._beat()
+
+    def _put_whole(self, data):
+        d = chunks.digest(data)
+        blob = self.repo.policy.encode(
+            data, self._batch.rate() or self.repo.upload_bps)
+        self._batch.put(base.CHUNK, chunks.object_name(d), blob)
+        return d
+
+    def _put_tracked(self, index, data):
+        hashes = deltas.page_hashes(data)
+        prior = self.tracker.get(index)
+        choice = deltas.choose(prior, hashes, self.repo.delta_max_fraction)
+        if choice is not None:
+            over, pages, depth = choice
+            self._expected[index] = prior.name
+            d, blob = chunks.encode_delta(
+                self.repo.policy, over, data, pages,
+                self._batch.rate() or self.repo.upload_bps)
+            # The link keeps the base once no version holds it.
+            self._batch.put(base.CHUNK, deltas.link_name(d, over), b'\x01')
+            self._batch.put(base.CHUNK, chunks.object_name(d), blob)
+            tracked = deltas.Tracked(d, over, depth, hashes, prior.anchor,
+                                     prior.anchor_hashes)
+        else:
+            d = self._put_whole(data)
+            tracked = deltas.whole(d, hashes)
+        self.tracker.stage(index, tracked)
+        self._changes[index] = d
+        self._tick()
         return d
 
     def put_digest(self, index, chunk_digest):
@@ -242,6 +300,7 @@ class Commit(object):
         self._batch.wait()
         self.repo.record_upload(self._batch.rate())
         t = self.header.tree(self.repo.nodes)
+        self._check_expected(t, base_root)
         nodes = self.repo.backend.batch()
         writer = tree.PackWriter(self.repo.nodes, self.repo.pack_max_bytes,
                                  nodes)
@@ -270,6 +329,21 @@ class Commit(object):
                  '%d bytes written)', self.version, self.image_id,
                  len(self._changes), writer.nodes, stored)
         return self.version
+
+    def _check_expected(self, t, base_root):
+        """A delta's anchor is kept by the base version (or by a link
+        of its delta there) only if the base holds what the writer
+        remembered: otherwise fail, and the writer stores whole chunks.
+        """
+        for index, name in sorted(self._expected.items()):
+            found = t.lookup(base_root, index) if base_root else None
+            if found != name:
+                raise exception.CommitAborted(
+                    'version %d of %s: chunk %d of its base is %s, not the '
+                    '%s its deltas were made from'
+                    % (self.version, self.image_id, index,
+                       found.hex()[:16] if found else 'zeros',
+                       name.hex()[:16]))
 
     def abort(self, reason):
         """Mark the version failed; never raises (it runs on error paths)."""

@@ -30,8 +30,10 @@ from blobcr_agent import _native
 from blobcr_agent import exception
 from blobcr_agent.repository.backends import base
 from blobcr_agent.repository import chunks
+from blobcr_agent.repository import deltas
 
 _UPLOAD_SMOOTHING = 0.3
+_DELTA_GROUP = 64
 
 
 class DataPaths(object):
@@ -57,7 +59,11 @@ class DataPaths(object):
             return bytes(length)
         name = chunks.object_name(d)
         return chunks.decode(name, self.backend.get(base.CHUNK, name),
-                             length)
+                             length, self.load_base)
+
+    def load_base(self, name):
+        """The object bytes of a delta's base (chunks.decode)."""
+        return self.backend.get(base.CHUNK, name)
 
     def read(self, ref, number, offset, length, pinned=False):
         """Bytes ``[offset, offset+length)`` of a stable version (with
@@ -94,13 +100,51 @@ class DataPaths(object):
         for index, d in found:
             if d is not None:
                 by_name.setdefault(chunks.object_name(d), []).append(index)
-        max_size = header.chunk_size + 1
-        for name, blob in self.backend.get_many(base.CHUNK, list(by_name),
-                                                max_size):
+        # Deltas wait for their bases, fetched in further rounds per
+        # group of deltas (all in flight at once, memory bounded).
+        deltas_waiting = []
+        for name, blob in self.backend.get_many(
+                base.CHUNK, list(by_name), self.max_object_size(header)):
             if isinstance(blob, Exception):
                 raise blob
+            if chunks.is_delta(blob):
+                deltas_waiting.append((name, blob))
+                if len(deltas_waiting) >= _DELTA_GROUP:
+                    yield from self._fetch_deltas(header, deltas_waiting,
+                                                  by_name)
+                    deltas_waiting = []
+                continue
             first = by_name[name][0]
             data = chunks.decode(name, blob, header.chunk_len(first))
+            for index in by_name[name]:
+                yield index, data
+        if deltas_waiting:
+            yield from self._fetch_deltas(header, deltas_waiting, by_name)
+
+    @staticmethod
+    def max_object_size(header):
+        # A delta of every page: its header, bitmap and codec bytes on top.
+        return header.chunk_size + 128 + header.chunk_size // 32768
+
+    def _fetch_deltas(self, header, waiting, by_name):
+        blobs = dict(waiting)
+        need = {chunks.object_name(deltas.base_of(blob))
+                for _, blob in waiting}
+        while need:
+            got = []
+            for name, blob in self.backend.get_many(
+                    base.CHUNK, sorted(need), self.max_object_size(header)):
+                if isinstance(blob, Exception):
+                    raise blob
+                blobs[name] = blob
+                got.append(blob)
+            # A base that is a delta in turn: one round deeper.
+            need = {chunks.object_name(deltas.base_of(blob))
+                    for blob in got if chunks.is_delta(blob)} - set(blobs)
+        for name, blob in waiting:
+            first = by_name[name][0]
+            data = chunks.decode(name, blob, header.chunk_len(first),
+                                 blobs.__getitem__)
             for index in by_name[name]:
                 yield index, data
 

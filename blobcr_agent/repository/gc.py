@@ -25,6 +25,9 @@ Mark and sweep, safe while other processes COMMIT, CLONE and PIN:
    pending versions, and sources of clones the listing does not show
    (being created, or created after the listing). Shared subtrees are
    walked once.
+   A delta's base (and the link naming both) is live with the delta,
+   and so on down its chain (deltas.py): the links are read from the
+   listing of the chunks.
 3. Sweep: delete chunk objects and node packs that were not marked *and*
    were last written before the cut-off. The cut-off is the GC start, or
    the start of the oldest pending version if earlier, minus a grace for
@@ -61,6 +64,7 @@ import time
 
 from blobcr_agent import exception
 from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import deltas
 from blobcr_agent.repository import identity
 from blobcr_agent.repository import image as image_mod
 from blobcr_agent.repository import tree
@@ -68,6 +72,7 @@ from blobcr_agent.repository import tree
 LOG = logging.getLogger(__name__)
 
 _CHUNK_NAME = re.compile(r'^[0-9a-f]{64}$')
+_LINK_NAME = re.compile(r'^[0-9a-f]{64}\.')
 _PACK_NAME = re.compile(r'^[0-9a-f]{32}$')
 
 
@@ -78,6 +83,7 @@ class Report(object):
     live_packs: int = 0
     chunks_deleted: int = 0
     packs_deleted: int = 0
+    links_deleted: int = 0
     bytes_freed: int = 0
     headers_deleted: int = 0
     kept_recent: int = 0
@@ -266,14 +272,20 @@ def collect(repo, grace=None, pending_timeout=None):
                 live_digests.add(bytes.fromhex(v.profile))
     cutoff -= grace
     live_packs = {tree.pack_name(ref) for ref in seen_nodes}
-    report.live_chunks = len(live_digests)
+    chunk_names = list(repo.backend.list(base.CHUNK))
+    live_chunks, live_links = _with_bases(
+        {d.hex() for d in live_digests}, chunk_names)
+    report.live_chunks = len(live_chunks)
     report.live_packs = len(live_packs)
 
-    for kind, pattern, live, counter in (
-            (base.CHUNK, _CHUNK_NAME, {d.hex() for d in live_digests},
+    for kind, names, pattern, live, counter in (
+            (base.CHUNK, chunk_names, _CHUNK_NAME, live_chunks,
              'chunks_deleted'),
-            (base.NODE, _PACK_NAME, live_packs, 'packs_deleted')):
-        for name in list(repo.backend.list(kind)):
+            (base.CHUNK, chunk_names, _LINK_NAME, live_links,
+             'links_deleted'),
+            (base.NODE, list(repo.backend.list(base.NODE)), _PACK_NAME,
+             live_packs, 'packs_deleted')):
+        for name in names:
             if not pattern.match(name) or name in live:
                 continue
             # Objects are never empty, so 0 bytes freed means kept.
@@ -294,6 +306,27 @@ def collect(repo, grace=None, pending_timeout=None):
             prune(repo, header, needed, started - pending_timeout, report)
     LOG.info('gc: %s', report.as_dict())
     return report
+
+
+def _with_bases(live, chunk_names):
+    """The live chunk names with the bases of the live deltas among
+    them, down their chains (deltas.py: a link object names a delta and
+    its base), and those links.
+    """
+    bases_of = {}
+    for name in chunk_names:
+        link = deltas.parse_link(name)
+        if link is not None:
+            bases_of.setdefault(link[0], []).append((name, link[1]))
+    chunks_kept, links_kept = set(live), set()
+    todo = list(live)
+    while todo:
+        for link, over in bases_of.get(todo.pop(), ()):
+            links_kept.add(link)
+            if over not in chunks_kept:
+                chunks_kept.add(over)
+                todo.append(over)
+    return chunks_kept, links_kept
 
 
 LEASE = 'gc'

@@ -34,6 +34,8 @@ are freed by the first GC after the last pin is released.
   through;
 - :mod:`.lifecycle`: create, delete, extend, clone, obsolete;
 - :mod:`.commits`: the commit protocol (:class:`~.commits.Commit`);
+- :mod:`.chunks`, :mod:`.deltas`: chunk objects, whole or as sub-chunk
+  deltas;
 - :mod:`.pins`: pins and failed-version marks;
 - :mod:`.datapath`: reads, fetches, export, import and write_file;
 - :mod:`.profiles`: restart profiles;
@@ -60,8 +62,9 @@ class Repository(Records, Lifecycle, Commits, Pins, DataPaths, Profiles):
     def __init__(self, backend, chunk_size=256 * 1024, fanout=64,
                  compression='auto', compression_level=1,
                  pack_max_bytes=1 << 20, node_cache_bytes=64 << 20,
-                 pending_timeout=3600, gc_grace=60):
+                 pending_timeout=3600, gc_grace=60, delta_max_fraction=0.5):
         self.backend = backend
+        self.delta_max_fraction = delta_max_fraction
         self.chunk_size = chunk_size
         self.fanout = fanout
         self.pack_max_bytes = pack_max_bytes
@@ -86,7 +89,8 @@ class Repository(Records, Lifecycle, Commits, Pins, DataPaths, Profiles):
                    compression_level=r.compression_level,
                    pack_max_bytes=r.pack_max_bytes,
                    node_cache_bytes=r.node_cache_mb << 20,
-                   pending_timeout=r.pending_timeout, gc_grace=r.gc_grace)
+                   pending_timeout=r.pending_timeout, gc_grace=r.gc_grace,
+                   delta_max_fraction=r.delta_max_fraction)
 
     def close(self):
         self.backend.close()

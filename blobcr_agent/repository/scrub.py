@@ -65,12 +65,14 @@ def verify(repo, ref, number=None, progress=None):
     if progress:
         progress.start(sum(len(i) for i in by_name.values()))
     for name, blob in repo.backend.get_many(base.CHUNK, list(by_name),
-                                            header.chunk_size + 1):
+                                            repo.max_object_size(header)):
         indices = by_name[name]
         try:
             if isinstance(blob, Exception):
                 raise blob
-            chunks.decode(name, blob, header.chunk_len(indices[0]))
+            # A delta's bases are read and checked with it.
+            chunks.decode(name, blob, header.chunk_len(indices[0]),
+                          repo.load_base)
             report.bytes_checked += len(blob) * len(indices)
         except exception.BlobCRError as e:
             report.problems.append(Problem(

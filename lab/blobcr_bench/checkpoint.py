@@ -250,8 +250,10 @@ class Subject(object):
 def new_mirror(workdir, backend_args, args):
     path = os.path.join(workdir, 'mirror')
     os.makedirs(path, exist_ok=True)
-    return agents.MirrorProcess(path, backend_args,
-                                ['--cow-chunks', str(args.cow_chunks)])
+    extra = ['--cow-chunks', str(args.cow_chunks)]
+    if getattr(args, 'delta_max_fraction', None) is not None:
+        extra += ['--delta-max-fraction', str(args.delta_max_fraction)]
+    return agents.MirrorProcess(path, backend_args, extra)
 
 
 def _delta(after, before, keys=COUNTERS):

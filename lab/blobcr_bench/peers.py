@@ -43,8 +43,9 @@ pass after pass). The data is common.Pattern's, made before any timing.
 The application keeps ``--queue-depth`` writes in flight (8, as QEMU
 issues a guest's requests: librbd's aio for RBD, threads writing the
 FUSE file for the others) and ends each pass when its writes completed.
-One run of a peer: a fresh disk, one pass and a full checkpoint (not
-timed), ``--iterations + 1`` passes without checkpoints (the baseline),
+One run of a peer: a fresh disk filled with incompressible data (a
+used disk; ``--no-prefill``: left zero), one pass and a full checkpoint
+(not timed), ``--iterations + 1`` passes without checkpoints (the baseline),
 then as many with a checkpoint requested at the end of each pass but
 the last while the application goes on writing, on a thread of its own.
 Per checkpoint:
@@ -84,6 +85,7 @@ overlapping each checkpoint, a consistent restart, and BlobCR's
 copy-on-write (copies or waits); a zero makes the run invalid.
 """
 
+import argparse
 import copy
 import json
 import os
@@ -142,6 +144,15 @@ def add_arguments(p, size_type=int):
     p.add_argument('--readahead-chunks', type=int, default=64,
                    help='readahead of the BlobCR mirror that restarts '
                         '(the agent\'s [agent] readahead_chunks; 0: off)')
+    p.add_argument('--prefill', action=argparse.BooleanOptionalAction,
+                   default=True,
+                   help='fill the whole disk with incompressible data '
+                        'before the first pass, as a used disk is, so '
+                        'that a small write lands among data (default; '
+                        '--no-prefill: a fresh, zero disk)')
+    p.add_argument('--delta-max-fraction', type=float, default=None,
+                   help='BlobCR\'s [repository] delta_max_fraction (0: '
+                        'whole chunks only; default: the option\'s)')
     p.add_argument('--seed', type=int, default=42)
     p.add_argument('--plot', help='write a PNG of the results here')
 
@@ -458,6 +469,14 @@ class _Expected(object):
                                   self.workload.block, epoch)
 
 
+def _prefill(peer, size, block=1 << 20):
+    """A used disk: incompressible data everywhere, made here (not
+    timed) so that no store deduplicates it against another peer's.
+    """
+    for offset in range(0, size, block):
+        peer.write(offset, os.urandom(min(block, size - offset)))
+
+
 def one_run(peer, workload, pattern, args, epoch, run, log):
     """One run of ``peer``; ``epoch`` is the first epoch it may use
     (it uses ``2 * (iterations + 1) + 1``).
@@ -469,6 +488,8 @@ def one_run(peer, workload, pattern, args, epoch, run, log):
     peer.open(workdir, args.size)
     try:
         depth = args.queue_depth
+        if args.prefill:
+            _prefill(peer, args.size)
         fill = Writer(peer, workload, pattern, epoch, 1, depth=depth)
         fill.start()
         fill.finish()

@@ -30,22 +30,36 @@ from blobcr_agent.mirror import image as image_mod
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository as repo_mod
 
-CHUNK = 4096
+PAGE = 4096
+CHUNK = 4 * PAGE
 NCHUNKS = 8
 ROUNDS = 3
 
 
 def plan(r):
-    """Round r's writes (0: the base version): {chunk: content}."""
-    return {c: bytes([(16 * r + c) % 251 + 1]) * CHUNK
-            for c in range(NCHUNKS) if r == 0 or (c + r) % 3}
+    """Round r's writes (0: the base version): {chunk: content}. After
+    the base, a round changes one page of a chunk: from the second
+    checkpoint on the persister stores deltas (repository/deltas.py;
+    the first learns the chunks whole).
+    """
+    if r == 0:
+        return {c: bytes([c + 1]) * CHUNK for c in range(NCHUNKS)}
+    before = cuts(r - 1)[-1]
+    out = {}
+    for c in range(NCHUNKS):
+        if (c + r) % 3:
+            page = (c + r) % 4
+            out[c] = (before[c][:page * PAGE] +
+                      bytes([(16 * r + c) % 251 + 1]) * PAGE +
+                      before[c][(page + 1) * PAGE:])
+    return out
 
 
-def cuts():
-    """The image after round 0, 1, ... ROUNDS, chunk by chunk."""
+def cuts(last=ROUNDS):
+    """The image after round 0, 1, ... last, chunk by chunk."""
     image = [None] * NCHUNKS
     out = []
-    for r in range(ROUNDS + 1):
+    for r in range(last + 1):
         for c, data in plan(r).items():
             image[c] = data
         out.append(list(image))

@@ -27,8 +27,10 @@ flight) and:
 * the only pins the mirror holds are the ones it knows of, which its
   detach releases.
 
-The native core's own state writes are swept by tests/native (make
-crash). The local store, real files, no FUSE.
+The rounds after the first change one page per chunk, so their
+versions are persisted as sub-chunk deltas (journal lines with an
+anchor, links). The native core's own state writes are swept by
+tests/native (make crash). The local store, real files, no FUSE.
 """
 
 import json
@@ -38,6 +40,8 @@ import sys
 
 from blobcr_agent import crashpoint
 from blobcr_agent.mirror import image as image_mod
+from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import deltas
 from blobcr_agent.repository import image as repo_image
 from tests.functional import crashpoint_child as child
 
@@ -122,6 +126,12 @@ def test_a_kill_after_any_durable_write_leaves_consistent_cuts(tmp_path):
     done = _run_child(directory, image_id,
                       {'BLOBCR_CRASH_COUNTS': counts_file})
     assert done.returncode == 0, done.stderr[-2000:]
+    # The rounds after the first are persisted as deltas: the journal
+    # lines and recovery paths of deltas are swept too.
+    repo = child.repo_at(directory)
+    links = [n for n in repo.backend.list(base.CHUNK) if deltas.parse_link(n)]
+    repo.close()
+    assert links, 'no delta was persisted'
     with open(counts_file) as f:
         counts = json.load(f)
     assert set(counts) == set(crashpoint.SITES), counts
