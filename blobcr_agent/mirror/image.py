@@ -632,6 +632,7 @@ class AttachedImage(object):
         s.update(fetched_chunks=self.fetched_chunks,
                  read_fetches=self.read_fetches,
                  readahead_chunks=self.readahead.issued,
+                 deltas_stored=self.tracker.deltas_stored,
                  fetched_bytes=self.fetched_bytes,
                  busy_prechecked=self.busy_prechecked,
                  busy_aborted=self.busy_aborted,

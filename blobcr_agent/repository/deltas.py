@@ -220,6 +220,7 @@ class Tracker(object):
         self._known = collections.OrderedDict()
         self._staged = {}
         self._lock = threading.Lock()
+        self.deltas_stored = 0      # in stable versions
 
     def get(self, index):
         with self._lock:
@@ -240,6 +241,7 @@ class Tracker(object):
                 self._known.pop(index, None)
                 if tracked is not None:
                     self._known[index] = tracked
+                    self.deltas_stored += tracked.base is not None
             self._staged.clear()
             while len(self._known) > self.max_entries:
                 self._known.popitem(last=False)

@@ -106,6 +106,9 @@ REFERENCES = ('blobcr-local', 'blobcr-ceph')
 RATIO_KEYS = ('ack_ms', 'pause_ms', 'pause_to_durable_ms', 'slowdown_s',
               'run_over_baseline', 'durable_s', 'stored_bytes', 'restart_s')
 SMALL_WRITE = 4096
+# BlobCR's counters per run: copy-on-write, and the sub-chunk deltas its
+# persister stored.
+COUNTERS = checkpoint.COUNTERS + ('deltas_stored',)
 SUN_PATH = 108          # a Unix socket's path, its NUL included
 
 
@@ -488,7 +491,7 @@ def one_run(peer, workload, pattern, args, epoch, run, log):
     peer.open(workdir, args.size)
     try:
         depth = args.queue_depth
-        if args.prefill:
+        if getattr(args, 'prefill', False):
             _prefill(peer, args.size)
         fill = Writer(peer, workload, pattern, epoch, 1, depth=depth)
         fill.start()
@@ -521,7 +524,7 @@ def one_run(peer, workload, pattern, args, epoch, run, log):
         timed.rate.finish()
         done = max(start + d for start, d in timed.writes)
         peer.settle(cps)
-        counters = checkpoint._delta(peer.counters(), before) \
+        counters = checkpoint._delta(peer.counters(), before, COUNTERS) \
             if before else {}
 
         for cp in cps:
@@ -709,6 +712,14 @@ def check_cow(checks, name, runs):
                    'did not run')
 
 
+def check_deltas(checks, name, runs):
+    """Small writes into a used disk: BlobCR stored sub-chunk deltas."""
+    checks.require('%s/random4k: deltas stored (sum over runs)' % name,
+                   sum(r['counters']['deltas_stored'] for r in runs),
+                   '4 KiB writes into chunks full of data must be stored '
+                   'as deltas (repository/deltas.py); none was')
+
+
 def run(args, log, open_repository):
     """Every peer on every workload; ``open_repository(args, scratch)``
     opens BlobCR's repositories (blobcr-bench's).
@@ -774,6 +785,8 @@ def run(args, log, open_repository):
     out = {'size': args.size, 'block': args.block,
            'queue_depth': args.queue_depth,
            'random_writes': args.random_writes,
+           'prefill': args.prefill,
+           'delta_max_fraction': args.delta_max_fraction,
            'iterations': args.iterations, 'runs': args.runs,
            'granularity': args.granularity,
            'peers': {n: (peers[n].describe()
@@ -799,6 +812,10 @@ def run(args, log, open_repository):
         if n.startswith('blobcr'):
             check_cow(checks, n, [r for w in chosen
                                   for r in results[w.name][n]])
+            if 'random4k' in results and args.prefill and \
+                    args.delta_max_fraction != 0 and \
+                    n in results['random4k']:
+                check_deltas(checks, n, results['random4k'][n])
     out['checks'] = checks.as_list()
     if args.plot:
         plot(out, args.plot)

@@ -133,6 +133,10 @@ def test_every_peer_runs_or_says_why(ceph_cluster, quick_snap_trim, workdir,
             assert any(c['what'].startswith('%s/%s: bytes copied out'
                                             % (name, wname))
                        for c in result['checks'])
+    # Small writes into the used (prefilled) disk: stored as deltas.
+    for name in ('blobcr-local', 'blobcr-ceph'):
+        assert any(c['what'] == '%s/random4k: deltas stored (sum over runs)'
+                   % name and c['ok'] for c in result['checks']), name
     assert plot.stat().st_size > 0
     assert 'event=run' in proc.stderr
 
