@@ -37,8 +37,8 @@ LOG = logging.getLogger(__name__)
 
 class ReadAhead(object):
 
-    def __init__(self, image, trigger=16, initial=8, maximum=64, batch=8,
-                 workers=4):
+    def __init__(self, image, trigger=8, initial=32, maximum=64, batch=4,
+                 workers=8):
         self.image = image
         self.trigger = trigger
         self.initial = initial
@@ -65,14 +65,19 @@ class ReadAhead(object):
         with self.lock:
             if self.stopped:
                 return
+            # The kernel splits a large read into several FUSE requests
+            # served at once: a chunk is missed again while it is on its
+            # way. That continues the sequence; a jump ends it.
             sequential = self.last is not None and \
-                self.last < first <= max(self.last, self.issued_to) + 1
+                self.streak <= first <= max(self.last, self.issued_to) + 1
             if not sequential:
                 self.window = 0
                 self.issued_to = last
                 self.streak = first
                 self.last = last
                 return
+            if last <= self.last:
+                return                  # nothing new in this sequence
             self.last = last
             if last - self.streak + 1 < self.trigger:
                 self.issued_to = max(self.issued_to, last)
