@@ -58,21 +58,27 @@ DEFAULT_TYPE = 'blobcr-local'
 # Cinder's RBD driver on the session's Ceph cluster.
 RBD_BACKEND = 'rbd'
 RBD_POOL = 'rbd'
+# Its volumes' data: an erasure-coded pool shaped like BlobCR's
+# (blobcr-data), so that both backends write to the same kind of pool.
+RBD_DATA_POOL = bench_cinder.RBD_DATA_POOL
 
 
 @pytest.fixture(scope='session')
-def openstack_backends(cinder_hosts, ceph_cluster):
+def openstack_backends(cinder_hosts, ceph_cluster, tmp_path_factory):
     """The harness's fake backend, the BlobCR ones, whose agents
     (blobcr_lab/cinder_hosts.py) must answer when cinder-volume starts, and
     Cinder's RBD driver on the session's Ceph cluster (its pool made
-    here if missing).
+    here if missing; its images' data in ``RBD_DATA_POOL``, through the
+    ``rbd_default_data_pool`` of the ceph.conf its driver reads).
     """
     backends = {HARNESS_BACKEND: dict(HARNESS_BACKEND_SECTION)}
     for hosts in cinder_hosts.values():
         backends[hosts.section] = cinder_hosts_module.backend_section(hosts)
     bench_cinder.ensure_rbd_pool(ceph_cluster.conffile, RBD_POOL)
+    conffile = bench_cinder.rbd_data_pool_conf(
+        ceph_cluster.conffile, str(tmp_path_factory.mktemp('cinder-rbd')))
     backends[RBD_BACKEND] = bench_cinder.rbd_backend_section(
-        ceph_cluster.conffile, RBD_POOL, backend_name=RBD_BACKEND)
+        conffile, RBD_POOL, backend_name=RBD_BACKEND)
     return backends
 
 

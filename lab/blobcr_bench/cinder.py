@@ -18,22 +18,24 @@ the same operation on Cinder's RBD driver, on an existing cloud.
 It drives the cloud as an operator would, through Keystone (the usual
 ``OS_*`` variables or the ``--os-*`` options) and Cinder's v3 API:
 
-* two volumes of ``--size-gb``, one of ``--blobcr-type`` (the BlobCR
-  backend) and one of ``--baseline-type`` (``cinder.volume.drivers.rbd.
+* three volumes of ``--size-gb``, one of ``--blobcr-type`` (the BlobCR
+  backend) and two of ``--baseline-type`` (``cinder.volume.drivers.rbd.
   RBDDriver`` on the same Ceph cluster);
 * the BlobCR volume is attached to ``--compute-host`` (a host whose
   blobcr-agent runs on this machine: the benchmark writes into the file
   the connection info names) through Cinder's attachments API, as Nova
-  attaches a volume; the RBD volume stays detached and is written
-  through librbd (``--ceph-conf``, ``--rbd-pool``, ``--rbd-user``), the
-  image closed again before its snapshot;
+  attaches a volume; one RBD volume (``rbd-attached``) is attached the
+  same way (in-use, its snapshot taken as a running guest's would be),
+  the other (``rbd``) stays detached; both are written through librbd
+  (``--ceph-conf``, ``--rbd-pool``, ``--rbd-user``), the image closed
+  again before its snapshot;
 * each run writes the same ``--write-mib`` of fresh data (one random
   pattern, a new window of it per run, made before any timing) to both
   volumes, each write made durable (fsync on the mirror file, which
   reaches the mirror's own flush; librbd flush), RBD's as QEMU writes a
   disk in Nova's cache mode none (librbd's cache off, 8 asynchronous
   writes in flight), then takes a snapshot of each; the backends take
-  turns, the first alternating from run to run. Where the RBD image's
+  turns, the first rotating from run to run. Where the RBD image's
   data is (``rbd_pool``: its pool, data pool, erasure-coded or not) is
   reported beside. Each snapshot is deleted once measured (and the deletion
   waited for, timed apart): one snapshot per volume at a time, so any
@@ -76,7 +78,8 @@ MIB = 1 << 20
 BLOCK = MIB
 SNAPSHOT_MICROVERSION = '3.66'      # in-use volumes without --force
 ATTACHMENT_MICROVERSION = '3.44'
-BACKENDS = ('blobcr', 'rbd')
+BACKENDS = ('blobcr', 'rbd', 'rbd-attached')
+RBD_BACKENDS = ('rbd', 'rbd-attached')
 
 
 # -- what tools and tests share ---------------------------------------------
@@ -94,6 +97,31 @@ def rbd_backend_section(conffile, pool='rbd', user=None,
     if user:
         section['rbd_user'] = user
     return section
+
+
+RBD_DATA_POOL = 'cinder-rbd-ec'
+
+
+def rbd_data_pool_conf(conffile, directory, data_pool=RBD_DATA_POOL,
+                       like='blobcr-data'):
+    """The path of a ceph.conf (written in ``directory``) for Cinder's
+    RBD driver whose images keep their data in ``data_pool``, an
+    erasure-coded pool shaped like BlobCR's ``like`` (made if missing):
+    both backends then write to the same kind of pool. librbd reads
+    ``rbd_default_data_pool`` when Cinder creates an image.
+    """
+    from blobcr_bench import peers_rbd
+    why, _ = peers_rbd.ensure_ec_data_pool(conffile, data_pool, like=like)
+    if why:
+        raise RuntimeError('cannot make the RBD data pool %s: %s'
+                           % (data_pool, why))
+    with open(conffile) as f:
+        text = f.read()
+    path = os.path.join(directory, 'ceph-rbd.conf')
+    with open(path, 'w') as f:
+        f.write(text + '\n[client.admin]\nrbd_default_data_pool = %s\n'
+                % data_pool)
+    return path
 
 
 def ensure_rbd_pool(conffile, pool='rbd', pg_num=8, rados_id=None):
@@ -300,7 +328,12 @@ class Attachment(object):
         made = cloud.api.post('/attachments', json=body,
                               microversion=ATTACHMENT_MICROVERSION).json()
         self.id = made['attachment']['id']
-        self.path = made['attachment']['connection_info']['device_path']
+        info = made['attachment']['connection_info']
+        # The driver's connection data (Cinder stores its "data" part):
+        # BlobCR's names the mirror's file, RBD's pool/image, which the
+        # guest's QEMU would open through librbd.
+        self.path = info.get('device_path')
+        self.rbd_name = info.get('name')
         cloud.api.post('/attachments/%s/action' % self.id,
                        json={'os-complete': None},
                        microversion=ATTACHMENT_MICROVERSION)
@@ -421,20 +454,27 @@ def run(args, log):
     began = time.monotonic()
     try:
         volumes = {}
-        for backend, vtype in (('blobcr', args.blobcr_type),
-                               ('rbd', args.baseline_type)):
+        for backend in BACKENDS:
             volumes[backend] = cloud.create_volume(
-                '%s-%s' % (tag, backend), vtype, args.size_gb)
+                '%s-%s' % (tag, backend), args.blobcr_type
+                if backend == 'blobcr' else args.baseline_type, args.size_gb)
             made.volumes.append(volumes[backend])
         for backend, volume_id in volumes.items():
             cloud.wait('volume', volume_id, 'available', args.timeout)
-        attachment = Attachment(cloud, volumes['blobcr'], args.compute_host)
-        made.attachments.append(attachment)
-        cloud.wait('volume', volumes['blobcr'], 'in-use', args.timeout)
-        log.event('ready', blobcr=volumes['blobcr'], rbd=volumes['rbd'],
-                  mirror=attachment.path)
-        rbd_name = 'volume-%s' % volumes['rbd']
-        rbd_pool = rbd_image.pool_kind(rbd_name)
+        attached = {}
+        for backend in ('blobcr', 'rbd-attached'):
+            attached[backend] = Attachment(cloud, volumes[backend],
+                                           args.compute_host)
+            made.attachments.append(attached[backend])
+            cloud.wait('volume', volumes[backend], 'in-use', args.timeout)
+        rbd_names = {b: 'volume-%s' % volumes[b] for b in RBD_BACKENDS}
+        named = attached['rbd-attached'].rbd_name
+        if named != '%s/%s' % (args.rbd_pool, rbd_names['rbd-attached']):
+            raise CloudError('the attached RBD volume is %r, not in pool %s'
+                             % (named, args.rbd_pool))
+        log.event('ready', mirror=attached['blobcr'].path, rbd_attached=named,
+                  **volumes)
+        rbd_pool = rbd_image.pool_kind(rbd_names['rbd'])
         log.event('rbd pool', **rbd_pool)
 
         for i in range(args.runs):
@@ -442,20 +482,21 @@ def run(args, log):
             base -= base % BLOCK
             chunks = [(base + off, pattern.block(off, BLOCK, i))
                       for off in range(0, write_bytes, BLOCK)]
-            order = BACKENDS if i % 2 == 0 else tuple(reversed(BACKENDS))
-            for backend in order:
+            k = i % len(BACKENDS)
+            for backend in BACKENDS[k:] + BACKENDS[:k]:
                 t0 = time.monotonic()
                 if backend == 'blobcr':
-                    _write_file(attachment.path, chunks)
+                    _write_file(attached['blobcr'].path, chunks)
                 else:
-                    rbd_image.write(rbd_name, chunks)
+                    rbd_image.write(rbd_names[backend], chunks)
                 write_s = time.monotonic() - t0
                 sample = _snapshot(cloud, args, made, volumes[backend],
                                    '%s-%s-%d' % (tag, backend, i))
                 sample.update(run=i, write_s=round(write_s, 4))
-                if backend == 'rbd':
+                if backend in RBD_BACKENDS:
                     sample['in_pool'] = ('snapshot-%s' % sample['id']
-                                         in rbd_image.snaps(rbd_name))
+                                         in rbd_image.snaps(
+                                             rbd_names[backend]))
                 # One snapshot per volume at a time: within the default
                 # quota (10 a project) whatever --runs, the same state
                 # before every run. Timed apart.
@@ -545,7 +586,9 @@ def _result(args, samples):
     result = {'client': args.client, 'runs': args.runs,
               'write_mib': args.write_mib, 'size_gb': args.size_gb,
               'volume_types': {'blobcr': args.blobcr_type,
-                               'rbd': args.baseline_type},
+                               'rbd': args.baseline_type,
+                               'rbd-attached': args.baseline_type},
+              'attached': ['blobcr', 'rbd-attached'],
               'poll_interval_s': args.poll_interval,
               'load_average': [round(v, 2) for v in os.getloadavg()],
               'samples': samples}
@@ -557,33 +600,43 @@ def _result(args, samples):
         result[backend] = {k: summary(backend, k) for k in keys}
         result[backend]['write_plus_available_s'] = common.summary(
             [s['write_s'] + s['available_s'] for s in samples[backend]])
-    ratios = {}
-    for key in ('available_s', 'server_s', 'write_plus_available_s'):
-        a, b = result['blobcr'][key], result['rbd'][key]
-        if a and b:
-            ratios[key] = {'median': common.ratio(a['median'], b['median']),
-                           'p99': common.ratio(a['p99'], b['p99'])}
-    per_run = [common.ratio(x['available_s'], y['available_s'])
-               for x, y in zip(samples['blobcr'], samples['rbd'])]
-    ratios['available_s_per_run'] = common.summary(per_run)
-    result['ratios_blobcr_over_rbd'] = ratios
+    for baseline in RBD_BACKENDS:
+        ratios = {}
+        for key in ('available_s', 'server_s', 'write_plus_available_s'):
+            a, b = result['blobcr'][key], result[baseline][key]
+            if a and b:
+                ratios[key] = {'median': common.ratio(a['median'],
+                                                      b['median']),
+                               'p99': common.ratio(a['p99'], b['p99'])}
+        per_run = [common.ratio(x['available_s'], y['available_s'])
+                   for x, y in zip(samples['blobcr'], samples[baseline])]
+        ratios['available_s_per_run'] = common.summary(per_run)
+        result['ratios_blobcr_over_%s' % baseline.replace('-', '_')] = \
+            ratios
     acked = sum(1 for s in samples['blobcr']
                 if s.get('ack_ms') is not None
                 and (s.get('bytes_written') or 0) > 0)
-    in_pool = sum(1 for s in samples['rbd'] if s.get('in_pool'))
+    in_pool = {b: sum(1 for s in samples[b] if s.get('in_pool'))
+               for b in RBD_BACKENDS}
     result['counts'] = {'blobcr_snapshots': len(samples['blobcr']),
                         'blobcr_acked_with_bytes': acked,
                         'rbd_snapshots': len(samples['rbd']),
-                        'rbd_snapshots_in_pool': in_pool}
+                        'rbd_snapshots_in_pool': in_pool['rbd'],
+                        'rbd_attached_snapshots': len(
+                            samples['rbd-attached']),
+                        'rbd_attached_snapshots_in_pool':
+                            in_pool['rbd-attached']}
     checks = common.Checks()
     checks.require('blobcr_acked_with_bytes', acked,
                    'BlobCR snapshots whose metadata carries the agent\'s '
                    'checkpoint ack (blobcr:ack_ms) and bytes written > 0: '
                    'a live checkpoint of the written volume really ran')
-    checks.require('rbd_snapshots_in_pool', in_pool,
-                   'RBD snapshots that librbd lists on the volume\'s image '
-                   'in pool %s: the RBD driver really took them'
-                   % args.rbd_pool)
+    for baseline in RBD_BACKENDS:
+        checks.require('%s_snapshots_in_pool' % baseline.replace('-', '_'),
+                       in_pool[baseline],
+                       'RBD snapshots that librbd lists on the %s volume\'s '
+                       'image in pool %s: the RBD driver really took them'
+                       % (baseline, args.rbd_pool))
     result['checks'] = checks.as_list()
     return result
 
@@ -593,7 +646,8 @@ def plot(result, path):
     matplotlib.use('Agg')
     from matplotlib import pyplot
     fig, (left, right) = pyplot.subplots(1, 2, figsize=(10, 4.2))
-    colors = {'blobcr': 'tab:blue', 'rbd': 'tab:orange'}
+    colors = {'blobcr': 'tab:blue', 'rbd': 'tab:orange',
+              'rbd-attached': 'tab:green'}
     for n, backend in enumerate(BACKENDS):
         samples = result['samples'][backend]
         for k, (key, marker) in enumerate((('available_s', 'o'),
@@ -606,9 +660,10 @@ def plot(result, path):
             if summary:
                 left.hlines(summary['median'], n * 2 + k - 0.3,
                             n * 2 + k + 0.3, color=colors[backend])
-    left.set_xticks([0, 1, 2, 3])
-    left.set_xticklabels(['BlobCR\nclient', 'BlobCR\nCinder record',
-                          'RBD\nclient', 'RBD\nCinder record'])
+    left.set_xticks(range(2 * len(BACKENDS)))
+    left.set_xticklabels(['%s\n%s' % (label, what)
+                          for label in ('BlobCR', 'RBD', 'RBD\nin-use')
+                          for what in ('client', 'Cinder')])
     left.set_ylabel('snapshot create to available (s)')
     left.set_ylim(bottom=0)
     left.set_title('%d runs, %d MiB written before each (%s)'

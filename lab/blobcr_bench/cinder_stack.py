@@ -23,7 +23,8 @@
 * Keystone, cinder-api, cinder-scheduler and cinder-volume
   (blobcr_lab.openstack) with two backends: ``blobcr`` (the BlobCR
   driver) and ``rbd`` (Cinder's RBD driver, pool ``rbd`` of the same
-  cluster), one volume type each;
+  cluster, its images' data in an erasure-coded pool shaped like
+  BlobCR's: cinder.rbd_data_pool_conf), one volume type each;
 
 then runs ``blobcr-bench cinder --json`` as the demo user, with any
 arguments given after ``--`` (``--runs N``, ``--plot FILE.png``...), and
@@ -136,8 +137,9 @@ def main():
         stack = openstack_stack.OpenStackStack(
             os.path.join(workdir, 'openstack'), broker.url,
             {'blobcr': blobcr_section,
-             'rbd': bench_cinder.rbd_backend_section(ceph.conffile,
-                                                     RBD_POOL)})
+             'rbd': bench_cinder.rbd_backend_section(
+                 bench_cinder.rbd_data_pool_conf(ceph.conffile, workdir),
+                 RBD_POOL)})
         started.append(stack)
         stack.start()
 

@@ -64,14 +64,21 @@ def test_bench_cinder_runs_both_paths(cloud, tmp_path):
     assert result['counts'] == {'blobcr_snapshots': RUNS,
                                 'blobcr_acked_with_bytes': RUNS,
                                 'rbd_snapshots': RUNS,
-                                'rbd_snapshots_in_pool': RUNS}
-    for backend in ('blobcr', 'rbd'):
+                                'rbd_snapshots_in_pool': RUNS,
+                                'rbd_attached_snapshots': RUNS,
+                                'rbd_attached_snapshots_in_pool': RUNS}
+    for backend in ('blobcr', 'rbd', 'rbd-attached'):
         assert result[backend]['available_s']['n'] == RUNS
     assert result['blobcr']['ack_ms']['n'] == RUNS
-    # Where the RBD volume's data is, as the cluster says.
-    assert result['rbd_pool']['pool'] == openstack_fixtures.RBD_POOL
-    assert result['rbd_pool']['erasure_coded'] is False
-    assert result['ratios_blobcr_over_rbd']['available_s']['median'] > 0
+    assert result['attached'] == ['blobcr', 'rbd-attached']
+    # Where the RBD volumes' data is, as the cluster says: an EC pool,
+    # as BlobCR's chunks.
+    assert result['rbd_pool'] == {
+        'pool': openstack_fixtures.RBD_POOL,
+        'data_pool': openstack_fixtures.RBD_DATA_POOL, 'erasure_coded': True}
+    for baseline in ('rbd', 'rbd_attached'):
+        assert result['ratios_blobcr_over_%s' % baseline][
+            'available_s']['median'] > 0
     assert plot.stat().st_size > 0
     assert 'errors=0' in proc.stderr, proc.stderr[-2000:]
 
@@ -97,6 +104,7 @@ def test_result_is_invalid_without_the_proofs():
               'write_s': 0.1, 'delete_s': 0.1, 'run': 0}
     result = cinder._result(args, {
         'blobcr': [dict(sample, bytes_written=0.0, ack_ms=5.0)],
-        'rbd': [dict(sample, in_pool=False)]})
+        'rbd': [dict(sample, in_pool=False)],
+        'rbd-attached': [dict(sample, in_pool=True)]})
     failed = {c['what'] for c in result['checks'] if not c['ok']}
     assert failed == {'blobcr_acked_with_bytes', 'rbd_snapshots_in_pool'}
