@@ -247,8 +247,8 @@ class Subject(object):
             self.repo.delete_image(self.id)
 
 
-def new_mirror(workdir, backend_args, args):
-    path = os.path.join(workdir, 'mirror')
+def new_mirror(workdir, backend_args, args, name='mirror'):
+    path = os.path.join(workdir, name)
     os.makedirs(path, exist_ok=True)
     extra = ['--cow-chunks', str(args.cow_chunks)]
     if getattr(args, 'delta_max_fraction', None) is not None:
@@ -677,25 +677,41 @@ def run_interval(repo, backend_args, args, log):
         raise SystemExit('--image-size must be a multiple of --block and '
                          '--write-size')
     modes = args.modes if args.modes_given else ['selective-cow']
-    pattern = common.Pattern(args.image_size)
     # The mirror registers each next version ahead (mirror/reserve.py),
-    # unless the environment says otherwise (BLOBCR_RESERVE_AHEAD=0).
-    reserve_ahead = os.environ.get(RESERVE_AHEAD_ENV, '1')
-    mirror = new_mirror(args.workdir, backend_args, args)
-    per_mode = {m: [] for m in modes}
+    # unless told otherwise (BLOBCR_RESERVE_AHEAD=0); "both" runs a
+    # mirror of each, taking turns in every run, each writing data of its
+    # own (a deduplicating store would otherwise let the second write for
+    # free).
+    choice = getattr(args, 'reserve_ahead', None) or \
+        os.environ.get(RESERVE_AHEAD_ENV, '1')
+    settings = ['0', '1'] if choice == 'both' else [choice]
+    mirrors, controls, patterns = {}, {}, {}
+    per_mode = {}
     try:
-        with _environment(RESERVE_AHEAD_ENV, reserve_ahead):
-            mirror.start()
-        control = agents.MirrorProcess.client_class(mirror.control)
-        try:
-            for r in range(args.runs):
-                for mode in modes:
-                    per_mode[mode].append(_interval_run(
-                        repo, mirror, control, args, mode, pattern, r, log))
-        finally:
-            control.close()
+        for setting in settings:
+            # (a short name: the control socket's path must fit sun_path)
+            mirrors[setting] = new_mirror(
+                args.workdir, backend_args, args,
+                'mirror' if len(settings) == 1 else 'mirror' + setting)
+            with _environment(RESERVE_AHEAD_ENV, setting):
+                mirrors[setting].start()
+            controls[setting] = agents.MirrorProcess.client_class(
+                mirrors[setting].control)
+            patterns[setting] = common.Pattern(args.image_size)
+        for r in range(args.runs):
+            k = r % len(settings)
+            for mode in modes:
+                for setting in settings[k:] + settings[:k]:
+                    name = mode if len(settings) == 1 else \
+                        '%s/reserve-ahead-%s' % (mode, setting)
+                    per_mode.setdefault(name, []).append(_interval_run(
+                        repo, mirrors[setting], controls[setting], args,
+                        mode, patterns[setting], r, log))
     finally:
-        mirror.stop()
+        for control in controls.values():
+            control.close()
+        for mirror in mirrors.values():
+            mirror.stop()
         gc.collect(repo, grace=0)
     out = {}
     for mode, runs in per_mode.items():
@@ -754,20 +770,33 @@ def run_interval(repo, backend_args, args, log):
         checks.require('%s: dirty chunks per CHECKPOINT (min)' % mode,
                        min(c['chunks'] or 0 for c in ok),
                        'every periodic CHECKPOINT must find written chunks')
-        if mode == 'selective-cow':
+        if mode.startswith('selective-cow'):
             checks.require(
                 '%s: cow_copies + waits (min over runs)' % mode,
                 min(r['counters']['cow_copies'] + r['counters']['waits']
                     for r in runs),
                 'writes must race with persists (copies or waits); none did')
-        elif mode == 'live-cow':
+        elif mode.startswith('live-cow'):
             checks.require(
                 '%s: redirects (min over runs)' % mode,
                 min(r['counters']['redirects'] +
                     r['counters']['redirects_nocopy'] for r in runs),
                 'writes must race with persists; none was redirected')
+    ratios = {}
+    if len(settings) == 2:
+        # Per run: the median ack with versions registered ahead over
+        # the median ack without, both in the same run.
+        def median_ack(run):
+            return common.summary([c['ack_ms']
+                                   for c in run['checkpoints']])['median']
+        for mode in modes:
+            with_, without = (per_mode['%s/reserve-ahead-%s' % (mode, s)]
+                              for s in ('1', '0'))
+            ratios['%s_ack_reserve_ahead_over_not' % mode] = \
+                common.summary([common.ratio(median_ack(a), median_ack(b))
+                                for a, b in zip(with_, without)])
     result = {'workload': 'interval', 'interval_s': args.interval,
-              'reserve_ahead': reserve_ahead,
+              'reserve_ahead': settings, 'ratios': ratios,
               'image_size': args.image_size, 'write_size': args.write_size,
               'checkpoints_per_run': args.checkpoints, 'runs': args.runs,
               'cow_chunks': args.cow_chunks, 'modes': out,

@@ -176,6 +176,12 @@ def main(argv=None):
                    help='image of the --interval workload (default 256M)')
     p.add_argument('--write-size', type=_size, default=64 << 10,
                    help='random write size of --interval (default 64K)')
+    p.add_argument('--reserve-ahead', choices=['0', '1', 'both'],
+                   default=None,
+                   help='--interval: the mirror registers each next '
+                        'version ahead (1), or not (0), or "both": a '
+                        'mirror of each, taking turns in every run '
+                        '(default: $BLOBCR_RESERVE_AHEAD, else 1)')
 
     p = sub.add_parser('restart', parents=[common],
                        help='N instances restarting: lazy, lazy+prefetch '

@@ -131,6 +131,24 @@ def test_checkpoint_interval(capsys, tmp_path, backend, request):
     assert m['writer_mib_s']['min'] > 0
 
 
+def test_checkpoint_interval_interleaves_reserve_ahead(capsys, tmp_path):
+    rc, result, err = run_bench(
+        capsys, tmp_path, 'checkpoint', '--interval', '0.3',
+        '--checkpoints', '3', '--runs', '2', '--image-size', '8M',
+        '--cow-chunks', '4', '--reserve-ahead', 'both')
+    assert rc == 0, err
+    assert result['reserve_ahead'] == ['0', '1']
+    with_, without = (result['modes']['selective-cow/reserve-ahead-%s' % s]
+                      for s in ('1', '0'))
+    assert with_['checkpoints'] == without['checkpoints'] == 6
+    # Only the mirror told to registers versions ahead, and its
+    # checkpoints take them.
+    assert sum(with_['counters']['reservations_used']) > 0
+    assert sum(without['counters']['reservations_used']) == 0
+    ratio = result['ratios']['selective-cow_ack_reserve_ahead_over_not']
+    assert ratio['n'] == 2 and ratio['median'] > 0
+
+
 def test_restart(capsys, tmp_path):
     rc, result, err = run_bench(
         capsys, tmp_path, 'restart', '--size', '16M', '--instances', '3',
