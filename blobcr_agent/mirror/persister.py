@@ -145,7 +145,8 @@ class Persister(object):
         the error, or None.
         """
         started = time.monotonic()
-        if self.tracker.max_entries:
+        # No page hashes at all where no delta would be made.
+        if self.tracker.max_entries and self.image.repo.delta_max_fraction:
             pending.track(self.tracker)
         try:
             with open(self._journal_path, journal_mode) as journal:
