@@ -107,6 +107,13 @@ agent_opts = [
                     'this many chunks after the ones it misses fetched '
                     'ahead, in a window that doubles while the reads stay '
                     'sequential. 0: fetch only what is read.'),
+    cfg.BoolOpt('restart_hints', default=True,
+                help='Images restarting from one group checkpoint share '
+                     'the order in which their guests first read their '
+                     'chunks: the slower ones prefetch what the faster '
+                     'ones read (a fanout cast to every agent over RPC, '
+                     'and directly between images of this host). False: '
+                     'neither send nor follow hints.'),
     cfg.IntOpt('delta_tracking_mb', default=64, min=0,
                help='Memory per attached image for the page hashes of the '
                     'chunks its mirror stored (2.3 KiB per 256 KiB chunk '

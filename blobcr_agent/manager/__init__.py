@@ -64,7 +64,7 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
                  quiesce='suspend', hypervisor=None, gc_interval=0,
                  settle_timeout=45.0, protect_interval=0,
                  protect_dirty_bytes=0, readahead_chunks=64,
-                 delta_tracking_mb=64):
+                 delta_tracking_mb=64, restart_hints=True):
         if quiesce not in domains.QUIESCE_MODES:
             raise exception.InvalidInput('unknown quiesce mode %r'
                                          % (quiesce,))
@@ -76,7 +76,8 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
             repo, mountpoint, os.path.join(self.state_path, 'cache'),
             mode=mirror_mode, cow_chunks=cow_chunks,
             readahead_chunks=readahead_chunks,
-            delta_tracking_mb=delta_tracking_mb)
+            delta_tracking_mb=delta_tracking_mb,
+            restart_hints=restart_hints)
         self.instances = instances_mod.InstanceTable(
             os.path.join(self.state_path, 'instances.json'))
         self.default_quiesce = quiesce
@@ -104,6 +105,7 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
                       cow_chunks=conf.agent.cow_chunks,
                       readahead_chunks=conf.agent.readahead_chunks,
                       delta_tracking_mb=conf.agent.delta_tracking_mb,
+                      restart_hints=conf.agent.restart_hints,
                       quiesce=conf.agent.quiesce, hypervisor=hypervisor,
                       gc_interval=conf.repository.gc_interval,
                       settle_timeout=conf.agent.settle_timeout,

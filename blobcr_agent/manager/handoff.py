@@ -41,11 +41,24 @@ class Handoff(object):
 
     def set_peers(self, peers):
         """``peers``: the RPC client (rpc.api.AgentAPI) this agent asks
-        other hosts' agents with (the handoff of a live migration).
+        other hosts' agents with (the handoff of a live migration) and
+        sends restart hints through.
         """
         self.mirror.handoff_asker = lambda source, image, wait, timeout: \
             peers.handoff(source, image, self.host, wait=wait,
                           rpc_timeout=timeout)
+        if self.mirror.hints is not None:
+            # Restart hints go to every other host's agent too.
+            self.mirror.hints.remote = lambda scope, chunks: \
+                peers.publish_hints(scope, self.host, chunks)
+
+    def receive_hints(self, scope, source, chunks):
+        """Prefetch hints from ``source``'s agent (hints.py); its own
+        fanout comes back here too and is dropped.
+        """
+        if source == self.host or self.mirror.hints is None:
+            return 0
+        return self.mirror.hints.receive(scope, chunks)
 
     def handoff(self, image, dest, wait=0):
         """A live migration of ``image`` to host ``dest``: once no guest

@@ -36,6 +36,7 @@ Files in the image's cache directory::
                    resuming after a crash
 """
 
+import collections
 import contextlib
 import json
 import logging
@@ -47,6 +48,7 @@ from blobcr_agent import _native
 from blobcr_agent import crashpoint
 from blobcr_agent import exception
 from blobcr_agent.mirror import cache
+from blobcr_agent.mirror import hints as hints_mod
 from blobcr_agent.mirror import persister as persister_mod
 from blobcr_agent.mirror import prefetch as prefetch_mod
 from blobcr_agent.mirror import readahead as readahead_mod
@@ -76,7 +78,7 @@ class AttachedImage(object):
     def __init__(self, repo, image, version, cache_dir, mode='selective-cow',
                  cow_chunks=64, adaptive=True, prefetch=True,
                  reserve=None, incoming=False, readahead_chunks=64,
-                 delta_tracking_mb=64):
+                 delta_tracking_mb=64, hints=None):
         if mode not in MODES:
             raise exception.InvalidInput('unknown mirror mode %r (choose '
                                          'from %s)' % (mode, ', '.join(MODES)))
@@ -164,6 +166,9 @@ class AttachedImage(object):
         # Guest reads that fetched a chunk themselves (none on its way).
         self.read_fetches = 0
         self.fetched_bytes = 0
+        # Bytes fetched, by what asked: 'read' (a guest's read waited for
+        # them), 'write', 'readahead', 'profile', 'hint'.
+        self.fetched_by = collections.Counter()
         self._phases = {}
         self.last_phases = {}
         # Checkpoints refused Busy by the room check, before registering
@@ -183,6 +188,16 @@ class AttachedImage(object):
                                                  maximum=readahead_chunks)
         self._prefetcher = prefetch_mod.start(self) \
             if prefetch and not incoming else None
+        # Restarted from a group checkpoint: share reads with the other
+        # members restarting (hints.py).
+        self.hints = hints
+        self.hint_scope = None
+        self.hint_follower = None
+        if hints is not None and prefetch and not incoming:
+            self.hint_scope = hints_mod.scope_of(repo, header,
+                                                 self.attached_version)
+            if self.hint_scope is not None:
+                self.hint_follower = hints.join(self)
         self.reserver.request()
 
     # -- metadata --------------------------------------------------------
@@ -317,13 +332,14 @@ class AttachedImage(object):
         (readahead.py), in the background.
         """
         self.readahead.missed(indices)
-        if self.fetch(indices):
+        if self.fetch(indices, reason='read'):
             self.read_fetches += 1
 
-    def fetch(self, indices):
+    def fetch(self, indices, reason='write'):
         """Make chunks present, fetching each from the attached version
         once even when several readers want it at the same time; returns
         how many this call fetched itself (not already on their way).
+        ``reason`` names what asked, for the stats.
         """
         mine, theirs = [], []
         with self._fetch_lock:
@@ -338,7 +354,7 @@ class AttachedImage(object):
                     theirs.append(event)
         try:
             if mine:
-                self._fetch_from_repository(mine)
+                self._fetch_from_repository(mine, reason)
         finally:
             self._release(mine)        # the rest, on error
         for event in theirs:
@@ -352,7 +368,7 @@ class AttachedImage(object):
                 if event is not None:
                     event.set()
 
-    def _fetch_from_repository(self, indices):
+    def _fetch_from_repository(self, indices, reason):
         # Each chunk is installed and its waiters woken as soon as it
         # arrives, not when the whole batch has.
         done = set()
@@ -361,6 +377,7 @@ class AttachedImage(object):
                                                self.attached_version,
                                                set(indices)):
                 self._install(index, data, len(data))
+                self.fetched_by[reason] += len(data)
                 done.add(index)
         for index in indices:
             if index not in done:
@@ -634,6 +651,9 @@ class AttachedImage(object):
                  readahead_chunks=self.readahead.issued,
                  deltas_stored=self.tracker.deltas_stored,
                  fetched_bytes=self.fetched_bytes,
+                 fetched_by=dict(self.fetched_by),
+                 hint_scope=self.hint_scope,
+                 **(self.hints.stats(self.id) if self.hint_scope else {}),
                  busy_prechecked=self.busy_prechecked,
                  busy_aborted=self.busy_aborted,
                  room_waits=self.room_waits,
@@ -675,6 +695,8 @@ class AttachedImage(object):
                 return False
             if self._prefetcher is not None:
                 self._prefetcher.join()
+            if self.hint_scope is not None:
+                self.hints.leave(self)
             self.readahead.stop()
             self.core.close()
             return True

@@ -71,7 +71,7 @@ def _prefetch(image, order):
                 if not image.core.is_present(i)]
         if todo:
             try:
-                image.fetch(todo)
+                image.fetch(todo, reason='profile')
             except exception.BlobCRError as e:
                 LOG.warning('prefetch of %s stopped: %s', image.id, e)
                 return

@@ -101,7 +101,7 @@ class ReadAhead(object):
         if not wanted:
             return
         try:
-            self.image.fetch(wanted)
+            self.image.fetch(wanted, reason='readahead')
         except Exception as e:
             # Best effort: the guest's own read of these chunks fetches
             # them again and reports what fails.

@@ -40,6 +40,7 @@ from blobcr_agent import exception
 from blobcr_agent.mirror import cache
 from blobcr_agent.mirror import fs
 from blobcr_agent.mirror import handoff
+from blobcr_agent.mirror import hints
 from blobcr_agent.mirror import image as image_mod
 
 LOG = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ class MirrorService(object):
     def __init__(self, repo, mountpoint, cache_dir, mode='selective-cow',
                  cow_chunks=64, adaptive=True, io_loop='native',
                  busy_timeout=120, readahead_chunks=64,
-                 delta_tracking_mb=64):
+                 delta_tracking_mb=64, restart_hints=True):
         self.repo = repo
         self.mountpoint = os.path.abspath(mountpoint)
         self.cache_dir = os.path.abspath(cache_dir)
@@ -62,6 +63,9 @@ class MirrorService(object):
         self.cow_chunks = cow_chunks
         self.readahead_chunks = readahead_chunks
         self.delta_tracking_mb = delta_tracking_mb
+        # Images restarting from one group checkpoint share what their
+        # guests read (hints.py); the manager connects it to other hosts.
+        self.hints = hints.HintHub() if restart_hints else None
         self.adaptive = adaptive
         self.attached = {}
         self.io_loop = io_loop
@@ -163,7 +167,7 @@ class MirrorService(object):
                 adaptive=self.adaptive if adaptive is None else adaptive,
                 prefetch=prefetch, incoming=incoming_from is not None,
                 readahead_chunks=self.readahead_chunks,
-                delta_tracking_mb=self.delta_tracking_mb)
+                delta_tracking_mb=self.delta_tracking_mb, hints=self.hints)
             if incoming_from is not None:
                 self._make_incoming(attached, incoming_from)
             self.attached[header.id] = attached

@@ -43,10 +43,14 @@ side. Version history of the API:
   on the image wait for them meanwhile); sent as 1.7 only when asked;
   take_over (fence a lost host's claim on an image, Cinder's force
   detach when that host's agent does not answer).
+* 1.8 - hints (a fanout cast, no answer): the chunks an image restarting
+  from a group checkpoint read first, for the other members restarting
+  on other hosts to prefetch (mirror/hints.py). An older agent ignores
+  the cast (it logs an unsupported version).
 """
 
 TOPIC = 'blobcr-agent'
 # Named in every target, so that callers whatever their own
 # control_exchange (cinder, nova) reach the agents.
 EXCHANGE = 'blobcr'
-VERSION = '1.7'
+VERSION = '1.8'

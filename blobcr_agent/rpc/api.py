@@ -320,5 +320,19 @@ class AgentAPI(object):
                           rpc_timeout=rpc_timeout, image=image, dest=dest,
                           wait=wait)
 
+    # -- 1.8 -----------------------------------------------------------------
+
+    def publish_hints(self, scope, source, chunks):
+        """Fanout cast to every agent: an image of ``source`` restarting
+        in hint ``scope`` read ``chunks`` first (mirror/hints.py). Not
+        sent while the version cap is below 1.8 (agents that would not
+        understand it).
+        """
+        if not self.client.can_send_version('1.8'):
+            return
+        cctxt = self.client.prepare(fanout=True, version='1.8')
+        cctxt.cast(context.outgoing(), 'hints', scope=scope, source=source,
+                   chunks=list(chunks))
+
     def cleanup(self):
         self.transport.cleanup()

@@ -204,6 +204,11 @@ class AgentEndpoint(object):
     def release(self, ctxt, image):
         return self.manager.release(image)
 
+    # -- 1.8 ---------------------------------------------------------------
+
+    def hints(self, ctxt, scope, source, chunks):
+        return self.manager.receive_hints(scope, source, chunks)
+
 
 def get_server(conf, manager, transport=None):
     """An RPC server (not started) for ``manager`` on this host."""

@@ -32,7 +32,7 @@ class _Image(object):
         self.fetched = []
         self.lock = threading.Lock()
 
-    def fetch(self, indices):
+    def fetch(self, indices, reason=None):
         with self.lock:
             self.fetched.extend(indices)
 

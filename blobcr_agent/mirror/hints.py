@@ -1,0 +1,259 @@
+# Copyright 2026 The BlobCR for OpenStack Authors
+#
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""Shared live prefetch hints: instances restarting together from one
+group checkpoint prefetch for the slower ones what the faster ones read
+(the BlobCR paper's adaptive prefetch, seed 000 section 4.1.5).
+
+The ranks of a job read their disks in about the same order at restart
+(the same binaries, each its own checkpoint file at the same offsets),
+a little apart in time. An image attached from a version of a group
+checkpoint (or a clone's first version made from one) joins that
+group's *scope*. Every INTERVAL its publisher sends the chunks its guest
+read for the first time since the last send (the core's first-read
+order), and every other image of the scope, on this host and (through
+``HintHub.remote``: a fanout cast on the agents' RPC topic) on the
+others, fetches those of its own chunks in the background, through the
+image's fetch path: a chunk is fetched once, never over a write.
+
+A chunk an image got through a hint is not published again by it: the
+others had that hint already. Hints only cost bandwidth when wrong; an
+index outside the image is dropped.
+"""
+
+import collections
+import logging
+import threading
+import time
+
+from blobcr_agent import exception
+from blobcr_agent.repository import groups
+
+LOG = logging.getLogger(__name__)
+
+INTERVAL = 0.05         # seconds between two sends of one image
+PUBLISH_FOR = 900.0     # seconds after the attach: a restart is over
+MAX_PER_MESSAGE = 4096  # chunk indexes in one message
+BATCH = 16              # chunks one hinted fetch asks for
+
+
+def scope_of(repo, header, number):
+    """The hint scope of an image attached from version ``number``: the
+    group checkpoint that version (or, for a clone's first version, its
+    origin) belongs to; None when it belongs to none.
+    """
+    if number is None:
+        return None
+    try:
+        tag = header.version(number).group
+        if not tag and number == 1 and header.origin:
+            origin = repo.image(header.origin['image'])
+            tag = origin.version(header.origin['version']).group
+    except exception.BlobCRError:
+        return None
+    if not tag:
+        return None
+    return groups.record_name(tag['id'], tag.get('project'))
+
+
+def valid_chunks(chunks):
+    """``chunks`` as a list of ints if it is one (of a sane length);
+    None for anything else (a message is never trusted).
+    """
+    if not isinstance(chunks, list) or len(chunks) > MAX_PER_MESSAGE:
+        return None
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+               for c in chunks):
+        return None
+    return chunks
+
+
+class Follower(object):
+    """Fetches the chunks hinted to one image, oldest hint first."""
+
+    def __init__(self, image):
+        self.image = image
+        self.queue = collections.deque()
+        self.cond = threading.Condition()
+        self.received = 0           # hinted indexes (stats)
+        self.hinted = set()         # chunks this image fetched by hint
+        self.stopped = False
+        self.thread = threading.Thread(
+            target=self._run, daemon=True,
+            name='blobcr-hints-%s' % image.id[:8])
+        self.thread.start()
+
+    def offer(self, chunks):
+        nchunks = self.image.header.nchunks
+        with self.cond:
+            for c in chunks:
+                if c < nchunks:
+                    self.queue.append(c)
+                    self.received += 1
+            self.cond.notify()
+
+    def _take(self):
+        with self.cond:
+            while not self.queue and not self.stopped:
+                self.cond.wait()
+            if self.stopped:
+                return None
+            batch = []
+            while self.queue and len(batch) < BATCH:
+                batch.append(self.queue.popleft())
+            return batch
+
+    def _run(self):
+        image = self.image
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            todo = [c for c in dict.fromkeys(batch)
+                    if not image.core.is_present(c)]
+            if not todo or image._closing:
+                continue
+            try:
+                image.fetch(todo, reason='hint')
+                self.hinted.update(todo)
+            except Exception as e:
+                # Best effort: the guest's own read fetches (and
+                # reports) what fails here.
+                LOG.warning('hinted prefetch of %s failed at %s: %s',
+                            image.id, todo[0], e)
+
+    def stop(self):
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+        self.thread.join()
+
+
+class Publisher(object):
+    """Sends one image's new first reads to its scope every INTERVAL."""
+
+    def __init__(self, hub, image, follower):
+        self.hub = hub
+        self.image = image
+        self.follower = follower
+        self.sent = 0               # length of the order already seen
+        self.published = 0          # indexes sent (stats)
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(
+            target=self._run, daemon=True,
+            name='blobcr-hintpub-%s' % image.id[:8])
+        self.thread.start()
+
+    def _run(self):
+        deadline = time.monotonic() + PUBLISH_FOR
+        while not self.stopped.wait(INTERVAL):
+            self.flush()
+            if time.monotonic() > deadline:
+                return
+
+    def flush(self):
+        try:
+            order = self.image.core.read_order()
+        except Exception:
+            return                  # closed under us
+        new = [c for c in order[self.sent:]
+               if c not in self.follower.hinted]
+        self.sent = len(order)
+        for k in range(0, len(new), MAX_PER_MESSAGE):
+            part = new[k:k + MAX_PER_MESSAGE]
+            self.published += len(part)
+            self.hub.publish(self.image.hint_scope, self.image.id, part)
+
+    def stop(self):
+        self.stopped.set()
+        self.thread.join()
+
+
+class HintHub(object):
+    """The scopes of the images attached here, and the way out to other
+    hosts: ``remote(scope, chunks)`` (None: this host only).
+    """
+
+    def __init__(self, remote=None):
+        self.remote = remote
+        self._lock = threading.Lock()
+        self._scopes = {}           # scope -> {image id: Follower}
+        self._publishers = {}       # image id -> Publisher
+        self.remote_errors = 0
+
+    def join(self, image):
+        """Start following and publishing for ``image`` (its
+        ``hint_scope`` is set); its Follower.
+        """
+        follower = Follower(image)
+        with self._lock:
+            self._scopes.setdefault(image.hint_scope, {})[image.id] = \
+                follower
+        self._publishers[image.id] = Publisher(self, image, follower)
+        LOG.info('%s restarts from group scope %s: sharing its reads',
+                 image.id, image.hint_scope)
+        return follower
+
+    def leave(self, image):
+        publisher = self._publishers.pop(image.id, None)
+        if publisher is not None:
+            publisher.stop()
+        with self._lock:
+            members = self._scopes.get(image.hint_scope, {})
+            follower = members.pop(image.id, None)
+            if not members:
+                self._scopes.pop(image.hint_scope, None)
+        if follower is not None:
+            follower.stop()
+
+    def _deliver(self, scope, chunks, skip=None):
+        with self._lock:
+            followers = [f for image_id, f in
+                         self._scopes.get(scope, {}).items()
+                         if image_id != skip]
+        for follower in followers:
+            follower.offer(chunks)
+
+    def publish(self, scope, image_id, chunks):
+        """``image_id``'s guest read ``chunks`` first: the others of the
+        scope here, then every other host, prefetch them.
+        """
+        self._deliver(scope, chunks, skip=image_id)
+        if self.remote is not None:
+            try:
+                self.remote(scope, chunks)
+            except Exception as e:
+                self.remote_errors += 1
+                LOG.warning('hints of %s not sent to other hosts: %s',
+                            image_id, e)
+
+    def receive(self, scope, chunks):
+        """Hints from another host (an RPC cast); a bad message is
+        dropped.
+        """
+        chunks = valid_chunks(chunks)
+        if chunks is None or not isinstance(scope, str):
+            LOG.warning('malformed prefetch hints dropped')
+            return 0
+        self._deliver(scope, chunks)
+        return len(chunks)
+
+    def stats(self, image_id):
+        with self._lock:
+            follower = None
+            for members in self._scopes.values():
+                follower = members.get(image_id, follower)
+        publisher = self._publishers.get(image_id)
+        return {'hints_received': follower.received if follower else 0,
+                'hints_published': publisher.published if publisher else 0}

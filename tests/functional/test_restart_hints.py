@@ -1,0 +1,110 @@
+# Copyright 2026 The BlobCR for OpenStack Authors
+#
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""Shared live prefetch hints (mirror/hints.py) between mirrors of one
+host, on both stores: clones of a group checkpoint's members restart
+together; what the first one's guest reads, the second fetches ahead,
+its own content (not the first's), and its guest then reads it without
+waiting for the repository. An image restarting from a version of no
+group, and hints that are not a list of chunk indexes, get nothing.
+
+The path between hosts (an RPC fanout cast) is run by the scale
+benchmark's test (tests/integration/test_scale_bench.py).
+"""
+
+import random
+import time
+
+from blobcr_agent.mirror import hints
+from blobcr_agent.mirror import image as image_mod
+from blobcr_agent.repository import groups
+
+CHUNK = 64 * 1024
+NCHUNKS = 48
+
+
+def _member(repo, rng, name, group):
+    image_id = repo.create_image(name, NCHUNKS * CHUNK,
+                                 chunk_size=CHUNK).id
+    content = {i: rng.randbytes(CHUNK) for i in range(NCHUNKS)}
+    number = repo.commit(image_id, content)
+    if group:
+        groups.tag(repo, image_id, number, group, 2, project='p1')
+    clone = repo.clone(image_id, number).id
+    return clone, b''.join(content[i] for i in range(NCHUNKS))
+
+
+def _wait(predicate, timeout=20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_members_restarting_together_prefetch_each_others_reads(
+        repo, tmp_path):
+    seed = random.randrange(1 << 30)
+    print('seed', seed)
+    rng = random.Random(seed)
+    hub = hints.HintHub()
+    fast_id, _ = _member(repo, rng, 'rank-0', 'job-7')
+    slow_id, slow_content = _member(repo, rng, 'rank-1', 'job-7')
+    lone_id, _ = _member(repo, rng, 'lone', None)
+    attached = [image_mod.AttachedImage(repo, i, None, str(tmp_path / i),
+                                        hints=hub, readahead_chunks=0)
+                for i in (fast_id, slow_id, lone_id)]
+    fast, slow, lone = attached
+    try:
+        assert fast.hint_scope == slow.hint_scope == \
+            groups.record_name('job-7', 'p1')
+        assert lone.hint_scope is None
+        # Scattered runs, as a restarting rank reads them.
+        order = rng.sample(range(NCHUNKS), NCHUNKS // 2)
+        for index in order:
+            fast.read(index * CHUNK, CHUNK)
+        assert _wait(lambda: slow.hint_follower.hinted >= set(order)), \
+            'the slow member never prefetched the fast one\'s reads'
+        for index in order:
+            assert slow.read(index * CHUNK, CHUNK) == \
+                slow_content[index * CHUNK:(index + 1) * CHUNK]
+        stats = slow.stats()
+        assert stats['fetched_by'].get('hint') == len(order) * CHUNK
+        assert stats['fetched_by'].get('read', 0) == 0
+        assert stats['hints_received'] >= len(order)
+        assert fast.stats()['hints_published'] == len(order)
+        # What the slow one got by hint it does not send back.
+        slow.hints._publishers[slow.id].flush()
+        assert slow.stats()['hints_published'] == 0
+        # Its own reads past the hints are published.
+        extra = next(i for i in range(NCHUNKS) if i not in order)
+        slow.read(extra * CHUNK, 1)
+        assert _wait(lambda: fast.core.is_present(extra))
+        assert lone.fetched_chunks == 0
+        assert not any(lone.core.is_present(i) for i in order)
+        # A forged or broken message is dropped whole.
+        for bad in ('x', [1, 'a'], [-1], [True], list(range(5000))):
+            assert hub.receive(slow.hint_scope, bad) == 0
+        # Out-of-range indexes are ignored, the rest fetched.
+        before = slow.fetched_chunks
+        missing = next(i for i in range(NCHUNKS)
+                       if not slow.core.is_present(i))
+        assert hub.receive(slow.hint_scope, [NCHUNKS + 5, missing]) == 2
+        assert _wait(lambda: slow.core.is_present(missing))
+        assert slow.fetched_chunks == before + 1
+    finally:
+        for a in attached:
+            a.close(30)
+    assert not hub._scopes and not hub._publishers
