@@ -46,6 +46,10 @@ class Status(object):
         return {'host': self.host, 'uptime': time.time() - self.started,
                 'mountpoint': self.mirror.mountpoint,
                 'backend': self.repo.backend.describe(),
+                'hints': self.mirror.hints.totals()
+                if self.mirror.hints is not None else None,
+                'header_cas': {'writes': self.repo.cas_writes,
+                               'conflicts': self.repo.cas_conflicts},
                 'proxy': self.proxy_url,
                 'default_quiesce': self.default_quiesce,
                 'gc': self.collector.status(),

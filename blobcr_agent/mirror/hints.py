@@ -149,6 +149,7 @@ class Publisher(object):
         self.follower = follower
         self.sent = 0               # length of the order already seen
         self.published = 0          # indexes sent (stats)
+        self.messages = 0
         self.stopped = threading.Event()
         self.thread = threading.Thread(
             target=self._run, daemon=True,
@@ -173,6 +174,7 @@ class Publisher(object):
         for k in range(0, len(new), MAX_PER_MESSAGE):
             part = new[k:k + MAX_PER_MESSAGE]
             self.published += len(part)
+            self.messages += 1
             self.hub.publish(self.image.hint_scope, self.image.id, part)
 
     def stop(self):
@@ -191,6 +193,7 @@ class HintHub(object):
         self._scopes = {}           # scope -> {image id: Follower}
         self._publishers = {}       # image id -> Publisher
         self.remote_errors = 0
+        self.remote_received = 0    # chunk indexes from other hosts
 
     def join(self, image):
         """Start following and publishing for ``image`` (its
@@ -246,8 +249,15 @@ class HintHub(object):
         if chunks is None or not isinstance(scope, str):
             LOG.warning('malformed prefetch hints dropped')
             return 0
+        self.remote_received += len(chunks)
         self._deliver(scope, chunks)
         return len(chunks)
+
+    def totals(self):
+        with self._lock:
+            scopes = len(self._scopes)
+        return {'scopes': scopes, 'remote_received': self.remote_received,
+                'remote_errors': self.remote_errors}
 
     def stats(self, image_id):
         with self._lock:
@@ -256,4 +266,5 @@ class HintHub(object):
                 follower = members.get(image_id, follower)
         publisher = self._publishers.get(image_id)
         return {'hints_received': follower.received if follower else 0,
-                'hints_published': publisher.published if publisher else 0}
+                'hints_published': publisher.published if publisher else 0,
+                'hint_messages': publisher.messages if publisher else 0}

@@ -37,6 +37,11 @@ class Records(object):
     :class:`~blobcr_agent.repository.repository.Repository`).
     """
 
+    # Compare-and-sets done and lost to another writer (stats; an
+    # increment lost between threads only makes them approximate).
+    cas_writes = 0
+    cas_conflicts = 0
+
     def _read(self, image_id):
         if '.' in image_id:
             raise exception.ImageNotFound(image_id)     # not an image id
@@ -78,9 +83,11 @@ class Records(object):
             result = mutate(record)
             try:
                 self.backend.write_header(name, record.to_bytes(), token)
+                self.cas_writes += 1
                 crashpoint.reached('header')
                 return record, result
             except exception.Conflict:
+                self.cas_conflicts += 1
                 time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
         raise exception.Conflict('%s keeps changing; gave up after %d tries'
                                  % (what, CAS_TRIES))

@@ -40,6 +40,10 @@ fetches, bytes) and exits with status 3, after printing its result with
   Cinder RBD volume with the same data written, and the agent's ack.
 * ``peers``: BlobCR (local store, Ceph) against QEMU incremental backup,
   Ceph RBD snapshots and qcow2 external snapshots on the same workloads.
+* ``scale``: M VMs on H hosts (network namespaces) take global
+  checkpoints and restart on other hosts: lazy, with shared live
+  prefetch hints, and after a pre-copy; curves against M and a model
+  to 1,000 hosts.
 
 The Ceph backend needs a cluster: ``tools/ceph-cluster.sh start DIR``
 starts a micro one; pass ``--ceph-conf DIR/ceph.conf``.
@@ -58,6 +62,7 @@ from blobcr_bench import checkpoint
 from blobcr_bench import cinder
 from blobcr_bench import common as bench_common
 from blobcr_bench import peers
+from blobcr_bench import scale
 from blobcr_lab import agents
 
 TIB = 1 << 40
@@ -263,6 +268,12 @@ def main(argv=None):
                             'cluster of blobcr-ceph and rbd-snap)')
     peers.add_arguments(p, _size)
 
+    p = sub.add_parser('scale', parents=[common],
+                       help='M VMs on H hosts (network namespaces): '
+                            'global checkpoints, then a restart of all on '
+                            'other hosts: lazy, shared hints, pre-copy')
+    scale.add_arguments(p, _size)
+
     args = parser.parse_args(argv)
     args.workdir = args.workdir or '/var/tmp'
     if args.bench == 'checkpoint':
@@ -275,6 +286,10 @@ def main(argv=None):
         if args.bench == 'cinder':
             result = {'bench': 'cinder'}
             result.update(cinder.run(args, log))
+        elif args.bench == 'scale':
+            args.workdir = scratch
+            result = {'bench': 'scale'}
+            result.update(scale.run(args, log, open_repository))
         elif args.bench == 'peers':
             args.workdir = scratch
             result = {'bench': 'peers'}

@@ -56,14 +56,6 @@ def _summary(samples):
             'n': len(samples)}
 
 
-def _broker(workdir, log):
-    """A private RabbitMQ (the lab's), when no --transport-url is given."""
-    broker = rabbitmq.RabbitMQBroker(os.path.join(workdir, 'rabbitmq'))
-    log('starting RabbitMQ in %s' % broker.directory)
-    broker.start()
-    return broker
-
-
 class _Endpoint(object):
     """One keep-alive HTTP connection to the guest endpoint."""
 
@@ -96,7 +88,8 @@ def run(repo, backend_args, args, log):
                 '"%s"/><target dev="vda"/></disk></devices></domain></node>'
                 % (instance, os.path.join(workdir, 'mnt', 'images',
                                           header.id)))
-    broker = None if args.transport_url else _broker(args.workdir, log)
+    broker = None if args.transport_url else \
+        rabbitmq.private_broker(args.workdir, log)
     url = args.transport_url or broker.url
     host = 'bench-%d' % os.getpid()
     agent = agents.AgentProcess(workdir, repo.backend, {

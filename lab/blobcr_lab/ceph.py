@@ -20,6 +20,7 @@ erasure-coded pool ``blobcr-data`` (k=2, m=1) and a replicated pool
 ``blobcr-meta`` (size 3).
 """
 
+import json
 import os
 import subprocess
 
@@ -88,3 +89,24 @@ class MicroCephCluster:
     def status(self, timeout=60):
         """Return the output of ``ceph -s``."""
         return self._run("status", timeout=timeout)
+
+
+OSD_COUNTERS = ("op", "op_r", "op_w", "op_in_bytes", "op_out_bytes")
+
+
+def osd_counters(conffile, timeout=60):
+    """Client operations and bytes all OSDs of the cluster served since
+    they started (their ``osd`` perf counters, summed): take two and
+    subtract for the load of what ran in between.
+    """
+    def ceph(*args):
+        return subprocess.run(
+            ["ceph", "-c", conffile, "--connect-timeout", "10", *args,
+             "-f", "json"], capture_output=True, text=True, timeout=timeout,
+            check=True).stdout
+    total = dict.fromkeys(OSD_COUNTERS, 0)
+    for osd in json.loads(ceph("osd", "ls")):
+        counters = json.loads(ceph("tell", f"osd.{osd}", "perf", "dump"))
+        for key in OSD_COUNTERS:
+            total[key] += counters["osd"][key]
+    return total

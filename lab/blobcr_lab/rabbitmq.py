@@ -108,6 +108,14 @@ class RabbitMQBroker:
         return _read_int(os.path.join(self.directory, "epmd.pid"))
 
 
+def private_broker(workdir, log):
+    """A broker of one benchmark's own, under ``workdir`` (started)."""
+    broker = RabbitMQBroker(os.path.join(workdir, "rabbitmq"))
+    log(f"starting RabbitMQ in {broker.directory}")
+    broker.start()
+    return broker
+
+
 class ExternalBroker:
     """A broker we did not start (``BLOBCR_RABBIT_URL``): url only."""
 

@@ -1,0 +1,170 @@
+# Copyright 2026 The BlobCR for OpenStack Authors
+#
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""``blobcr-bench scale``'s model: from what one machine measured to
+1,000 hosts, on paper.
+
+Fitted from the runs (per VM, per global checkpoint or restart):
+
+* Ceph client write ops and bytes of a checkpoint, read ops and bytes of
+  a restart with hints (OSD perf counters);
+* header compare-and-sets and the conflicts among them, against M (the
+  group's index record is one object every member updates);
+* one compare-and-set's latency (measured on the same store);
+* hint messages a restarting VM publishes (each a fanout to every host).
+
+Assumptions (in ``ASSUMPTIONS``, printed with the figures): one VM per
+host; OSDs are added with hosts (``hosts_per_osd``), each serving
+``osd_ops_per_s`` and ``osd_mib_s`` (data spreads over them by CRUSH,
+so this part scales out); one RabbitMQ node delivers
+``broker_deliveries_per_s`` messages; the group index is one object, so
+its compare-and-sets run one after another, each ``cas`` long, plus
+every conflict's retry.
+"""
+
+import math
+import statistics
+import time
+
+from blobcr_agent.repository import records
+
+ASSUMPTIONS = {
+    'hosts_per_osd': 4,
+    'osd_ops_per_s': 5000,
+    'osd_mib_s': 200,
+    'broker_deliveries_per_s': 20000,
+    'sizes': [16, 64, 256, 1000],
+}
+
+
+class _Counter(object):
+
+    def __init__(self, data):
+        self.n = int(data or b'0')
+
+    def to_bytes(self):
+        return str(self.n).encode()
+
+
+def measure_cas(repo, n=20):
+    """Median seconds of one compare-and-set of a record on ``repo``
+    (uncontended).
+    """
+    name = 'bench.cas-%d' % time.time_ns()
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+
+        def bump(c):
+            c.n += 1
+        repo.update_record(name, _Counter, bump, 'bench record')
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def _loglog_slope(points):
+    """Least-squares slope of log(y) on log(x) (the growth exponent)."""
+    pts = [(math.log(x), math.log(y)) for x, y in points if x > 0 and y > 0]
+    if len(pts) < 2:
+        return None
+    mx = statistics.mean(p[0] for p in pts)
+    my = statistics.mean(p[1] for p in pts)
+    den = sum((p[0] - mx) ** 2 for p in pts)
+    if not den:
+        return None
+    return sum((p[0] - mx) * (p[1] - my) for p in pts) / den
+
+
+def _per_vm(runs, get):
+    values = [v for v in (get(r) for r in runs) if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fit(runs, summary, args, cas_s=None):
+    checkpoints = args.iterations
+    measured = {'cas_s': cas_s}
+
+    def ck(key):
+        return lambda r: (r['checkpoint']['load'].get('osd') or {}).get(
+            key, 0) / (r['m'] * checkpoints) or None
+    measured['checkpoint_write_ops_per_vm'] = _per_vm(runs, ck('op_w'))
+    measured['checkpoint_write_bytes_per_vm'] = _per_vm(
+        runs, ck('op_in_bytes'))
+    measured['header_cas_per_vm'] = _per_vm(
+        runs, lambda r: r['checkpoint']['load']['header_cas']['writes'] /
+        (r['m'] * checkpoints))
+    conflicts = {}
+    for r in runs:
+        conflicts.setdefault(r['m'], []).append(
+            r['checkpoint']['load']['header_cas']['conflicts'] / checkpoints)
+    conflict_points = [(m, statistics.median(v))
+                       for m, v in sorted(conflicts.items())]
+    measured['cas_conflicts_per_checkpoint'] = dict(conflict_points)
+    measured['cas_conflict_growth_exponent'] = _loglog_slope(
+        conflict_points)
+    hinted = [r['restart']['hints'] for r in runs
+              if 'hints' in r['restart']]
+    if hinted:
+        measured['restart_read_ops_per_vm'] = _per_vm(
+            [h for h in hinted if h['load'].get('osd')],
+            lambda h: h['load']['osd']['op_r'] / len(h['vms']))
+        measured['restart_read_bytes_per_vm'] = statistics.median(
+            h['moved_bytes_per_vm'] for h in hinted)
+        measured['hint_messages_per_vm'] = statistics.median(
+            v.get('hint_messages', 0) for h in hinted for v in h['vms'])
+        measured['restart_s'] = statistics.median(
+            v['restart_s'] for h in hinted for v in h['vms'])
+    return {'measured': measured, 'assumptions': dict(ASSUMPTIONS),
+            'at': [project(n, measured) for n in ASSUMPTIONS['sizes']]}
+
+
+def project(n, m):
+    """Seconds each shared part needs for one global checkpoint and one
+    restart of ``n`` VMs on ``n`` hosts; the largest is the bottleneck.
+    """
+    a = ASSUMPTIONS
+    osds = max(3, math.ceil(n / a['hosts_per_osd']))
+    out = {'vms': n, 'hosts': n, 'osds': osds}
+    parts = {}
+    if m.get('checkpoint_write_bytes_per_vm'):
+        parts['checkpoint_data_s'] = max(
+            n * m['checkpoint_write_ops_per_vm'] /
+            (osds * a['osd_ops_per_s']),
+            n * m['checkpoint_write_bytes_per_vm'] / (1 << 20) /
+            (osds * a['osd_mib_s']))
+    if m.get('cas_s'):
+        growth = m.get('cas_conflict_growth_exponent') or 0.0
+        per = m.get('cas_conflicts_per_checkpoint') or {}
+        top = max(per) if per else None
+        conflicts = 0.0
+        if top and per[top]:
+            conflicts = per[top] * (n / top) ** max(growth, 1.0)
+        # One object: every member's update, and every retry, in turn.
+        parts['group_index_s'] = (n + conflicts) * m['cas_s']
+        out['group_index_tries_per_member'] = round(1 + conflicts / n, 1)
+        out['over_cas_tries'] = 1 + conflicts / n > records.CAS_TRIES
+    if m.get('restart_read_bytes_per_vm'):
+        ops = m.get('restart_read_ops_per_vm') or 0
+        parts['restart_data_s'] = max(
+            n * ops / (osds * a['osd_ops_per_s']),
+            n * m['restart_read_bytes_per_vm'] / (1 << 20) /
+            (osds * a['osd_mib_s']))
+    if m.get('hint_messages_per_vm') is not None:
+        deliveries = n * m['hint_messages_per_vm'] * n
+        out['hint_deliveries'] = int(deliveries)
+        parts['hint_fanout_s'] = deliveries / a['broker_deliveries_per_s']
+    out['seconds'] = {k: round(v, 3) for k, v in parts.items()}
+    if parts:
+        out['bottleneck'] = max(parts, key=parts.get)
+    return out
