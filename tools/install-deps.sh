@@ -44,6 +44,9 @@ packages=(
     gettext
     # tools/apply-connection-patches.sh (Nova's and os-brick's tables).
     patch
+    # blobcr-bench scale: hosts as network namespaces (ip netns, veth,
+    # bridge) entered with nsenter.
+    iproute2 util-linux
 )
 
 . "$top/tools/lib/apt.sh"

@@ -64,7 +64,8 @@ def _start_proxy(conf, manager):
     authenticator = auth.Authenticator(
         conf.proxy.host_secret, conf.proxy.metadata_proxy_shared_secret)
     proxy = proxy_server.CheckpointProxy(
-        authenticator, manager, rate=conf.proxy.rate, burst=conf.proxy.burst,
+        authenticator, GuestOperations(manager), rate=conf.proxy.rate,
+        burst=conf.proxy.burst,
         max_body=conf.proxy.max_body, get_rate=conf.proxy.poll_rate,
         get_burst=conf.proxy.poll_burst,
         request_timeout=conf.proxy.request_timeout,
@@ -122,6 +123,22 @@ class GroupOperations(object):
         path = rpc_server.confined_export_path(
             self._export_dir, path, 'imports by admin_group members')
         return self._manager.import_file(image, path)
+
+
+class GuestOperations(object):
+    """The manager as the guest endpoint sees it: a guest's group
+    checkpoint is acknowledged before its membership is recorded
+    (manager/tagger.py).
+    """
+
+    def __init__(self, manager):
+        self._manager = manager
+
+    def __getattr__(self, op):
+        return getattr(self._manager, op)
+
+    def checkpoint(self, image, **kwargs):
+        return self._manager.checkpoint(image, tag_after_ack=True, **kwargs)
 
 
 class Agent(object):
@@ -203,6 +220,9 @@ class Agent(object):
             self.admin.shutdown()
             self.manager.collector.stop()
             self.manager.protector.stop()
+            if not self.manager.tagger.stop(self.conf.agent.shutdown_timeout):
+                LOG.warning('group tags left unrecorded: their groups stay '
+                            'incomplete')
             left = self.manager.wait_persists(
                 self.conf.agent.shutdown_timeout)
             for image_id in left:

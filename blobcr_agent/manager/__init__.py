@@ -46,6 +46,7 @@ from blobcr_agent.manager import collector as collector_mod
 from blobcr_agent.manager.handoff import Handoff
 from blobcr_agent.manager import protection
 from blobcr_agent.manager.status import Status
+from blobcr_agent.manager import tagger as tagger_mod
 from blobcr_agent.manager.volumes import Volumes
 from blobcr_agent.mirror import service as service_mod
 
@@ -92,6 +93,8 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
         # Started by the agent too: background protection checkpoints.
         self.protector = protection.Protector(self, protect_interval,
                                               protect_dirty_bytes)
+        # Group tags of guests' checkpoints, after their ack.
+        self.tagger = tagger_mod.GroupTagger(repo)
         self._handoff_lock = threading.Lock()
         self.started = time.time()
         self.proxy_url = None

@@ -61,7 +61,8 @@ class Checkpoints(object):
         return self.hypervisor.quiesced(domain, mode), mode
 
     def checkpoint(self, image, quiesce=None, group=None, members=None,
-                   project=None, creator='operator', label=None):
+                   project=None, creator='operator', label=None,
+                   tag_after_ack=False):
         """Hold the guest still, COMMIT, resume; returns as soon as the
         snapshot is taken (the version is ``pending`` until persisted).
 
@@ -74,6 +75,8 @@ class Checkpoints(object):
         driver's checkpoints are its snapshots or a detached volume's
         content, not checkpoints for Cinder to register); unlabelled
         checkpoints (the guest's) cost no header update here.
+        ``tag_after_ack`` (the guest endpoint's): the group membership
+        is recorded in the background (tagger.py), off the guest's wait.
         """
         mode = self._mode(quiesce)
         if (group is None) != (members is None):
@@ -85,7 +88,11 @@ class Checkpoints(object):
         hold, used = self._hold(image_id, mode, explicit=bool(quiesce))
         result = self.mirror.checkpoint(image_id, hold)
         result['quiesce'] = used
-        if group is not None:
+        if group is not None and tag_after_ack:
+            self.tagger.submit(image_id, result['version'], group, members,
+                               project, creator)
+            result['group'] = group
+        elif group is not None:
             groups.tag(self.repo, image_id, result['version'], group,
                        members, project=project, creator=creator)
             result['group'] = group
@@ -137,7 +144,20 @@ class Checkpoints(object):
         return self.state(image_id, version)
 
     def group_state(self, group, project=None):
-        return groups.state(self.repo, group, project)
+        found = groups.state(self.repo, group, project)
+        # Members whose tag is still on its way (tagger.py): listed,
+        # pending, and the group not complete.
+        members, waiting = self.tagger.pending(group, project)
+        if waiting and not found['members']:
+            found['members'] = members      # the index is not made yet
+        for image_id, number in waiting.items():
+            known = found['versions'].get(image_id)
+            if known is None or known['version'] < number:
+                found['versions'][image_id] = {
+                    'image': image_id, 'name': None, 'version': number,
+                    'state': 'pending', 'created': None}
+                found['complete'] = False
+        return found
 
     def wait_persists(self, timeout):
         """Wait for every background persist; the images still

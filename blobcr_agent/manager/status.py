@@ -48,6 +48,7 @@ class Status(object):
                 'backend': self.repo.backend.describe(),
                 'hints': self.mirror.hints.totals()
                 if self.mirror.hints is not None else None,
+                'group_tags': self.tagger.status(),
                 'header_cas': {'writes': self.repo.cas_writes,
                                'conflicts': self.repo.cas_conflicts},
                 'proxy': self.proxy_url,

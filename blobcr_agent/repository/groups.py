@@ -152,9 +152,17 @@ def tag(repo, image, number, group, members, project=None, creator=None):
     of ``project``: in the group's index (made by the first member;
     ``creator`` says who, for operators), then on the version.
     """
+    tag_many(repo, [(repo.image(image).id, number)], group, members,
+             project=project, creator=creator)
+
+
+def tag_many(repo, versions, group, members, project=None, creator=None):
+    """:func:`tag` for several ``(image id, number)`` at once: one
+    compare-and-set of the group's index for all of them (the members
+    of one host), then each version's.
+    """
     check(group, members)
     check_project(project)
-    image_id = repo.image(image).id
 
     def join(index):
         _refuse_count(index, group, members)
@@ -162,17 +170,18 @@ def tag(repo, image, number, group, members, project=None, creator=None):
         if not index.members:
             index.members, index.created = members, now
             index.creator = creator
-        if image_id not in index.images:
-            index.images.append(image_id)
+        for image_id, _ in versions:
+            if image_id not in index.images:
+                index.images.append(image_id)
         index.updated = now
     repo.update_record(record_name(group, project),
                        GroupIndex.decoder(group, project), join,
                        'index of group %s' % group)
-
-    def mutate(header):
-        header.version(number).group = {'id': group, 'members': members,
-                                        'project': project}
-    repo.update_header(image_id, mutate)
+    for image_id, number in versions:
+        def mutate(header, number=number):
+            header.version(number).group = {'id': group, 'members': members,
+                                            'project': project}
+        repo.update_header(image_id, mutate)
 
 
 def _in_group(version, group, project):

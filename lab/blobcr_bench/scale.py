@@ -91,7 +91,7 @@ def add_arguments(p, size):
                    help='work iterations, a global checkpoint after each')
     p.add_argument('--compute', type=float, default=1.0,
                    help='seconds of work per iteration (default 1)')
-    p.add_argument('--system-read', type=float, default=0.25,
+    p.add_argument('--system-read', type=float, default=0.1,
                    help='fraction of the system quarter read at restart')
     p.add_argument('--think-ms', type=float, default=2.0,
                    help='work between two 256 KiB restart reads')

@@ -121,7 +121,7 @@ def fit(runs, summary, args, cas_s=None):
             lambda h: h['load']['osd']['op_r'] / len(h['vms']))
         measured['restart_read_bytes_per_vm'] = statistics.median(
             h['moved_bytes_per_vm'] for h in hinted)
-        measured['hint_messages_per_vm'] = statistics.median(
+        measured['hint_messages_per_vm'] = statistics.mean(
             v.get('hint_messages', 0) for h in hinted for v in h['vms'])
         measured['restart_s'] = statistics.median(
             v['restart_s'] for h in hinted for v in h['vms'])

@@ -384,6 +384,17 @@ class StubAgent(object):
 AUTH = auth.Authenticator('host-secret')
 
 
+def _recorded(repo, group, project, count, timeout=30):
+    """The group's state once ``count`` members are in its index."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = groups.state(repo, group, project=project)
+        if len(found['versions']) >= count:
+            return found
+        assert time.monotonic() < deadline, found
+        time.sleep(0.02)
+
+
 def _headers(instance):
     return {'X-Instance-ID': instance,
             'X-BlobCR-Token': AUTH.token_for(instance)}
@@ -619,7 +630,9 @@ def test_groups_are_scoped_by_the_instances_project(
     # Nor does one with another count get refused by p1's count.
     assert request(port, 'POST', '/v1/checkpoint', headers['vm-d'],
                    json.dumps({'group': 'job', 'members': 5}))[0] == 200
-    p1 = groups.state(repo, 'job', project='p1')
+    # Members are recorded after their ack (manager/tagger.py).
+    p1 = _recorded(repo, 'job', 'p1', 1)
+    _recorded(repo, 'job', 'p2', 1)
     assert set(p1['versions']) == {images['vm-a']}
     assert p1['creator'] == 'instance vm-a'
     assert set(groups.state(repo, 'job', project='p2')['versions']) == {

@@ -1,0 +1,75 @@
+# Copyright 2026 The BlobCR for OpenStack Authors
+#
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""The small version of ``blobcr-bench scale`` in CI: 2 hosts (network
+namespaces, each with its own agent, mount and guest endpoint), 4 VMs,
+on the session's RabbitMQ and micro Ceph cluster. Real parts only.
+
+The benchmark fails by itself when a path did not run (no chunk
+prefetched by hint, no hint from another host, a VM restarted where it
+ran, modes reading different data); this also checks what a user of its
+figures relies on: the hinted restart waited for fewer bytes than the
+lazy one, moved less than the pre-copy, and each VM's process ran in
+its host's namespace (its endpoint is on that host's address).
+"""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from blobcr_bench import cli as bench
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason='network namespaces: root'),
+    pytest.mark.skipif(not shutil.which('nsenter') or
+                       not os.path.exists('/dev/fuse'),
+                       reason='nsenter and /dev/fuse needed')]
+
+
+def test_scale_two_hosts_four_vms(capsys, tmp_path, ceph_cluster,
+                                  rabbitmq_url):
+    rc = bench.main([
+        'scale', '--backend', 'rados', '--ceph-conf', ceph_cluster.conffile,
+        '--transport-url', rabbitmq_url, '--hosts', '2', '--vms', '4',
+        '--runs', '1', '--disk-size', '32M', '--iterations', '2',
+        '--compute', '0.3', '--workdir', str(tmp_path), '--json',
+        '--plot', str(tmp_path / 'scale.png')])
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    failed = [c for c in result['checks'] if not c['ok']]
+    assert rc == 0 and not failed, (failed, err[-3000:])
+    run, = result['runs']
+    assert run['m'] == 4 and run['hosts'] == 2
+    vms = run['checkpoint']['vms']
+    # VM j ran on host j mod 2 and restarted on the other one.
+    assert [v['host'] for v in vms] == ['host-0', 'host-1'] * 2
+    for mode in ('lazy', 'hints'):
+        assert [v['host'] for v in run['restart'][mode]['vms']] == \
+            ['host-1', 'host-0'] * 2
+    assert run['checkpoint']['groups_complete'] == 2
+    assert all(len(v['ack_s']) == 2 for v in vms)
+    lazy = run['restart']['lazy']['vms']
+    hinted = run['restart']['hints']['vms']
+    # The first rank has nobody ahead of it; the later ones do.
+    assert sum(v['blocking_read_bytes'] for v in hinted[1:]) < \
+        sum(v['blocking_read_bytes'] for v in lazy[1:])
+    assert all(v['fetched_by'].get('hint') for v in hinted[1:])
+    assert run['restart']['hints']['load']['osd']['op_r'] > 0
+    precopy = run['restart']['precopy']['moved_bytes_per_vm']
+    assert run['restart']['hints']['moved_bytes_per_vm'] < precopy
+    at = {p['vms']: p for p in result['model']['at']}
+    assert at[1000]['bottleneck'] in at[1000]['seconds']
+    assert (tmp_path / 'scale.png').stat().st_size > 10000
