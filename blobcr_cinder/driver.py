@@ -427,7 +427,8 @@ class BlobCRDriver(driver.VolumeDriver):
             meta['group'] = version['group']['id']
         if version.get('made_by'):
             meta['made_by'] = version['made_by']
-        for key in ('host', 'ack_ms', 'held_ms', 'downtime_ms', 'quiesce'):
+        for key in ('host', 'ack_ms', 'held_ms', 'downtime_ms', 'quiesce',
+                    'group_hold_ms'):
             if result.get(key) is not None:
                 meta[key] = result[key]
         metadata = dict(snapshot.metadata or {})
@@ -801,6 +802,9 @@ class BlobCRDriver(driver.VolumeDriver):
         group = 'cinder-%s' % group_snapshot.id
         taken, updates, held = [], [], []
         try:
+            # How long the members were held still (first hold to the
+            # release), recorded on each member's snapshot.
+            since = time.monotonic()
             if members > 1:
                 for snapshot, host in attached:
                     if host:
@@ -810,6 +814,9 @@ class BlobCRDriver(driver.VolumeDriver):
                     snapshot.volume, host, group=group, members=members,
                     project=snapshot.volume.project_id)))
             self._release(held)
+            span = (time.monotonic() - since) * 1000
+            for snapshot, result in taken:
+                result['group_hold_ms'] = span
             for snapshot, result in taken:
                 self._wait_stable(result['host'], result['image'],
                                   result['version'])

@@ -64,6 +64,7 @@ import time
 
 from blobcr_agent.rpc import api as rpc_api
 from blobcr_bench import common
+from blobcr_bench import scale_cinder
 from blobcr_bench import scale_model
 from blobcr_bench import scale_vm
 from blobcr_lab import agent_rpc
@@ -101,6 +102,10 @@ def add_arguments(p, size):
     p.add_argument('--transport-url',
                    help='RabbitMQ to use (default: start a private one)')
     p.add_argument('--seed', type=int, default=42)
+    p.add_argument('--cinder', action='store_true',
+                   help='also the operator\'s global checkpoint: a Cinder '
+                        'group snapshot of M attached volumes (starts a '
+                        'Keystone and Cinder of its own)')
     p.add_argument('--plot', help='write a PNG of the curves here')
 
 
@@ -118,6 +123,7 @@ class Cluster(object):
             args.hosts, os.path.join(workdir, 'hosts'), ports)
         self.agents = {}
         self.hints = None
+        self.cinder = None          # scale_cinder.CinderPath (--cinder)
         self.api = rpc_api.AgentAPI(transport_url=url, timeout=120)
 
     @property
@@ -149,7 +155,8 @@ class Cluster(object):
                                  'host_secret': SECRET}
             agent = agents.AgentProcess(host.workdir, self.backend, settings)
             agent.args = host.command(agent.args)
-            self.agents[host.name] = agent.start()
+            self.agents[host.name] = agent      # stopped even if not up
+            agent.start()
         for host in self.hosts:
             agent_rpc.wait_rpc(self.api, self.name(host))
         self.hints = enabled
@@ -161,6 +168,8 @@ class Cluster(object):
         return 'http://%s:%d' % (host.address, PROXY_PORT)
 
     def stop(self):
+        if self.cinder is not None:
+            self.cinder.stop()
         for agent in self.agents.values():
             agent.stop()
         self.api.cleanup()
@@ -383,6 +392,14 @@ def checkpoint_phase(cluster, vms, args, label, log):
             'load': checkpoint_load}
 
 
+def _write_once(vms, paths, args):
+    """One iteration of each VM's work on ``paths`` (no checkpoint)."""
+    _results([_vm_process(vm.run_host, [
+        'run', '--size', str(args.disk_size), '--iterations', '1',
+        '--compute', '0', '--path', path, '--seed', str(vm.seed)])
+        for vm, path in zip(vms, paths)])
+
+
 def _restart_argv(vm, path, args, trace, start_at):
     return ['restart', '--path', path, '--size', str(args.disk_size),
             '--trace', trace, '--start-at', '%.3f' % start_at,
@@ -488,6 +505,11 @@ def one_run(cluster, repo, base, m, r, args, trace, log):
             project=PROJECT)['path']
     result = {'m': m, 'run': r, 'hosts': h}
     result['checkpoint'] = checkpoint_phase(cluster, vms, args, label, log)
+    if cluster.cinder is not None:
+        log('M=%d run %d: Cinder group snapshot' % (m, r))
+        result['cinder'] = cluster.cinder.measure(
+            vms, label + '-cinder',
+            lambda vms, paths: _write_once(vms, paths, args))
     for vm in vms:
         cluster.api.detach(cluster.name(vm.run_host), vm.image)
     result['restart'] = {}
@@ -522,6 +544,11 @@ def summarize(runs, args):
                  'dirty_bytes_per_checkpoint'],
              'checkpoint_ops_per_s': _median(
                  [r['checkpoint']['load'].get('ops_per_s') for r in rs]),
+             'cinder_group_snapshot_s': _median(
+                 [r['cinder']['seconds'] for r in rs if 'cinder' in r]),
+             'cinder_group_hold_ms': _median(
+                 [r['cinder']['group_hold_ms'] for r in rs
+                  if 'cinder' in r]),
              'checkpoint_cpu_busy': _median(
                  [r['checkpoint']['load'].get('cpu_busy') for r in rs]),
              'restart': {}}
@@ -593,6 +620,10 @@ def checks_of(runs, args):
         'every group complete',
         all(r['checkpoint']['groups_complete'] == r['checkpoint']['groups']
             for r in runs), 'no global checkpoint was left incomplete')
+    if args.cinder:
+        checks.require_true('Cinder group snapshots of every member', all(
+            r['cinder']['members'] == r['m'] for r in runs),
+            'each member has its version of the group snapshot')
     checks.require_true(
         'VMs restarted on other hosts', all(r['moved_hosts'] for r in runs),
         'no VM restarted on the host it ran on (needs --hosts >= 2)')
@@ -639,7 +670,12 @@ def run(args, log, open_repository):
     runs = []
     cas_s = rate = None
     try:
-        cluster = Cluster(args, repo.backend, url, args.workdir, log).start()
+        cluster = Cluster(args, repo.backend, url, args.workdir, log)
+        cluster.start()
+        if args.cinder:
+            log('starting Keystone and Cinder')
+            cluster.cinder = scale_cinder.CinderPath(
+                cluster, args.workdir).start()
         base, _, trace = make_base(repo, args.disk_size, args.system_read,
                                    args.seed, args.workdir)
         cas_s = scale_model.measure_cas(repo)
@@ -664,6 +700,7 @@ def run(args, log, open_repository):
         'iterations': args.iterations, 'compute_s': args.compute,
         'think_ms': args.think_ms, 'stagger_s': args.stagger,
         'system_read': args.system_read, 'modes': list(args.modes),
+        'cinder': args.cinder,
         'hosts_are': 'network namespaces on one bridge; Ceph and RabbitMQ '
                      'forwarded onto each host\'s loopback',
         'machine_cores': os.cpu_count()},
@@ -687,6 +724,9 @@ def plot(result, path):
     ax.plot(ms, [summary[m]['ack_s'] * 1000 for m in ms], 'o-',
             label='ack (downtime)')
     ax.plot(ms, [summary[m]['held_ms'] for m in ms], 's-', label='held')
+    if summary[ms[0]].get('cinder_group_hold_ms') is not None:
+        ax.plot(ms, [summary[m]['cinder_group_hold_ms'] for m in ms],
+                'd-', label='Cinder group snapshot: hold')
     ax.set_title('per-VM checkpoint downtime (ms)')
     ax = axes[0][1]
     ax.plot(ms, [summary[m]['slowdown'] for m in ms], 'o-')
@@ -701,6 +741,9 @@ def plot(result, path):
                      (summary[m]['dirty_bytes'] - first['dirty_bytes']) /
                      MIB / rate for m in ms],
                 '--', label='growth of dirty bytes / persist rate')
+    if summary[ms[0]].get('cinder_group_snapshot_s') is not None:
+        ax.plot(ms, [summary[m]['cinder_group_snapshot_s'] for m in ms],
+                'd-', label='Cinder group snapshot to available')
     ax.set_title('time to group-stable (s)')
     for k, (key, title, scale) in enumerate((
             ('restart_s', 'restart time per VM (s)', 1),
