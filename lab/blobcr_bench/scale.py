@@ -54,6 +54,7 @@ hint, a VM restarted on the host it ran on, a pre-copy moved nothing,
 modes read different data, a group never completed.
 """
 
+import argparse
 import concurrent.futures
 import json
 import os
@@ -107,6 +108,9 @@ def add_arguments(p, size):
                         'group snapshot of M attached volumes (starts a '
                         'Keystone and Cinder of its own)')
     p.add_argument('--plot', help='write a PNG of the curves here')
+    p.add_argument('--from-json', metavar='FILE',
+                   help='run nothing: derive the summary, goals, model '
+                        'and picture again from a saved result')
 
 
 class Cluster(object):
@@ -657,6 +661,8 @@ def checks_of(runs, args):
 
 
 def run(args, log, open_repository):
+    if args.from_json:
+        return rederive(args.from_json, args.plot)
     ms = sorted({int(x) for x in args.vms.split(',') if x.strip()})
     if not ms or ms[0] < 1:
         raise SystemExit('--vms: positive counts, such as 1,2,4')
@@ -692,9 +698,7 @@ def run(args, log, open_repository):
         repo.close()
         if broker is not None:
             broker.stop()
-    summary = summarize(runs, args)
-    summary_goals = goals(summary, args, rate)
-    result = {'setup': {
+    setup = {
         'hosts': args.hosts, 'vms': ms, 'runs': args.runs,
         'backend': args.backend, 'disk_size': args.disk_size,
         'iterations': args.iterations, 'compute_s': args.compute,
@@ -703,14 +707,31 @@ def run(args, log, open_repository):
         'cinder': args.cinder,
         'hosts_are': 'network namespaces on one bridge; Ceph and RabbitMQ '
                      'forwarded onto each host\'s loopback',
-        'machine_cores': os.cpu_count()},
-        'persist_rate': rate,
-        'runs': runs, 'summary': summary, 'goals': summary_goals,
-        'model': scale_model.fit(runs, summary, args, cas_s)}
+        'machine_cores': os.cpu_count()}
+    return derive(setup, runs, rate, cas_s, args.plot)
+
+
+def derive(setup, runs, rate, cas_s, plot_path=None):
+    """The summary, goals, model, checks (and picture) of ``runs``."""
+    args = argparse.Namespace(**dict({'cinder': False}, **setup))
+    summary = summarize(runs, args)
+    result = {'setup': setup, 'persist_rate': rate, 'runs': runs,
+              'summary': summary, 'goals': goals(summary, args, rate),
+              'model': scale_model.fit(runs, summary, args, cas_s)}
     result['checks'] = checks_of(runs, args).as_list()
-    if args.plot:
-        plot(result, args.plot)
+    if plot_path:
+        plot(result, plot_path)
     return result
+
+
+def rederive(path, plot_path=None):
+    """:func:`derive` again from a saved result (``--from-json``): the
+    same runs, this release's summary, model and picture.
+    """
+    with open(path) as f:
+        saved = json.load(f)
+    return derive(saved['setup'], saved['runs'], saved.get('persist_rate'),
+                  saved['model']['measured'].get('cas_s'), plot_path)
 
 
 def plot(result, path):

@@ -22,7 +22,9 @@ Fitted from the runs (per VM, per global checkpoint or restart):
 * header compare-and-sets and the conflicts among them, against M (the
   group's index record is one object every member updates);
 * one compare-and-set's latency (measured on the same store);
-* hint messages a restarting VM publishes (each a fanout to every host).
+* hint messages a restarting VM publishes (each a fanout to every host);
+* with ``--cinder``, how much longer a Cinder group snapshot holds its
+  members per member (the driver checkpoints them one after another).
 
 Assumptions (in ``ASSUMPTIONS``, printed with the figures): one VM per
 host; OSDs are added with hosts (``hosts_per_osd``), each serving
@@ -86,6 +88,16 @@ def _loglog_slope(points):
     return sum((p[0] - mx) * (p[1] - my) for p in pts) / den
 
 
+def _slope(points):
+    """Least-squares slope of y on x."""
+    if len({x for x, _ in points}) < 2:
+        return None
+    mx = statistics.mean(x for x, _ in points)
+    my = statistics.mean(y for _, y in points)
+    return sum((x - mx) * (y - my) for x, y in points) / \
+        sum((x - mx) ** 2 for x, _ in points)
+
+
 def _per_vm(runs, get):
     values = [v for v in (get(r) for r in runs) if v is not None]
     return statistics.median(values) if values else None
@@ -125,6 +137,12 @@ def fit(runs, summary, args, cas_s=None):
             v.get('hint_messages', 0) for h in hinted for v in h['vms'])
         measured['restart_s'] = statistics.median(
             v['restart_s'] for h in hinted for v in h['vms'])
+    holds = [(r['m'], r['cinder']['group_hold_ms']) for r in runs
+             if r.get('cinder', {}).get('group_hold_ms') is not None]
+    if holds:
+        # The driver holds every member, then checkpoints them one
+        # after another: the hold grows with each member's RPC.
+        measured['cinder_hold_ms_per_member'] = _slope(holds)
     return {'measured': measured, 'assumptions': dict(ASSUMPTIONS),
             'at': [project(n, measured) for n in ASSUMPTIONS['sizes']]}
 
@@ -164,6 +182,11 @@ def project(n, m):
         deliveries = n * m['hint_messages_per_vm'] * n
         out['hint_deliveries'] = int(deliveries)
         parts['hint_fanout_s'] = deliveries / a['broker_deliveries_per_s']
+    if m.get('cinder_hold_ms_per_member'):
+        # Not a shared service: how long the operator's group snapshot
+        # holds every guest (reported, not a bottleneck of the store).
+        out['cinder_group_hold_s'] = round(
+            n * m['cinder_hold_ms_per_member'] / 1000, 2)
     out['seconds'] = {k: round(v, 3) for k, v in parts.items()}
     if parts:
         out['bottleneck'] = max(parts, key=parts.get)
