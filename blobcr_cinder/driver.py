@@ -35,6 +35,7 @@ its metadata records the image, version, parent version, bytes written
 and, for checkpoints, the ack and held times.
 """
 
+from concurrent import futures
 import contextlib
 import datetime
 import math
@@ -136,6 +137,28 @@ def quiesce_asked(snapshot):
             % {'meta': META, 'mode': mode,
                'known': ', '.join(options.QUIESCE_MODES)})
     return mode
+
+
+GROUP_PARALLEL = 16
+
+
+def _in_parallel(func, items, done):
+    """``func(item)`` for every item, up to GROUP_PARALLEL at a time;
+    each result is appended to ``done`` as it comes (what a caller
+    undoes on failure), which is returned; the first error is raised
+    once every call ended.
+    """
+    if not items:
+        return done
+    with futures.ThreadPoolExecutor(min(GROUP_PARALLEL, len(items))) as pool:
+        calls = [pool.submit(func, item) for item in items]
+        for call in futures.as_completed(calls):
+            if call.exception() is None:
+                done.append(call.result())
+    for call in calls:
+        if call.exception() is not None:
+            raise call.exception()
+    return done
 
 
 def _each(items, delete, what):
@@ -803,16 +826,18 @@ class BlobCRDriver(driver.VolumeDriver):
         taken, updates, held = [], [], []
         try:
             # How long the members were held still (first hold to the
-            # release), recorded on each member's snapshot.
+            # release), recorded on each member's snapshot. Holds,
+            # checkpoints and releases go to every member at once: one
+            # after another, the hold grew by an RPC per member.
             since = time.monotonic()
             if members > 1:
-                for snapshot, host in attached:
-                    if host:
-                        held.append(self._hold(snapshot.volume, host))
-            for snapshot, host in attached:
-                taken.append((snapshot, self._take_version(
-                    snapshot.volume, host, group=group, members=members,
-                    project=snapshot.volume.project_id)))
+                held = _in_parallel(
+                    lambda sh: self._hold(sh[0].volume, sh[1]),
+                    [(s, host) for s, host in attached if host], held)
+            _in_parallel(
+                lambda sh: (sh[0], self._take_version(
+                    sh[0].volume, sh[1], group=group, members=members,
+                    project=sh[0].volume.project_id)), attached, taken)
             self._release(held)
             span = (time.monotonic() - since) * 1000
             for snapshot, result in taken:
@@ -843,14 +868,16 @@ class BlobCRDriver(driver.VolumeDriver):
         return host, image
 
     def _release(self, held):
-        while held:
-            host, image = held.pop()
+        def release(one):
+            host, image = one
             try:
                 self.api.release(host, image)
             except Exception as e:
                 # The agent resumes the guest when the hold times out.
                 LOG.warning('could not release the hold of %s on %s: %s',
                             image, host, e)
+        _in_parallel(release, list(held), [])
+        del held[:]
 
     def _forget_version(self, image, version):
         try:

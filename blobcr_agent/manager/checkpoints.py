@@ -75,8 +75,9 @@ class Checkpoints(object):
         driver's checkpoints are its snapshots or a detached volume's
         content, not checkpoints for Cinder to register); unlabelled
         checkpoints (the guest's) cost no header update here.
-        ``tag_after_ack`` (the guest endpoint's): the group membership
-        is recorded in the background (tagger.py), off the guest's wait.
+        ``tag_after_ack`` (the guest endpoint's and RPC's): the group
+        membership is recorded in the background (tagger.py), off the
+        guest's wait; ``wait_stable`` waits for it.
         """
         mode = self._mode(quiesce)
         if (group is None) != (members is None):
@@ -139,9 +140,15 @@ class Checkpoints(object):
 
     def wait_stable(self, image, version, timeout=600):
         image_id = self.repo.image(image).id
+        deadline = time.monotonic() + timeout
         if image_id in self.mirror.attached:
-            return self.mirror.wait_stable(image_id, version, timeout)
-        return self.state(image_id, version)
+            state = self.mirror.wait_stable(image_id, version, timeout)
+        else:
+            state = self.state(image_id, version)
+        # Its group tag too (tagger.py), if one is on its way.
+        self.tagger.wait_for(image_id, version,
+                             max(0, deadline - time.monotonic()))
+        return state
 
     def group_state(self, group, project=None):
         found = groups.state(self.repo, group, project)

@@ -12,15 +12,18 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""Group membership of guests' checkpoints, recorded after their ack.
+"""Group membership of checkpoints, recorded after their ack.
 
 A member's tag is two compare-and-sets: the group's index record, which
 every member of the group updates (M writers on one object: they take
-turns, and lose races), and its own version. On the guest endpoint's
-path the rank waited for both. Here the ack returns once the snapshot
-is taken; one thread per agent records the tags in the background, and
+turns, and lose races), and its own version. A guest (the guest
+endpoint) or Cinder's group snapshot (over RPC, every member held still
+meanwhile) waited for both. Here the ack returns once the snapshot is
+taken; one thread per agent records the tags in the background, and
 the tags of one group waiting together (the members on this host) take
-one compare-and-set of the index between them.
+one compare-and-set of the index between them. ``wait_stable`` of a
+version also waits for its tag, and raises why it could not be
+recorded: Cinder's snapshot turns available with its group recorded.
 
 The group cannot look complete early: it is complete when every member
 is in its index and stable, and a member waiting here is not in it yet
@@ -56,6 +59,7 @@ class GroupTagger(object):
         self._stopped = False
         self.tagged = 0
         self.errors = []            # the last few failures, for status
+        self._failed = {}           # (image, version) -> why (bounded)
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name='blobcr-group-tags')
         self._thread.start()
@@ -131,8 +135,37 @@ class GroupTagger(object):
                 break
         LOG.error('checkpoints %s not recorded in group %s: %s (the '
                   'group stays incomplete)', versions, group, error)
+        with self._cond:
+            for version in versions:
+                self._failed[version] = 'not recorded in group %s: %s' % (
+                    group, error)
+            while len(self._failed) > 1000:
+                self._failed.pop(next(iter(self._failed)))
         self.errors = (self.errors + [{'group': group, 'versions': versions,
                                        'error': str(error)}])[-10:]
+
+    def wait_for(self, image_id, number, timeout=None):
+        """Wait until the tag of version ``number`` of ``image_id`` (if
+        one was submitted) is recorded; raise the reason it could not
+        be. False if it is still waiting after ``timeout`` s.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def waiting():
+            return any(w.get(image_id) == number
+                       for w in self._pending.values())
+        with self._cond:
+            while waiting():
+                left = None if deadline is None else \
+                    deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+            why = self._failed.get((image_id, number))
+        if why:
+            raise exception.BlobCRError('version %d of %s %s'
+                                        % (number, image_id, why))
+        return True
 
     def wait(self, timeout=None):
         """Wait until every submitted tag is recorded (or failed); True

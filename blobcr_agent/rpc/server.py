@@ -107,9 +107,12 @@ class AgentEndpoint(object):
     @_expected
     def checkpoint(self, ctxt, image, quiesce=None, group=None,
                    members=None, project=None, creator='rpc', label=None):
+        # A group member's tag is recorded after the ack (the caller may
+        # hold other members still meanwhile); wait_stable waits for it.
         return self.manager.checkpoint(image, quiesce=quiesce, group=group,
                                        members=members, project=project,
-                                       creator=creator, label=label)
+                                       creator=creator, label=label,
+                                       tag_after_ack=True)
 
     @_expected
     def state(self, ctxt, image, version):

@@ -63,6 +63,12 @@ class CinderPath(object):
             'group_type': {'name': self.group_type, 'group_specs': {
                 'consistent_group_snapshot_enabled': '<is> True'}}}).json()
         self.group_type = made['group_type']['id']
+        # Volumes are left until the stack stops: no quota on them.
+        project = self.stack.session('demo').get_project_id()
+        admin.put('/os-quota-sets/%s' % project, json={'quota_set': {
+            'volumes': -1, 'snapshots': -1, 'gigabytes': -1}})
+        admin.put('/os-quota-sets/%s' % project, microversion='3.15',
+                  json={'quota_set': {'groups': -1}})
         return self
 
     def stop(self):
@@ -87,19 +93,20 @@ class CinderPath(object):
         """
         api = self.stack.block_storage('demo')
         cloud = types.SimpleNamespace(api=api)
-        volumes = []
-        for vm in vms:
-            volumes.append(api.post('/volumes', json={'volume': {
-                'name': '%s-v%d' % (label, vm.index), 'size': 1,
-                'volume_type': 'blobcr'}}).json()['volume']['id'])
-        for v in volumes:
-            self._wait('/volumes/%s' % v, 'volume', 'available')
         group = api.post('/groups', microversion=GROUP_MICROVERSION, json={
             'group': {'name': label, 'group_type': self.group_type,
                       'volume_types': ['blobcr']}}).json()['group']['id']
         self._wait('/groups/%s' % group, 'group', 'available')
-        api.put('/groups/%s' % group, microversion=GROUP_MICROVERSION,
-                json={'group': {'add_volumes': ','.join(volumes)}})
+        # Made in the group (add_volumes takes 255 characters of ids).
+        volumes = []
+        for vm in vms:
+            volumes.append(api.post(
+                '/volumes', microversion=GROUP_MICROVERSION,
+                json={'volume': {'name': '%s-v%d' % (label, vm.index),
+                                 'size': 1, 'volume_type': 'blobcr',
+                                 'group_id': group}}).json()['volume']['id'])
+        for v in volumes:
+            self._wait('/volumes/%s' % v, 'volume', 'available')
         attachments = [bench_cinder.Attachment(
             cloud, v, self.cluster.name(vm.run_host))
             for v, vm in zip(volumes, vms)]
@@ -114,16 +121,19 @@ class CinderPath(object):
             self._wait('/group_snapshots/%s' % snap['id'], 'group_snapshot',
                        'available')
             seconds = time.monotonic() - started
-            holds = []
+            holds, acks = [], []
             for v in volumes:
                 snaps = api.get('/snapshots/detail?volume_id=%s' % v).json()[
                     'snapshots']
-                holds += [float(s['metadata']['blobcr:group_hold_ms'])
-                          for s in snaps
-                          if 'blobcr:group_hold_ms' in s['metadata']]
+                for meta in (s['metadata'] for s in snaps):
+                    if 'blobcr:group_hold_ms' in meta:
+                        holds.append(float(meta['blobcr:group_hold_ms']))
+                        acks.append(float(meta['blobcr:ack_ms']))
         finally:
             for a in attachments:
                 a.detach()
         return {'seconds': round(seconds, 3),
                 'group_hold_ms': max(holds) if holds else None,
+                # Each member's checkpoint call, request to answer.
+                'member_ack_ms': sorted(acks),
                 'members': len(holds)}

@@ -446,9 +446,10 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
                 call()
         assert list(capped.status(host)['attached']) == [image_id]
         assert 'UnsupportedVersion' not in agent_log(agent)
-        # Without a cap, 1.1 to 1.7 are served; the agent's dispatcher
+        # Without a cap, 1.1 to 1.8 are served; the agent's dispatcher
         # refuses newer versions.
-        for version in ('1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7'):
+        for version in ('1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7',
+                        '1.8'):
             assert uncapped.client.prepare(server=host, version=version).call(
                 {}, 'status')['host'] == host
         assert uncapped.group_state(host, 'g', project='p1')['project'] == \
@@ -456,7 +457,7 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
         # oslo.messaging answers UnsupportedVersion, which the caller
         # gets as a RemoteError naming it (oslo_messaging.rpc.dispatcher
         # is not an allowed remote exception module).
-        for version in ('1.8', '2.0'):
+        for version in ('1.9', '2.0'):
             assert uncapped.client.can_send_version(version)
             with pytest.raises(oslo_messaging.RemoteError) as ei:
                 uncapped.client.prepare(server=host, version=version).call(
@@ -641,7 +642,11 @@ class RecordingClient(object):
             def call(self, ctxt, method, **args):
                 client.prepared.append((method, kwargs, args))
                 return {}
+            cast = call
         return Context()
+
+    def can_send_version(self, version):
+        return True
 
 
 def test_calls_prepare_their_versions_and_timeouts():
@@ -671,10 +676,11 @@ def test_calls_prepare_their_versions_and_timeouts():
         api.handoff('h', 'disk', 'b', wait=2, rpc_timeout=32)
         api.detach('h', 'disk', background=True)
         api.take_over('h', 'disk', why='lost')
+        api.publish_hints('scope', 'h', [3, 4])
         got = [(m, kw, sorted(a)) for m, kw, a in api.client.prepared]
     finally:
         api.cleanup()
-    assert rpc.VERSION == '1.7'
+    assert rpc.VERSION == '1.8'
     checkpoint = ['group', 'image', 'members', 'quiesce']
     assert got == [
         # A checkpoint outlasts the agent's bounded wait (then Busy).
@@ -718,7 +724,10 @@ def test_calls_prepare_their_versions_and_timeouts():
         # 1.7: a detach that returns before its persist, a take-over.
         ('detach', {'server': 'h', 'version': '1.7'},
          ['background', 'discard', 'force', 'image']),
-        ('take_over', {'server': 'h', 'version': '1.7'}, ['image', 'why'])]
+        ('take_over', {'server': 'h', 'version': '1.7'}, ['image', 'why']),
+        # 1.8: restart hints, a cast to every agent.
+        ('hints', {'fanout': True, 'version': '1.8'},
+         ['chunks', 'scope', 'source'])]
     assert rpc_api.CHECKPOINT_TIMEOUT >= 300
 
 
