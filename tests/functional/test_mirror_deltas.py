@@ -44,8 +44,9 @@ def _read_all(path, size):
 
 def test_scattered_writes_store_deltas_and_read_back(
         backend_factory, mirror_factory):
-    seed = random.randrange(1 << 30)
-    print('seed', seed)
+    seed = int(os.environ.get('BLOBCR_DELTAS_SEED') or
+               random.randrange(1 << 30))
+    print('seed', seed, '(replay: BLOBCR_DELTAS_SEED=%d)' % seed)
     rng = random.Random(seed)
     size = NCHUNKS * CHUNK
     repo = repository.Repository(backend_factory(), chunk_size=CHUNK,
@@ -80,8 +81,12 @@ def test_scattered_writes_store_deltas_and_read_back(
             assert stored >= size, stored
         else:
             # The pages written, their deltas' headers and links, the
-            # tree: far from the whole chunks (up to 96 of 256 KiB).
-            assert stored < WRITES * 4096 * 1.5, (number, stored)
+            # tree: far from the whole chunks (up to 96 of 256 KiB). A
+            # delta may go over its anchor with up to twice the pages
+            # changed since the previous content (deltas.choose: chains
+            # stay short), so up to twice what was written, plus the
+            # rest (seed 9419031 stores 1.51x in its second round).
+            assert stored < WRITES * 4096 * 2.5, (number, stored)
         assert repo.read(image, number, 0, size) == content, number
 
     # A restart elsewhere, lazily, from the newest version.
