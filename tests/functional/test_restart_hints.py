@@ -24,6 +24,7 @@ benchmark's test (tests/integration/test_scale_bench.py).
 """
 
 import random
+import threading
 import time
 
 from blobcr_agent.mirror import hints
@@ -108,3 +109,47 @@ def test_members_restarting_together_prefetch_each_others_reads(
         for a in attached:
             a.close(30)
     assert not hub._scopes and not hub._publishers
+
+
+def test_hinted_fetches_racing_guest_writes_lose_no_write(repo, tmp_path):
+    """Hints for chunks the guest is writing at the same moment, from
+    several threads: a hinted fetch is never installed over a write
+    (every page reads what was last written to it, the rest what the
+    version held).
+    """
+    seed = random.randrange(1 << 30)
+    print('seed', seed)
+    rng = random.Random(seed)
+    hub = hints.HintHub()
+    _member(repo, rng, 'rank-0', 'job-9')
+    image_id, content = _member(repo, rng, 'rank-1', 'job-9')
+    slow = image_mod.AttachedImage(repo, image_id, None,
+                                   str(tmp_path / 'slow'), hints=hub,
+                                   readahead_chunks=0)
+    model = bytearray(content)
+    lock = threading.Lock()
+    try:
+        def writer(k):
+            wrng = random.Random(seed + k)
+            for _ in range(40):
+                index = wrng.randrange(NCHUNKS)
+                page = wrng.randrange(CHUNK // 4096)
+                data = wrng.randbytes(4096)
+                offset = index * CHUNK + page * 4096
+                with lock:      # the model in the order of the writes
+                    slow.write(offset, data)
+                    model[offset:offset + 4096] = data
+        threads = [threading.Thread(target=writer, args=(k,))
+                   for k in range(3)]
+        for t in threads:
+            t.start()
+        for _ in range(10):
+            hub.receive(slow.hint_scope, rng.sample(range(NCHUNKS), 16))
+        for t in threads:
+            t.join()
+        assert _wait(lambda: not slow.hint_follower.queue)
+        time.sleep(0.2)         # the last hinted batch lands
+        assert slow.read(0, NCHUNKS * CHUNK) == bytes(model)
+        assert slow.stats()['fetched_by'].get('hint')
+    finally:
+        slow.close(30)
