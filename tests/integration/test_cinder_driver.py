@@ -375,6 +375,25 @@ def wait_group(stack, group_id, status, timeout=120):
         time.sleep(0.5)
 
 
+def add_to_group(stack, group_id, volume_ids, timeout=120):
+    """Add volumes to a group and wait until the group holds them.
+
+    OSC has no command for it: the API call. Cinder answers at once
+    and updates the group in cinder-volume, with the group 'updating'
+    meanwhile; a group snapshot asked for before it is done is refused
+    (CI once lost that race on a busy machine).
+    """
+    stack.block_storage().put(
+        '/groups/%s' % group_id, microversion='3.13',
+        json={'group': {'add_volumes': ','.join(volume_ids)}})
+    wait_group(stack, group_id, 'available', timeout)
+    api = stack.block_storage('admin')
+    for volume in volume_ids:
+        got = api.get('/volumes/%s' % volume,
+                      microversion='3.13').json()['volume']
+        assert got.get('group_id') == group_id, got
+
+
 def test_group_snapshot_of_volumes_on_two_hosts(cloud, rabbitmq_url):
     """A consistent group snapshot of two volumes attached to two hosts,
     both written to: one BlobCR group checkpoint, complete once both
@@ -399,11 +418,7 @@ def test_group_snapshot_of_volumes_on_two_hosts(cloud, rabbitmq_url):
         wait_group(stack, group['ID'], 'available')
         volumes = [create_volume(stack, hosts, 'm%d-%s' % (k, suffix),
                                  '--size', '1') for k in (0, 1)]
-        # OSC has no command to add volumes to a group: the API call.
-        stack.block_storage().put(
-            '/groups/%s' % group['ID'], microversion='3.13',
-            json={'group': {'add_volumes': ','.join(v['id']
-                                                    for v in volumes)}})
+        add_to_group(stack, group['ID'], [v['id'] for v in volumes])
         attachments = [Attachment(stack, v['id'], host) for v, host in
                        zip(volumes, hosts.compute)]
         writers = [seq_writer.SeqWriter(a.path, WRITER_BLOCKS, seed=k).start()

@@ -34,6 +34,7 @@ from blobcr_lab import nova as nova_stack
 from blobcr_lab.nova_attach import Attachment
 from blobcr_lab.openstack import StackError
 from blobcrclient import restart
+from tests.integration.test_cinder_driver import add_to_group
 from tests.integration.test_cinder_driver import wait_group
 
 MARK = 4096
@@ -120,9 +121,7 @@ class Job(object):
             self.volumes.append(made['id'])
         for volume in self.volumes:
             stack.wait_status('volume', volume, 'available', timeout=120)
-        stack.block_storage().put(
-            '/groups/%s' % self.group, microversion='3.13',
-            json={'group': {'add_volumes': ','.join(self.volumes)}})
+        add_to_group(stack, self.group, self.volumes)
         return self
 
     def checkpoint(self, name):
