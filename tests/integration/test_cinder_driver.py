@@ -379,9 +379,12 @@ def add_to_group(stack, group_id, volume_ids, timeout=120):
     """Add volumes to a group and wait until the group holds them.
 
     OSC has no command for it: the API call. Cinder answers at once
-    and updates the group in cinder-volume, with the group 'updating'
-    meanwhile; a group snapshot asked for before it is done is refused
-    (CI once lost that race on a busy machine).
+    and updates the group later in cinder-volume, the group 'updating'
+    meanwhile. A volume attached before cinder-volume gets to it is no
+    longer 'available', so cinder-volume refuses it and leaves the group
+    'updating' for good (Cinder's update_group checks the volumes before
+    its error handling), and every group snapshot is refused: CI lost
+    that race once.
     """
     stack.block_storage().put(
         '/groups/%s' % group_id, microversion='3.13',
