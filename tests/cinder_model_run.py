@@ -112,8 +112,7 @@ class World(object):
     def close(self):
         self.driver.api.cleanup()
         self.api.cleanup()
-        for agent in self.agents.values():
-            agent.stop()
+        agents.stop_all(list(self.agents.values()))
         self.repo.close()
         self.backend.close()
 

@@ -100,8 +100,7 @@ def agent_factory(tmp_path):
         made.append(agent)
         return agent.start()
     yield factory
-    for agent in made:
-        agent.stop()
+    agents.stop_all(made)
 
 
 @pytest.fixture

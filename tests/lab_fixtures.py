@@ -158,9 +158,8 @@ def cinder_hosts(request, rabbitmq_url, tmp_path_factory):
         yield result
     finally:
         api.cleanup()
-        for hosts in result.values():
-            for agent in hosts.agents.values():
-                agent.stop()
+        agents.stop_all([agent for hosts in result.values()
+                         for agent in hosts.agents.values()])
         for backend in backends:
             backend.close()
         for mount in mounts:

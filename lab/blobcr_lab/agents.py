@@ -95,17 +95,37 @@ class ServiceProcess(object):
 
     def stop(self, timeout=60):
         """SIGTERM and wait; returns the exit status."""
+        return stop_all([self], timeout)[0]
+
+    def _terminate(self):
+        """SIGTERM if running; True if it was sent."""
         if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
+            return False
         self._close_client()
         self.proc.terminate()
+        return True
+
+    def _reap(self, deadline):
         try:
-            self.proc.wait(timeout=timeout)
+            self.proc.wait(timeout=max(0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
         self._unmount()
-        return self.proc.returncode
+
+
+def stop_all(services, timeout=60):
+    """Stop ``services`` at once (SIGTERM to all, then wait up to
+    ``timeout`` for all, SIGKILL to those left): an agent takes a few
+    seconds to leave RabbitMQ, and one after another the test session's
+    agents took most of a minute. Returns their exit statuses (None for
+    one never started).
+    """
+    stopping = [s for s in services if s._terminate()]
+    deadline = time.monotonic() + timeout
+    for service in stopping:
+        service._reap(deadline)
+    return [None if s.proc is None else s.proc.returncode for s in services]
 
 
 class MirrorProcess(ServiceProcess):
