@@ -450,8 +450,8 @@ class BlobCRDriver(driver.VolumeDriver):
             meta['group'] = version['group']['id']
         if version.get('made_by'):
             meta['made_by'] = version['made_by']
-        for key in ('host', 'ack_ms', 'held_ms', 'downtime_ms', 'quiesce',
-                    'group_hold_ms'):
+        for key in ('host', 'ack_ms', 'served_ms', 'held_ms', 'downtime_ms',
+                    'quiesce', 'group_hold_ms'):
             if result.get(key) is not None:
                 meta[key] = result[key]
         metadata = dict(snapshot.metadata or {})

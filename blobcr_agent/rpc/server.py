@@ -26,6 +26,7 @@ anywhere, its ``admin_group`` members not).
 
 import logging
 import os
+import time
 
 import oslo_messaging as messaging
 
@@ -109,10 +110,15 @@ class AgentEndpoint(object):
                    members=None, project=None, creator='rpc', label=None):
         # A group member's tag is recorded after the ack (the caller may
         # hold other members still meanwhile); wait_stable waits for it.
-        return self.manager.checkpoint(image, quiesce=quiesce, group=group,
-                                       members=members, project=project,
-                                       creator=creator, label=label,
-                                       tag_after_ack=True)
+        started = time.monotonic()
+        result = self.manager.checkpoint(image, quiesce=quiesce, group=group,
+                                         members=members, project=project,
+                                         creator=creator, label=label,
+                                         tag_after_ack=True)
+        # The agent's whole part of the call (records, hold, COMMIT): the
+        # caller's round trip less this is the RPC path.
+        result['served_ms'] = round((time.monotonic() - started) * 1e3, 3)
+        return result
 
     @_expected
     def state(self, ctxt, image, version):

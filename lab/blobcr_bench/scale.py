@@ -553,6 +553,15 @@ def summarize(runs, args):
              'cinder_group_hold_ms': _median(
                  [r['cinder']['group_hold_ms'] for r in rs
                   if 'cinder' in r]),
+             'cinder_member_ack_ms': _median(
+                 [a for r in rs if 'cinder' in r
+                  for a in r['cinder']['member_ack_ms']]),
+             'cinder_member_served_ms': _median(
+                 [a for r in rs if 'cinder' in r
+                  for a in r['cinder'].get('member_served_ms', [])]),
+             'cinder_member_commit_ms': _median(
+                 [a for r in rs if 'cinder' in r
+                  for a in r['cinder'].get('member_commit_ms', [])]),
              'checkpoint_cpu_busy': _median(
                  [r['checkpoint']['load'].get('cpu_busy') for r in rs]),
              'restart': {}}

@@ -121,7 +121,7 @@ class CinderPath(object):
             self._wait('/group_snapshots/%s' % snap['id'], 'group_snapshot',
                        'available')
             seconds = time.monotonic() - started
-            holds, acks = [], []
+            holds, acks, served, commits = [], [], [], []
             for v in volumes:
                 snaps = api.get('/snapshots/detail?volume_id=%s' % v).json()[
                     'snapshots']
@@ -129,6 +129,8 @@ class CinderPath(object):
                     if 'blobcr:group_hold_ms' in meta:
                         holds.append(float(meta['blobcr:group_hold_ms']))
                         acks.append(float(meta['blobcr:ack_ms']))
+                        served.append(float(meta['blobcr:served_ms']))
+                        commits.append(float(meta['blobcr:downtime_ms']))
         finally:
             for a in attachments:
                 a.detach()
@@ -136,4 +138,8 @@ class CinderPath(object):
                 'group_hold_ms': max(holds) if holds else None,
                 # Each member's checkpoint call, request to answer.
                 'member_ack_ms': sorted(acks),
+                # The agent's part of it (records, hold, COMMIT; the
+                # rest is the RPC path), and its COMMIT's part.
+                'member_served_ms': sorted(served),
+                'member_commit_ms': sorted(commits),
                 'members': len(holds)}

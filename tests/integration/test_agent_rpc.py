@@ -101,6 +101,7 @@ def test_life_cycle(store, rpc_agent, api, export_dir):
     assert cp['version'] == 2 and cp['image'] == image_id
     assert cp['quiesce'] == 'none' and cp['chunks'] == len(w2)
     assert cp['downtime_ms'] >= cp['held_ms'] > 0
+    assert cp['served_ms'] >= cp['downtime_ms']     # the COMMIT is inside
     assert api.wait_stable(host, image_id, 2, timeout=60) == 'stable'
     assert api.state(host, image_id, 2) == 'stable'
     w3 = fill(path, rng, [1, 5])
