@@ -49,8 +49,9 @@ class ServiceProcess(object):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError('%s exited: see %s'
-                                   % (self.module, self.log.name))
+                # The log's end in the error itself: a test's directory
+                # (and the log with it) may be gone when someone reads it.
+                raise RuntimeError(self.death())
             if os.path.exists(self.control) and self._mounted():
                 self.client = self.client_class(self.control)
                 return self
