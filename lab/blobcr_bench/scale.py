@@ -128,7 +128,6 @@ class Cluster(object):
         self.agents = {}
         self.hints = None
         self.cinder = None          # scale_cinder.CinderPath (--cinder)
-        self.agent_start_retries = 0
         self.api = rpc_api.AgentAPI(transport_url=url, timeout=120)
 
     @property
@@ -161,23 +160,10 @@ class Cluster(object):
             agent = agents.AgentProcess(host.workdir, self.backend, settings)
             agent.args = host.command(agent.args)
             self.agents[host.name] = agent      # stopped even if not up
-            self._start_agent(host, agent)
+            agent.start()
         for host in self.hosts:
             agent_rpc.wait_rpc(self.api, self.name(host))
         self.hints = enabled
-
-    def _start_agent(self, host, agent):
-        try:
-            agent.start()
-        except RuntimeError as e:
-            # Seen once in CI: a host's first agent exited at start, and
-            # its log went with the run's directory. Its death is logged
-            # and counted in the JSON (setup), and it gets one more try.
-            self.agent_start_retries += 1
-            self.log('the agent of %s did not start (%s); once more'
-                     % (host.name, e))
-            agent.kill()        # clears a mount it may have left
-            agent.start()
 
     def status(self, host):
         return self.api.status(self.name(host))
@@ -698,7 +684,6 @@ def run(args, log, open_repository):
     cluster = None
     runs = []
     cas_s = rate = None
-    retries = 0
     try:
         cluster = Cluster(args, repo.backend, url, args.workdir, log)
         cluster.start()
@@ -718,7 +703,6 @@ def run(args, log, open_repository):
                                     log))
     finally:
         if cluster is not None:
-            retries = cluster.agent_start_retries
             cluster.stop()
         repo.close()
         if broker is not None:
@@ -732,8 +716,7 @@ def run(args, log, open_repository):
         'cinder': args.cinder,
         'hosts_are': 'network namespaces on one bridge; Ceph and RabbitMQ '
                      'forwarded onto each host\'s loopback',
-        'machine_cores': os.cpu_count(),
-        'agent_start_retries': retries}
+        'machine_cores': os.cpu_count()}
     return derive(setup, runs, rate, cas_s, args.plot)
 
 
