@@ -211,6 +211,12 @@ def _results(procs, timeout=900):
     return out
 
 
+def _cinder_members(runs, key):
+    """Every member's ``key`` of the runs' Cinder group snapshots."""
+    return [a for r in runs if 'cinder' in r
+            for a in r['cinder'].get(key, [])]
+
+
 def _median(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
@@ -554,14 +560,11 @@ def summarize(runs, args):
                  [r['cinder']['group_hold_ms'] for r in rs
                   if 'cinder' in r]),
              'cinder_member_ack_ms': _median(
-                 [a for r in rs if 'cinder' in r
-                  for a in r['cinder']['member_ack_ms']]),
+                 _cinder_members(rs, 'member_ack_ms')),
              'cinder_member_served_ms': _median(
-                 [a for r in rs if 'cinder' in r
-                  for a in r['cinder'].get('member_served_ms', [])]),
+                 _cinder_members(rs, 'member_served_ms')),
              'cinder_member_commit_ms': _median(
-                 [a for r in rs if 'cinder' in r
-                  for a in r['cinder'].get('member_commit_ms', [])]),
+                 _cinder_members(rs, 'member_commit_ms')),
              'checkpoint_cpu_busy': _median(
                  [r['checkpoint']['load'].get('cpu_busy') for r in rs]),
              'restart': {}}
