@@ -57,6 +57,7 @@ from oslo_utils import units
 
 from blobcr_agent import exception as agent_exception
 from blobcr_agent.rpc import api as agent_api
+from blobcr_cinder import compute_hosts
 from blobcr_cinder import options
 
 LOG = logging.getLogger(__name__)
@@ -72,8 +73,10 @@ UNMANAGED = 'unmanaged'
 SUPERSEDED = (MADE_BY, 'revert', 'kept')
 # A detach first asks the host's agent its status: a live agent answers
 # in milliseconds, and a dead one must not eat the rpc_response_timeout
-# (60 s) of Cinder's attachment_delete before the host is given up.
+# (60 s) of Cinder's attachment_delete before the answer is known. One
+# that misses it and is not known down gets a second, longer try.
 ALIVE_PROBE_TIMEOUT = 10
+RETRY_PROBE_TIMEOUT = 25
 
 
 def image_name(volume):
@@ -559,10 +562,8 @@ class BlobCRDriver(driver.VolumeDriver):
             LOG.info('volume %s: no host to detach from', volume.id)
             return
         image = self._image_of(volume)
-        try:
-            status = self.api.status(host, timeout=ALIVE_PROBE_TIMEOUT)
-        except messaging.MessagingTimeout:
-            self._give_up_host(volume, host, image, kwargs.get('force'))
+        status = self._probe(volume, host, image)
+        if status is None:
             return
         attached = status['attached'].get(image)
         if attached is None:
@@ -574,60 +575,63 @@ class BlobCRDriver(driver.VolumeDriver):
                    background=True)
         self._forget_superseded(volume)
 
-    def _give_up_host(self, volume, host, image, force):
-        """The agent of ``host``, where the volume is attached, does not
-        answer. Its claim is fenced (Repository.take_over: that agent, if
-        it comes back, can publish nothing) and the volume becomes its
-        newest stable version, when that is what is being asked:
+    def _probe(self, volume, host, image):
+        """The status of ``host``'s agent before a detach from it, or
+        None once the host was given up (its claim fenced, the volume
+        its newest stable version). An agent that misses the short probe
+        is given up only on evidence that its host is down:
 
-        * Cinder's internal forced detaches (``force``);
-        * Nova's evacuate: it made an empty attachment for the same
-          instance (to connect on the new host) before deleting this
-          one, which it does only once the compute service is down;
-        * an operator already fenced it (``blobcr-manage take-over``):
-          the image's epoch moved past the one this attachment wrote
-          under, and the detach has nothing left to do.
+        * an operator fenced it already (``blobcr-manage take-over``:
+          the image's epoch moved past the attachment's);
+        * Nova reports that host's compute service down or forced down
+          (compute_hosts: what Nova's evacuate itself waits for).
 
-        Anything else (a plain detach, an admin's os-force_detach) could
-        be an agent that is slow, not lost: refused, with what to do.
+        Otherwise it may be slow, not lost (an agent restart, a broker
+        failover, Nova's resize or shelve on a live host make the same
+        calls as an evacuation): it gets RETRY_PROBE_TIMEOUT more to
+        answer (the whole detach must fit in Cinder's RPC timeout, 60 s
+        by default), then the detach fails with what to do, and nothing
+        is lost. A ``force`` detach follows the same rule.
         """
-        if not force and not self._evacuating(volume, host):
-            epoch = self.api.list_versions(self.storage_host,
-                                           image).get('epoch', 0)
-            if epoch > self._attached_epoch(volume, host):
-                LOG.warning('volume %s: host %s was fenced (image %s epoch '
-                            '%d); detached without it', volume.id, host,
-                            image, epoch)
-                return
+        try:
+            return self.api.status(host, timeout=ALIVE_PROBE_TIMEOUT)
+        except messaging.MessagingTimeout:
+            pass
+        epoch = self.api.list_versions(self.storage_host,
+                                       image).get('epoch', 0)
+        if epoch > self._attached_epoch(volume, host):
+            LOG.warning('volume %s: host %s was fenced (image %s epoch %d); '
+                        'detached without it', volume.id, host, image, epoch)
+            return None
+        down = compute_hosts.nova_says_down(host)
+        if down:
+            self._give_up_host(volume, host, image, down)
+            return None
+        try:
+            return self.api.status(host, timeout=RETRY_PROBE_TIMEOUT)
+        except messaging.MessagingTimeout:
             raise exception.VolumeBackendAPIException(
-                data=_('the BlobCR agent of host %(host)s does not answer: '
-                       'volume %(volume)s stays attached there. If the host '
-                       'is lost, evacuate its servers, or run "blobcr-manage '
-                       'take-over %(image)s" and detach again (the writes '
-                       'since its last stable version are lost)')
+                data=_('the BlobCR agent of host %(host)s does not answer '
+                       'and Nova does not report that host down: volume '
+                       '%(volume)s stays attached there, nothing was lost; '
+                       'try again once the agent answers. If the host is '
+                       'lost, have Nova report it down (openstack compute '
+                       'service set --down) or run "blobcr-manage '
+                       'take-over %(image)s", then detach again (the '
+                       'writes since its last stable version are lost)')
                 % {'host': host, 'volume': volume.id, 'image': image})
-        taken = self._call(self.storage_host, 'take_over', image,
-                           'detach from %s, whose agent does not answer'
-                           % host)
-        LOG.warning('volume %s: host %s given up; the volume is version %s '
-                    'of image %s (epoch %d)', volume.id, host,
-                    taken['version'], image, taken['epoch'])
 
-    @staticmethod
-    def _evacuating(volume, host):
-        """True when Nova evacuates the instance attached on ``host``:
-        that instance also has a reserved attachment, not connected yet
-        (live migration's pending attachment has the destination's
-        connector instead). Read from the database, like
-        _migrating_instance.
+    def _give_up_host(self, volume, host, image, why):
+        """Fence ``host``'s claim on the volume (Repository.take_over:
+        its agent, if it comes back, can publish nothing): the volume
+        becomes its newest stable version.
         """
-        attachments = objects.VolumeAttachmentList.get_all_by_volume_id(
-            cinder_context.get_admin_context(), volume.id)
-        there = {a.instance_uuid for a in attachments
-                 if a.attached_host == host and a.instance_uuid}
-        return any(a.instance_uuid in there and
-                   a.attach_status == 'reserved' and not a.connector
-                   for a in attachments)
+        taken = self._call(self.storage_host, 'take_over', image,
+                           'detach from %s: %s, and its agent does not '
+                           'answer' % (host, why))
+        LOG.warning('volume %s: host %s given up (%s); the volume is '
+                    'version %s of image %s (epoch %d)', volume.id, host,
+                    why, taken['version'], image, taken['epoch'])
 
     @staticmethod
     def _attached_epoch(volume, host):

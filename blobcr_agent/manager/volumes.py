@@ -23,13 +23,15 @@ returns while its final checkpoint still persists (its pins say
 "detaching"), so every operation on a detached image settles first
 (waits for that, bounded); one attached elsewhere is in that host's
 mirror, so snapshot, revert and import refuse it; deleting a snapshot
-never loses the image's content (the head is copied first).
+never loses the image's content (a head obsoleted gets a copy in the
+same header update).
 """
 
 import os
 import time
 
 from blobcr_agent import exception
+from blobcr_agent.repository import gc
 from blobcr_agent.repository import image as image_mod
 from blobcr_agent.repository import treeview
 
@@ -40,24 +42,23 @@ class Volumes(object):
     """
 
     def settle(self, image):
-        """The image's header once no host is detaching it (its final
-        versions persisting in the background, mirror/service.py); Busy
-        after ``settle_timeout`` seconds.
+        """The image's header once nothing persists it in the
+        background: no host detaching it (its final versions persisting,
+        mirror/service.py) and, detached, no version pending (a persist
+        an agent resumed after its restart, a copy being made); Busy
+        after ``settle_timeout`` seconds. The versions an attached
+        image's mirror has in flight are not waited for.
         """
         deadline = time.monotonic() + self.settle_timeout
         while True:
             header = self.repo.image(image)
-            hosts = sorted({p.get('host') for v in header.versions
-                            for p in v.pins if p.get('detaching')})
-            if not hosts:
+            busy = _background_writes(header, self.mirror.attached,
+                                      self.repo.pending_timeout)
+            if not busy:
                 return header
             if time.monotonic() >= deadline:
-                raise exception.Busy(
-                    'image %s is being detached on %s: its last versions '
-                    'are still being persisted there; try again (if that '
-                    'host is gone for good, release its pins with '
-                    '"blobcr-manage release-pins")'
-                    % (header.id, ', '.join(hosts)))
+                raise exception.Busy('image %s %s; try again'
+                                     % (header.id, busy))
             time.sleep(0.1)
 
     def clone(self, image, version=None, name=None):
@@ -154,18 +155,14 @@ class Volumes(object):
 
     def delete_snapshot(self, image, version):
         """Obsolete ``version`` without losing the image's content: if it
-        is the newest version (the content of the image detached, or the
-        base its mirror builds on), a copy of it takes its place first.
-        Clones and other versions keep what they share with it.
+        is the head (the content of the image detached, or the base its
+        mirror builds on) when it is obsoleted, a copy of it takes its
+        place in the same header update (Repository.obsolete). Clones
+        and other versions keep what they share with it.
         """
         header = self.settle(image)
         v = header.version(version)
-        # The copy turns stable now, so it is the head until a version
-        # that turns stable later (a checkpoint in flight or registered
-        # ahead, whatever its number) holds newer content.
-        if header.head() is v:
-            self.repo.commit_copy(header.id, v.number, made_by='kept')
-        self.repo.obsolete(header.id, [v.number])
+        self.repo.obsolete(header.id, [v.number], keep_head=True)
         self.collector.kick()
         return self.list_versions(header.id)
 
@@ -219,6 +216,30 @@ class Volumes(object):
                                   overwrite=overwrite)
         return {'image': header.id, 'version': number, 'path': path,
                 'size': header.size}
+
+
+def _background_writes(header, attached_here, pending_timeout):
+    """What ``header``'s image waits for before it is settled, said for
+    an error (None: nothing).
+    """
+    hosts = sorted({p.get('host') for v in header.versions
+                    for p in v.pins if p.get('detaching')})
+    if hosts:
+        return ('is being detached on %s: its last versions are still '
+                'being persisted there (if that host is gone for good, '
+                'release its pins with "blobcr-manage release-pins")'
+                % ', '.join(hosts))
+    if header.id in attached_here or any(v.pins for v in header.versions):
+        return None
+    now = time.time()
+    pending = [v.number for v in header.versions
+               if v.state == image_mod.PENDING and
+               not gc.abandoned(v, now, pending_timeout)]
+    if pending:
+        return ('is detached but versions %s are still being persisted '
+                '(an agent resuming them after a restart, or a copy being '
+                'made)' % pending)
+    return None
 
 
 def _max_exposure(images):

@@ -37,6 +37,8 @@ registers afresh. It is also
   ``pending_timeout``; its heartbeat is renewed once it is older than
   REFRESH of that, and a checkpoint never takes one older than USE
   (it may have been marked failed);
+* not used once another process marked it failed (GC, a take-over):
+  ``take`` reads its header entry again;
 * aborted at close (detach, agent stop);
 * recorded in the cache's metadata (``reserved``) while unused, so that
   recovery after a crash fails it at once (recovery.py) instead of
@@ -47,6 +49,8 @@ registers afresh. It is also
 import logging
 import threading
 import time
+
+from blobcr_agent.repository import image as repo_image
 
 LOG = logging.getLogger(__name__)
 
@@ -124,6 +128,25 @@ class Reserver(object):
             return r.after == last
         return r.parent == last
 
+    def _unusable(self, r, after, last):
+        """Why ``r`` cannot be the next checkpoint's version (None: it
+        can). Its header entry is read again (one read, in the ack):
+        another process (GC, a take-over) may have failed it, and a
+        checkpoint acknowledged on a failed version never exists.
+        """
+        if not self._valid(r, after, last):
+            return 'no longer the successor'
+        if not self._young(r, USE):
+            return 'too old'
+        try:
+            state = self.image.repo.image(self.image.id).version(
+                r.version).state
+        except Exception as e:
+            return 'its header entry is unreadable: %s' % e
+        if state != repo_image.PENDING:
+            return 'marked %s by another process' % state
+        return None
+
     def _young(self, r, fraction):
         timeout = self.image.repo.pending_timeout
         return time.monotonic() - r.confirmed < timeout * fraction
@@ -164,13 +187,12 @@ class Reserver(object):
             r, self._slot = self._slot, None
             if r is None:
                 return None
-            if self._valid(r, after, last) and self._young(r, USE):
+            why = self._unusable(r, after, last)
+            if why is None:
                 self.used += 1
                 return r
             LOG.info('reserved version %d of %s not used (%s): registering '
-                     'afresh', r.version, self.image.id,
-                     'too old' if self._valid(r, after, last)
-                     else 'no longer the successor')
+                     'afresh', r.version, self.image.id, why)
             self._stale.append(r.commit)
             self._cond.notify_all()
             return None

@@ -94,7 +94,8 @@ class Report(object):
         return dataclasses.asdict(self)
 
 
-def _abandoned(version, now, pending_timeout):
+def abandoned(version, now, pending_timeout):
+    """Why pending ``version`` will never turn stable (None: it may)."""
     if identity.owner_is_gone(version.owner):
         return 'its writer %s is gone' % version.owner
     if now - version.heartbeat > pending_timeout:
@@ -114,7 +115,7 @@ def fail_abandoned(repo, pending_timeout, report, headers=None):
         for v in header.versions:
             if v.state != image_mod.PENDING:
                 continue
-            why = _abandoned(v, now, pending_timeout)
+            why = abandoned(v, now, pending_timeout)
             if not why:
                 continue
             try:

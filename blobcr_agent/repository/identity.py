@@ -15,12 +15,19 @@
 """Who wrote a record, and where: process identities, boot ids, pin
 records.
 
-A process identity (``host:pid:start-time``) names a writer (a pending
-version's owner) so that another process of the same host can tell it
-is gone, even after its PID was reused; a pin record names a reader (a
-mirror's cache directory) on one host, in one boot, in one view of the
-file system, so that only a process that sees the same files judges
-whether its holder is gone.
+A process identity (``host:pid:start-time:boot:pid-namespace``) names
+a writer (a pending version's owner) so that another process can tell
+it is gone, and judges only what it can see: a process of the same
+host, in the same boot and the same PID namespace (a PID means another
+process in another namespace: OpenStack services in containers share
+the host's name). Same host, another boot: the writer's kernel is gone,
+whatever its PID now names (host names are unique per machine in a
+cloud: Nova and Cinder key their services by them). Identities of the
+older form (``host:pid:start-time``) say no namespace: never judged.
+
+A pin record names a reader (a mirror's cache directory) on one host,
+in one boot, in one view of the file system, so that only a process that
+sees the same files judges whether its holder is gone.
 """
 
 import os
@@ -31,9 +38,21 @@ from blobcr_agent import exception
 
 
 def process_identity(pid=None):
-    """``host:pid:start-time``, unique even when PIDs are reused."""
+    """``host:pid:start-time:boot:pid-namespace``: unique even when PIDs
+    are reused, across reboots and PID namespaces.
+    """
     pid = pid or os.getpid()
-    return '%s:%d:%s' % (socket.gethostname(), pid, _start_time(pid))
+    return '%s:%d:%s:%s:%s' % (socket.gethostname(), pid, _start_time(pid),
+                               boot_id() or '?', pid_namespace() or '?')
+
+
+def pid_namespace():
+    """The inode of this process's PID namespace, or None if unknown."""
+    try:
+        link = os.readlink('/proc/self/ns/pid')     # pid:[4026531836]
+    except OSError:
+        return None
+    return link.partition('[')[2].rstrip(']') or None
 
 
 def _start_time(pid):
@@ -82,12 +101,23 @@ def same_pin(pin, host, holder):
 
 
 def owner_is_gone(owner):
-    """True if ``owner`` was a process of this host that no longer runs."""
-    try:
-        host, pid, started = owner.rsplit(':', 2)
-        pid = int(pid)
-    except ValueError:
+    """True only if ``owner`` is surely a process that no longer runs:
+    one of this host in an earlier boot, or one of this boot and PID
+    namespace whose PID no longer names it. Anything this process
+    cannot see (another host, another PID namespace, an unknown boot or
+    namespace, the older form) is not judged: False.
+    """
+    fields = owner.split(':')
+    if len(fields) != 5:
         return False
-    if host != socket.gethostname():
+    host, pid, started, boot, ns = fields
+    if host != socket.gethostname() or not pid.isdigit():
         return False
-    return _start_time(pid) != started
+    here = boot_id()
+    if '?' in (boot, here or '?'):
+        return False
+    if boot != here:
+        return True
+    if ns == '?' or ns != pid_namespace():
+        return False
+    return _start_time(int(pid)) != started

@@ -206,23 +206,34 @@ class Lifecycle(object):
         LOG.info('cloned %s@%d as %s', source.id, number, clone_id)
         return header
 
-    def obsolete(self, ref, numbers):
+    def obsolete(self, ref, numbers, keep_head=False):
         """Mark versions obsolete; GC then frees what nothing else uses.
 
         A pinned version is obsolete at once too, but GC keeps its
         objects until its last pin is released (its reader, a mirror,
         detaches). Returns the numbers of those pinned versions.
+
+        With ``keep_head``, a version that is the head (the image's
+        content) when the header is swapped gets a copy in its place in
+        that same compare-and-set (a new stable version sharing its
+        tree, made by "kept"). Deciding from an earlier read loses
+        writes: a checkpoint in flight can turn stable in between, and a
+        copy that turns stable after it would then be the head with the
+        older content (issue 32).
         """
         image_id = self.image(ref).id
 
         def mutate(header):
             pinned = []
+            head = header.head() if keep_head else None
             for number in numbers:
                 v = header.version(number)
                 if v.state == image_mod.PENDING:
                     raise exception.InvalidInput(
                         'version %d of %s is still being written'
                         % (number, image_id))
+                if v is head:
+                    _append_copy(header, v, 'kept')
                 v.state = image_mod.OBSOLETE
                 if v.pins:
                     pinned.append(v.number)
@@ -232,6 +243,18 @@ class Lifecycle(object):
             LOG.info('versions %s of %s are obsolete; pinned, they are '
                      'freed once released', pinned, image_id)
         return pinned
+
+
+def _append_copy(header, v, made_by):
+    """A stable version equal to ``v`` that is the new head: it shares
+    v's tree (nothing to write, so it needs no pending phase) and takes
+    the next ``seq``.
+    """
+    now = time.time()
+    header.versions.append(image_mod.Version(
+        number=header.next_number(), state=image_mod.STABLE,
+        parent=v.number, created=now, root=v.root, stable_at=now,
+        seq=header.next_seq(), made_by=made_by))
 
 
 class _Retry(Exception):

@@ -20,6 +20,7 @@ import atexit
 import configparser
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,8 +40,14 @@ class ServiceProcess(object):
     module = None
     client_class = control.Client
 
-    def __init__(self, workdir, args):
+    def __init__(self, workdir, args, pid_namespace=False):
         self.workdir = workdir
+        # In a PID namespace of its own, with its own /proc and mount
+        # namespace (``unshare --pid --fork --mount-proc``), as services
+        # in containers run: it is PID 1 there, and its FUSE mounts are
+        # seen from here through /proc/PID/root (path()). --kill-child:
+        # it dies with unshare.
+        self.pid_namespace = pid_namespace
         self.mount = os.path.join(self.workdir, 'mnt')
         self.control = os.path.join(self.workdir, 'control.sock')
         if len(self.control.encode()) > SOCKET_PATH_MAX:
@@ -52,6 +59,9 @@ class ServiceProcess(object):
             self.control = os.path.join(short, 'control.sock')
         self.log = open(os.path.join(self.workdir, 'service.log'), 'ab')
         self.args = [sys.executable, '-m', self.module] + list(args)
+        if pid_namespace:
+            self.args = ['unshare', '--pid', '--fork', '--mount-proc',
+                         '--kill-child'] + self.args
         self.proc = None
         self.client = None
 
@@ -73,9 +83,45 @@ class ServiceProcess(object):
         raise RuntimeError('%s did not come up: see %s'
                            % (self.module, self.log.name))
 
+    @property
+    def pid(self):
+        """The service's PID here (in a PID namespace: unshare's child),
+        None if it is not running.
+        """
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        if not self.pid_namespace:
+            return self.proc.pid
+        try:
+            with open('/proc/%d/task/%d/children'
+                      % (self.proc.pid, self.proc.pid)) as f:
+                children = f.read().split()
+        except OSError:
+            return None
+        return int(children[0]) if children else None
+
+    def path(self, path):
+        """``path`` as this process sees it (its mounts), from here."""
+        if not self.pid_namespace:
+            return path
+        pid = self.pid
+        if pid is None:
+            raise RuntimeError('%s is not running' % self.module)
+        return '/proc/%d/root%s' % (pid, os.path.abspath(path))
+
+    def send_signal(self, signum):
+        """Send ``signum`` to the service itself (not to unshare)."""
+        pid = self.pid
+        if pid is not None:
+            os.kill(pid, signum)
+
     def _mounted(self):
-        return os.path.ismount(self.mount) or os.path.ismount(
-            os.path.join(self.mount, 'versions'))
+        try:
+            mount = self.path(self.mount)
+        except RuntimeError:
+            return False
+        return os.path.ismount(mount) or os.path.ismount(
+            os.path.join(mount, 'versions'))
 
     def _unmount(self):
         for path in (os.path.join(self.mount, 'images'),
@@ -104,6 +150,7 @@ class ServiceProcess(object):
     def kill(self):
         """SIGKILL, then clear the dead mount as an operator would."""
         self._close_client()
+        self.send_signal(signal.SIGKILL)
         self.proc.kill()
         self.proc.wait()
         self._unmount()
@@ -117,13 +164,17 @@ class ServiceProcess(object):
         if self.proc is None or self.proc.poll() is not None:
             return False
         self._close_client()
-        self.proc.terminate()
+        if self.pid_namespace:
+            self.send_signal(signal.SIGTERM)
+        else:
+            self.proc.terminate()
         return True
 
     def _reap(self, deadline):
         try:
             self.proc.wait(timeout=max(0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
+            self.send_signal(signal.SIGKILL)
             self.proc.kill()
             self.proc.wait()
         self._unmount()
@@ -166,8 +217,8 @@ class AgentProcess(ServiceProcess):
 
     module = 'blobcr_agent.cmd.agent'
 
-    def __init__(self, workdir, backend, settings=None):
-        super().__init__(workdir, [])
+    def __init__(self, workdir, backend, settings=None, pid_namespace=False):
+        super().__init__(workdir, [], pid_namespace)
         self.state_path = os.path.join(self.workdir, 'state')
         conf = store_conf(backend)
         conf.setdefault('agent', {}).update(

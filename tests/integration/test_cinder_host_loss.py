@@ -20,8 +20,13 @@ down. Then, with the same Cinder calls that real clients make:
 * Nova's evacuate (nova/compute/manager.py, rebuild on another host
   with new-style attachments): an empty attachment for the same
   instance, the old attachment deleted, the new one updated with the
-  destination's connector and completed. The driver sees the evacuate
-  and fences the dead host's claim by itself.
+  destination's connector and completed. The driver gives a host up
+  only on evidence that it is down (issue 32: a resize makes the same
+  calls on a live host): Nova reporting its compute service down, or an
+  operator's take-over. No Nova runs in this stack, so the delete of
+  the old attachment is refused (nothing is lost; Nova's walk in
+  tests/cinder_model_overlap.py has Nova report hosts down), and goes
+  through once the operator took the volume over.
 * An operator's detach of the other volume: refused at first (a host
   whose agent does not answer may only be slow); after
   ``blobcr-manage take-over`` (the operator says the host is lost), the
@@ -68,14 +73,22 @@ def connector(host):
             'multipath': False, 'mountpoint': '/dev/vdb', 'initiator': None}
 
 
-def evacuate(stack, attachment, host):
-    """What Nova's rebuild on ``host`` does with a volume of the
-    evacuated instance; the new attachment's device path.
+def reserve(stack, attachment):
+    """Nova's first call for a volume of an instance it evacuates (or
+    resizes, shelves): an attachment without a connector.
+    """
+    return as_nova(stack).post('/attachments', microversion=MV, json={
+        'attachment': {'volume_uuid': attachment.volume_id,
+                       'instance_uuid': attachment.instance}}
+    ).json()['attachment']
+
+
+def evacuate(stack, attachment, made, host):
+    """The rest of what Nova's rebuild on ``host`` does with a volume of
+    the evacuated instance (``made``: reserve()'s); the new attachment's
+    device path.
     """
     api = as_nova(stack)
-    made = api.post('/attachments', microversion=MV, json={'attachment': {
-        'volume_uuid': attachment.volume_id,
-        'instance_uuid': attachment.instance}}).json()['attachment']
     api.delete('/attachments/%s' % attachment.id, microversion=MV)
     updated = api.put('/attachments/%s' % made['id'], microversion=MV,
                       json={'attachment': {'connector': connector(host)}}
@@ -107,8 +120,19 @@ def test_lost_host_evacuate_and_force_detach(small, agent_api):  # noqa
     agent = hosts.agents['compute-a']
     agent.kill()
     try:
-        # Nova's evacuate: the driver fences the lost host by itself.
-        new_id, path = evacuate(stack, attached['evac'], new_host)
+        # Nova's evacuate, with no evidence that the host is down: the
+        # old attachment stays (the agent might only be slow).
+        made = reserve(stack, attached['evac'])
+        with pytest.raises(ks_exceptions.HttpError):
+            as_nova(stack).delete('/attachments/%s' % attached['evac'].id,
+                                  microversion=MV)
+        assert 'Nova does not report that host down' in \
+            stack.log('cinder-volume', 400)
+        # The operator says the host is lost: the evacuate goes through.
+        status, out, err = manage(hosts.agents['storage'], 'take-over',
+                                  images['evac'])
+        assert status == 0, err
+        new_id, path = evacuate(stack, attached['evac'], made, new_host)
         stack.wait_status('volume', volumes['evac'], 'in-use')
         assert read(path, 0, MiB) == kept['evac']
         assert read(path, MiB, MiB) in (after['evac'], bytes(MiB))
