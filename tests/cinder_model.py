@@ -53,6 +53,8 @@ import time
 import types
 import uuid
 
+from tests import cinder_model_overlap
+
 GiB = 1 << 30
 CHUNK = 64 * 1024
 # Every write falls in the first REGION bytes of a volume: the walk
@@ -77,21 +79,28 @@ class Volume(object):
         self.volume_attachment = []
         self.project_id = 'model'
         self.host = None            # the compute host it is attached on
-        self.path = None            # its mirror file there
+        self.device_path = None     # its mirror file there, as Nova sees it
+        self.path = None            # the same file, from the walk
         self.content = bytearray(content)
 
-    def attach_record(self, host, instance=None):
+    def attach_record(self, host, instance, info):
+        """Cinder's attachment record once ``info`` (the connection
+        info) was handed out: the attachments of the same instance
+        still reserved (Nova's moves) become this one.
+        """
         self.host = host
+        self.device_path = info['data']['device_path']
         self.volume_attachment = [types.SimpleNamespace(
             attach_status='attached', attached_host=host,
-            instance_uuid=instance or str(uuid.uuid4()))]
+            instance_uuid=instance or str(uuid.uuid4()),
+            connection_info=info)]
 
     @property
     def instance(self):
         return self.volume_attachment[0].instance_uuid
 
     def detach_record(self):
-        self.host = self.path = None
+        self.host = self.path = self.device_path = None
         self.volume_attachment = []
 
 
@@ -109,7 +118,7 @@ class Snapshot(object):
         self.content = bytes(volume.content)
 
 
-class Walk(object):
+class Walk(cinder_model_overlap.Overlaps):
     """One seeded walk. ``world`` has: ``driver`` (set up, its ``api``
     on the broker), ``api`` (an AgentAPI), ``storage`` (the storage
     agent's host), ``compute`` ({host: AgentProcess}), ``restart(host)``
@@ -131,6 +140,7 @@ class Walk(object):
         self.steps = 0
         self.counts = {}
         self.history = []
+        self.overlaps = []          # the Logs of steps with overlaps
 
     # -- Cinder's records, as the driver reads them --------------------
 
@@ -195,7 +205,10 @@ class Walk(object):
         if attached:
             ops.update(write=10, read=2, flush=1, detach=3,
                        guest_checkpoint=2, kill_agent=1, kill_in_persist=1,
-                       migrate=1)
+                       migrate=1, overlap_snapshot=3, overlap_detach=2,
+                       nova_move=2, evacuate=1)
+            if len(self.volumes) < self.MAX_VOLUMES:
+                ops['overlap_clone'] = 1
         if self.volumes:
             ops.update(snapshot=3, clone=2)
         if self.snapshots:
@@ -223,8 +236,8 @@ class Walk(object):
         volume = self._pick([v for v in self.volumes if not v.host])
         host = self._pick(sorted(self.world.compute))
         info = self.driver.initialize_connection(volume, {'host': host})
-        volume.attach_record(host)
-        volume.path = info['data']['device_path']
+        volume.attach_record(host, None, info)
+        volume.path = self.world.path(host, volume.device_path)
         if self.rng.random() < 0.5:
             self._check_file(volume)
 
@@ -239,9 +252,9 @@ class Walk(object):
         else:
             self._write_spans(volume)
 
-    def _write_spans(self, volume):
+    def _write_spans(self, volume, spans=None):
         with open(volume.path, 'r+b', buffering=0) as f:
-            for _ in range(self.rng.randint(1, 4)):
+            for _ in range(spans or self.rng.randint(1, 4)):
                 length = self.rng.choice(
                     [1, 511, BLOCK, CHUNK - 7, CHUNK, CHUNK + 4097,
                      3 * CHUNK])
@@ -353,10 +366,14 @@ class Walk(object):
             hosts = [self.world.storage]
         self._restart(self._pick(hosts))
 
-    def _restart(self, host):
+    def _restart(self, host, skip=None):
+        """SIGKILL and start ``host``'s agent; the volumes attached there
+        (but ``skip``) read as before.
+        """
         self.world.restart(host)
         for volume in self.volumes:
-            if volume.host == host:
+            if volume.host == host and volume is not skip:
+                volume.path = self.world.path(host, volume.device_path)
                 self._check_file(volume)
 
     def op_migrate(self):
@@ -376,8 +393,8 @@ class Walk(object):
         if self.rng.random() < 0.7:
             self._write_spans(volume)           # still on the source
         on_source = list(volume.volume_attachment)
-        volume.attach_record(dest, volume.instance)
-        volume.path = info['data']['device_path']
+        volume.attach_record(dest, volume.instance, info)
+        volume.path = self.world.path(dest, volume.device_path)
         self._check_file(volume)
         gone = types.SimpleNamespace(
             id=volume.id, provider_id=volume.provider_id,
@@ -473,19 +490,20 @@ class Walk(object):
                              'but is not zero' % volume.provider_id)
 
     def _settled(self, image, timeout=60):
-        """The image's header once no agent is detaching it. A detach
-        returns while its final version persists (agent API 1.7); every
-        operation on the volume waits for that first (the agent's
-        Volumes.settle), and so does this check.
+        """The image's header once nothing persists it in the background
+        (the agent's Volumes.settle): no agent detaching it, and no
+        version of it pending while no host holds it.
         """
         deadline = time.monotonic() + timeout
         while True:
             header = self.world.repo.image(image)
+            pinned = any(v.pins for v in header.versions)
+            pending = any(v.state == 'pending' for v in header.versions)
             if not any(p.get('detaching') for v in header.versions
-                       for p in v.pins):
+                       for p in v.pins) and (pinned or not pending):
                 return header
             if time.monotonic() > deadline:
-                raise ModelError('image %s is still being detached after '
+                raise ModelError('image %s is still being persisted after '
                                  '%d s' % (image, timeout))
             time.sleep(0.05)
 
@@ -499,6 +517,12 @@ class Walk(object):
                             volume.content)
 
     def _check_version(self, ref, content):
+        _same(self._read_version(ref), content, 'version %s' % ref)
+
+    def _read_version(self, ref):
+        """The first REGION bytes of stable version ``ref``; nothing may
+        be stored beyond them (nothing was ever written there).
+        """
         image, number = ref.rsplit('@', 1)
         repo = self.world.repo
         header = repo.image(image)
@@ -511,10 +535,10 @@ class Walk(object):
                 beyond.append(index)
             else:
                 got[at:at + len(data)] = data
-        _same(bytes(got), content, 'version %s' % ref)
         if beyond:
             raise ModelError('version %s stores chunks %s, outside what was '
                              'ever written' % (ref, beyond[:5]))
+        return bytes(got)
 
 
 def _same(got, expected, what):

@@ -19,6 +19,7 @@ RPC on the given RabbitMQ) and the Cinder driver in this process.
     python -m tests.cinder_model_run --transport-url URL --workdir DIR
         [--seed S] [--seeds N] [--steps N] [--hours H]
         [--ceph-conf FILE]      # the micro Ceph cluster, else local
+        [--pid-namespaces ROLES] [--protect-interval S]
 
 Prints a line per walk (its seed and the command that replays it), then
 ``model walks: ...`` and ``MODEL-SUMMARY {json}``; exits 1 at the first
@@ -29,7 +30,9 @@ import argparse
 import json
 import os
 import random
+import signal
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -69,6 +72,10 @@ def _driver(group, storage, url):
     driver = driver_mod.BlobCRDriver(configuration=conf,
                                      host='model@%s' % group)
     driver.api = rpc_api.AgentAPI(transport_url=url, timeout=60)
+    # Probes shorter than cinder-volume's (10 s, then 25 s): the walk
+    # pauses agents for longer than both, many times.
+    driver_mod.ALIVE_PROBE_TIMEOUT = 1
+    driver_mod.RETRY_PROBE_TIMEOUT = 2
     return driver
 
 
@@ -82,6 +89,13 @@ class World(object):
         self.api = rpc_api.AgentAPI(transport_url=self.url, timeout=60)
         self.agents = {}
         self.names = {}
+        # In PID namespaces of their own (as in containers), where asked:
+        # their GC and take-overs judge writers they cannot see.
+        self.namespaced = set(args.pid_namespaces.split(',')) - {''}
+        self.protect_interval = args.protect_interval
+        # The hosts whose compute service Nova reports down (the walk's
+        # answer to os-services: no Nova runs here).
+        self.nova_down = set()
         self.storage = self._start('storage')
         self.compute = {self._start(role): None for role in COMPUTE}
         self.repo = repository.Repository(self.backend,
@@ -99,8 +113,10 @@ class World(object):
             self.url, host, libvirt_uri='test:///default',
             handoff_timeout='60')
         settings['repository'] = {'chunk_size': str(cinder_model.CHUNK)}
-        self.agents[host] = agents.AgentProcess(workdir, self.backend,
-                                                settings).start()
+        settings['agent']['protect_interval'] = str(self.protect_interval)
+        self.agents[host] = agents.AgentProcess(
+            workdir, self.backend, settings,
+            pid_namespace=role in self.namespaced).start()
         agent_rpc.wait_rpc(self.api, host)
         return host
 
@@ -108,6 +124,26 @@ class World(object):
         """SIGKILL an agent and start it again."""
         self.agents[host].kill()
         self._start(next(r for r, h in self.names.items() if h == host))
+
+    def path(self, host, path):
+        """A file of ``host``'s mirror as the walk opens it."""
+        return self.agents[host].path(path)
+
+    def send(self, host, signum):
+        self.agents[host].send_signal(signum)
+
+    def pause(self, host, seconds):
+        """SIGSTOP ``host``'s agent, and SIGCONT after ``seconds`` (None:
+        left to the caller); an Event set once it runs again.
+        """
+        resumed = threading.Event()
+        self.send(host, signal.SIGSTOP)
+        if seconds is not None:
+            def resume():
+                self.send(host, signal.SIGCONT)
+                resumed.set()
+            threading.Timer(seconds, resume).start()
+        return resumed
 
     def close(self):
         self.driver.api.cleanup()
@@ -138,9 +174,13 @@ def clean_up(walk):
 def run(args, world):
     current = {}
     cinder_model.answer_records(lambda: current['walk'])
+    from blobcr_cinder import compute_hosts
+    compute_hosts.nova_says_down = lambda host: (
+        'the walk reports %s down' % host if host in world.nova_down
+        else None)
     deadline = time.monotonic() + args.hours * 3600
     counts, steps, seed = {}, 0, args.seed
-    walks = 0
+    walks = histories = overlapped = 0
     while walks < args.seeds or time.monotonic() < deadline:
         print('model walk: seed %d, %d steps (replay: BLOBCR_MODEL_SEED=%d '
               'BLOBCR_MODEL_SEEDS=1 BLOBCR_MODEL_STEPS=%d)'
@@ -157,13 +197,17 @@ def run(args, world):
         for name, n in walk.counts.items():
             counts[name] = counts.get(name, 0) + n
         steps += walk.steps
+        histories += len(walk.overlaps)
+        overlapped += sum(log.overlapping() for log in walk.overlaps)
         walks += 1
         seed += 1
-    print('model walks: %d seeds from %d, %d steps: %s'
-          % (walks, args.seed, steps,
+    print('model walks: %d seeds from %d, %d steps, %d histories checked '
+          '(%d pairs of requests in flight together): %s'
+          % (walks, args.seed, steps, histories, overlapped,
              ', '.join('%s %d' % kv for kv in sorted(counts.items()))))
     print('MODEL-SUMMARY %s' % json.dumps(
         {'seeds': walks, 'first': args.seed, 'steps': steps,
+         'histories': histories, 'overlapped': overlapped,
          'counts': counts}), flush=True)
 
 
@@ -177,6 +221,11 @@ def main(argv=None):
     parser.add_argument('--steps', type=int, default=120)
     parser.add_argument('--hours', type=float, default=0)
     parser.add_argument('--ceph-conf')
+    parser.add_argument('--pid-namespaces', default='storage,compute-b',
+                        help='agents (by role) in PID namespaces of their '
+                             'own; empty: none')
+    parser.add_argument('--protect-interval', type=int, default=3,
+                        help='[agent] protect_interval of the agents (s)')
     args = parser.parse_args(argv)
     world = World(args)
     try:

@@ -107,6 +107,12 @@ class Log(object):
         """(inv, comp) of ``entry`` on the monotonic clock."""
         return self.start + entry['inv'], self.start + entry['comp']
 
+    def overlapping(self):
+        """How many pairs of requests were in flight together."""
+        done = [e for e in self.entries if 'comp' in e]
+        return sum(1 for i, a in enumerate(done) for b in done[i + 1:]
+                   if a['inv'] < b['comp'] and b['inv'] < a['comp'])
+
     def describe(self):
         return '; '.join(
             '%s %s [%.3f, %s]%s' % (

@@ -184,6 +184,11 @@ class AttachedImage(object):
         self.last_error = None
         self._save_meta()
         recovery.recover(self)
+        # Who registers this cache's versions from now on: the next start
+        # fails what it registered and never recorded (recovery.py).
+        with self._meta_lock:
+            self.meta['owner'] = repo.owner
+            self._save_meta()
         self.readahead = readahead_mod.ReadAhead(self,
                                                  maximum=readahead_chunks)
         self._prefetcher = prefetch_mod.start(self) \

@@ -81,6 +81,7 @@ def release_forgotten_pins(image):
 
 def _recover_in_flight(image):
     versions = persister_mod.in_flight(image.meta)
+    _fail_orphans(image, versions)
     _fail_reserved(image, versions)
     if not versions:
         return
@@ -143,6 +144,34 @@ def _recover_in_flight(image):
     LOG.warning('resuming the persist of version %d of %s (%d chunks '
                 'done, %d to go)', number, image.id, len(done), count)
     image.persister.submit(pending, journal_mode='a')
+
+
+def _fail_orphans(image, in_flight):
+    """Pending versions the earlier agent on this cache (``owner`` in
+    its metadata) registered and never recorded: a SIGKILL between the
+    registration and the metadata write naming it (a version reserved
+    ahead, a checkpoint before its record). This agent is that one's
+    successor on the same cache, so it knows it is gone, in whatever
+    PID namespace each ran; GC, in another, cannot tell (identity.py).
+    """
+    before = image.meta.get('owner')
+    if not before or before == image.repo.owner:
+        return
+    known = set(in_flight) | {image.meta.get('reserved')}
+    try:
+        header = image.repo.image(image.id)
+    except exception.BlobCRError as e:
+        LOG.warning('orphaned versions of %s not checked: %s', image.id, e)
+        return
+    for v in header.versions:
+        if v.state == image_mod.PENDING and v.owner == before and \
+                v.number not in known:
+            mark_failed_quietly(image.repo, image.id, v.number,
+                                'registered by an agent that stopped before '
+                                'recording it (%s)' % before)
+            LOG.warning('version %d of %s, registered by the agent before '
+                        'this one and never recorded, is failed',
+                        v.number, image.id)
 
 
 def _fail_reserved(image, in_flight):

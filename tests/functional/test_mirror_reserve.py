@@ -433,28 +433,42 @@ import test_mirror_reserve as t
 from blobcr_agent.mirror import image as image_mod
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
-store, cache, image_id = sys.argv[1:4]
+store, cache, image_id, _, orphan = sys.argv[1:6]
 repo = repository.Repository(local.LocalBackend(store), chunk_size=t.CHUNK)
 a = image_mod.AttachedImage(repo, image_id, None, cache, prefetch=False,
-                            reserve=True)
+                            reserve=orphan == 'reserve')
 t._fill(a, 9)
 version, _, _ = a.checkpoint(wait=5)
 a.wait_persisted(30)
-print(version, t._reserved(a), flush=True)
+if orphan == 'reserve':
+    print(version, t._reserved(a), flush=True)
+else:
+    # Registered, and killed before any record names it.
+    print(version, repo.begin_commit(image_id).version, flush=True)
 time.sleep(600)
 '''
 
 
-def test_sigkill_with_a_reservation_outstanding(store):
+def _killed_child(store, what, wrap=()):
+    """Run CHILD (``what``: 'reserve', or 'orphan': a version registered
+    and never recorded), SIGKILL it once it has; (its last checkpoint,
+    the version left pending).
+    """
     repo, image_id, cache = store
     child = subprocess.Popen(
-        [sys.executable, '-c', CHILD, repo.backend.root, cache, image_id,
-         os.path.dirname(__file__)], stdout=subprocess.PIPE, text=True)
+        list(wrap) + [sys.executable, '-c', CHILD, repo.backend.root, cache,
+                      image_id, os.path.dirname(__file__), what],
+        stdout=subprocess.PIPE, text=True)
     try:
-        version, reserved = map(int, child.stdout.readline().split())
+        return tuple(map(int, child.stdout.readline().split()))
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
+
+
+def test_sigkill_with_a_reservation_outstanding(store):
+    repo, image_id, _ = store
+    version, reserved = _killed_child(store, 'reserve')
     assert _states(repo, image_id) == {version: 'stable',
                                        reserved: 'pending'}
     a = _attach(store)      # recovery runs
@@ -472,6 +486,30 @@ def test_sigkill_with_a_reservation_outstanding(store):
         assert repo.image(image_id).version(second).parent == version
         assert repo.read(image_id, second, 0, 2 * CHUNK) == \
             b'\x0a' * CHUNK + b'\x09' * CHUNK
+    finally:
+        a.close(30)
+
+
+def test_a_version_registered_and_never_recorded_is_failed_at_restart(
+        store):
+    """The agent before (here in a PID namespace of its own, as in a
+    container, so that no GC here can judge its writer) was killed
+    between registering a version and recording it: its successor on
+    the same cache fails it at once.
+    """
+    repo, image_id, _ = store
+    version, orphan = _killed_child(
+        store, 'orphan',
+        ['unshare', '--pid', '--fork', '--mount-proc', '--kill-child'])
+    report = gc.Report()
+    gc.fail_abandoned(repo, 3600, report)
+    assert _states(repo, image_id) == {version: 'stable', orphan: 'pending'}
+    a = _attach(store, reserve=False)      # recovery runs
+    try:
+        assert _states(repo, image_id)[orphan] == 'failed'
+        assert a.meta['owner'] == repo.owner
+        version2 = _checkpoint_stable(a, 3)
+        assert version2 not in (version, orphan)
     finally:
         a.close(30)
 

@@ -17,14 +17,18 @@ model (tests/cinder_model.py says what it does and what is not real),
 on real agents over the session's RabbitMQ and the local store, run in
 a process of its own (tests/cinder_model_run.py).
 
-CI runs a bounded budget: BLOBCR_MODEL_SEEDS walks (default 4) of
-BLOBCR_MODEL_STEPS steps (default 120), seeds from BLOBCR_MODEL_SEED
-(default: new ones, printed), on the local store (BLOBCR_MODEL_BACKEND
-=rados: the micro Ceph cluster). tools/soak.sh runs walks for hours. A
-failure names its seed; replay it with::
+CI runs a bounded budget on both stores: on the local store
+BLOBCR_MODEL_SEEDS walks (default 4) of BLOBCR_MODEL_STEPS steps
+(default 120), on the micro Ceph cluster BLOBCR_MODEL_RADOS_SEEDS
+(default 1) of as many steps; seeds from BLOBCR_MODEL_SEED (default:
+new ones, printed). The walks overlap requests and play Nova's flows
+with paused agents (tests/cinder_model_overlap.py); the storage agent
+and one compute agent run in PID namespaces of their own.
+BLOBCR_MODEL_BACKEND=local or rados runs one store only. tools/soak.sh
+runs walks for hours. A failure names its seed; replay it with::
 
     BLOBCR_MODEL_SEED=<seed> BLOBCR_MODEL_SEEDS=1 \\
-        .venv/bin/pytest tests/integration/test_cinder_model.py
+        .venv/bin/pytest tests/integration/test_cinder_model.py -k local
 """
 
 import json
@@ -33,20 +37,29 @@ import random
 import subprocess
 import sys
 
+import pytest
 
-def test_cinder_flows_against_the_model(rabbitmq_url, tmp_path, request,
-                                        capsys):
+SEEDS = {'local': ('BLOBCR_MODEL_SEEDS', '4'),
+         'rados': ('BLOBCR_MODEL_RADOS_SEEDS', '1')}
+
+
+@pytest.mark.parametrize('store', ['local', 'rados'])
+def test_cinder_flows_against_the_model(store, rabbitmq_url, tmp_path,
+                                        request, capsys):
     env = os.environ
+    if env.get('BLOBCR_MODEL_BACKEND', store) != store:
+        pytest.skip('BLOBCR_MODEL_BACKEND=%s' % env['BLOBCR_MODEL_BACKEND'])
     seed = env.get('BLOBCR_MODEL_SEED') or \
         str(random.SystemRandom().randrange(1 << 31))
     hours = float(env.get('BLOBCR_MODEL_HOURS', '0'))
+    name, default = SEEDS[store]
     command = [sys.executable, '-m', 'tests.cinder_model_run',
                '--transport-url', rabbitmq_url, '--workdir', str(tmp_path),
                '--seed', seed,
-               '--seeds', env.get('BLOBCR_MODEL_SEEDS', '4'),
+               '--seeds', env.get(name, default),
                '--steps', env.get('BLOBCR_MODEL_STEPS', '120'),
                '--hours', str(hours)]
-    if env.get('BLOBCR_MODEL_BACKEND', 'local') == 'rados':
+    if store == 'rados':
         command += ['--ceph-conf',
                     request.getfixturevalue('ceph_cluster').conffile]
     with capsys.disabled():
@@ -62,5 +75,8 @@ def test_cinder_flows_against_the_model(rabbitmq_url, tmp_path, request,
     if summary['steps'] < 300:
         return
     for name in ('write', 'snapshot', 'clone', 'delete_snapshot', 'detach',
-                 'gc', 'kill_agent', 'kill_in_persist', 'migrate'):
+                 'gc', 'kill_agent', 'kill_in_persist', 'migrate',
+                 'overlap_snapshot', 'overlap_detach', 'overlap_clone',
+                 'nova_move', 'evacuate'):
         assert summary['counts'].get(name), 'no %s step ran' % name
+    assert summary['overlapped'], 'no two requests were in flight together'
