@@ -206,7 +206,7 @@ class Walk(cinder_model_overlap.Overlaps):
             ops.update(write=10, read=2, flush=1, detach=3,
                        guest_checkpoint=2, kill_agent=1, kill_in_persist=1,
                        migrate=1, overlap_snapshot=3, overlap_detach=2,
-                       nova_move=2, evacuate=1)
+                       nova_move=2, evacuate=1, pause_agent=1)
             if len(self.volumes) < self.MAX_VOLUMES:
                 ops['overlap_clone'] = 1
         if self.volumes:

@@ -272,6 +272,13 @@ class Overlaps(object):
             if not self._nova_move(volume, host, flow):
                 return
 
+    def op_pause_agent(self):
+        """SIGSTOP a compute agent for a few seconds, past the driver's
+        probes, and go on: the next steps meet it stopped.
+        """
+        host = self._pick(sorted(self.world.compute))
+        self.world.pause(host, self.rng.uniform(0.5, 4))
+
     def _reserve(self, volume):
         """Nova's attachment without a connector, for the same instance."""
         reserved = types.SimpleNamespace(
@@ -280,15 +287,18 @@ class Overlaps(object):
         volume.volume_attachment.append(reserved)
         return reserved
 
-    def _nova_move(self, volume, dest, flow):
+    def _nova_move(self, volume, dest, flow, pause=None):
         """One hop: False if the detach was refused (the source agent
         paused longer than the probes): Nova's operation fails there,
-        the volume stays where it was and reads as before.
+        the volume stays where it was and reads as before. ``pause``:
+        seconds the source agent is stopped (None: now and then).
         """
         from cinder import exception as cinder_exception
         source = volume.host
         reserved = self._reserve(volume)
-        pause = self.rng.uniform(0.5, 6) if self.rng.random() < 0.4 else 0
+        if pause is None:
+            pause = self.rng.uniform(0.5, 6) \
+                if self.rng.random() < 0.4 else 0
         resumed = self.world.pause(source, pause) if pause else None
         try:
             self.driver.terminate_connection(volume, {'host': source})
@@ -334,6 +344,7 @@ class Overlaps(object):
                                  % (version['version'], state))
         before = bytes(volume.content)
         self._write_spans(volume, spans=1)
+        epoch = self.world.repo.image(image).epoch
         self.world.pause(source, None)
         self.world.nova_down.add(source)
         reserved = self._reserve(volume)
@@ -355,6 +366,32 @@ class Overlaps(object):
             next(a for a in volume.volume_attachment
                  if a.attached_host == source))
         # The operator drops the fenced cache on the host back from the
-        # dead (blobcr-manage detach --discard).
-        self.world.api.detach(source, image, discard=True)
+        # dead (blobcr-manage detach --discard), unless the agent came
+        # back before the probe (a pause_agent step ending): detached.
+        if header.epoch > epoch:
+            self.world.api.detach(source, image, discard=True)
         self._connect(volume, dest, reserved.instance_uuid)
+
+
+def resize_with_a_paused_source(walk):
+    """Nova's resize while the source agent is stopped past both probes
+    (issue 32, fix 2): the detach is refused with "try again" and loses
+    nothing (before, the reserved attachment made it look like an
+    evacuation and the volume was taken over: every write since its
+    last stable version lost); once the agent answers, the resize goes
+    through with every write.
+    """
+    walk.op_create()
+    walk.op_attach()
+    volume = walk.volumes[0]
+    walk._write_spans(volume, spans=4)
+    dest = next(h for h in sorted(walk.world.compute) if h != volume.host)
+    if walk._nova_move(volume, dest, 'resize', pause=6):
+        raise AssertionError('the detach went through while the source '
+                             'agent was stopped')
+    if not walk._nova_move(volume, dest, 'resize', pause=0):
+        raise AssertionError('the resize was refused with the agent back')
+    walk.verify_all()
+
+
+SCENARIOS = {'resize-paused-source': resize_with_a_paused_source}

@@ -20,6 +20,7 @@ RPC on the given RabbitMQ) and the Cinder driver in this process.
         [--seed S] [--seeds N] [--steps N] [--hours H]
         [--ceph-conf FILE]      # the micro Ceph cluster, else local
         [--pid-namespaces ROLES] [--protect-interval S]
+        [--scenario NAME]       # a directed one (cinder_model_overlap)
 
 Prints a line per walk (its seed and the command that replays it), then
 ``model walks: ...`` and ``MODEL-SUMMARY {json}``; exits 1 at the first
@@ -43,6 +44,7 @@ from blobcr_agent.rpc import api as rpc_api
 from blobcr_lab import agent_rpc
 from blobcr_lab import agents
 from tests import cinder_model
+from tests import cinder_model_overlap
 
 COMPUTE = ('compute-a', 'compute-b')
 
@@ -181,6 +183,13 @@ def run(args, world):
     deadline = time.monotonic() + args.hours * 3600
     counts, steps, seed = {}, 0, args.seed
     walks = histories = overlapped = 0
+    if args.scenario:
+        walk = current['walk'] = cinder_model.Walk(seed, world)
+        cinder_model_overlap.SCENARIOS[args.scenario](walk)
+        clean_up(walk)
+        print('MODEL-SUMMARY %s' % json.dumps(
+            {'scenario': args.scenario, 'counts': walk.counts}), flush=True)
+        return
     while walks < args.seeds or time.monotonic() < deadline:
         print('model walk: seed %d, %d steps (replay: BLOBCR_MODEL_SEED=%d '
               'BLOBCR_MODEL_SEEDS=1 BLOBCR_MODEL_STEPS=%d)'
@@ -224,6 +233,9 @@ def main(argv=None):
     parser.add_argument('--pid-namespaces', default='storage,compute-b',
                         help='agents (by role) in PID namespaces of their '
                              'own; empty: none')
+    parser.add_argument('--scenario',
+                        choices=sorted(cinder_model_overlap.SCENARIOS),
+                        help='one directed scenario instead of walks')
     parser.add_argument('--protect-interval', type=int, default=3,
                         help='[agent] protect_interval of the agents (s)')
     args = parser.parse_args(argv)

@@ -21,11 +21,14 @@
 #   bash tools/soak.sh --hours 2 [--seed S] [--steps 300] [--ceph]
 #
 # --ceph: on the micro Ceph cluster the test session starts (erasure-
-# coded data pool) instead of the local store.
+# coded data pool) instead of the local store. The walks overlap
+# requests, play Nova's flows with paused agents and run agents in PID
+# namespaces (tests/cinder_model_overlap.py).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 hours=1
 seed=
+export BLOBCR_MODEL_BACKEND=local
 steps=300
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -38,7 +41,8 @@ while [ $# -gt 0 ]; do
 done
 [ -x "$top/.venv/bin/pytest" ] || bash "$top/tools/install-deps.sh"
 cd "$top"
-export BLOBCR_MODEL_HOURS=$hours BLOBCR_MODEL_STEPS=$steps BLOBCR_MODEL_SEEDS=1
+export BLOBCR_MODEL_HOURS=$hours BLOBCR_MODEL_STEPS=$steps BLOBCR_MODEL_SEEDS=1 \
+    BLOBCR_MODEL_RADOS_SEEDS=1
 if [ -n "$seed" ]; then
     export BLOBCR_MODEL_SEED=$seed
 fi

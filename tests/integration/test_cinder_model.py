@@ -80,3 +80,17 @@ def test_cinder_flows_against_the_model(store, rabbitmq_url, tmp_path,
                  'nova_move', 'evacuate'):
         assert summary['counts'].get(name), 'no %s step ran' % name
     assert summary['overlapped'], 'no two requests were in flight together'
+
+
+def test_resize_with_a_paused_source_agent(rabbitmq_url, tmp_path):
+    """tests/cinder_model_overlap.py resize_with_a_paused_source: the
+    driver must not give up a live host whose agent missed its probes.
+    """
+    done = subprocess.run(
+        [sys.executable, '-m', 'tests.cinder_model_run', '--transport-url',
+         rabbitmq_url, '--workdir', str(tmp_path), '--seed', '32',
+         '--scenario', 'resize-paused-source'], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-6000:]
+    summary = json.loads(done.stdout.split('MODEL-SUMMARY ', 1)[1])
+    assert summary['counts'].get('nova_refused') == 1, summary
