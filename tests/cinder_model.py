@@ -93,7 +93,7 @@ class Volume(object):
         self.volume_attachment = [types.SimpleNamespace(
             attach_status='attached', attached_host=host,
             instance_uuid=instance or str(uuid.uuid4()),
-            connection_info=info)]
+            connector={'host': host}, connection_info=info)]
 
     @property
     def instance(self):
@@ -388,7 +388,8 @@ class Walk(cinder_model_overlap.Overlaps):
         dest = self._pick(sorted(set(self.world.compute) - {source}))
         volume.volume_attachment.append(types.SimpleNamespace(
             attach_status='attaching', attached_host=None,
-            instance_uuid=volume.instance))
+            instance_uuid=volume.instance, connector={'host': dest},
+            connection_info=None))
         info = self.driver.initialize_connection(volume, {'host': dest})
         if self.rng.random() < 0.7:
             self._write_spans(volume)           # still on the source

@@ -283,7 +283,8 @@ class Overlaps(object):
         """Nova's attachment without a connector, for the same instance."""
         reserved = types.SimpleNamespace(
             attach_status='reserved', attached_host=None,
-            instance_uuid=volume.instance, connection_info=None)
+            instance_uuid=volume.instance, connector=None,
+            connection_info=None)
         volume.volume_attachment.append(reserved)
         return reserved
 
