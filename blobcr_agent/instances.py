@@ -29,11 +29,10 @@ tables of earlier releases (``{"image": id, ...}``, or ``{instance:
 image id}`` with no projects) are read as one image.
 """
 
-import json
-import os
 import threading
 
 from blobcr_agent import exception
+from blobcr_agent import jsonfile
 
 
 class InstanceTable(object):
@@ -44,17 +43,7 @@ class InstanceTable(object):
         self._table = self._load()
 
     def _load(self):
-        try:
-            with open(self.path) as f:
-                table = json.load(f)
-        except FileNotFoundError:
-            return {}
-        except ValueError as e:
-            raise exception.CorruptObject('instance table', self.path,
-                                          str(e))
-        if not isinstance(table, dict):
-            raise exception.CorruptObject('instance table', self.path,
-                                          'not a JSON object')
+        table = jsonfile.load(self.path, 'instance table')
         return {instance: self._entry(entry)
                 for instance, entry in table.items()}
 
@@ -68,12 +57,7 @@ class InstanceTable(object):
         return entry
 
     def _save(self):
-        tmp = self.path + '.tmp'
-        with open(tmp, 'w') as f:
-            json.dump(self._table, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        jsonfile.save(self.path, self._table)
 
     def bind(self, instance, image_id, project=None):
         """Add ``image_id`` to the images ``instance`` uses; a project

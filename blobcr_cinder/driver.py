@@ -529,17 +529,20 @@ class BlobCRDriver(driver.VolumeDriver):
                          (volume.volume_attachment or [])
                          if a.instance_uuid and
                          a.attach_status != 'detached'), None)
+        kind = self.configuration.blobcr_connection_type
         attached = self._call(
             host, 'attach', self._image_of(volume), instance=instance,
             project=volume.project_id if instance else None,
-            migrate_from=migrate_from)
-        # 'blobcr': Nova's LibvirtBlobCRVolumeDriver and os-brick's
-        # BlobCRConnector (blobcr_nova; devstack/patches/ register them);
-        # 'gpfs': their GPFS classes, which open the same plain file
-        # (<disk type='file'>) with no mount or block-device step.
-        return {'driver_volume_type':
-                self.configuration.blobcr_connection_type,
-                'data': {'device_path': attached['path'],
+            migrate_from=migrate_from, block_device=kind == 'local')
+        # 'local': stock Nova's LibvirtVolumeDriver and os-brick's
+        # LocalConnector open a block device (the agent's loop device
+        # over the mirror file, <disk type='block'>); 'blobcr': Nova's
+        # LibvirtBlobCRVolumeDriver and os-brick's BlobCRConnector
+        # (blobcr_nova; devstack/patches/ register them); 'gpfs': their
+        # GPFS classes, which open the plain file (<disk type='file'>).
+        return {'driver_volume_type': kind,
+                'data': {'device_path': attached.get('device') or
+                         attached['path'],
                          'name': image_name(volume),
                          'blobcr_image': attached['image'],
                          'blobcr_host': host,

@@ -34,16 +34,21 @@ blobcr_opts = [
                     '[agent] quiesce, which falls back to none when no '
                     'domain uses the volume.'),
     cfg.StrOpt('blobcr_connection_type', default='blobcr',
-               choices=[('blobcr', 'BlobCR\'s own type: Nova and os-brick '
+               choices=[('local', 'stock Nova and os-brick, nothing '
+                         'patched: the agent sets up a loop device over '
+                         'the mirror file (direct I/O) and Nova opens it as '
+                         'a block device'),
+                        ('blobcr', 'BlobCR\'s own type: Nova and os-brick '
                          'need devstack/patches/ (applied by '
                          'tools/apply-connection-patches.sh)'),
                         ('gpfs', 'the fallback for unpatched Nova and '
                          'os-brick: their GPFS drivers open the same file '
                          'path')],
                help='driver_volume_type of the connections this backend '
-                    'hands out. Every connection is the same raw file on '
-                    'the compute host\'s agent mirror; the type only picks '
-                    'the Nova and os-brick code that opens it.'),
+                    'hands out. Every connection is the compute host\'s '
+                    'agent mirror of the volume: its raw file, or with '
+                    '"local" a loop device over it; the type picks the '
+                    'Nova and os-brick code that opens it.'),
     cfg.IntOpt('blobcr_rpc_timeout', default=60, min=1,
                help='Seconds to wait for an agent\'s answer before the '
                     'operation fails as "agent does not answer".'),

@@ -42,6 +42,7 @@ from blobcr_agent import conf as blobcr_conf
 from blobcr_agent import control
 from blobcr_agent import exception
 from blobcr_agent import manager as manager_mod
+from blobcr_agent.manager import loopdevs
 from blobcr_agent.proxy import auth
 from blobcr_agent.proxy import server as proxy_server
 from blobcr_agent.repository import repository
@@ -173,6 +174,8 @@ class Agent(object):
             # Other hosts' agents: the handoff of a live migration (an
             # incoming image re-attached by recover() asks it too).
             self.manager.set_peers(rpc_api.AgentAPI(self.conf))
+        # Loop devices an earlier agent left over its (dead) mount.
+        self.manager.loops.recover()
         self.manager.mirror.recover()
         self.manager.collector.start()
         self.manager.protector.start()
@@ -231,6 +234,7 @@ class Agent(object):
                             image_id)
         finally:
             mirror.close_timeout = 0
+            self.manager.loops.release_all()
             # Unmounting ends the FUSE loop in run() once no file is open
             # on the mount; a VM may still have its disk open.
             mirror.unmount()
@@ -277,6 +281,8 @@ def main(argv=None):
     except cfg.Error as e:
         sys.exit('blobcr-agent: %s' % e)
     logging.setup(CONF, 'blobcr-agent')
+    # Before any thread starts: they inherit it.
+    loopdevs.become_io_flusher()
     try:
         agent = Agent(CONF)
         agent.start()

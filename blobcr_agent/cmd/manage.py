@@ -149,11 +149,12 @@ def do_attach(args):
     image, version = parse_ref(args.ref)
     with _agent(args) as agent:
         result = agent.call('attach', image=image, version=version,
-                            instance=args.instance, project=args.project)
+                            instance=args.instance, project=args.project,
+                            block_device=args.block_device)
     if args.json:
         _print(result)
     else:
-        print(result['path'])
+        print(result.get('device') or result['path'])
 
 
 def do_group(args):
@@ -362,6 +363,10 @@ def add_parsers(subparsers):
                    'then request checkpoints from inside)')
     p.add_argument('--project', help='the instance\'s project: the scope '
                    'of the group ids its guest uses')
+    p.add_argument('--block-device', action='store_true',
+                   help='also a loop device over the file (direct I/O), '
+                        'and print it instead: what stock Nova opens for '
+                        'a \'local\' connection')
     p = command('detach', do_detach, 'stop mirroring an image',
                 agent_only=True)
     p.add_argument('image')

@@ -44,6 +44,7 @@ from blobcr_agent.manager.attachments import Attachments
 from blobcr_agent.manager.checkpoints import Checkpoints
 from blobcr_agent.manager import collector as collector_mod
 from blobcr_agent.manager.handoff import Handoff
+from blobcr_agent.manager import loopdevs
 from blobcr_agent.manager import protection
 from blobcr_agent.manager.status import Status
 from blobcr_agent.manager import tagger as tagger_mod
@@ -81,6 +82,10 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
             restart_hints=restart_hints)
         self.instances = instances_mod.InstanceTable(
             os.path.join(self.state_path, 'instances.json'))
+        # Block devices over mirror files, for stock Nova's 'local'
+        # connections (attach(block_device=True)).
+        self.loops = loopdevs.LoopDevices(
+            self.state_path, os.path.join(self.mirror.mountpoint, 'images'))
         self.default_quiesce = quiesce
         self.hypervisor = hypervisor
         self.holds = timed_hold.HoldTable()

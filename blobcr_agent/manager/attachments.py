@@ -36,9 +36,11 @@ class Attachments(object):
     """
 
     def attach(self, image, version=None, instance=None, project=None,
-               migrate_from=None):
+               migrate_from=None, block_device=False):
         """Mirror ``image`` (from ``version``, default its newest stable
-        one) and return the raw file the hypervisor opens. ``instance``
+        one) and return the raw file the hypervisor opens, and with
+        ``block_device`` a loop device over it (``device``: what stock
+        Nova opens for a 'local' connection, loopdevs.py). ``instance``
         is bound to the image once it is attached (a failed attach binds
         nothing), with its ``project`` (the scope of its groups).
         ``migrate_from``: the host the image is live-migrated from, where
@@ -67,19 +69,24 @@ class Attachments(object):
             self.settle(header.id)
         path = self.mirror.attach(header.id, version=version,
                                   incoming_from=migrate_from)
-        if instance is not None:
-            try:
+        try:
+            device = self.loops.setup(header.id, path) \
+                if block_device else None
+            if instance is not None:
                 self.instances.bind(instance, header.id, project)
-            except BaseException:
-                if not was_attached:
-                    self._undo_attach(header.id)
-                raise
+        except BaseException:
+            if not was_attached:
+                self._undo_attach(header.id)
+            raise
         attached = self.mirror.attached[header.id]
         # The epoch this mirror writes under: a take-over raises it, and
         # the driver tells a fenced attachment from a live one by it.
-        return {'image': header.id, 'name': header.name, 'path': path,
-                'version': attached.attached_version,
-                'size': header.size, 'epoch': attached.epoch}
+        result = {'image': header.id, 'name': header.name, 'path': path,
+                  'version': attached.attached_version,
+                  'size': header.size, 'epoch': attached.epoch}
+        if device is not None:
+            result['device'] = device
+        return result
 
     def take_over(self, image, why='its host is lost'):
         """Fence whoever had ``image`` attached (a host given up as lost:
@@ -99,6 +106,7 @@ class Attachments(object):
 
     def _undo_attach(self, image_id):
         try:
+            self.loops.release(image_id)
             self.mirror.detach(image_id, discard=True)
         except Exception as e:
             LOG.error('could not undo the attach of %s: %s', image_id, e)
@@ -113,8 +121,18 @@ class Attachments(object):
         header = self.repo.image(image)
         if not force and header.id in self.mirror.attached:
             self._refuse_if_in_use(header.id)
-        result = self.mirror.detach(header.id, discard=discard,
-                                    background=background)
+        # The loop device holds the mirror file open: released first, and
+        # set up again if the mirror refuses the detach.
+        device = self.loops.device_of(header.id)
+        self.loops.release(header.id)
+        try:
+            result = self.mirror.detach(header.id, discard=discard,
+                                        background=background)
+        except BaseException:
+            if device is not None and header.id in self.mirror.attached:
+                self.loops.setup(header.id,
+                                 self.mirror.path_of(header.id))
+            raise
         self.instances.unbind_image(header.id)
         return result
 

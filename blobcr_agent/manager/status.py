@@ -55,6 +55,7 @@ class Status(object):
                 'default_quiesce': self.default_quiesce,
                 'gc': self.collector.status(),
                 'protection': self.protector.status(),
+                'loop_devices': self.loops.status(),
                 'attached': attached}
 
     def _stable_at(self, image_id, number):

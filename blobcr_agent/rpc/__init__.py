@@ -47,10 +47,13 @@ side. Version history of the API:
   from a group checkpoint read first, for the other members restarting
   on other hosts to prefetch (mirror/hints.py). An older agent ignores
   the cast (it logs an unsupported version).
+* 1.9 - block_device= for attach: a loop device over the mirror file
+  (``device`` in the answer), what stock Nova and os-brick open for a
+  'local' connection; sent as 1.9 only when asked.
 """
 
 TOPIC = 'blobcr-agent'
 # Named in every target, so that callers whatever their own
 # control_exchange (cinder, nova) reach the agents.
 EXCHANGE = 'blobcr'
-VERSION = '1.8'
+VERSION = '1.9'

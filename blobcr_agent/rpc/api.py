@@ -151,12 +151,18 @@ class AgentAPI(object):
         return given
 
     def attach(self, host, image, version=None, instance=None,
-               project=None, migrate_from=None):
+               project=None, migrate_from=None, block_device=False):
         """``project`` (API 1.2): the instance's, the scope of the
         group ids its guest uses. ``migrate_from`` (API 1.6): the host
         the image is live-migrated from (attached incoming until its
-        handoff).
+        handoff). ``block_device`` (API 1.9): a loop device over the
+        mirror file too.
         """
+        if block_device:
+            return self._call(host, 'attach', api_version='1.9',
+                              image=image, version=version,
+                              instance=instance, project=project,
+                              migrate_from=migrate_from, block_device=True)
         if migrate_from is not None:
             return self._call(host, 'attach', api_version='1.6',
                               image=image, version=version,

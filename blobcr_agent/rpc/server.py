@@ -87,9 +87,10 @@ class AgentEndpoint(object):
 
     @_expected
     def attach(self, ctxt, image, version=None, instance=None,
-               project=None, migrate_from=None):
+               project=None, migrate_from=None, block_device=False):
         return self.manager.attach(image, version=version, instance=instance,
-                                   project=project, migrate_from=migrate_from)
+                                   project=project, migrate_from=migrate_from,
+                                   block_device=block_device)
 
     @_expected
     def handoff(self, ctxt, image, dest, wait=0):

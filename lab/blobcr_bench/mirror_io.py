@@ -38,8 +38,15 @@ records the host's dirty page cache when it started).
 
 The run fails if a job did no I/O or its server spent no CPU on it (the
 requests did not reach that file system).
+
+Where the host has loop devices, each run then takes the same jobs
+through a loop device over the mirror file, with direct I/O, taking turns
+with the file itself: the block device that stock Nova opens for a
+'local' connection (the agent's, manager/loopdevs.py).
+``loop_over_mirror`` is that path over the file's, run by run.
 """
 
+import contextlib
 import os
 import subprocess
 import tempfile
@@ -58,6 +65,23 @@ def build_passthrough(workdir):
                            'source tree' % source)
     subprocess.run(['make', '-s', '-C', source, 'OUT=' + out], check=True)
     return out
+
+
+@contextlib.contextmanager
+def _loop_device(path):
+    """A loop device over ``path`` with direct I/O, as the agent sets
+    up for a 'local' connection; None where the host has none.
+    """
+    if not os.path.exists('/dev/loop-control'):
+        yield None
+        return
+    device = subprocess.run(
+        ['losetup', '--find', '--show', '--direct-io=on', path],
+        check=True, capture_output=True, text=True).stdout.strip()
+    try:
+        yield device
+    finally:
+        subprocess.run(['losetup', '--detach', device], check=False)
 
 
 def _figure(job_result):
@@ -90,7 +114,8 @@ def run(repo, backend_args, args, log):
             if args.sync_between_jobs:
                 os.fdatasync(sync_fd)
 
-        with fio.PassthroughMount(binary, backing, options) as passthrough:
+        with fio.PassthroughMount(binary, backing, options) as passthrough, \
+                _loop_device(path) as loop:
             connections = {'mirror': fio.connection_info(path),
                            'passthrough': fio.connection_info(
                                passthrough.path)}
@@ -101,6 +126,12 @@ def run(repo, backend_args, args, log):
                     servers={'mirror': mirror.proc.pid,
                              'passthrough': passthrough.proc.pid},
                     settle=settle)
+                if loop:
+                    result['loop_pair'] = fio.compare(
+                        {'mirror': path, 'loop': loop}, args.size,
+                        runtime=args.runtime, rotate=k,
+                        servers={'mirror': mirror.proc.pid,
+                                 'loop': mirror.proc.pid}, settle=settle)
                 runs.append(result)
                 log.event('run', run=k + 1, **{
                     job.replace('-', '_'): round(
@@ -148,9 +179,21 @@ def run(repo, backend_args, args, log):
         entry['ratio_when_passthrough_first'] = common.summary(
             [_figure(r['mirror'][job]) / _figure(r['passthrough'][job])
              for r in runs if r['passthrough'][job]['order']])
+        if 'loop_pair' in runs[0]:
+            pairs = [r['loop_pair'] for r in runs]
+            entry['loop_%s' % unit] = common.summary(
+                [_figure(p['loop'][job]) for p in pairs], 1)
+            entry['loop_over_mirror'] = common.summary(
+                [_figure(p['loop'][job]) / _figure(p['mirror'][job])
+                 for p in pairs])
+            checks.require('%s on the loop device: I/Os (min over runs)'
+                           % job, min(p['loop'][job]['total_ios']
+                                      for p in pairs),
+                           'fio must complete I/O on the loop device')
         jobs[job] = entry
     return {'size': args.size, 'runtime_s': args.runtime, 'runs': args.runs,
             'passthrough_options': args.passthrough_options,
             'sync_between_jobs': args.sync_between_jobs,
             'connections': connections, 'jobs': jobs,
+            'loop_device': 'loop_pair' in runs[0],
             'checks': checks.as_list()}

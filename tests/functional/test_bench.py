@@ -204,6 +204,9 @@ def test_mirror_io(capsys, tmp_path):
         assert entry['ratio_when_passthrough_first']['n'] == 1
         assert entry['mirror_cpu_us_per_io']['min'] > 0
         assert entry['passthrough_cpu_us_per_io']['min'] > 0
+        if result['loop_device']:
+            assert entry['loop_over_mirror']['n'] == 2
+    assert result['loop_device'] == os.path.exists('/dev/loop-control')
     assert all(c['ok'] for c in result['checks'])
 
 

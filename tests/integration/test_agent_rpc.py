@@ -447,10 +447,10 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
                 call()
         assert list(capped.status(host)['attached']) == [image_id]
         assert 'UnsupportedVersion' not in agent_log(agent)
-        # Without a cap, 1.1 to 1.8 are served; the agent's dispatcher
+        # Without a cap, 1.1 to 1.9 are served; the agent's dispatcher
         # refuses newer versions.
         for version in ('1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7',
-                        '1.8'):
+                        '1.8', '1.9'):
             assert uncapped.client.prepare(server=host, version=version).call(
                 {}, 'status')['host'] == host
         assert uncapped.group_state(host, 'g', project='p1')['project'] == \
@@ -678,10 +678,11 @@ def test_calls_prepare_their_versions_and_timeouts():
         api.detach('h', 'disk', background=True)
         api.take_over('h', 'disk', why='lost')
         api.publish_hints('scope', 'h', [3, 4])
+        api.attach('h', 'disk', instance='vm', block_device=True)
         got = [(m, kw, sorted(a)) for m, kw, a in api.client.prepared]
     finally:
         api.cleanup()
-    assert rpc.VERSION == '1.8'
+    assert rpc.VERSION == '1.9'
     checkpoint = ['group', 'image', 'members', 'quiesce']
     assert got == [
         # A checkpoint outlasts the agent's bounded wait (then Busy).
@@ -728,7 +729,11 @@ def test_calls_prepare_their_versions_and_timeouts():
         ('take_over', {'server': 'h', 'version': '1.7'}, ['image', 'why']),
         # 1.8: restart hints, a cast to every agent.
         ('hints', {'fanout': True, 'version': '1.8'},
-         ['chunks', 'scope', 'source'])]
+         ['chunks', 'scope', 'source']),
+        # 1.9: a loop device over the mirror file.
+        ('attach', {'server': 'h', 'version': '1.9'},
+         ['block_device', 'image', 'instance', 'migrate_from', 'project',
+          'version'])]
     assert rpc_api.CHECKPOINT_TIMEOUT >= 300
 
 

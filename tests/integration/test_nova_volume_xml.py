@@ -332,3 +332,41 @@ def test_guest_boots_from_the_disk_nova_describes_and_checkpoints(
             front.close()
         agent.stop()
         repo.close()
+
+
+def test_stock_nova_opens_the_agents_loop_device(tmp_path, agent_factory):
+    """``blobcr_connection_type = local``: stock Nova and os-brick,
+    nothing patched. The agent's loop device over the mirror file
+    (attach with block_device) is what os-brick's LocalConnector
+    returns and what Nova's LibvirtVolumeDriver gives the guest: a block
+    disk, uncached.
+    """
+    from os_brick.initiator import connector
+    backend = local.LocalBackend(str(tmp_path / 'store'))
+    agent = agent_factory(backend, {'agent': {'quiesce': 'none'},
+                                    'repository': {'chunk_size': str(CHUNK)}})
+    call = agent.client.call
+    image = call('create_image', name='stock', size=16 * CHUNK)['id']
+    attached = call('attach', image=image, block_device=True)
+    device = attached['device']
+    try:
+        data = {'device_path': device, 'access_mode': 'rw',
+                'discard': False}
+        brick = connector.InitiatorConnector.factory('local', None)
+        assert brick.connect_volume(data) == {'type': 'local',
+                                              'path': device}
+        out = nova_disks([{'driver_volume_type': 'local', 'serial': image,
+                           'data': data}], kinds=('local',))
+        disk = out['disks'][0]
+        assert disk['class'] == \
+            'nova.virt.libvirt.volume.volume.LibvirtVolumeDriver', disk
+        assert disk['mounts_changed'] is False
+        element = ElementTree.fromstring(disk['xml'])
+        assert (element.get('type'), element.get('device')) == \
+            ('block', 'disk')
+        assert element.find('source').attrib == {'dev': device}
+        assert element.find('driver').attrib == {'name': 'qemu',
+                                                 'type': 'raw',
+                                                 'cache': 'none'}
+    finally:
+        call('detach', image=image)

@@ -1,0 +1,154 @@
+# Copyright 2026 The BlobCR for OpenStack Authors
+#
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""Loop devices over mirror files (manager/loopdevs.py), what stock Nova
+opens for a 'local' connection, on a real agent, its FUSE mount and the
+kernel's loop driver:
+
+* attach sets one up with direct I/O; O_DIRECT writes through it and a
+  flush reach the mirror (its flush count moves), and a checkpoint holds
+  them;
+* detach releases it;
+* an agent SIGKILLed with one set up: the next agent releases it at
+  start (its FUSE connection died with the agent before);
+* a recorded device that another process took (another backing file):
+  the detach says so and leaves that device alone.
+"""
+
+import mmap
+import os
+import random
+import subprocess
+
+import pytest
+
+from blobcr_agent import exception
+from blobcr_agent.manager import loopdevs
+from blobcr_agent.repository.backends import local
+from blobcr_agent.repository import repository
+
+CHUNK = 64 * 1024
+SIZE = 16 * CHUNK
+
+pytestmark = pytest.mark.skipif(not os.path.exists('/dev/loop-control'),
+                                reason='no loop devices here')
+
+
+@pytest.fixture
+def agent(tmp_path, agent_factory):
+    backend = local.LocalBackend(str(tmp_path / 'store'))
+    a = agent_factory(backend, {'agent': {'quiesce': 'none'},
+                                'repository': {'chunk_size': str(CHUNK)}})
+    a.backend = backend
+    yield a
+    # A test that failed with an agent down leaves its devices: released
+    # here (by the record the agent keeps), never another process's.
+    a.stop()
+    records = loopdevs.LoopDevices(a.state_path, os.path.join(a.mount,
+                                                              'images'))
+    records.release_all()
+
+
+def _attach(agent):
+    call = agent.client.call
+    image = call('create_image', name='vol', size=SIZE)['id']
+    attached = call('attach', image=image, block_device=True)
+    return image, attached
+
+
+def _direct_write(device, offset, data):
+    buf = mmap.mmap(-1, len(data))          # page-aligned, for O_DIRECT
+    buf.write(data)
+    fd = os.open(device, os.O_RDWR | os.O_DIRECT)
+    try:
+        assert os.pwrite(fd, buf, offset) == len(data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        buf.close()
+
+
+def _has_sys_resource(pid):
+    with open('/proc/%d/status' % pid) as f:
+        caps = next(line for line in f if line.startswith('CapEff:'))
+    return bool(int(caps.split()[1], 16) & (1 << 24))
+
+
+def _dio(device):
+    out = subprocess.run(['losetup', '--list', '--noheadings', '--output',
+                          'DIO', device], capture_output=True, text=True,
+                         check=True).stdout
+    return out.strip()
+
+
+def test_writes_and_flushes_through_the_device_reach_the_mirror(agent):
+    call = agent.client.call
+    image, attached = _attach(agent)
+    device = attached['device']
+    assert loopdevs.backing_file(device) == attached['path']
+    assert _dio(device) == '1'
+    # Serving writeback, the agent must not wait on it under memory
+    # pressure: PR_SET_IO_FLUSHER, wherever it has CAP_SYS_RESOURCE
+    # (this machine's container may not give it).
+    assert call('status')['loop_devices']['io_flusher'] is \
+        _has_sys_resource(agent.pid)
+    flushes = call('status')['attached'][image]['flushes']
+    data = random.Random(33).randbytes(3 * CHUNK)
+    _direct_write(device, CHUNK, data)
+    assert call('status')['attached'][image]['flushes'] > flushes
+    with open(attached['path'], 'rb') as f:
+        f.seek(CHUNK)
+        assert f.read(len(data)) == data
+    version = call('checkpoint', image=image)['version']
+    assert call('wait_stable', image=image, version=version) == 'stable'
+    repo = repository.Repository(agent.backend)
+    try:
+        assert repo.read(image, version, CHUNK, len(data)) == data
+    finally:
+        repo.close()
+    assert call('status')['loop_devices']['devices'][image]['device'] == \
+        device
+    call('detach', image=image)
+    assert loopdevs.backing_file(device) is None
+    assert call('status')['loop_devices']['devices'] == {}
+
+
+def test_a_killed_agents_device_is_released_by_the_next(agent):
+    image, attached = _attach(agent)
+    device = attached['device']
+    agent.kill()
+    # Still set up, over a file of the dead mount.
+    assert loopdevs.identity(device) is not None
+    agent.start()
+    assert loopdevs.identity(device) is None
+    status = agent.client.call('status')
+    assert status['loop_devices']['released_at_start'] == 1
+    assert image in status['attached']          # the mirror is back
+
+
+def test_a_device_another_process_took_is_left_alone(agent, tmp_path):
+    call = agent.client.call
+    image, attached = _attach(agent)
+    device = attached['device']
+    other = tmp_path / 'other.raw'
+    other.write_bytes(bytes(SIZE))
+    subprocess.run(['losetup', '--detach', device], check=True)
+    subprocess.run(['losetup', device, str(other)], check=True)
+    try:
+        with pytest.raises(exception.BlobCRError,
+                           match='another process took it'):
+            call('detach', image=image)
+        assert loopdevs.backing_file(device) == str(other)
+    finally:
+        subprocess.run(['losetup', '--detach', device], check=False)
