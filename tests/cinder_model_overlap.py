@@ -54,12 +54,14 @@ requests in flight together is the machine's.
 """
 
 import functools
+import mmap
 import os
 import signal
 import threading
 import time
 import types
 
+from blobcr_agent.manager import loopdevs
 from tests import history
 
 # Requests of one step that may run together, at most.
@@ -395,4 +397,39 @@ def resize_with_a_paused_source(walk):
     walk.verify_all()
 
 
-SCENARIOS = {'resize-paused-source': resize_with_a_paused_source}
+def local_connection(walk):
+    """``blobcr_connection_type = local`` (issue 33): the driver hands
+    out the agent's loop device, O_DIRECT writes and a flush through it
+    are the volume's, and the detach releases the device.
+    """
+    from tests import cinder_model
+    walk.driver.configuration.blobcr_connection_type = 'local'
+    walk.op_create()
+    volume = walk.volumes[0]
+    host = sorted(walk.world.compute)[0]
+    info = walk.driver.initialize_connection(volume, {'host': host})
+    device = info['data']['device_path']
+    if info['driver_volume_type'] != 'local' or \
+            not device.startswith('/dev/loop'):
+        raise AssertionError('not a local connection: %s' % info)
+    volume.attach_record(host, None, info)
+    data = walk.rng.randbytes(4 * cinder_model.BLOCK)
+    buf = mmap.mmap(-1, len(data))
+    buf.write(data)
+    fd = os.open(device, os.O_RDWR | os.O_DIRECT)
+    try:
+        os.pwrite(fd, buf, 2 * cinder_model.CHUNK)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    at = 2 * cinder_model.CHUNK
+    volume.content[at:at + len(data)] = data
+    walk.driver.terminate_connection(volume, {'host': host})
+    volume.detach_record()
+    if loopdevs.identity(device) is not None:
+        raise AssertionError('%s still set up after the detach' % device)
+    walk.verify_all()
+
+
+SCENARIOS = {'resize-paused-source': resize_with_a_paused_source,
+             'local-connection': local_connection}

@@ -82,15 +82,27 @@ def test_cinder_flows_against_the_model(store, rabbitmq_url, tmp_path,
     assert summary['overlapped'], 'no two requests were in flight together'
 
 
+def _scenario(name, rabbitmq_url, tmp_path):
+    done = subprocess.run(
+        [sys.executable, '-m', 'tests.cinder_model_run', '--transport-url',
+         rabbitmq_url, '--workdir', str(tmp_path), '--seed', '32',
+         '--scenario', name], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-6000:]
+    return json.loads(done.stdout.split('MODEL-SUMMARY ', 1)[1])
+
+
 def test_resize_with_a_paused_source_agent(rabbitmq_url, tmp_path):
     """tests/cinder_model_overlap.py resize_with_a_paused_source: the
     driver must not give up a live host whose agent missed its probes.
     """
-    done = subprocess.run(
-        [sys.executable, '-m', 'tests.cinder_model_run', '--transport-url',
-         rabbitmq_url, '--workdir', str(tmp_path), '--seed', '32',
-         '--scenario', 'resize-paused-source'], stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-6000:]
-    summary = json.loads(done.stdout.split('MODEL-SUMMARY ', 1)[1])
+    summary = _scenario('resize-paused-source', rabbitmq_url, tmp_path)
     assert summary['counts'].get('nova_refused') == 1, summary
+
+
+@pytest.mark.skipif(not os.path.exists('/dev/loop-control'),
+                    reason='no loop devices here')
+def test_a_local_connection_is_the_agents_loop_device(
+        rabbitmq_url, tmp_path):
+    """tests/cinder_model_overlap.py local_connection."""
+    _scenario('local-connection', rabbitmq_url, tmp_path)
