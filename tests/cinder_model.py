@@ -400,7 +400,7 @@ class Walk(cinder_model_overlap.Overlaps):
         gone = types.SimpleNamespace(
             id=volume.id, provider_id=volume.provider_id,
             volume_attachment=on_source)
-        self.driver.terminate_connection(gone, {'host': source})
+        self.terminate(gone, {'host': source})
 
     def op_snapshot(self):
         volume = self._pick(self.volumes)
@@ -451,7 +451,7 @@ class Walk(cinder_model_overlap.Overlaps):
 
     def op_detach(self):
         volume = self._pick([v for v in self.volumes if v.host])
-        self.driver.terminate_connection(volume, {'host': volume.host})
+        self.terminate(volume, {'host': volume.host})
         volume.detach_record()
         self._check_detached(volume)
 

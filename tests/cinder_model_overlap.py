@@ -235,8 +235,7 @@ class Overlaps(object):
                                        volume.host, volume.provider_id,
                                        quiesce='none'))]
         requests.append(('detach', volume.provider_id, functools.partial(
-            self.driver.terminate_connection, volume,
-            {'host': volume.host})))
+            self.terminate, volume, {'host': volume.host})))
         victim = self._victim(volume)
         if victim:
             victim.status = 'deleting'
@@ -256,6 +255,24 @@ class Overlaps(object):
             raise self._history_error(
                 'after its detach: %s (every write was acknowledged before '
                 'the detach was asked)' % e, log) from e
+
+    def terminate(self, volume, connector):
+        """terminate_connection as Nova and operators retry it: refused
+        with "try again" while the host's agent was paused (a pause_agent
+        step), it is asked again once the agent runs. A refusal when no
+        pause explains it fails the walk.
+        """
+        from cinder import exception as cinder_exception
+        start = time.monotonic()
+        try:
+            return self.driver.terminate_connection(volume, connector)
+        except cinder_exception.VolumeBackendAPIException as e:
+            if 'try again' not in str(e) or not self.world.paused_during(
+                    connector['host'], start, time.monotonic()):
+                raise
+        self.counts['detach_retried'] = \
+            self.counts.get('detach_retried', 0) + 1
+        return self.driver.terminate_connection(volume, connector)
 
     # -- Nova's flows ------------------------------------------------------
 
@@ -303,10 +320,14 @@ class Overlaps(object):
             pause = self.rng.uniform(0.5, 6) \
                 if self.rng.random() < 0.4 else 0
         resumed = self.world.pause(source, pause) if pause else None
+        start = time.monotonic()
         try:
             self.driver.terminate_connection(volume, {'host': source})
         except cinder_exception.VolumeBackendAPIException as e:
-            if not pause or 'try again' not in str(e):
+            # Refused only while that agent was stopped (this step's
+            # pause or a pause_agent step's).
+            if 'try again' not in str(e) or not self.world.paused_during(
+                    source, start, time.monotonic()):
                 raise
             self.counts['nova_refused'] = \
                 self.counts.get('nova_refused', 0) + 1
@@ -424,7 +445,7 @@ def local_connection(walk):
         os.close(fd)
     at = 2 * cinder_model.CHUNK
     volume.content[at:at + len(data)] = data
-    walk.driver.terminate_connection(volume, {'host': host})
+    walk.terminate(volume, {'host': host})
     volume.detach_record()
     if loopdevs.identity(device) is not None:
         raise AssertionError('%s still set up after the detach' % device)

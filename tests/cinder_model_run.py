@@ -98,6 +98,8 @@ class World(object):
         # The hosts whose compute service Nova reports down (the walk's
         # answer to os-services: no Nova runs here).
         self.nova_down = set()
+        # {host: [[stopped at, resumed at or None, Event]]}
+        self.paused = {}
         self.storage = self._start('storage')
         self.compute = {self._start(role): None for role in COMPUTE}
         self.repo = repository.Repository(self.backend,
@@ -133,19 +135,65 @@ class World(object):
 
     def send(self, host, signum):
         self.agents[host].send_signal(signum)
+        if signum == signal.SIGCONT:
+            self._resumed(host)
 
     def pause(self, host, seconds):
         """SIGSTOP ``host``'s agent, and SIGCONT after ``seconds`` (None:
         left to the caller); an Event set once it runs again.
+
+        Never while it holds a header lock of the local store: that
+        store serialises compare-and-sets with flocks, and a stopped
+        holder would stop every agent (the local store is one host's;
+        a hung holder is a hung host. RADOS has no such lock).
         """
         resumed = threading.Event()
-        self.send(host, signal.SIGSTOP)
+        for _ in range(1000):
+            self.agents[host].send_signal(signal.SIGSTOP)
+            if not self._holds_header_lock(self.agents[host].pid):
+                break
+            self.agents[host].send_signal(signal.SIGCONT)
+            time.sleep(0.002)
+        else:
+            raise RuntimeError('%s always holds a header lock' % host)
+        self.paused.setdefault(host, []).append(
+            [time.monotonic(), None, resumed])
         if seconds is not None:
-            def resume():
-                self.send(host, signal.SIGCONT)
-                resumed.set()
-            threading.Timer(seconds, resume).start()
+            threading.Timer(seconds, self.send,
+                            (host, signal.SIGCONT)).start()
         return resumed
+
+    def _resumed(self, host):
+        for window in self.paused.get(host, []):
+            if window[1] is None:
+                window[1] = time.monotonic()
+                window[2].set()
+
+    def paused_during(self, host, start, end):
+        """Whether ``host``'s agent was stopped at some time between
+        ``start`` and ``end`` (monotonic); waits until it runs again.
+        """
+        hit = False
+        for since, until, resumed in list(self.paused.get(host, [])):
+            if since < end and (until is None or until > start):
+                resumed.wait()
+                hit = True
+        return hit
+
+    def _holds_header_lock(self, pid):
+        if self.backend.name != 'local' or pid is None:
+            return False
+        locks = os.path.join(self.backend.root, 'lock')
+        headers = {os.stat(os.path.join(locks, name)).st_ino
+                   for name in os.listdir(locks)
+                   if not name.startswith('lease.')}
+        with open('/proc/locks') as f:
+            for line in f:
+                fields = line.split()
+                if fields[1] == 'FLOCK' and fields[4] == str(pid) and \
+                        int(fields[5].rsplit(':', 1)[1]) in headers:
+                    return True
+        return False
 
     def close(self):
         self.driver.api.cleanup()
@@ -161,7 +209,7 @@ def clean_up(walk):
     """
     for volume in walk.volumes:
         if volume.host:
-            walk.driver.terminate_connection(volume, {'host': volume.host})
+            walk.terminate(volume, {'host': volume.host})
             volume.detach_record()
     walk.verify_all()
     for snapshot in list(walk.snapshots):
