@@ -79,9 +79,20 @@ class Handoff(object):
         deadline = time.monotonic() + max(0.0, min(float(wait or 0),
                                                    HANDOFF_WAIT_MAX))
         with self._handoff_lock:
+            # Detached here in the background (Nova's post-migration
+            # detach came first): its cache holds no more than its last
+            # versions, which are the handoff once stable. Re-attaching
+            # it meanwhile would serve the image here again.
+            if not self.mirror.wait_detached(header.id,
+                                             self.mirror.busy_detach_timeout):
+                raise exception.Busy(
+                    'image %s is being detached on %s: its last versions '
+                    'are still being persisted; try again'
+                    % (header.id, self.host))
             if header.id not in self.mirror.attached:
                 if not self.mirror.cached(header.id):
-                    return self._handed_off(header, dest)
+                    return self._handed_off(self.repo.image(header.id),
+                                            dest)
                 LOG.warning('handoff of %s to %s: attaching it from its '
                             'cache first', header.id, dest)
                 self.mirror.attach(header.id)

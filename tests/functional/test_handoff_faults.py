@@ -38,6 +38,8 @@ from blobcr_agent.repository import repository
 from tests.functional.test_mirror_handoff import _pread
 from tests.functional.test_mirror_handoff import _pwrite
 from tests.functional.test_mirror_handoff import serve
+# Persists held at a gate.
+from tests.functional.test_mirror_pipeline import gated  # noqa: F401
 from tests.functional import test_mirror_reboot
 
 CHUNK = 64 * 1024
@@ -216,6 +218,33 @@ def test_handoff_says_so_when_libvirt_cannot_tell(repo, image, tmp_path):
     with pytest.raises(exception.BackendUnavailable):
         source.handoff(image, 'dest-host', wait=0.2)
     assert image in source.mirror.attached  # nothing handed off
+
+
+def test_a_handoff_during_the_sources_background_detach(
+        repo, image, tmp_path, gated):  # noqa: F811 (fixture)
+    """Nova's post-migration detach on the source came first and still
+    persists its last version in the background when the destination
+    asks (CI met it in test_cinder_driver): the handoff waits for it
+    and answers that version. It must not attach the image again from
+    the cache being dropped (then wait for a libvirt that cannot tell).
+    """
+    source = _source(repo, tmp_path, hypervisor=_Libvirt())
+    source.mirror.attach(image)
+    _last_writes(source, image)
+    gate, _ = gated                         # persists held
+    source.checkpoint(image, quiesce='none')
+    source.detach(image, background=True)
+    assert image in source.mirror.detaching
+    asked = _Thread(source.handoff, image, 'dest-host')
+    asked.start()
+    time.sleep(0.3)
+    gate.set()
+    asked.join(30)
+    assert asked.error is None, asked.error
+    assert asked.result['running'] is False
+    version = asked.result['version']
+    assert repo.read(image, version, CHUNK, CHUNK) == NEW * CHUNK
+    assert image not in source.mirror.attached
 
 
 # -- finding 7 -------------------------------------------------------------
