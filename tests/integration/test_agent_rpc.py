@@ -458,7 +458,7 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
         # oslo.messaging answers UnsupportedVersion, which the caller
         # gets as a RemoteError naming it (oslo_messaging.rpc.dispatcher
         # is not an allowed remote exception module).
-        for version in ('1.9', '2.0'):
+        for version in ('1.10', '2.0'):
             assert uncapped.client.can_send_version(version)
             with pytest.raises(oslo_messaging.RemoteError) as ei:
                 uncapped.client.prepare(server=host, version=version).call(
