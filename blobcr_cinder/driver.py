@@ -37,8 +37,6 @@ and, for checkpoints, the ack and held times.
 
 from concurrent import futures
 import contextlib
-import datetime
-import math
 import time
 
 from cinder.common import constants
@@ -58,17 +56,16 @@ from oslo_utils import units
 from blobcr_agent import exception as agent_exception
 from blobcr_agent.rpc import api as agent_api
 from blobcr_cinder import compute_hosts
+from blobcr_cinder import manage
 from blobcr_cinder import options
+from blobcr_cinder import refs
+from blobcr_cinder import specs
 
 LOG = logging.getLogger(__name__)
 
 GiB = units.Gi
-EXTRA_SPEC_PREFIX = 'blobcr:'
-EXTRA_SPECS = {'quiesce': options.QUIESCE_MODES}
-META = 'blobcr:'
 # Version.made_by of the versions the driver makes for itself.
 MADE_BY = 'cinder'
-UNMANAGED = 'unmanaged'
 # Versions made only to hold a detached volume's content.
 SUPERSEDED = (MADE_BY, 'revert', 'kept')
 # A detach first asks the host's agent its status: a live agent answers
@@ -77,69 +74,6 @@ SUPERSEDED = (MADE_BY, 'revert', 'kept')
 # that misses it and is not known down gets a second, longer try.
 ALIVE_PROBE_TIMEOUT = 10
 RETRY_PROBE_TIMEOUT = 25
-
-
-def image_name(volume):
-    return 'volume-%s' % volume.id
-
-
-def parse_snapshot_id(provider_id):
-    """(image id, version number) of a snapshot's provider_id."""
-    try:
-        image, version = provider_id.rsplit('@', 1)
-        return image, int(version)
-    except (AttributeError, ValueError):
-        raise exception.InvalidSnapshot(
-            reason=_('not a BlobCR snapshot (provider_id %r)')
-            % (provider_id,))
-
-
-def _extra_specs(volume_type):
-    """A volume type's extra specs: the type is an object on a volume,
-    a dict where Cinder passes one (retype's new type).
-    """
-    if not volume_type:
-        return {}
-    if isinstance(volume_type, dict):
-        return volume_type.get('extra_specs') or {}
-    return volume_type.extra_specs or {}
-
-
-def quiesce_of(volume_type, default):
-    """The quiesce mode a volume type asks for; InvalidVolumeType for an
-    unknown ``blobcr:`` extra spec or value.
-    """
-    specs = _extra_specs(volume_type)
-    for key, value in specs.items():
-        if not key.startswith(EXTRA_SPEC_PREFIX):
-            continue
-        name = key[len(EXTRA_SPEC_PREFIX):]
-        if name not in EXTRA_SPECS:
-            raise exception.InvalidVolumeType(
-                reason=_('unknown extra spec %(key)s (BlobCR knows '
-                         '%(known)s)')
-                % {'key': key, 'known': ', '.join(
-                    EXTRA_SPEC_PREFIX + k for k in sorted(EXTRA_SPECS))})
-        if value not in EXTRA_SPECS[name]:
-            raise exception.InvalidVolumeType(
-                reason=_('%(key)s=%(value)s: must be one of %(known)s')
-                % {'key': key, 'value': value,
-                   'known': ', '.join(EXTRA_SPECS[name])})
-    return specs.get(EXTRA_SPEC_PREFIX + 'quiesce', default)
-
-
-def quiesce_asked(snapshot):
-    """The quiesce mode a snapshot's own ``blobcr:quiesce`` property
-    asks for (``openstack volume snapshot create --property ...``), or
-    None; InvalidSnapshot for an unknown mode.
-    """
-    mode = (snapshot.metadata or {}).get(META + 'quiesce')
-    if mode is not None and mode not in options.QUIESCE_MODES:
-        raise exception.InvalidSnapshot(
-            reason=_('%(meta)squiesce=%(mode)s: must be one of %(known)s')
-            % {'meta': META, 'mode': mode,
-               'known': ', '.join(options.QUIESCE_MODES)})
-    return mode
 
 
 GROUP_PARALLEL = 16
@@ -180,7 +114,7 @@ def _each(items, delete, what):
 
 
 @interface.volumedriver
-class BlobCRDriver(driver.VolumeDriver):
+class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
     """Volumes as BlobCR images: live incremental snapshots, clones."""
 
     VERSION = '1.0.0'
@@ -301,9 +235,9 @@ class BlobCRDriver(driver.VolumeDriver):
     # -- volumes -----------------------------------------------------------
 
     def create_volume(self, volume):
-        quiesce_of(volume.volume_type, None)        # refuse bad specs
+        specs.quiesce_of(volume.volume_type, None)        # refuse bad specs
         image = self._call(self.storage_host, 'create_image',
-                           image_name(volume), volume.size * GiB)
+                           refs.image_name(volume), volume.size * GiB)
         LOG.info('volume %s is BlobCR image %s', volume.id, image['id'])
         return {'provider_id': image['id']}
 
@@ -340,12 +274,12 @@ class BlobCRDriver(driver.VolumeDriver):
             self._call(self.storage_host, 'delete_snapshot', image, version)
 
     def create_volume_from_snapshot(self, volume, snapshot):
-        image, version = parse_snapshot_id(snapshot.provider_id)
+        image, version = refs.parse_snapshot_id(snapshot.provider_id)
         return self._clone(volume, image, version, snapshot.volume_size)
 
     def _clone(self, volume, image, version, source_size):
         clone = self._call(self.storage_host, 'clone', image, version,
-                           image_name(volume))
+                           refs.image_name(volume))
         if volume.size > source_size:
             try:
                 self._call(self.storage_host, 'extend_image', clone['id'],
@@ -382,7 +316,7 @@ class BlobCRDriver(driver.VolumeDriver):
             result = self._call(self.storage_host, 'snapshot', image)
             result.update(host=self.storage_host)
             return result
-        quiesce = quiesce or quiesce_of(
+        quiesce = quiesce or specs.quiesce_of(
             volume.volume_type, self.configuration.blobcr_default_quiesce)
         started = time.monotonic()
         # Labelled: the sync service registers only unlabelled
@@ -436,7 +370,7 @@ class BlobCRDriver(driver.VolumeDriver):
 
     def create_snapshot(self, snapshot):
         result = self._snapshot_version(snapshot.volume,
-                                        quiesce=quiesce_asked(snapshot))
+                                        quiesce=specs.quiesce_asked(snapshot))
         return self._snapshot_model(snapshot, result)
 
     def _snapshot_model(self, snapshot, result):
@@ -448,7 +382,7 @@ class BlobCRDriver(driver.VolumeDriver):
                 'parent': version['parent'],
                 'bytes_written': version['stored_bytes'],
                 'chunks_written': version['chunks'],
-                'created': _iso(version['created'])}
+                'created': refs.iso(version['created'])}
         if version['group']:
             meta['group'] = version['group']['id']
         if version.get('made_by'):
@@ -458,16 +392,16 @@ class BlobCRDriver(driver.VolumeDriver):
             if result.get(key) is not None:
                 meta[key] = result[key]
         metadata = dict(snapshot.metadata or {})
-        metadata.update({META + k: ('%.1f' % v if isinstance(v, float)
-                                    else str(v))
+        metadata.update({specs.META + k: ('%.1f' % v
+                                          if isinstance(v, float) else str(v))
                          for k, v in meta.items()})
-        return {'provider_id': '%s@%d' % (image, version['version']),
+        return {'provider_id': refs.version_ref(image, version['version']),
                 'metadata': metadata}
 
     def delete_snapshot(self, snapshot):
         if not snapshot.provider_id:
             return          # its create failed before a version existed
-        image, version = parse_snapshot_id(snapshot.provider_id)
+        image, version = refs.parse_snapshot_id(snapshot.provider_id)
         try:
             self.api.delete_snapshot(self.storage_host, image, version)
         except (agent_exception.ImageNotFound,
@@ -481,7 +415,7 @@ class BlobCRDriver(driver.VolumeDriver):
             raise self._no_answer('delete_snapshot', snapshot.provider_id)
 
     def revert_to_snapshot(self, context, volume, snapshot):
-        image, version = parse_snapshot_id(snapshot.provider_id)
+        image, version = refs.parse_snapshot_id(snapshot.provider_id)
         if image != self._image_of(volume):
             raise exception.InvalidSnapshot(
                 reason=_('snapshot %(snapshot)s is not of volume '
@@ -543,7 +477,7 @@ class BlobCRDriver(driver.VolumeDriver):
         return {'driver_volume_type': kind,
                 'data': {'device_path': attached.get('device') or
                          attached['path'],
-                         'name': image_name(volume),
+                         'name': refs.image_name(volume),
                          'blobcr_image': attached['image'],
                          'blobcr_host': host,
                          'blobcr_epoch': attached.get('epoch', 0),
@@ -676,7 +610,7 @@ class BlobCRDriver(driver.VolumeDriver):
             old = [v['version'] for v in listed['versions']
                    if v['state'] == 'stable' and v['version'] != head
                    and v['made_by'] in SUPERSEDED and not v['clones']
-                   and '%s@%d' % (image, v['version']) not in kept]
+                   and refs.version_ref(image, v['version']) not in kept]
             if old:
                 self.api.obsolete(self.storage_host, image, old)
                 LOG.info('volume %s: versions %s of image %s superseded',
@@ -695,7 +629,7 @@ class BlobCRDriver(driver.VolumeDriver):
         snapshot, so no data moves. An invalid BlobCR spec fails the
         retype (InvalidVolumeType) and the volume keeps its type.
         """
-        quiesce_of(new_type, None)
+        specs.quiesce_of(new_type, None)
         LOG.info('volume %s retyped in place to %s', volume.id,
                  new_type.get('name'))
         return True, None
@@ -868,9 +802,9 @@ class BlobCRDriver(driver.VolumeDriver):
         """
         image = self._image_of(volume)
         self._call(host, 'hold', image,
-                   quiesce=quiesce_of(volume.volume_type,
-                                      self.configuration.
-                                      blobcr_default_quiesce),
+                   quiesce=specs.quiesce_of(
+                       volume.volume_type,
+                       self.configuration.blobcr_default_quiesce),
                    timeout=3 * self.configuration.blobcr_rpc_timeout)
         return host, image
 
@@ -915,217 +849,3 @@ class BlobCRDriver(driver.VolumeDriver):
                 updates.append(dict(self.create_cloned_volume(
                     volume, sources[volume.source_volid]), id=volume.id))
         return None, updates
-
-    # -- managing what Cinder did not make --------------------------------
-    #
-    # A guest's checkpoints (through the agent's endpoint) and images made
-    # outside Cinder become Cinder snapshots and volumes through Cinder's
-    # manage API; blobcr-cinder-sync (blobcr_cinder/sync.py) registers
-    # every guest checkpoint that way.
-
-    def _images(self):
-        return self._call(self.storage_host, 'list_images')
-
-    def _existing_image(self, existing_ref):
-        """The image (list_images entry) a reference names:
-        ``{"source-id": image id}`` or ``{"source-name": image name}``.
-        """
-        ref = existing_ref.get('source-id') or existing_ref.get('source-name')
-        if not ref:
-            raise exception.ManageExistingInvalidReference(
-                existing_ref=existing_ref,
-                reason=_('give source-id (a BlobCR image id) or '
-                         'source-name (its name)'))
-        images = self._images()
-        found = [i for i in images if i['id'] == ref] or \
-            [i for i in images if i['name'] == ref]
-        if len(found) != 1:
-            raise exception.ManageExistingInvalidReference(
-                existing_ref=existing_ref,
-                reason=(_('no BlobCR image named %(ref)s on %(host)s')
-                        if not found else
-                        _('more than one BlobCR image named %(ref)s on '
-                          '%(host)s'))
-                % {'ref': ref, 'host': self.storage_host})
-        return found[0]
-
-    @staticmethod
-    def _claimed_by(volume_id, image):
-        """A Cinder volume other than ``volume_id`` whose image it is."""
-        others = objects.VolumeList.get_all(
-            cinder_context.get_admin_context(),
-            filters={'provider_id': image})
-        return [v.id for v in others if v.id != volume_id]
-
-    def manage_existing_get_size(self, volume, existing_ref):
-        return int(math.ceil(self._existing_image(existing_ref)['size'] /
-                             GiB))
-
-    def manage_existing(self, volume, existing_ref):
-        """Adopt an image: it keeps its id, name and versions."""
-        quiesce_of(volume.volume_type, None)        # refuse bad specs
-        image = self._existing_image(existing_ref)
-        reason = self._not_manageable(image, self._claimed_by(volume.id,
-                                                              image['id']))
-        if reason:
-            raise exception.ManageExistingInvalidReference(
-                existing_ref=existing_ref, reason=reason)
-        # Cinder sizes are whole GiB (manage_existing_get_size rounds up;
-        # Cinder records it after this call): the rest reads as zeros.
-        whole = int(math.ceil(image['size'] / GiB)) * GiB
-        if whole > image['size']:
-            self._call(self.storage_host, 'extend_image', image['id'], whole)
-        LOG.info('volume %s manages BlobCR image %s', volume.id, image['id'])
-        return {'provider_id': image['id']}
-
-    @staticmethod
-    def _not_manageable(image, claimed):
-        if claimed:
-            return _('image %(image)s is already volume %(volumes)s') % {
-                'image': image['id'], 'volumes': ', '.join(claimed)}
-        if image['attached_on']:
-            return _('image %(image)s is attached on %(hosts)s: detach it '
-                     'first') % {'image': image['id'],
-                                 'hosts': ', '.join(image['attached_on'])}
-        if image['newest_stable'] is None:
-            return _('image %s has no stable version') % image['id']
-        return None
-
-    def unmanage(self, volume):
-        LOG.info('volume %s no longer manages BlobCR image %s', volume.id,
-                 volume.provider_id)
-
-    def get_manageable_volumes(self, cinder_volumes, marker, limit, offset,
-                               sort_keys, sort_dirs):
-        managed = {v.provider_id: v.id for v in cinder_volumes}
-        entries = []
-        for image in self._images():
-            cinder_id = managed.get(image['id'])
-            reason = self._not_manageable(
-                image, [cinder_id] if cinder_id else [])
-            entries.append({
-                'reference': {'source-id': image['id']},
-                'size': int(math.ceil(image['size'] / GiB)),
-                'safe_to_manage': reason is None,
-                'reason_not_safe': reason,
-                'cinder_id': cinder_id,
-                'extra_info': {'name': image['name'],
-                               'versions': str(len(image['versions'])),
-                               'newest_stable': str(image['newest_stable']),
-                               'origin': _ref(image['origin'])}})
-        return volume_utils.paginate_entries_list(
-            entries, marker, limit, offset, sort_keys, sort_dirs)
-
-    def _existing_version(self, snapshot, existing_ref):
-        """``(image, version entry)`` of ``{"source-name": "image@N"}``
-        (or source-id), a version of the snapshot's volume.
-        """
-        ref = existing_ref.get('source-name') or existing_ref.get('source-id')
-        try:
-            image, number = parse_snapshot_id(ref)
-        except exception.InvalidSnapshot:
-            raise exception.ManageExistingInvalidReference(
-                existing_ref=existing_ref,
-                reason=_('give source-name IMAGE@VERSION (a BlobCR '
-                         'version)'))
-        if image != snapshot.volume.provider_id:
-            raise exception.ManageExistingInvalidReference(
-                existing_ref=existing_ref,
-                reason=_('%(ref)s is not a version of volume %(volume)s '
-                         '(image %(image)s)')
-                % {'ref': ref, 'volume': snapshot.volume_id,
-                   'image': snapshot.volume.provider_id})
-        listed = self._call(self.storage_host, 'list_versions', image)
-        found = [v for v in listed['versions'] if v['version'] == number]
-        if not found or found[0]['state'] != 'stable':
-            raise exception.ManageExistingInvalidReference(
-                existing_ref=existing_ref,
-                reason=_('version %(version)d of image %(image)s is '
-                         '%(state)s')
-                % {'version': number, 'image': image,
-                   'state': found[0]['state'] if found else
-                   _('not there (any more)')})
-        return image, found[0]
-
-    def manage_existing_snapshot_get_size(self, snapshot, existing_ref):
-        self._existing_version(snapshot, existing_ref)
-        return snapshot.volume.size
-
-    def manage_existing_snapshot(self, snapshot, existing_ref):
-        image, version = self._existing_version(snapshot, existing_ref)
-        provider_id = '%s@%d' % (image, version['version'])
-        taken = [s.id for s in objects.SnapshotList.get_all_for_volume(
-                 cinder_context.get_admin_context(), snapshot.volume_id)
-                 if s.provider_id == provider_id and s.id != snapshot.id]
-        if taken:
-            raise exception.ManageExistingInvalidReference(
-                existing_ref=existing_ref,
-                reason=_('%(ref)s is already snapshot %(taken)s')
-                % {'ref': provider_id, 'taken': ', '.join(taken)})
-        return self._snapshot_model(snapshot, {'image': image,
-                                               'version': version['version']})
-
-    def unmanage_snapshot(self, snapshot):
-        """The version stays; labelled, so that blobcr-cinder-sync does
-        not register it again.
-        """
-        image, version = parse_snapshot_id(snapshot.provider_id)
-        try:
-            self.api.label(self.storage_host, image, version, UNMANAGED)
-        except (agent_exception.ImageNotFound,
-                agent_exception.VersionNotFound):
-            pass
-
-    def get_manageable_snapshots(self, cinder_snapshots, marker, limit,
-                                 offset, sort_keys, sort_dirs):
-        """The stable versions of this backend's volumes, safe to manage
-        when they are checkpoints nobody labelled (a guest's) and not
-        snapshots yet. Each entry's source_reference names the volume
-        (``volume_id``) that a manage request must give.
-        """
-        managed = {s.provider_id: s.id for s in cinder_snapshots}
-        volumes = {v.provider_id: v
-                   for v in objects.VolumeList.get_all_by_host(
-                       cinder_context.get_admin_context(), self.host)
-                   if v.provider_id}
-        entries = []
-        for image in self._images():
-            volume = volumes.get(image['id'])
-            if volume is None:
-                continue
-            for v in image['versions']:
-                # Pending (a checkpoint in flight, the mirror's
-                # reservation), gone, or the volume's first content: none
-                # is a snapshot to offer.
-                if v['state'] != 'stable' or v['parent'] is None:
-                    continue
-                ref = '%s@%d' % (image['id'], v['version'])
-                reason = (
-                    'already a snapshot' if ref in managed else
-                    'made by %s, not a checkpoint' % v['made_by']
-                    if v['made_by'] else None)
-                entries.append({
-                    'reference': {'source-name': ref},
-                    'size': volume.size,
-                    'safe_to_manage': reason is None,
-                    'reason_not_safe': reason,
-                    'cinder_id': managed.get(ref),
-                    'extra_info': {
-                        'version': str(v['version']),
-                        'parent': str(v['parent']),
-                        'created': _iso(v['created']),
-                        'group': (v['group'] or {}).get('id'),
-                        'made_by': v['made_by']},
-                    'source_reference': {'source-id': image['id'],
-                                         'volume_id': volume.id}})
-        return volume_utils.paginate_entries_list(
-            entries, marker, limit, offset, sort_keys, sort_dirs)
-
-
-def _ref(origin):
-    return '%s@%d' % (origin['image'], origin['version']) if origin else None
-
-
-def _iso(timestamp):
-    return datetime.datetime.fromtimestamp(
-        timestamp, datetime.timezone.utc).isoformat(timespec='seconds')

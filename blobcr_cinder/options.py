@@ -33,17 +33,19 @@ blobcr_opts = [
                     '(extra spec blobcr:quiesce). Unset: the agent\'s '
                     '[agent] quiesce, which falls back to none when no '
                     'domain uses the volume.'),
-    cfg.StrOpt('blobcr_connection_type', default='blobcr',
+    cfg.StrOpt('blobcr_connection_type', default='local',
                choices=[('local', 'stock Nova and os-brick, nothing '
                          'patched: the agent sets up a loop device over '
                          'the mirror file (direct I/O) and Nova opens it as '
                          'a block device'),
-                        ('blobcr', 'BlobCR\'s own type: Nova and os-brick '
-                         'need devstack/patches/ (applied by '
-                         'tools/apply-connection-patches.sh)'),
-                        ('gpfs', 'the fallback for unpatched Nova and '
-                         'os-brick: their GPFS drivers open the same file '
-                         'path')],
+                        ('blobcr', 'BlobCR\'s own file type, kept for '
+                         'clouds that used it: Nova and os-brick must be '
+                         'edited by tools/apply-connection-patches.sh, '
+                         'which their next upgrade undoes'),
+                        ('gpfs', 'unpatched Nova and os-brick open the '
+                         'mirror file itself through their GPFS drivers '
+                         '(a file disk: libvirt refuses to live-migrate '
+                         'it)')],
                help='driver_volume_type of the connections this backend '
                     'hands out. Every connection is the compute host\'s '
                     'agent mirror of the volume: its raw file, or with '

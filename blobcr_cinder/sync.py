@@ -160,9 +160,16 @@ class Synchronizer(object):
         info = entry['extra_info']
         name = '%s-checkpoint-%s' % (volume['name'] or volume['id'],
                                      info['version'])
+        # The version's facts as properties, as the driver records them
+        # on the snapshots it takes (blobcr:image, blobcr:version, ...).
+        facts = dict(info, image=entry['source_reference'].get('source-id'))
         body = {'snapshot': {
             'volume_id': volume['id'], 'ref': entry['reference'],
             'name': name,
+            'metadata': {'blobcr:%s' % key: str(facts[key])
+                         for key in ('image', 'version', 'parent',
+                                     'created', 'group', 'made_by')
+                         if facts.get(key) not in (None, '', 'None')},
             'description': 'BlobCR checkpoint (version %s, created %s%s), '
                            'registered by blobcr-cinder-sync'
                            % (info['version'], info['created'],

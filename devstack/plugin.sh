@@ -55,7 +55,7 @@ function blobcr_check_settings {
             BLOBCR_CEPH_CLUSTER) allowed="devstack-plugin-ceph micro" ;;
             BLOBCR_QUIESCE) allowed="none fsfreeze suspend" ;;
             BLOBCR_CEPH_DATA_POOL_TYPE) allowed="auto erasure replicated" ;;
-            BLOBCR_CONNECTION_TYPE) allowed="blobcr gpfs" ;;
+            BLOBCR_CONNECTION_TYPE) allowed="local gpfs blobcr" ;;
         esac
         if [[ " $allowed " != *" $value "* ]]; then
             die $LINENO "BlobCR: $name=$value is not one of: $allowed"
@@ -374,6 +374,8 @@ function configure_blobcr_tempest {
     iniset "$TEMPEST_CONFIG" volume-feature-enabled volume_revert True
     iniset "$TEMPEST_CONFIG" volume-feature-enabled manage_volume True
     iniset "$TEMPEST_CONFIG" volume-feature-enabled manage_snapshot True
+    # An unmanaged snapshot is managed again by its old id, as RBD's.
+    iniset "$TEMPEST_CONFIG" volume manage_snapshot_ref "source-name,snapshot-%s"
     iniset "$TEMPEST_CONFIG" volume-feature-enabled extend_attached_volume False
     iniset "$TEMPEST_CONFIG" volume storage_protocol file
     iniset "$TEMPEST_CONFIG" volume vendor_name "BlobCR for OpenStack"

@@ -46,13 +46,14 @@ runs in cinder-volume: Cinder's modules bring eventlet, which must not
 reach the test session's process.
 """
 
-import os
 import random
 import threading
 import time
 import types
 import uuid
 
+from blobcr_lab.guest_disk import GuestDisk
+from blobcr_lab import nova_attach
 from tests import cinder_model_overlap
 
 GiB = 1 << 30
@@ -253,15 +254,14 @@ class Walk(cinder_model_overlap.Overlaps):
             self._write_spans(volume)
 
     def _write_spans(self, volume, spans=None):
-        with open(volume.path, 'r+b', buffering=0) as f:
+        with GuestDisk(volume.path) as disk:
             for _ in range(spans or self.rng.randint(1, 4)):
                 length = self.rng.choice(
                     [1, 511, BLOCK, CHUNK - 7, CHUNK, CHUNK + 4097,
                      3 * CHUNK])
                 offset = self.rng.randrange(0, REGION - length)
                 data = self.rng.randbytes(length)
-                f.seek(offset)
-                if f.write(data) != length:
+                if disk.pwrite(data, offset) != length:
                     raise ModelError('short write')
                 volume.content[offset:offset + length] = data
 
@@ -279,12 +279,9 @@ class Walk(cinder_model_overlap.Overlaps):
 
         def write(items):
             try:
-                fd = os.open(volume.path, os.O_RDWR)
-                try:
+                with GuestDisk(volume.path) as disk:
                     for block, data in items:
-                        os.pwrite(fd, data, block * BLOCK)
-                finally:
-                    os.close(fd)
+                        disk.pwrite(data, block * BLOCK)
             except Exception as e:
                 errors.append(e)
 
@@ -292,10 +289,9 @@ class Walk(cinder_model_overlap.Overlaps):
             # Blocks nobody writes must read as before while the others
             # are written (fetches racing writes on the same chunks).
             try:
-                fd = os.open(volume.path, os.O_RDONLY)
-                try:
+                with GuestDisk(volume.path, readonly=True) as disk:
                     while not stop.is_set():
-                        got = os.pread(fd, 3 * CHUNK, first * CHUNK)
+                        got = disk.pread(3 * CHUNK, first * CHUNK)
                         for i in range(0, 3 * CHUNK, BLOCK):
                             block = first * CHUNK // BLOCK + i // BLOCK
                             at = first * CHUNK + i
@@ -306,8 +302,6 @@ class Walk(cinder_model_overlap.Overlaps):
                                     'block %d changed while others were '
                                     'written' % block))
                                 return
-                finally:
-                    os.close(fd)
             except Exception as e:
                 errors.append(e)
         threads = [threading.Thread(target=write, args=(items,))
@@ -331,11 +325,8 @@ class Walk(cinder_model_overlap.Overlaps):
 
     def op_flush(self):
         volume = self._pick([v for v in self.volumes if v.host])
-        fd = os.open(volume.path, os.O_RDWR)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with GuestDisk(volume.path) as disk:
+            disk.fsync()
 
     def op_guest_checkpoint(self):
         """A checkpoint the guest asks for (not Cinder's, not waited
@@ -374,7 +365,15 @@ class Walk(cinder_model_overlap.Overlaps):
         for volume in self.volumes:
             if volume.host == host and volume is not skip:
                 volume.path = self.world.path(host, volume.device_path)
+                self._wait_reopened(volume)
                 self._check_file(volume)
+
+    @staticmethod
+    def _wait_reopened(volume, timeout=30):
+        if not nova_attach.wait_reopenable(volume.path, timeout):
+            raise ModelError('volume %s: %s is not back %d s after the '
+                             'agent restarted' % (volume.provider_id,
+                                                  volume.path, timeout))
 
     def op_migrate(self):
         """Nova's live migration: the destination connects the volume
@@ -480,10 +479,9 @@ class Walk(cinder_model_overlap.Overlaps):
             self._check_version(snapshot.provider_id, snapshot.content)
 
     def _check_file(self, volume):
-        with open(volume.path, 'rb') as f:
-            got = f.read(REGION)
-            f.seek(volume.size * GiB - CHUNK)
-            tail = f.read(CHUNK)
+        with GuestDisk(volume.path, readonly=True) as disk:
+            got = disk.pread(REGION, 0)
+            tail = disk.pread(CHUNK, volume.size * GiB - CHUNK)
         _same(got, volume.content, 'volume %s attached on %s'
               % (volume.provider_id, volume.host))
         if any(tail):

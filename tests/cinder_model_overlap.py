@@ -54,7 +54,6 @@ requests in flight together is the machine's.
 """
 
 import functools
-import mmap
 import os
 import signal
 import threading
@@ -62,6 +61,7 @@ import time
 import types
 
 from blobcr_agent.manager import loopdevs
+from blobcr_lab.guest_disk import GuestDisk
 from tests import history
 
 # Requests of one step that may run together, at most.
@@ -114,8 +114,9 @@ class Overlaps(object):
     def _guest_writes(self, volume, register, stop, rng, errors, most=200):
         from tests import cinder_model
         try:
-            fd = os.open(volume.path, os.O_RDWR)
-            try:
+            # As QEMU with cache=none: a write is acknowledged once it
+            # reached the mirror (O_DIRECT on a loop device).
+            with GuestDisk(volume.path) as disk:
                 for _ in range(most):
                     if stop.is_set():
                         return
@@ -123,11 +124,9 @@ class Overlaps(object):
                                           cinder_model.BLOCK)
                     data = rng.randbytes(cinder_model.BLOCK)
                     i = register.invoke(block * cinder_model.BLOCK, data)
-                    os.pwrite(fd, data, block * cinder_model.BLOCK)
+                    disk.pwrite(data, block * cinder_model.BLOCK)
                     register.complete(i)
                     time.sleep(rng.uniform(0, 0.01))
-            finally:
-                os.close(fd)
         except Exception as e:
             errors.append(e)
 
@@ -431,24 +430,23 @@ def local_connection(walk):
     info = walk.driver.initialize_connection(volume, {'host': host})
     device = info['data']['device_path']
     if info['driver_volume_type'] != 'local' or \
-            not device.startswith('/dev/loop'):
+            not os.path.realpath(device).startswith('/dev/loop') or \
+            os.path.basename(device) != info['data']['blobcr_image']:
         raise AssertionError('not a local connection: %s' % info)
     volume.attach_record(host, None, info)
+    loop = os.path.realpath(device)
     data = walk.rng.randbytes(4 * cinder_model.BLOCK)
-    buf = mmap.mmap(-1, len(data))
-    buf.write(data)
-    fd = os.open(device, os.O_RDWR | os.O_DIRECT)
-    try:
-        os.pwrite(fd, buf, 2 * cinder_model.CHUNK)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
     at = 2 * cinder_model.CHUNK
+    with GuestDisk(device) as disk:
+        assert disk.direct
+        disk.pwrite(data, at)
+        disk.fsync()
     volume.content[at:at + len(data)] = data
     walk.terminate(volume, {'host': host})
     volume.detach_record()
-    if loopdevs.identity(device) is not None:
-        raise AssertionError('%s still set up after the detach' % device)
+    if os.path.lexists(device) or loopdevs.identity(loop) is not None:
+        raise AssertionError('%s (%s) still set up after the detach'
+                             % (device, loop))
     walk.verify_all()
 
 

@@ -92,10 +92,12 @@ PYTHONWARNINGS=ignore "$py" -c 'import rados, blobcr_agent._native, cinder, keys
     || { echo "install-openstack: $venv/etc/glance/glance-api-paste.ini is missing" >&2; exit 1; }
 PYTHONWARNINGS=ignore "$py" -c 'import nova.virt.libvirt.volume.volume, nova.virt.libvirt.volume.gpfs, nova.api.metadata.vendordata_dynamic' \
     || { echo "install-openstack: nova's libvirt volume drivers or vendordata client do not load" >&2; exit 1; }
-# The 'blobcr' connection type in this Nova and os-brick (devstack/patches).
-bash "$top/tools/apply-connection-patches.sh" "$py"
-PYTHONWARNINGS=ignore "$py" -c 'import nova.virt.libvirt.driver as d, blobcr_nova.libvirt_volume; from os_brick.initiator import connector as c; assert d.VOLUME_DRIVERS["blobcr"] and c.get_connector_mapping()["BLOBCR"]' \
-    || { echo "install-openstack: the blobcr connection type is not in nova or os-brick" >&2; exit 1; }
+# Nova and os-brick stay as packaged: BlobCR's default 'local' connection
+# needs no edit of them, and a file edited in place (an older
+# tools/apply-connection-patches.sh run) would let the tests pass on what
+# no cloud runs.
+"$py" "$top/tools/check_stock.py" nova os-brick \
+    || { echo "install-openstack: nova or os-brick in $venv is edited (undo an older patch with: tools/apply-connection-patches.sh --revert $py)" >&2; exit 1; }
 PYTHONWARNINGS=ignore "$py" -c 'import pyfuse3, oslo_messaging, libvirt, keystonemiddleware, openstackclient, psycopg2, openstack_dashboard' \
     || { echo "install-openstack: an import of the test suite broke" >&2; exit 1; }
 for tool in gunicorn openstack keystone-manage cinder-manage cinder-api \

@@ -158,6 +158,7 @@ class Agent(object):
         self._run_done = threading.Event()
         self._admin_inode = None
         self.parked = []
+        self._had_devices = set()
 
     def start(self):
         # The socket first: it refuses if another agent answers there,
@@ -174,8 +175,10 @@ class Agent(object):
             # Other hosts' agents: the handoff of a live migration (an
             # incoming image re-attached by recover() asks it too).
             self.manager.set_peers(rpc_api.AgentAPI(self.conf))
-        # Loop devices an earlier agent left over its (dead) mount.
-        self.manager.loops.recover()
+        # Loop devices an earlier agent left over its (dead) mount go;
+        # the images re-attached get new ones behind the same links once
+        # the mount serves (run()).
+        self._had_devices = self.manager.loops.recover()
         self.manager.mirror.recover()
         self.manager.collector.start()
         self.manager.protector.start()
@@ -244,14 +247,20 @@ class Agent(object):
                           'are restarted on the next agent')
                 mirror.abort()
 
+    def _serving(self):
+        LOG.info('agent of %s serving %s', self.conf.agent.host,
+                 self.manager.mirror.mountpoint)
+        # Not on the FUSE loop's thread: losetup opens a mirror file,
+        # which that loop serves.
+        threading.Thread(target=self.manager.restore_block_devices,
+                         args=(self._had_devices,), daemon=True,
+                         name='blobcr-loop-restore').start()
+
     def run(self):
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
         try:
-            self.manager.mirror.run(
-                ready=lambda: LOG.info('agent of %s serving %s',
-                                       self.conf.agent.host,
-                                       self.manager.mirror.mountpoint))
+            self.manager.mirror.run(ready=self._serving)
         except Exception:
             LOG.exception('the mirror stopped')
             raise

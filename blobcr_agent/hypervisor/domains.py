@@ -277,15 +277,22 @@ class Hypervisor(object):
                 raise
         return self._ask('read the state of domain %s' % domain.name(), ask)
 
-    def domain_for(self, path):
-        """The active domain that has ``path`` as a disk, or None. Disks
-        are compared by real path; of ``path`` itself (a mirror file) only
-        the directory is resolved: a lookup of the file on the FUSE mount
-        would keep it in the kernel's cache for a second after a detach.
+    @staticmethod
+    def disk_name(path):
+        """``path`` as compared with a domain's disks: only its directory
+        resolved (a lookup of a mirror file on the FUSE mount would keep
+        it in the kernel's cache for a second after a detach).
+        """
+        return os.path.join(os.path.realpath(os.path.dirname(path)),
+                            os.path.basename(path))
+
+    def domain_for(self, *paths):
+        """The active domain that has one of ``paths`` (an image's mirror
+        file and its loop device) as a disk, or None. Disks are compared
+        by real path, ``paths`` by disk_name.
         """
         libvirt = _libvirt()
-        target = os.path.join(os.path.realpath(os.path.dirname(path)),
-                              os.path.basename(path))
+        targets = {self.disk_name(path) for path in paths}
 
         def ask(conn):
             for domain in conn.listAllDomains(
@@ -296,7 +303,7 @@ class Hypervisor(object):
                     if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
                         continue            # it went away meanwhile
                     raise
-                if target in paths:
+                if targets & paths:
                     return domain
             return None
         return self._ask('list the running domains', ask)

@@ -136,6 +136,27 @@ class Attachments(object):
         self.instances.unbind_image(header.id)
         return result
 
+    def _disk_paths(self, image_id):
+        """What a domain's disk names this image by: its mirror file,
+        and for a 'local' connection its loop device (by number, which
+        the link the domain names resolves to).
+        """
+        device = self.loops.device_of(image_id)
+        path = self.mirror.path_of(image_id)
+        return [path] if device is None else [path, device]
+
+    def restore_block_devices(self, images):
+        """After a restart, once the mirror re-attached: new loop devices
+        behind the links of ``images`` (LoopDevices.recover), for those
+        mirrored again and not being detached.
+        """
+        def path_of(image_id):
+            attached = self.mirror.attached.get(image_id)
+            if attached is None or attached.meta.get('detaching'):
+                return None
+            return self.mirror.path_of(image_id)
+        self.loops.restore(images, path_of)
+
     def _refuse_if_in_use(self, image_id):
         try:
             domain = self._domain(image_id)

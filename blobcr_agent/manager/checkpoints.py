@@ -37,12 +37,12 @@ class Checkpoints(object):
     """
 
     def _domain(self, image_id):
-        """The active domain that uses the image's mirror file, or None;
-        BackendUnavailable if libvirt cannot tell.
+        """The active domain that uses the image (its mirror file or its
+        loop device), or None; BackendUnavailable if libvirt cannot tell.
         """
         if self.hypervisor is None:
             return None
-        return self.hypervisor.domain_for(self.mirror.path_of(image_id))
+        return self.hypervisor.domain_for(*self._disk_paths(image_id))
 
     def _hold(self, image_id, mode, explicit):
         """(context manager, mode used) that keeps the guest still."""

@@ -23,12 +23,21 @@ no file of Nova or os-brick is patched, and libvirt treats the disk as a
 block device opened with ``cache=none`` (safe to live-migrate).
 
 The agent owns their whole life: set up at attach, released at detach,
-recorded in ``loop-devices.json`` under its state path so that the next
-agent, after a restart or a SIGKILL, releases those it finds still
-pointing into its mount (their FUSE connection died with the agent
-before it: they can serve nothing). A recorded device that now backs
-another file belongs to someone else: a clear error, never released or
-reused.
+recorded in ``loop-devices.json`` under its state path. A connection
+names a device by a link of the agent's, ``<state_path>/devices/<image>``,
+never by its number: loop numbers are reused, and a number recorded by
+Nova (its connection_info) could one day name another volume's device.
+
+After an agent restart or a SIGKILL, the FUSE connection died with the
+agent before it, so its devices serve nothing: the next agent releases
+them (one that a guest still holds open is freed by the kernel when the
+guest closes it, and is never handed out before) and removes their
+links; once the mirror re-attached those images it sets up new devices
+behind the same links. A guest that opens its disk again (Nova's hard
+reboot) reads its volume; one that kept the old device open gets I/O
+errors until then, as a file disk on the dead mount would. A recorded
+device that now backs another file belongs to someone else: a clear
+error, never released or reused.
 """
 
 import ctypes
@@ -49,6 +58,9 @@ LOG = logging.getLogger(__name__)
 # linux/prctl.h.
 PR_SET_IO_FLUSHER = 57
 PR_GET_IO_FLUSHER = 58
+# What reading a loop device's status gives when its backing file is on
+# a FUSE mount whose daemon died.
+DEAD_MOUNT_ERRORS = (errno.ENOTCONN, errno.ECONNABORTED, errno.EIO)
 # linux/loop.h: struct loop_info64 and the ioctl that reads it.
 LOOP_GET_STATUS64 = 0x4C05
 LOOP_INFO64 = struct.Struct('=QQQQQIIII64s64s32s2Q')
@@ -59,10 +71,13 @@ class LoopDevices(object):
 
     def __init__(self, state_path, images_dir):
         self.path = os.path.join(state_path, 'loop-devices.json')
+        self.links_dir = os.path.join(state_path, 'devices')
         self.images_dir = os.path.abspath(images_dir)
         self._lock = threading.Lock()
-        self.devices = self._load()         # {image: {device, file}}
+        self.devices = self._load()         # {image: {device, file, ...}}
         self.released_at_start = 0
+        self.restored_at_start = 0
+        self.closed = False
 
     # -- records -------------------------------------------------------
 
@@ -74,24 +89,52 @@ class LoopDevices(object):
 
     # -- the devices ---------------------------------------------------
 
+    def link_of(self, image):
+        """The stable name of ``image``'s device (what connections give)."""
+        return os.path.join(self.links_dir, image)
+
     def setup(self, image, path):
-        """The loop device over ``path`` (image ``image``'s mirror file),
-        set up if it has none yet.
+        """The link to the loop device over ``path`` (image ``image``'s
+        mirror file), set up if it has none yet.
         """
         with self._lock:
             known = self.devices.get(image)
             if known and backing_file(known['device']) == path and \
                     identity(known['device']) == known.get('backing'):
-                return known['device']
+                return self._link(image, known['device'])
             if known:
                 self._release(image, known)
+            if self.closed:
+                raise exception.BackendUnavailable(
+                    'the agent is stopping: no loop device for image %s'
+                    % image)
             device = _losetup('--find', '--show', '--direct-io=on',
                               path).strip()
             self.devices[image] = {'device': device, 'file': path,
                                    'backing': identity(device)}
             self._save()
             LOG.info('image %s: loop device %s over %s', image, device, path)
-            return device
+            return self._link(image, device)
+
+    def _link(self, image, device):
+        # Replaced in one rename: an open of the link finds the old
+        # device or the new one, never none.
+        os.makedirs(self.links_dir, mode=0o755, exist_ok=True)
+        link = self.link_of(image)
+        if os.path.islink(link) and os.readlink(link) == device:
+            return link
+        staged = '%s.%d.new' % (link, os.getpid())
+        if os.path.lexists(staged):
+            os.unlink(staged)
+        os.symlink(device, staged)
+        os.rename(staged, link)
+        return link
+
+    def _unlink(self, image):
+        try:
+            os.unlink(self.link_of(image))
+        except FileNotFoundError:
+            pass
 
     def device_of(self, image):
         known = self.devices.get(image)
@@ -111,13 +154,23 @@ class LoopDevices(object):
         # keeps from the set-up: its path no longer resolves once the
         # mount it was on died with an agent.
         device, path = known['device'], known['file']
-        found = identity(device)
+        try:
+            found = identity(device)
+        except OSError as e:
+            if e.errno not in DEAD_MOUNT_ERRORS or not _names_file_of(
+                    device, path):
+                raise
+            # The kernel asks the backing file's attributes, which a dead
+            # FUSE mount cannot give: still ours (the same file name, on
+            # a mount that died).
+            found = known.get('backing')
         if found is not None and found != known.get('backing'):
             raise exception.InvalidInput(
                 'loop device %s of image %s now backs %s, not %s: another '
                 'process took it; it is left alone (release it with '
                 '"losetup -d %s" if it is stale)'
                 % (device, image, backing_file(device), path, device))
+        self._unlink(image)
         if found is not None:
             _losetup('--detach', device)
             LOG.info('image %s: loop device %s released', image, device)
@@ -126,28 +179,38 @@ class LoopDevices(object):
 
     def release_all(self):
         """At a stop: the guests' disks end with the mount anyway (a busy
-        device is detached once its last user closes it).
+        device is detached once its last user closes it). No device is
+        set up after it (a late attach, the restore after a restart).
         """
         with self._lock:
+            self.closed = True
             for image, known in sorted(self.devices.items()):
                 try:
                     self._release(image, known)
-                except exception.BlobCRError as e:
-                    LOG.error('%s', e)
+                except (exception.BlobCRError, OSError) as e:
+                    LOG.error('image %s: loop device %s: %s', image,
+                              known['device'], e)
 
     def recover(self):
-        """At start: release the devices an earlier agent left over its
-        mount (recorded, or set up and killed before the record).
-        Returns how many.
+        """At start, before the mirror re-attaches anything: release the
+        devices an earlier agent left over its dead mount (recorded, or
+        set up and killed before the record) and remove their links.
+        Returns the images that had one (restore() gives them new ones).
         """
+        had = set()
         released = 0
         with self._lock:
             for image, known in sorted(self.devices.items()):
+                had.add(image)
                 try:
                     self._release(image, known)
                     released += 1
-                except exception.InvalidInput as e:
-                    LOG.error('%s', e)
+                except (exception.BlobCRError, OSError) as e:
+                    # Another process's now, or not to be read: never
+                    # released blindly, and the agent comes up anyway.
+                    LOG.error('image %s: loop device %s left alone: %s',
+                              image, known['device'], e)
+                    self._unlink(image)
                     del self.devices[image]
                     self._save()
             for device, path in _all_loops():
@@ -156,12 +219,35 @@ class LoopDevices(object):
                     LOG.warning('loop device %s over %s was left by an '
                                 'earlier agent: released', device, path)
                     released += 1
+            # Links with no record (killed between the two).
+            if os.path.isdir(self.links_dir):
+                for name in os.listdir(self.links_dir):
+                    if name not in self.devices:
+                        os.unlink(os.path.join(self.links_dir, name))
         self.released_at_start = released
-        return released
+        return had
+
+    def restore(self, images, path_of):
+        """After the mirror re-attached: a new device behind the same
+        link for each of ``images`` that is mirrored again (``path_of``
+        gives its file, None when it is not).
+        """
+        for image in sorted(images):
+            path = path_of(image)
+            if path is None:
+                continue
+            try:
+                self.setup(image, path)
+                self.restored_at_start += 1
+            except exception.BlobCRError as e:
+                LOG.error('image %s: no loop device after the restart: %s',
+                          image, e)
 
     def status(self):
-        return {'devices': dict(self.devices),
+        return {'devices': {image: dict(known, link=self.link_of(image))
+                            for image, known in self.devices.items()},
                 'released_at_start': self.released_at_start,
+                'restored_at_start': self.restored_at_start,
                 'io_flusher': is_io_flusher()}
 
 
@@ -206,6 +292,15 @@ def identity(device):
         os.close(fd)
     lo_device, lo_inode = LOOP_INFO64.unpack(info)[:2]
     return [lo_device, lo_inode]
+
+
+def _names_file_of(device, path):
+    """Whether ``device``'s backing file is ``path``, or a file of that
+    name on a mount detached since (the kernel then names it from the
+    mount's root).
+    """
+    backing = backing_file(device) or ''
+    return backing == path or backing == os.sep + os.path.basename(path)
 
 
 def backing_file(device):

@@ -21,7 +21,6 @@ without a project.
 """
 
 import logging
-import os
 import time
 
 from blobcr_agent import exception
@@ -98,9 +97,7 @@ class Status(object):
         if not disks:
             return None
         for image_id in list(self.mirror.attached):
-            path = self.mirror.path_of(image_id)
-            # The mount's real path, not a lookup of every mirror file.
-            if os.path.join(os.path.realpath(os.path.dirname(path)),
-                            os.path.basename(path)) in disks:
+            if disks & {self.hypervisor.disk_name(path)
+                        for path in self._disk_paths(image_id)}:
                 return image_id
         return None

@@ -27,6 +27,7 @@ import tempfile
 import time
 
 from blobcr_agent import control
+from blobcr_agent.manager import loopdevs
 from blobcr_agent.mirror import client
 
 
@@ -230,6 +231,24 @@ class AgentProcess(ServiceProcess):
         self.conffile = os.path.join(self.workdir, 'blobcr.conf')
         write_conf(self.conffile, conf)
         self.args += ['--config-file', self.conffile]
+
+    # An agent SIGKILLed (by a test, or here when it does not stop in
+    # time) leaves its loop devices for the next agent to release: at a
+    # stop the harness releases them itself, so none outlives it.
+
+    def _terminate(self):
+        sent = super()._terminate()
+        if not sent:
+            self._release_loop_devices()
+        return sent
+
+    def _reap(self, deadline):
+        super()._reap(deadline)
+        self._release_loop_devices()
+
+    def _release_loop_devices(self):
+        loopdevs.LoopDevices(self.state_path,
+                             os.path.join(self.mount, 'images')).release_all()
 
     def proxy_port(self):
         with open(os.path.join(self.state_path, 'proxy.port')) as f:

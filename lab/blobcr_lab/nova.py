@@ -286,6 +286,12 @@ class NovaStack:
                 'use_rootwrap_daemon': False,
                 # No metadata API here (no Neutron, no config drive).
                 'enabled_apis': 'osapi_compute',
+                # One compute host: a resize stays on it.
+                'allow_resize_to_same_host': True,
+                # The guest has no ACPI shutdown handler: a power off is
+                # immediate rather than 60 s of waiting (what the guest
+                # fsynced is on the volume either way).
+                'shutdown_timeout': 0,
             },
             'api': {'auth_strategy': 'keystone'},
             'wsgi': {'api_paste_config': os.path.join(NOVA_ETC,

@@ -19,6 +19,7 @@ the file the hypervisor would open.
 """
 
 import os
+import time
 import uuid
 
 from blobcr_lab import openstack as stack_module
@@ -62,11 +63,43 @@ class Attachment(object):
 
     @property
     def path(self):
+        """What Nova opens: the agent's loop device ('local'), or the
+        mirror file itself (the file types).
+        """
         return self.connection['device_path']
+
+    @property
+    def size(self):
+        return size_of(self.path)
 
     def detach(self):
         self.api.delete('/attachments/%s' % self.id,
                         microversion=self.MICROVERSION)
+
+
+def wait_reopenable(path, timeout=30):
+    """Until ``path`` (what Nova opens) is there again after its agent
+    restarted, as for Nova's hard reboot: a 'local' connection's link
+    names a new loop device once the new agent's mount serves; a mirror
+    file is back once the image is re-attached. False on timeout.
+    """
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def size_of(path):
+    """The size of a file or a block device (whose os.path.getsize is
+    0), as the host sees it.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.lseek(fd, 0, os.SEEK_END)
+    finally:
+        os.close(fd)
 
 
 def write_at(path, offset, data):

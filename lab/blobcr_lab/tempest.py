@@ -122,7 +122,7 @@ def write_conf(stack, path, volume_type, backend_names, image_id,
     admin = 'admin'
     logs = os.path.join(os.path.dirname(os.path.dirname(path)), 'logs')
     os.makedirs(logs, exist_ok=True)
-    conf = configparser.ConfigParser()
+    conf = configparser.ConfigParser(interpolation=None)
     conf.read_dict({
         'DEFAULT': {'log_dir': logs, 'log_file': 'tempest.log'},
         'auth': {
@@ -154,7 +154,10 @@ def write_conf(stack, path, volume_type, backend_names, image_id,
             'min_microversion': '3.0',
             'max_microversion': 'latest',
             'build_timeout': '300',
-            'disk_format': 'raw'},
+            'disk_format': 'raw',
+            # A snapshot unmanaged and managed again is named by its
+            # old id (blobcr_cinder/manage.py), as RBD's are.
+            'manage_snapshot_ref': 'source-name,snapshot-%s'},
         'volume-feature-enabled': {
             'backup': 'false',              # no cinder-backup here
             'snapshot': 'true', 'clone': 'true', 'volume_revert': 'true',

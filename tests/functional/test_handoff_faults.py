@@ -180,7 +180,7 @@ class _Libvirt(object):
     def __init__(self):
         self.down = True
 
-    def domain_for(self, path):
+    def domain_for(self, *paths):
         if self.down:
             raise exception.BackendUnavailable('libvirtd is not running')
         return None

@@ -19,9 +19,13 @@ kernel's loop driver:
 * attach sets one up with direct I/O; O_DIRECT writes through it and a
   flush reach the mirror (its flush count moves), and a checkpoint holds
   them;
-* detach releases it;
+* a connection names it by the agent's link (devices/<image>), never by
+  its number;
+* detach releases it and removes the link;
 * an agent SIGKILLed with one set up: the next agent releases it at
-  start (its FUSE connection died with the agent before);
+  start (its FUSE connection died with the agent before), and once the
+  mirror is back sets up a new one behind the same link, which reads the
+  volume; the number a guest still holds is not handed out again;
 * a recorded device that another process took (another backing file):
   the detach says so and leaves that device alone.
 """
@@ -30,6 +34,7 @@ import mmap
 import os
 import random
 import subprocess
+import time
 
 import pytest
 
@@ -52,12 +57,10 @@ def agent(tmp_path, agent_factory):
                                 'repository': {'chunk_size': str(CHUNK)}})
     a.backend = backend
     yield a
-    # A test that failed with an agent down leaves its devices: released
-    # here (by the record the agent keeps), never another process's.
+    # A test that failed with an agent down leaves its devices: the lab
+    # releases them at the stop (by the record the agent keeps), never
+    # another process's.
     a.stop()
-    records = loopdevs.LoopDevices(a.state_path, os.path.join(a.mount,
-                                                              'images'))
-    records.release_all()
 
 
 def _attach(agent):
@@ -65,6 +68,14 @@ def _attach(agent):
     image = call('create_image', name='vol', size=SIZE)['id']
     attached = call('attach', image=image, block_device=True)
     return image, attached
+
+
+def _device(attached):
+    """The loop device behind the link an attach answers."""
+    link = attached['device']
+    assert os.path.islink(link) and \
+        os.path.basename(link) == os.path.basename(attached['path'])
+    return os.path.realpath(link)
 
 
 def _direct_write(device, offset, data):
@@ -95,7 +106,7 @@ def _dio(device):
 def test_writes_and_flushes_through_the_device_reach_the_mirror(agent):
     call = agent.client.call
     image, attached = _attach(agent)
-    device = attached['device']
+    device = _device(attached)
     assert loopdevs.backing_file(device) == attached['path']
     assert _dio(device) == '1'
     # Serving writeback, the agent must not wait on it under memory
@@ -121,26 +132,55 @@ def test_writes_and_flushes_through_the_device_reach_the_mirror(agent):
         device
     call('detach', image=image)
     assert loopdevs.backing_file(device) is None
+    assert not os.path.lexists(attached['device'])
     assert call('status')['loop_devices']['devices'] == {}
 
 
-def test_a_killed_agents_device_is_released_by_the_next(agent):
+def test_after_a_kill_the_link_names_a_new_device_over_the_volume(agent):
+    call = agent.client.call
     image, attached = _attach(agent)
-    device = attached['device']
-    agent.kill()
-    # Still set up, over a file of the dead mount.
-    assert loopdevs.identity(device) is not None
-    agent.start()
+    link, device = attached['device'], _device(attached)
+    data = random.Random(7).randbytes(2 * CHUNK)
+    _direct_write(link, 0, data)
+    version = call('checkpoint', image=image)['version']
+    assert call('wait_stable', image=image, version=version) == 'stable'
+    # A guest that keeps the device open across the agent's death.
+    held = os.open(device, os.O_RDONLY)
+    try:
+        agent.kill()
+        # Still set up, over a file of the dead mount.
+        assert loopdevs.identity(device) is not None
+        agent.start()
+        # Restored once the mount serves, beside the other requests.
+        deadline = time.monotonic() + 30
+        while True:
+            status = agent.client.call('status')
+            if status['loop_devices']['restored_at_start'] or \
+                    time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert status['loop_devices']['released_at_start'] == 1
+        assert status['loop_devices']['restored_at_start'] == 1
+        assert image in status['attached']          # the mirror is back
+        # The same link, a new device: the held number is not reused.
+        renewed = os.path.realpath(link)
+        assert renewed != device
+        assert loopdevs.backing_file(renewed) == attached['path']
+        with open(link, 'rb') as f:
+            assert f.read(len(data)) == data
+        # The dead device serves nothing: an error, never other data.
+        with pytest.raises(OSError):
+            os.pread(held, CHUNK, 0)
+    finally:
+        os.close(held)
+    # Freed once its last user closed it.
     assert loopdevs.identity(device) is None
-    status = agent.client.call('status')
-    assert status['loop_devices']['released_at_start'] == 1
-    assert image in status['attached']          # the mirror is back
 
 
 def test_a_device_another_process_took_is_left_alone(agent, tmp_path):
     call = agent.client.call
     image, attached = _attach(agent)
-    device = attached['device']
+    device = _device(attached)
     other = tmp_path / 'other.raw'
     other.write_bytes(bytes(SIZE))
     subprocess.run(['losetup', '--detach', device], check=True)

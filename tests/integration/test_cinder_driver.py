@@ -100,11 +100,12 @@ def test_volume_snapshot_clone_revert_extend_delete(cloud, rabbitmq_url):
     vol = create_volume(stack, hosts, 'vol-a', '--size', '1')
     assert vol['volume_type'] == hosts.volume_type
 
-    # Attached to compute A: the connection is a plain file (gpfs) on
-    # that host's mirror, of the volume's size, all zeros.
+    # Attached to compute A: the connection is the agent's loop device
+    # over that host's mirror (the default 'local' type), of the
+    # volume's size, all zeros.
     att = Attachment(stack, vol['id'], hosts.compute[0])
     assert att.connection['blobcr_host'] == hosts.compute[0]
-    assert os.path.getsize(att.path) == GiB
+    assert att.size == GiB
     assert tail_is_zero(att.path, 0)
     assert stack.wait_status('volume', vol['id'], 'in-use')
 
@@ -133,7 +134,7 @@ def test_volume_snapshot_clone_revert_extend_delete(cloud, rabbitmq_url):
     vol_b = create_volume(stack, hosts, 'vol-b', '--size', '2',
                           '--snapshot', snap['id'])
     att_b = Attachment(stack, vol_b['id'], hosts.compute[1])
-    assert os.path.getsize(att_b.path) == 2 * GiB
+    assert att_b.size == 2 * GiB
     cut = writer.check_snapshot(read_file(att_b.path, 0, region), base,
                                 synced_before)
     assert tail_is_zero(att_b.path, region)
@@ -171,7 +172,7 @@ def test_volume_snapshot_clone_revert_extend_delete(cloud, rabbitmq_url):
     stack.openstack('volume', 'set', '--size', '3', vol['id'], json=False)
     stack.wait_status('volume', vol['id'], 'available')
     att = Attachment(stack, vol['id'], hosts.compute[0])
-    assert os.path.getsize(att.path) == 3 * GiB
+    assert att.size == 3 * GiB
     assert read_file(att.path, 0, region) == writer.content_at(cut, base)
     with open(att.path, 'r+b') as f:        # past the writer's region
         f.seek(region)
@@ -516,7 +517,7 @@ def test_attach_to_a_host_without_agent_fails_clearly(openstack_cloud,
     nova.delete('/attachments/%s' % failed[0]['id'], microversion='3.44')
     stack.wait_status('volume', vol['id'], 'available')
     att = Attachment(stack, vol['id'], hosts.compute[0])
-    assert os.path.getsize(att.path) == GiB
+    assert att.size == GiB
     att.detach()
     stack.wait_status('volume', vol['id'], 'available')
     stack.openstack('volume', 'delete', vol['id'], json=False)
@@ -595,8 +596,7 @@ def test_live_migration_connects_the_destination_incoming(openstack_cloud,
     api = rpc_api.AgentAPI(transport_url=stack.transport_url, timeout=60)
     try:
         status = api.status(hosts.compute[1])['attached']
-        incoming = next(iter(a['incoming'] for a in status.values()
-                             if a['path'] == att_b.path))
+        incoming = status[att_b.connection['blobcr_image']]['incoming']
         assert incoming['done'] and incoming['source'] == hosts.compute[0]
     finally:
         api.cleanup()

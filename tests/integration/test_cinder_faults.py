@@ -40,8 +40,9 @@ import pytest
 
 from blobcr_agent.rpc import api as rpc_api
 from blobcr_lab import agent_rpc
-# the file system to its last page (the filler's path)
+from blobcr_lab import nova_attach
 from blobcr_lab.nova_attach import Attachment
+# the file system to its last page (the filler's path)
 from tests.integration.test_backend_full import _fill as fill
 
 MiB = 1 << 20
@@ -344,7 +345,9 @@ def test_compute_agent_killed_while_a_snapshot_persists(small, agent_api):
         delete(stack, 'snapshot', snap)
         snap = None
     assert_nothing_pending(chain(agent_api, hosts, image))
-    # The mirror is back after the restart, with every byte.
+    # The mirror is back after the restart, with every byte (opened
+    # again, as by Nova's hard reboot).
+    assert nova_attach.wait_reopenable(att.path)
     assert read(att.path, 0, len(data)) == data
     again = create_snapshot(stack, vol['id'])
     assert content_of(stack, hosts, again['id'], len(data)) == data

@@ -29,7 +29,6 @@ through the agent (a version made by ``import``) and that cinder-volume
 ran no rootwrap command.
 """
 
-import os
 import random
 import subprocess
 
@@ -37,6 +36,7 @@ import pytest
 
 from blobcr_agent.rpc import api as rpc_api
 from blobcr_lab.nova_attach import Attachment
+from blobcr_lab.nova_attach import size_of
 from blobcr_lab.nova_attach import write_at
 from blobcr_lab import openstack as openstack_stack
 
@@ -76,7 +76,7 @@ def same_as(path, head, size):
     """``path`` is ``head`` then zeros, ``size`` bytes in all (compared
     byte for byte, read in pieces).
     """
-    if os.path.getsize(path) != size:
+    if size_of(path) != size:
         return False
     with open(path, 'rb') as f:
         if f.read(len(head)) != head:

@@ -183,23 +183,41 @@ def test_guest_checkpoints_become_snapshots(cloud, agent_api, tmp_path):
     assert read_at(att_r.path, 0, MiB) == pattern('A')
     att_r.detach()
 
-    # Unmanaged, it stays in BlobCR and is not registered again.
+    # Unmanaged, it stays in BlobCR and is not registered again; it is
+    # offered under its old id, the reference Tempest's snapshot manage
+    # tests build ([volume] manage_snapshot_ref).
+    old_id = by_version[v_c]
     admin = stack.block_storage('admin')
-    admin.post('/snapshots/%s/action' % by_version[v_c],
-               json={'os-unmanage': None})
-    stack.wait_status('snapshot', by_version[v_c], 'deleted')
-    assert 'made by unmanaged' in \
-        manageable(stack, hosts)[ref % v_c]['reason_not_safe']
+    admin.post('/snapshots/%s/action' % old_id, json={'os-unmanage': None})
+    stack.wait_status('snapshot', old_id, 'deleted')
+    entry = manageable(stack, hosts)['snapshot-%s' % old_id]
+    assert entry['reason_not_safe'] == 'unmanaged snapshot %s' % old_id
+    assert entry['extra_info']['version'] == str(v_c)
     run_sync(stack, hosts, str(tmp_path))
-    assert set(snapshots_of(stack, vol['id'])) == set(snaps) - {
-        by_version[v_c]}
+    assert set(snapshots_of(stack, vol['id'])) == set(snaps) - {old_id}
     listed = agent_api.list_versions(hosts.storage, image)['versions']
     assert [v['state'] for v in listed if v['version'] == v_c] == ['stable']
 
     att.detach()
     stack.wait_status('volume', vol['id'], 'available')
-    for snap_id in (by_version[v_a], by_version[v_b]):
-        stack.openstack('volume', 'snapshot', 'delete', snap_id, json=False)
+    # Managed again by that reference, in Tempest's default form: the
+    # same version, with the properties the request gave and no other
+    # (what Tempest's SnapshotManageAdminTest checks).
+    made = stack.openstack(
+        '--os-volume-api-version', '3.8', 'volume', 'snapshot', 'create',
+        '--volume', vol['id'], '--remote-source',
+        'source-name=_snapshot-%s' % old_id, '--property', 'k=v',
+        'managed-again', user='admin')
+    again = stack.wait_status('snapshot', made['id'], 'available',
+                              timeout=120)
+    assert stack.openstack('volume', 'snapshot', 'show', again['id'],
+                           user='admin')['properties'] == {'k': 'v'}
+    entry = manageable(stack, hosts)['snapshot-%s' % old_id]
+    assert (entry['cinder_id'], entry['extra_info']['version']) == \
+        (again['id'], str(v_c))
+    for snap_id in (by_version[v_a], by_version[v_b], again['id']):
+        stack.openstack('volume', 'snapshot', 'delete', snap_id, json=False,
+                        user='admin')
         stack.wait_status('snapshot', snap_id, 'deleted')
     for volume_id in (restored['id'], vol['id']):
         stack.openstack('volume', 'delete', volume_id, json=False)
@@ -243,7 +261,7 @@ def test_manage_an_image_made_outside_cinder(cinder_hosts, openstack_cloud,
     vol = stack.wait_status('volume', managed, 'available', timeout=120)
     assert vol['size'] == 2
     att = Attachment(stack, managed, hosts.compute[0], user='admin')
-    assert os.path.getsize(att.path) == 2 * GiB
+    assert att.size == 2 * GiB
     assert read_at(att.path, 0, 2 * MiB) == pattern('outside', 2 * MiB)
     assert read_at(att.path, 3 * GiB // 2, MiB) == bytes(MiB)
     att.detach()

@@ -165,7 +165,7 @@ def test_harness_iniset_keeps_devstack_rules(tmp_path):
     ({'BLOBCR_BACKEND': 'ceph', 'BLOBCR_CEPH_CLUSTER': 'rook'},
      'BLOBCR_CEPH_CLUSTER=rook is not one of'),
     ({'BLOBCR_CONNECTION_TYPE': 'iscsi'},
-     'BLOBCR_CONNECTION_TYPE=iscsi is not one of: blobcr gpfs'),
+     'BLOBCR_CONNECTION_TYPE=iscsi is not one of: local gpfs blobcr'),
 ])
 def test_bad_settings_stop_pre_install(tmp_path, settings, message):
     env = devstack_env(tmp_path, 'rabbit://unused', **settings)
@@ -288,7 +288,11 @@ def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
         assert section['blobcr_agent_host'] == host
         assert section['blobcr_exchange_dir'] == os.path.join(data,
                                                               'exports')
-        assert section['blobcr_connection_type'] == 'blobcr'
+        # Stock Nova and os-brick: the default type patches nothing.
+        assert section['blobcr_connection_type'] == 'local'
+        check = os.path.join(harness.TREE, 'tools', 'check_stock.py')
+        assert subprocess.run([sys.executable, check, 'nova', 'os-brick'],
+                              timeout=120).returncode == 0
         volume_service = stack_module.ServiceProcess(
             'cinder-volume-devstack',
             [os.path.join(BIN, 'cinder-volume'), '--config-file',
@@ -438,6 +442,8 @@ def check_tempest_conf(path):
     assert conf.get('volume', 'storage_protocol') == 'file'
     assert conf.get('volume', 'vendor_name') == 'BlobCR for OpenStack'
     assert conf.getboolean('volume-feature-enabled', 'volume_revert')
+    assert conf.get('volume', 'manage_snapshot_ref') == \
+        'source-name,snapshot-%s'
     assert not conf.getboolean('volume-feature-enabled',
                                'extend_attached_volume')
 

@@ -148,19 +148,31 @@ def console_log(nova, server_id):
     return nova.path('instances', server_id, 'console.log')
 
 
-def test_boot_snapshot_and_restart_with_real_nova(nova_cloud, tmp_path):
+def skip_without_boot_tools():
     missing = nova_stack.missing_boot_tools()
     if missing:
         pytest.skip('no %s: apt-get install dosfstools mtools syslinux'
                     % ', '.join(missing))
+
+
+def boot_volume(nova_cloud, path, scenario, name):
+    """A bootable volume holding the guest with ``scenario``."""
     stack, nova, hosts = nova_cloud
-    suffix = uuid.uuid4().hex[:6]
-    disk = guest_disk(str(tmp_path / 'boot.img'), SCENARIO)
+    disk = guest_disk(path, scenario)
     volume = stack.openstack('volume', 'create', '--type', hosts.volume_type,
-                             '--size', '1', 'boot-%s' % suffix)
+                             '--size', '1', name)
     stack.wait_status('volume', volume['id'], 'available', timeout=120)
     write_disk(stack, volume['id'], nova.compute_host, disk)
     stack.openstack('volume', 'set', '--bootable', volume['id'], json=False)
+    return volume
+
+
+def test_boot_snapshot_and_restart_with_real_nova(nova_cloud, tmp_path):
+    skip_without_boot_tools()
+    stack, nova, hosts = nova_cloud
+    suffix = uuid.uuid4().hex[:6]
+    volume = boot_volume(nova_cloud, str(tmp_path / 'boot.img'), SCENARIO,
+                         'boot-%s' % suffix)
 
     compute = nova.compute('demo')
     servers = []

@@ -20,7 +20,9 @@ Nova maps ``driver_volume_type`` to a volume driver class through
 here in a child process (Nova's options live on the global cfg.CONF),
 with a real ``nova.virt.libvirt.host.Host`` on libvirt's test driver:
 the class the map names, its connect_volume (mount table before and
-after), get_config's XML and disconnect_volume.
+after), get_config's XML and disconnect_volume. Nova stays as packaged:
+the optional 'blobcr' type's class is put in the map in the child's
+memory only, as devstack/patches/ would put it in the file.
 """
 
 import json
@@ -69,6 +71,10 @@ def mounts():
     with open('/proc/self/mountinfo') as f:
         return f.read()
 
+# The optional 'blobcr' type (blobcr_connection_type = blobcr): in this
+# process's memory, never in Nova's installed file.
+driver.VOLUME_DRIVERS.setdefault(
+    'blobcr', 'blobcr_nova.libvirt_volume.LibvirtBlobCRVolumeDriver')
 out = {'mount_based': {}, 'disks': []}
 for kind in spec['kinds']:
     cls = importutils.import_class(driver.VOLUME_DRIVERS[kind])
@@ -114,27 +120,48 @@ DRIVER_CLASSES = {
     'gpfs': 'nova.virt.libvirt.volume.gpfs.LibvirtGPFSVolumeDriver'}
 
 
-def check_file_disk(disk, path, dev='vdb', kind='blobcr'):
-    """Nova's disk for ``path``: a plain file, raw, QEMU opens it
-    itself, uncached (O_DIRECT, which the FUSE mirror serves).
+def check_disk(disk, cls, kind, source, dev):
+    """Nova's disk made by class ``cls``: of ``kind`` (file, block) on
+    ``source``, raw, uncached (O_DIRECT, which the FUSE mirror and the
+    loop device serve), no mount made.
     """
-    assert disk['class'] == DRIVER_CLASSES[kind], disk
+    assert disk['class'] == cls, disk
     assert disk['mounts_changed'] is False
     element = ElementTree.fromstring(disk['xml'])
     assert (element.tag, element.get('type'), element.get('device')) == \
-        ('disk', 'file', 'disk')
-    assert element.find('source').attrib == {'file': path}
+        ('disk', kind, 'disk')
+    assert element.find('source').attrib == source
     assert element.find('driver').attrib == {'name': 'qemu', 'type': 'raw',
                                              'cache': 'none'}
     assert element.find('target').attrib == {'dev': dev, 'bus': 'virtio'}
     return element
 
 
-def test_cinder_connection_is_a_file_disk_with_no_mount(openstack_cloud,
-                                                        cinder_hosts):
-    """The real chain: a volume of the BlobCR backend attached through
-    Cinder's attachments API as Nova attaches it (the driver asks the
-    compute host's agent for the mirror), then Nova's code on the
+def check_file_disk(disk, path, dev='vdb', kind='blobcr'):
+    """The file types' disk for ``path``: QEMU opens the file itself."""
+    return check_disk(disk, DRIVER_CLASSES[kind], 'file', {'file': path},
+                      dev)
+
+
+def loop_backing_file(device):
+    name = os.path.basename(device)
+    with open('/sys/block/%s/loop/backing_file' % name) as f:
+        return f.read().strip()
+
+
+def check_block_disk(disk, device, dev='vdb'):
+    """Stock Nova's disk for a 'local' connection: the block device."""
+    return check_disk(disk,
+                      'nova.virt.libvirt.volume.volume.LibvirtVolumeDriver',
+                      'block', {'dev': device}, dev)
+
+
+def test_cinder_connection_is_stock_novas_block_disk(openstack_cloud,
+                                                     cinder_hosts):
+    """The real chain with the default connection type: a volume of the
+    BlobCR backend attached through Cinder's attachments API as Nova
+    attaches it (the driver asks the compute host's agent for the
+    mirror and a loop device over it), then stock Nova's code on the
     connection info Cinder returned.
     """
     stack, hosts = openstack_cloud, cinder_hosts['local']
@@ -146,40 +173,47 @@ def test_cinder_connection_is_a_file_disk_with_no_mount(openstack_cloud,
     attachment = Attachment(stack, made['id'], hosts.compute[0])
     try:
         data = attachment.connection
-        # What Cinder handed out names BlobCR's own type and a file on
-        # the compute agent's FUSE mirror.
-        assert data['driver_volume_type'] == 'blobcr', data
-        path = data['device_path']
+        # What Cinder handed out: os-brick's and Nova's own 'local' type,
+        # a loop device over a file on the compute agent's FUSE mirror.
+        # It names the device by the agent's link for the image, never
+        # by a loop number (loopdevs.py).
+        assert data['driver_volume_type'] == 'local', data
+        device = data['device_path']
+        assert os.path.basename(device) == data['blobcr_image'], device
+        loop = os.path.realpath(device)
+        assert re.fullmatch(r'/dev/loop\d+', loop), loop
+        mirror = loop_backing_file(loop)
         mount = os.path.realpath(hosts.agents['compute-a'].mount)
-        real = os.path.realpath(path)
-        assert real.startswith(mount + os.sep) and os.path.isfile(real)
-        # On the agent's FUSE mount (mnt, or mnt/images).
-        assert os.path.ismount(mount) or os.path.ismount(
-            os.path.dirname(real))
-        # The same connection as the fallback type (blobcr_connection_
-        # type = gpfs) and with a path no mirror serves (the attachment's
-        # connection_info is flat: Nova nests it under 'data').
-        fallback = dict(data, driver_volume_type='gpfs')
-        gone = dict(data, device_path=path + '-gone')
+        assert mirror.startswith(mount + os.sep) and os.path.isfile(mirror)
+        assert mirror.endswith(data['blobcr_image'])
+        # The same mirror through the file routes (gpfs, stock; blobcr,
+        # the optional patched type), and a file no mirror serves.
+        files = [dict(data, driver_volume_type=kind, device_path=path)
+                 for kind, path in (('gpfs', mirror), ('blobcr', mirror),
+                                    ('blobcr', mirror + '-gone'))]
         out = nova_disks([{'attachment': {'connection_info': dict(info),
                                           'status': 'attached'},
                            'serial': made['id']}
-                          for info in (data, fallback, gone)])
-        # Neither blobcr nor gpfs is one of Nova's mount-based drivers;
-        # nfs is (it would mount its share).
+                          for info in [data] + files])
+        # None of them is one of Nova's mount-based drivers; nfs is (it
+        # would mount its share).
         assert out['mount_based'] == {'blobcr': False, 'gpfs': False,
                                       'nfs': True, 'local': False}
-        element = check_file_disk(out['disks'][0], path)
+        element = check_block_disk(out['disks'][0], device)
         assert element.find('serial').text == made['id']
-        check_file_disk(out['disks'][1], path, kind='gpfs')
-        # Both routes give libvirt the same disk.
-        assert out['disks'][0]['xml'] == out['disks'][1]['xml']
-        assert 'no BlobCR mirror file at %s-gone' % path in \
-            out['disks'][2]['error'], out['disks'][2]
+        check_file_disk(out['disks'][1], mirror, kind='gpfs')
+        check_file_disk(out['disks'][2], mirror)
+        assert out['disks'][1]['xml'] == out['disks'][2]['xml']
+        assert 'no BlobCR mirror file at %s-gone' % mirror in \
+            out['disks'][3]['error'], out['disks'][3]
     finally:
         attachment.detach()
         volumes.delete('/volumes/%s' % made['id'])
         stack.wait_status('volume', made['id'], 'deleted', timeout=120)
+    # Detached: the agent released its loop device and its link.
+    assert not os.path.lexists(device)
+    assert not os.path.exists('/sys/block/%s/loop' % os.path.basename(
+        loop)) or loop_backing_file(loop) != mirror
 
 
 def test_agent_finds_the_domain_nova_defines(tmp_path):
@@ -195,7 +229,7 @@ def test_agent_finds_the_domain_nova_defines(tmp_path):
     # Where the agent's mirror file will be (see tests/functional). The
     # domain is defined before the agent starts: the gpfs class, which
     # does not check that the file exists, gives the XML (the same as
-    # blobcr's: test_cinder_connection_is_a_file_disk_with_no_mount).
+    # blobcr's: test_cinder_connection_is_stock_novas_block_disk).
     path = os.path.join(str(workdir), 'mnt', 'images', image)
     out = nova_disks([{'driver_volume_type': 'gpfs', 'serial': image,
                        'data': {'device_path': path, 'access_mode': 'rw',
@@ -235,11 +269,13 @@ def test_agent_finds_the_domain_nova_defines(tmp_path):
 
 # In the guest: no credentials file; blobcr-checkpoint finds them in
 # vendor_data2.json at the metadata address and sends the checkpoint
-# there too.
+# there too. An explicit suspend: refused unless the agent finds the
+# domain that uses the image.
 SCENARIO = r"""set -e
 mount -t ext4 /dev/vda /mnt
 echo 'written through the disk nova described' > /mnt/nova.txt
-python3 -m blobcr_guest checkpoint --json --wait-stable | sed 's/^/CK /'
+python3 -m blobcr_guest checkpoint --json --wait-stable --quiesce suspend \
+    | sed 's/^/CK /'
 umount /mnt
 """
 
@@ -261,9 +297,11 @@ class NovaDiskVM(guest_vm.GuestVM):
 
 def test_guest_boots_from_the_disk_nova_describes_and_checkpoints(
         guest_image, session_libvirt, tmp_path):  # noqa: F811
-    """A real TCG guest booted with Nova's disk XML of the agent's
-    mirror file: it mounts it, writes, finds its credentials in
-    vendordata at the metadata address and checkpoints itself there.
+    """A real TCG guest booted with stock Nova's disk XML of a 'local'
+    connection, the agent's loop device over its mirror file: it mounts
+    it, writes, finds its credentials in vendordata at the metadata
+    address and checkpoints itself there (the agent finds the domain by
+    the loop device and suspends it).
     """
     secret, instance, project = 'tcg-host-secret', str(uuid.uuid4()), \
         uuid.uuid4().hex
@@ -281,15 +319,18 @@ def test_guest_boots_from_the_disk_nova_describes_and_checkpoints(
     agent.start()
     front = None
     try:
-        path = agent.client.call('attach', image='data', instance=instance,
-                                 project=project)['path']
+        attached = agent.client.call('attach', image='data',
+                                     instance=instance, project=project,
+                                     block_device=True)
+        path, device = attached['path'], attached['device']
         disk_info = {'bus': 'virtio', 'dev': 'vda', 'type': 'disk'}
-        out = nova_disks([{'driver_volume_type': 'blobcr',
+        out = nova_disks([{'driver_volume_type': 'local',
                            'serial': header.id,
-                           'data': {'device_path': path, 'access_mode': 'rw',
+                           'data': {'device_path': device,
+                                    'access_mode': 'rw',
                                     'discard': False}}], kinds=(),
                          disk_info=disk_info)
-        check_file_disk(out['disks'][0], path, dev='vda')
+        check_block_disk(out['disks'][0], device, dev='vda')
         front = MetadataFront(
             {'blobcr': vendordata_answer(instance, project, secret)},
             agent.proxy_port())
@@ -302,11 +343,11 @@ def test_guest_boots_from_the_disk_nova_describes_and_checkpoints(
             metadata_port=front.port, workdir=str(tmp_path / 'vm'),
             disk_xml=out['disks'][0]['xml'])
         with vm:
-            # libvirt took Nova's element: a file disk on the mirror.
+            # libvirt took Nova's element: the loop device.
             live = ElementTree.fromstring(vm.domain.XMLDesc(0))
             disks = live.findall('./devices/disk')
-            assert [(d.get('type'), d.find('source').get('file'))
-                    for d in disks] == [('file', path)]
+            assert [(d.get('type'), d.find('source').get('dev'))
+                    for d in disks] == [('block', device)]
             status = vm.wait_exit(timeout=400)
             console = vm.console()
         assert status == 0, console[-4000:]
@@ -357,16 +398,6 @@ def test_stock_nova_opens_the_agents_loop_device(tmp_path, agent_factory):
                                               'path': device}
         out = nova_disks([{'driver_volume_type': 'local', 'serial': image,
                            'data': data}], kinds=('local',))
-        disk = out['disks'][0]
-        assert disk['class'] == \
-            'nova.virt.libvirt.volume.volume.LibvirtVolumeDriver', disk
-        assert disk['mounts_changed'] is False
-        element = ElementTree.fromstring(disk['xml'])
-        assert (element.get('type'), element.get('device')) == \
-            ('block', 'disk')
-        assert element.find('source').attrib == {'dev': device}
-        assert element.find('driver').attrib == {'name': 'qemu',
-                                                 'type': 'raw',
-                                                 'cache': 'none'}
+        check_block_disk(out['disks'][0], device)
     finally:
         call('detach', image=image)

@@ -12,47 +12,71 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""BlobCR's own connection type, 'blobcr', where Nova and os-brick look
-it up: tools/apply-connection-patches.sh (run by install-openstack.sh
-and the devstack plugin) put BlobCR's classes in their fixed tables of
-the test venv; the patches still describe those tables (a second run
-finds them applied); os-brick's connector opens the mirror file as it
-is. Nova's volume driver is run with Nova's own code in
-tests/integration/test_nova_volume_xml.py.
+"""BlobCR's own connection type, 'blobcr', kept as an option: the
+default ('local') edits no Nova or os-brick file, and nothing of the
+project runs tools/apply-connection-patches.sh. So these tests edit no
+installed file either: the patches are checked to still fit the venv's
+stock Nova and os-brick (a dry run), tools/check_stock.py is shown to
+catch an edited file (on a throwaway distribution of its own), and
+os-brick's connector class is run directly. Nova's volume driver class
+is run with Nova's own code in tests/integration/test_nova_volume_xml.py.
 """
 
+import base64
+import hashlib
 import os
 import subprocess
 import sys
 
 from os_brick import exception as brick_exception
-from os_brick.initiator import connector
 import pytest
+
+from blobcr_nova import brick_connector
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 SCRIPT = os.path.join(TOP, 'tools', 'apply-connection-patches.sh')
+CHECK_STOCK = os.path.join(TOP, 'tools', 'check_stock.py')
 
 
-def test_nova_and_os_brick_tables_name_blobcr():
-    # Nova's table is read in a child: importing Nova's libvirt driver
-    # sets up Nova's global config.
-    code = ('import nova.virt.libvirt.driver as d; '
-            'print(d.VOLUME_DRIVERS["blobcr"])')
-    done = subprocess.run([sys.executable, '-c', code], capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split()[-1] == \
-        'blobcr_nova.libvirt_volume.LibvirtBlobCRVolumeDriver'
-    made = connector.InitiatorConnector.factory('blobcr', None)
-    assert type(made).__name__ == 'BlobCRConnector'
+def check_stock(*names, **env):
+    return subprocess.run(
+        [sys.executable, CHECK_STOCK] + list(names), capture_output=True,
+        text=True, timeout=120, env=dict(os.environ, **env))
 
 
-def test_patches_are_applied_once():
-    done = subprocess.run(['bash', SCRIPT, sys.executable],
+def test_patches_fit_the_stock_nova_and_os_brick_and_edit_nothing():
+    assert check_stock('nova', 'os-brick').returncode == 0
+    done = subprocess.run(['bash', SCRIPT, '--check', sys.executable],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.count('already in') == 2, done.stderr
+    assert done.stderr.count(': fits ') == 2, done.stderr
+    after = check_stock('nova', 'os-brick')
+    assert after.returncode == 0, after.stderr
+
+
+def test_check_stock_names_an_edited_file(tmp_path):
+    # A distribution of its own, as pip installs one: its files and a
+    # RECORD of their hashes.
+    package = tmp_path / 'stockpkg'
+    package.mkdir()
+    (package / '__init__.py').write_text('VALUE = 1\n')
+    info = tmp_path / 'stockpkg-1.0.dist-info'
+    info.mkdir()
+    (info / 'METADATA').write_text('Metadata-Version: 2.1\nName: stockpkg\n'
+                                   'Version: 1.0\n')
+    # sha256 of 'VALUE = 1\n', urlsafe base64 without padding.
+    digest = base64.urlsafe_b64encode(hashlib.sha256(
+        b'VALUE = 1\n').digest()).rstrip(b'=').decode()
+    (info / 'RECORD').write_text(
+        'stockpkg/__init__.py,sha256=%s,10\n'
+        'stockpkg-1.0.dist-info/RECORD,,\n' % digest)
+    assert check_stock('stockpkg', PYTHONPATH=str(tmp_path)).returncode == 0
+    (package / '__init__.py').write_text('VALUE = 2\n')
+    edited = check_stock('stockpkg', PYTHONPATH=str(tmp_path))
+    assert edited.returncode == 1
+    assert 'stockpkg/__init__.py differs' in edited.stderr
+    assert check_stock('no-such-dist').returncode == 1
 
 
 def test_a_python_without_blobcr_is_never_patched(tmp_path):
@@ -66,7 +90,7 @@ def test_a_python_without_blobcr_is_never_patched(tmp_path):
 
 @pytest.fixture
 def brick():
-    return connector.InitiatorConnector.factory('BLOBCR', None)
+    return brick_connector.BlobCRConnector(None)
 
 
 def test_connector_opens_the_mirror_file_as_it_is(brick, tmp_path):

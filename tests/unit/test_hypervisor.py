@@ -353,9 +353,20 @@ class StubMirror(object):
         return self.path
 
 
+class StubLoops(object):
+    """The image's loop device ('local' connections), if any."""
+
+    def __init__(self, device=None):
+        self.device = device
+
+    def device_of(self, image_id):
+        return self.device
+
+
 def test_explicit_quiesce_needs_a_running_domain(hypervisor, tmp_path):
     agent = manager.AgentManager.__new__(manager.AgentManager)
     agent.hypervisor = hypervisor
+    agent.loops = StubLoops()
     agent.mirror = StubMirror(str(tmp_path / 'unused.raw'))
     for mode in ('suspend', 'fsfreeze'):
         with pytest.raises(exception.InvalidInput,
@@ -373,6 +384,24 @@ def test_explicit_quiesce_needs_a_running_domain(hypervisor, tmp_path):
             'test').state()[0] == PAUSED
     assert hypervisor.connection().lookupByName('test').state()[0] == \
         RUNNING
+
+
+def test_the_domain_on_the_images_loop_device_is_held(hypervisor, tmp_path):
+    # A 'local' connection: the domain names the loop device over the
+    # mirror file, not the file (libvirt's test domain has the disk
+    # /guest/diskimage1, standing in for /dev/loopN).
+    agent = manager.AgentManager.__new__(manager.AgentManager)
+    agent.hypervisor = hypervisor
+    agent.mirror = StubMirror(str(tmp_path / 'mirror' / 'img'))
+    agent.loops = StubLoops('/guest/diskimage1')
+    hold, used = agent._hold('img', 'suspend', explicit=True)
+    assert used == 'suspend'
+    with hold:
+        assert hypervisor.connection().lookupByName(
+            'test').state()[0] == PAUSED
+    agent.loops = StubLoops()
+    with pytest.raises(exception.InvalidInput, match='no running domain'):
+        agent._hold('img', 'suspend', explicit=True)
 
 
 # -- the project Nova recorded ------------------------------------------------

@@ -30,6 +30,7 @@ from blobcr_agent import manager
 from tests.unit.test_hypervisor import hypervisor  # noqa: F401 (fixture)
 from tests.unit.test_hypervisor import PAUSED
 from tests.unit.test_hypervisor import RUNNING
+from tests.unit.test_hypervisor import StubLoops
 
 
 class StubRepo(object):
@@ -68,6 +69,7 @@ def agent(hypervisor, tmp_path):  # noqa: F811
     agent.repo = StubRepo()
     (tmp_path / 'guest').symlink_to('/guest')
     agent.mirror = StubMirror(str(tmp_path / 'guest' / 'diskimage1'))
+    agent.loops = StubLoops()
     agent.default_quiesce = 'none'
     agent.holds = timed_hold.HoldTable()
     yield agent

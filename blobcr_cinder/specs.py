@@ -1,0 +1,76 @@
+# Copyright 2026 The BlobCR for OpenStack Authors
+#
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""What a volume type's ``blobcr:`` extra specs and a snapshot's
+``blobcr:`` properties ask of the driver; unknown keys or values are
+refused, never ignored.
+"""
+
+from cinder import exception
+from cinder.i18n import _
+
+from blobcr_cinder import options
+
+EXTRA_SPEC_PREFIX = 'blobcr:'
+EXTRA_SPECS = {'quiesce': options.QUIESCE_MODES}
+# Snapshot properties (metadata) the driver reads and writes.
+META = 'blobcr:'
+
+
+def extra_specs(volume_type):
+    """A volume type's extra specs: the type is an object on a volume,
+    a dict where Cinder passes one (retype's new type).
+    """
+    if not volume_type:
+        return {}
+    if isinstance(volume_type, dict):
+        return volume_type.get('extra_specs') or {}
+    return volume_type.extra_specs or {}
+
+
+def quiesce_of(volume_type, default):
+    """The quiesce mode a volume type asks for; InvalidVolumeType for an
+    unknown ``blobcr:`` extra spec or value.
+    """
+    specs = extra_specs(volume_type)
+    for key, value in specs.items():
+        if not key.startswith(EXTRA_SPEC_PREFIX):
+            continue
+        name = key[len(EXTRA_SPEC_PREFIX):]
+        if name not in EXTRA_SPECS:
+            raise exception.InvalidVolumeType(
+                reason=_('unknown extra spec %(key)s (BlobCR knows '
+                         '%(known)s)')
+                % {'key': key, 'known': ', '.join(
+                    EXTRA_SPEC_PREFIX + k for k in sorted(EXTRA_SPECS))})
+        if value not in EXTRA_SPECS[name]:
+            raise exception.InvalidVolumeType(
+                reason=_('%(key)s=%(value)s: must be one of %(known)s')
+                % {'key': key, 'value': value,
+                   'known': ', '.join(EXTRA_SPECS[name])})
+    return specs.get(EXTRA_SPEC_PREFIX + 'quiesce', default)
+
+
+def quiesce_asked(snapshot):
+    """The quiesce mode a snapshot's own ``blobcr:quiesce`` property
+    asks for (``openstack volume snapshot create --property ...``), or
+    None; InvalidSnapshot for an unknown mode.
+    """
+    mode = (snapshot.metadata or {}).get(META + 'quiesce')
+    if mode is not None and mode not in options.QUIESCE_MODES:
+        raise exception.InvalidSnapshot(
+            reason=_('%(meta)squiesce=%(mode)s: must be one of %(known)s')
+            % {'meta': META, 'mode': mode,
+               'known': ', '.join(options.QUIESCE_MODES)})
+    return mode
