@@ -85,4 +85,6 @@ done
 bash "$top/tools/install-openstack.sh" "$venv"
 # Tempest and cinder-tempest-plugin, in a virtualenv of their own.
 bash "$top/tools/install-tempest.sh"
+# Neutron's API for the real Nova of the Nova flows test.
+bash "$top/tools/install-neutron.sh"
 echo "install-deps: ready ($venv)" >&2

@@ -20,22 +20,12 @@
 # go to pytest. Installs what the tests need first.
 #
 # BLOBCR_REAL_NOVA=1 also runs the volume tests that need a server against
-# a real Nova (test_tempest_volume_with_real_nova, ~15 min more): its
-# Neutron API lives in a venv of its own, build/neutron-venv, made here
-# (neutron-lib's flake8 checks must stay out of the project venv).
+# a real Nova (test_tempest_volume_with_real_nova, ~15 min more) with
+# Neutron's API (build/neutron-venv: tools/install-neutron.sh, which
+# install-deps.sh runs).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 bash tools/install-deps.sh
-if [ -n "${BLOBCR_REAL_NOVA:-}" ] && [ -z "${BLOBCR_NEUTRON_VENV:-}" ] \
-        && ! build/neutron-venv/bin/python -c 'import neutron.wsgi' \
-            2>/dev/null; then
-    python3 -m venv build/neutron-venv
-    site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    nsite=$(build/neutron-venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    # The project venv's OpenStack libraries; pip adds Neutron's own.
-    echo "$site" > "$nsite/blobcr-openstack-venv.pth"
-    build/neutron-venv/bin/pip install -q 'neutron==29.*'
-fi
 export BLOBCR_TEMPEST_REGEX=${BLOBCR_TEMPEST_REGEX:-'^(tempest\.api\.volume|cinder_tempest_plugin)'}
 exec .venv/bin/pytest -p no:cacheprovider -s tests/integration/test_tempest.py "$@"

@@ -73,12 +73,8 @@ PASSWORDS = {'nova': 'nova-secret', 'placement': 'placement-secret',
 
 def neutron_venv():
     """The virtualenv with Neutron (``BLOBCR_NEUTRON_VENV``, else
-    build/neutron-venv), or None when it has none.  Made by
-    ``python3 -m venv build/neutron-venv``, a .pth file naming the project
-    venv's site-packages (its OpenStack libraries), then
-    ``build/neutron-venv/bin/pip install 'neutron==29.*'`` (the release
-    of nova 34), which adds only Neutron and its few own packages
-    (tools/tempest.sh does it).
+    build/neutron-venv, which tools/install-neutron.sh makes), or None
+    when it has none.
     """
     top = os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))
@@ -330,6 +326,15 @@ class NovaStack:
             self._write_neutron_confs()
         for name, port, app, _env, _argv in self._apis():
             with open(self.path(name, 'gunicorn.conf.py'), 'w') as f:
+                if name == 'neutron-api':
+                    # get_ports names Port.port_forwardings, a backref
+                    # that exists once every model is imported and the
+                    # mappers are configured, which this WSGI entry point
+                    # leaves to the first query (nova-api's server show
+                    # then fails with a 500).
+                    f.write('import neutron.db.migration.models.head  '
+                            '# noqa\nfrom sqlalchemy import orm\n'
+                            'orm.configure_mappers()\n')
                 f.write('bind = %r\n' % ('127.0.0.1:%d' % port)
                         + 'workers = 1\nthreads = 4\ntimeout = 300\n'
                         + 'pidfile = %r\n' % self.path(name, 'pid')
