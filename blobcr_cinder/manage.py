@@ -146,8 +146,9 @@ class ManageMixin(object):
         ref = existing_ref.get('source-name') or existing_ref.get('source-id')
         image = snapshot.volume.provider_id
         by_id = refs.SNAPSHOT_ID_REF.match(ref or '')
+        listed = self._call(self.storage_host, 'list_versions', image)
         if by_id:
-            number = self._unmanaged_version(image, by_id.group(1),
+            number = self._unmanaged_version(image, listed, by_id.group(1),
                                              existing_ref)
         else:
             try:
@@ -165,7 +166,6 @@ class ManageMixin(object):
                              '%(volume)s (image %(image)s)')
                     % {'ref': ref, 'volume': snapshot.volume_id,
                        'image': image})
-        listed = self._call(self.storage_host, 'list_versions', image)
         found = [v for v in listed['versions'] if v['version'] == number]
         if not found or found[0]['state'] != 'stable':
             raise exception.ManageExistingInvalidReference(
@@ -177,12 +177,13 @@ class ManageMixin(object):
                    _('not there (any more)')})
         return image, found[0]
 
-    def _unmanaged_version(self, image, snapshot_id, existing_ref):
-        """The version of ``image`` that Cinder snapshot ``snapshot_id``
-        was until it was unmanaged (unmanage_snapshot's label).
+    @staticmethod
+    def _unmanaged_version(image, listed, snapshot_id, existing_ref):
+        """The version of ``image`` (``listed``: its list_versions) that
+        Cinder snapshot ``snapshot_id`` was until it was unmanaged
+        (unmanage_snapshot's label).
         """
         label = refs.unmanaged_label(snapshot_id.lower())
-        listed = self._call(self.storage_host, 'list_versions', image)
         found = [v['version'] for v in listed['versions']
                  if v.get('made_by') == label]
         if not found:
