@@ -159,9 +159,7 @@ class Overlaps(object):
                                             volume.host, volume.provider_id,
                                             quiesce='none')))
         if self.rng.random() < gc:
-            extra.append(('gc', self.world.storage,
-                          functools.partial(self.world.api.gc,
-                                            self.world.storage, grace=0)))
+            extra.append(('gc', self.world.storage, self.collect))
         return extra
 
     def _victim(self, volume):
@@ -242,8 +240,7 @@ class Overlaps(object):
                              functools.partial(self.driver.delete_snapshot,
                                                victim)))
         if self.rng.random() < 0.4:
-            requests.append(('gc', self.world.storage, functools.partial(
-                self.world.api.gc, self.world.storage, grace=0)))
+            requests.append(('gc', self.world.storage, self.collect))
         _, log = self._overlap(volume, requests, write=False)
         volume.detach_record()
         if victim:

@@ -218,7 +218,7 @@ def clean_up(walk):
     for volume in list(walk.volumes):
         walk.driver.delete_volume(volume)
         walk.volumes.remove(volume)
-    walk.world.api.gc(walk.world.storage, grace=0)
+    walk.collect()
 
 
 def run(args, world):
