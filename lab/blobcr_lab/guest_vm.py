@@ -144,10 +144,17 @@ class SessionLibvirt(object):
     (108 bytes at most) below it.
     """
 
-    def __init__(self, directory=None, host_uuid=None):
+    def __init__(self, directory=None, host_uuid=None, hostname=None,
+                 network=None):
         # host_uuid: another "host" on this machine (libvirt refuses to
         # migrate a domain to a daemon with its own host UUID).
+        # hostname: its own, in a UTS namespace (getHostname() is the
+        # hypervisor's name for Nova, unique per compute node).
+        # network: a hosts.LinkedNamespace to run in; incoming
+        # migrations listen on its address.
         self.host_uuid = host_uuid
+        self.hostname = hostname
+        self.network = network
         self._own_dir = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix='blobcr-lv-')
         self.socket = os.path.join(self.directory, 'run', 'libvirt',
@@ -165,6 +172,12 @@ class SessionLibvirt(object):
         with open(os.path.join(self.directory, 'config', 'libvirt',
                                'qemu.conf'), 'w') as f:
             f.write('stdio_handler = "file"\nseccomp_sandbox = 0\n')
+            if self.network:
+                # Incoming migrations listen on the namespace's address
+                # and say so (the default is the host name, which need
+                # not resolve).
+                f.write('migration_address = "%s"\nmigration_host = "%s"\n'
+                        % (self.network.address, self.network.address))
         if self.host_uuid:
             with open(os.path.join(self.directory, 'config', 'libvirt',
                                    'libvirtd.conf'), 'w') as f:
@@ -184,11 +197,20 @@ class SessionLibvirt(object):
         # (session mode). QEMU daemonizes, so its zombie goes to the
         # nearest subreaper: the wrapper reaps it at once (libvirt waits
         # for the pid to vanish, and a slow init costs seconds per stop).
+        argv = ['unshare', '--map-user=1000', '--map-group=1000',
+                '/usr/sbin/libvirtd']
+        if self.hostname:
+            # The UTS namespace is made as root, before the user
+            # namespace (where libvirtd has no capability left).
+            argv = ['unshare', '--uts', sys.executable, '-c',
+                    'import os, socket, sys; socket.sethostname(sys.argv[1]);'
+                    ' os.execvp(sys.argv[2], sys.argv[2:])',
+                    self.hostname] + argv
+        if self.network:
+            argv = self.network.command(argv)
         with open(self.log + '.stderr', 'ab') as err:
             self.proc = subprocess.Popen(
-                [sys.executable, '-c', _REAPER,
-                 'unshare', '--map-user=1000', '--map-group=1000',
-                 '/usr/sbin/libvirtd'],
+                [sys.executable, '-c', _REAPER] + argv,
                 env=env, cwd=self.directory, stdin=subprocess.DEVNULL,
                 stdout=err, stderr=err)
         deadline = time.monotonic() + timeout

@@ -42,6 +42,7 @@ import uuid
 
 SUBNET = '10.213.0.'
 FIRST = 10
+LINK_SUBNET = '10.213.1.'
 
 
 def _ip(*args):
@@ -200,3 +201,51 @@ class HostNetwork(object):
         for name in reversed(self._made):
             subprocess.run(['ip', 'netns', 'del', name], capture_output=True)
         self._made = []
+
+
+class LinkedNamespace(object):
+    """One network namespace joined to this machine's own by a veth pair
+    on a /30 of its own (LINK_SUBNET: .1 here, .2 there), nothing routed
+    any further: a second "host" that processes of the root namespace
+    reach at ``address`` (a live migration's incoming QEMU listens there,
+    since libvirt refuses 127.0.0.1 as a migration address).
+    """
+
+    def __init__(self, tag=None):
+        self.tag = tag or uuid.uuid4().hex[:6]
+        self.netns = 'blobcr-%s-link' % self.tag
+        self.veth = 'vl%s' % self.tag
+        self.local = LINK_SUBNET + '1'
+        self.address = LINK_SUBNET + '2'
+        self._made = False
+
+    def start(self):
+        _ip('netns', 'add', self.netns)
+        self._made = True
+        try:
+            _ip('-n', self.netns, 'link', 'set', 'lo', 'up')
+            _ip('link', 'add', self.veth, 'type', 'veth', 'peer', 'name',
+                'eth0', 'netns', self.netns)
+            _ip('addr', 'add', self.local + '/30', 'dev', self.veth)
+            _ip('link', 'set', self.veth, 'up')
+            _ip('-n', self.netns, 'addr', 'add', self.address + '/30', 'dev',
+                'eth0')
+            _ip('-n', self.netns, 'link', 'set', 'eth0', 'up')
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def command(self, argv):
+        """``argv`` in the namespace, in this mount namespace still (see
+        Host.command).
+        """
+        return ['nsenter', '--net=/run/netns/' + self.netns, '--'] + \
+            list(argv)
+
+    def stop(self):
+        """Delete the namespace (and the veth pair with it)."""
+        if self._made:
+            subprocess.run(['ip', 'netns', 'del', self.netns],
+                           capture_output=True)
+            self._made = False

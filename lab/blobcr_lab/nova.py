@@ -161,13 +161,18 @@ class NovaStack:
     _poll = stack_module.OpenStackStack._poll
 
     def __init__(self, stack, workdir, compute_host, libvirt_uri,
-                 debug=True, neutron=None):
+                 debug=True, neutron=None, migration_uri=None):
         self.stack = stack
         self.postgres = stack.postgres
         self.workdir = os.path.abspath(workdir)
         self.logdir = os.path.join(self.workdir, 'logs')
         self.compute_host = compute_host
         self.libvirt_uri = libvirt_uri
+        # Nova's [libvirt] live_migration_uri: '%s' is the destination's
+        # host (each compute's libvirtd has its socket under a path
+        # named after its host; see add_compute).
+        self.migration_uri = migration_uri
+        self.computes = [compute_host]
         self.debug = debug
         self.neutron = neutron
         self.nova_port = None
@@ -246,7 +251,7 @@ class NovaStack:
                 neutron.result()
             self._start_services()
             self._timed('apis up', self._wait_apis)
-            self._timed('compute up', self._wait_compute)
+            self._timed('compute up', self.wait_compute)
             self._timed('flavor', self._create_flavor)
         except BaseException:
             self.stop()
@@ -300,8 +305,10 @@ class NovaStack:
             'placement': dict(auth('placement'), valid_interfaces='public'),
             'cinder': dict(auth('nova'), os_region_name=REGION),
             'neutron': dict(auth('nova'), valid_interfaces='public'),
-            'libvirt': {'virt_type': 'qemu', 'cpu_mode': 'none',
-                        'connection_uri': self.libvirt_uri},
+            'libvirt': dict({'virt_type': 'qemu', 'cpu_mode': 'none',
+                             'connection_uri': self.libvirt_uri},
+                            **({'live_migration_uri': self.migration_uri}
+                               if self.migration_uri else {})),
             'oslo_concurrency': {'lock_path': self.path('locks')},
             'scheduler': {'discover_hosts_in_cells_interval': 2,
                           'workers': 1},
@@ -450,17 +457,22 @@ class NovaStack:
                        lambda: requests.get(url, timeout=5).status_code
                        < 500, 120)
 
-    def _wait_compute(self):
+    def wait_compute(self, host=None):
+        """Until Nova reports nova-compute on ``host`` up with its
+        hypervisor, then map it to cell1.
+        """
+        host = host or self.compute_host
         compute = self.compute('admin')
 
         def hypervisor():
             services = compute.get('/os-services').json()['services']
             up = {(s['binary'], s['host']) for s in services
                   if s['state'] == 'up'}
-            if ('nova-compute', self.compute_host) not in up:
+            if ('nova-compute', host) not in up:
                 return False
-            return compute.get('/os-hypervisors').json()['hypervisors']
-        self._poll('nova-compute up', hypervisor, 240)
+            return [h for h in compute.get('/os-hypervisors/detail').json()[
+                'hypervisors'] if h['service']['host'] == host]
+        self._poll('nova-compute on %s up' % host, hypervisor, 240)
         # Map the host to cell1 now rather than on the scheduler's period.
         self._manage('nova-manage', 'cell_v2', 'discover_hosts',
                      log='nova-discover.log')
@@ -469,15 +481,66 @@ class NovaStack:
         self.compute('admin').post('/flavors', json={'flavor': {
             'name': FLAVOR, 'ram': 512, 'vcpus': 1, 'disk': 0}})
 
+    # -- more compute hosts -------------------------------------------------
+
+    def add_compute(self, host, libvirt_uri):
+        """A second (third...) nova-compute, as another host: its own
+        CONF.host (a BlobCR agent's host name), libvirtd, state directory
+        and lock path; nova.conf for the rest. Its libvirtd must call
+        itself by another name (SessionLibvirt's ``hostname``: Nova's
+        node name, unique in Placement) and have a host UUID of its own
+        (libvirt migrates to no host with its own).
+
+        The instances directory is shared, as on a cloud with shared
+        instance storage: every compute here has my_ip 127.0.0.1, and
+        Nova takes two hosts with one address for hosts that share it
+        (a cold migration then skips the copy over ssh to the other).
+        """
+        for sub in ('state', 'locks'):
+            os.makedirs(self.path(host, sub), exist_ok=True)
+        agents.write_conf(self.path(host, 'nova-compute.conf'), {
+            'DEFAULT': {'host': host,
+                        'state_path': self.path(host, 'state')},
+            'libvirt': {'connection_uri': libvirt_uri},
+            'oslo_concurrency': {'lock_path': self.path(host, 'locks')},
+        })
+        self.computes.append(host)
+        self.start_compute(host)
+        self._timed('compute %s up' % host, self.wait_compute, host)
+
+    def compute_service(self, host):
+        return 'nova-compute' if host == self.compute_host else \
+            'nova-compute-%s' % host
+
+    def start_compute(self, host):
+        """(Re)start nova-compute on ``host``."""
+        argv = [os.path.join(BIN, 'nova-compute'),
+                '--config-file', self.path('nova.conf')]
+        if host != self.compute_host:
+            argv += ['--config-file', self.path(host, 'nova-compute.conf')]
+        self._spawn(self.compute_service(host), argv)
+
+    def kill_compute(self, host):
+        """SIGKILL nova-compute on ``host``, as a host that dies."""
+        process = self.processes.pop(self.compute_service(host), None)
+        if process is not None and process.proc.poll() is None:
+            process.proc.kill()
+            process.proc.wait()
+
+    def console_log(self, server_id):
+        """A server's console log (instances are shared by the computes).
+        """
+        return self.path('instances', server_id, 'console.log')
+
     # -- use --------------------------------------------------------------
 
-    def compute(self, user='demo'):
+    def compute(self, user='demo', microversion=COMPUTE_MICROVERSION):
         """A keystoneauth1 adapter on Nova's API (raises on >= 400)."""
         from keystoneauth1 import adapter
         return adapter.Adapter(self.stack.session(user),
                                service_type='compute', interface='public',
                                region_name=REGION,
-                               default_microversion=COMPUTE_MICROVERSION)
+                               default_microversion=microversion)
 
     def log(self, name, lines=60):
         return stack_module.tail(os.path.join(self.logdir, name + '.log'),

@@ -658,6 +658,10 @@ class OpenStackStack:
                                        region_name=REGION),
             'service_user': dict(authentication('cinder'),
                                  send_service_user_token=True),
+            # Cinder's privileged calls to Nova (its external events, and
+            # the driver's question whether a compute host is down before
+            # it gives that host up: blobcr_cinder/compute_hosts.py).
+            'nova': dict(authentication('cinder'), region_name=REGION),
             # Cinder inspects image formats in its privsep daemon (before
             # any copy of an image to a volume): the venv's helper, not
             # the default "sudo cinder-rootwrap ... privsep-helper".

@@ -30,9 +30,8 @@ what the guest was told was safe:
   attachments: it finds at least every record it announced;
 * a second volume attached to the running server and detached again.
 
-Live migration, cold migration (libvirt cannot migrate to its own host)
-and evacuate need a second compute host: not here (the agent-level
-handoff is tests/integration/test_live_migration.py).
+Live migration, cold migration and evacuate move the server between two
+nova-computes: tests/integration/test_nova_moves.py.
 
 It runs in CI (a Nova stack with Neutron's API, three TCG boots: a few
 minutes); BLOBCR_REAL_NOVA=0 leaves it out. Neutron's API is needed
@@ -88,7 +87,7 @@ class Guest(object):
 
     def text(self):
         try:
-            with open(real.console_log(self.nova, self.server),
+            with open(self.nova.console_log(self.server),
                       errors='replace') as f:
                 return f.read()
         except OSError:

@@ -145,7 +145,7 @@ def guest_disk(path, scenario):
 
 
 def console_log(nova, server_id):
-    return nova.path('instances', server_id, 'console.log')
+    return nova.console_log(server_id)
 
 
 def skip_without_boot_tools():
