@@ -20,12 +20,15 @@
     Besides the harness's fake backend and the BlobCR ones, Cinder's RBD
     driver on pool ``rbd`` of the session's Ceph cluster (section and
     volume type ``RBD_BACKEND``): the baseline of ``blobcr-bench cinder``.
-``openstack_stack``  factory: ``openstack_stack(backends)`` starts the
+``openstack_stack``  factory: ``openstack_stack(backends,
+    backup_host=None)`` starts the
     stack on the first call (on the session's RabbitMQ) and returns the
     same started :class:`~blobcr_lab.openstack.OpenStackStack` to every
     later call with the same backends; other backends are an error (one
     stack per session).  Stopped at the end of the session.
-``openstack_cloud``  ``openstack_stack(openstack_backends)``.
+``openstack_cloud``  ``openstack_stack(openstack_backends,
+    backup_host=...)``: with cinder-backup, as the local BlobCR
+    backend's storage agent's host.
 
 Environment: BLOBCR_OPENSTACK_TEMPLATE keeps the stack template across
 sessions (see blobcr_lab/openstack.py); BLOBCR_OPENSTACK_DEBUG=1 turns on
@@ -87,7 +90,7 @@ def openstack_stack(rabbitmq_url, tmp_path_factory):
     started = []
     failed = []
 
-    def factory(backends):
+    def factory(backends, backup_host=None):
         if failed:
             pytest.fail('the OpenStack stack failed to start earlier in '
                         'this session: %s' % failed[0], pytrace=False)
@@ -106,7 +109,7 @@ def openstack_stack(rabbitmq_url, tmp_path_factory):
             if DEFAULT_TYPE in backends else None
         stack = stack_module.OpenStackStack(
             str(tmp_path_factory.mktemp('openstack')), rabbitmq_url,
-            backends, extra_conf=default,
+            backends, extra_conf=default, backup_host=backup_host,
             debug=bool(os.environ.get('BLOBCR_OPENSTACK_DEBUG')))
         try:
             stack.start()  # stops what it started if it fails
@@ -121,5 +124,9 @@ def openstack_stack(rabbitmq_url, tmp_path_factory):
 
 
 @pytest.fixture(scope='session')
-def openstack_cloud(openstack_stack, openstack_backends):
-    return openstack_stack(openstack_backends)
+def openstack_cloud(openstack_stack, openstack_backends, cinder_hosts):
+    # cinder-backup runs as the local backend's storage agent's host:
+    # the agent beside Cinder's services, which connects the volumes a
+    # backup reads or a restore writes.
+    return openstack_stack(openstack_backends,
+                           backup_host=cinder_hosts['local'].storage)

@@ -489,10 +489,15 @@ class OpenStackStack:
     section's ``volume_backend_name`` (the section name if absent).  The
     first backend's type is the default one.  ``extra_conf`` adds or
     overrides cinder.conf options (same shape, sections included).
+
+    ``backup_host``: also run cinder-backup (the POSIX driver, into
+    ``backups/``) as that host: a generic backup connects the volume on
+    the backup service's host, so a BlobCR agent must serve that name.
     """
 
     def __init__(self, workdir, transport_url, backends, extra_conf=None,
-                 cinder_host='cinder-1', template=None, debug=False):
+                 cinder_host='cinder-1', template=None, debug=False,
+                 backup_host=None):
         if not backends:
             raise ValueError('at least one backend section is needed')
         self.workdir = os.path.abspath(workdir)
@@ -501,6 +506,7 @@ class OpenStackStack:
                          for name, options in backends.items()}
         self.extra_conf = extra_conf or {}
         self.cinder_host = cinder_host
+        self.backup_host = backup_host
         self.debug = debug
         self.template = template or StackTemplate(
             os.path.join(template_root(), StackTemplate.key()))
@@ -669,6 +675,15 @@ class OpenStackStack:
                 os.path.join(BIN, 'privsep-helper'),
                 self.path('cinder.conf'))},
         }
+        if self.backup_host:
+            os.makedirs(self.path('backups'), exist_ok=True)
+            sections['DEFAULT'].update({
+                'backup_driver': 'cinder.backup.drivers.posix.'
+                                 'PosixBackupDriver',
+                'backup_posix_path': self.path('backups')})
+            # cinder-backup's own host name (another file: CONF.host).
+            agents.write_conf(self.path('cinder-backup.conf'), {
+                'DEFAULT': {'host': self.backup_host}})
         sections.update(self.backends)
         for name, options in self.extra_conf.items():
             sections.setdefault(name, {}).update(options)
@@ -822,6 +837,11 @@ class OpenStackStack:
         # comes later (see _wait_volume_rpc).
         self._start('cinder-api')
         self._start('cinder-volume')
+        if self.backup_host:
+            self._spawn('cinder-backup', [
+                os.path.join(BIN, 'cinder-backup'), '--config-file',
+                self.path('cinder.conf'), '--config-file',
+                self.path('cinder-backup.conf')])
         # Glance checks tokens only when asked: it needs no Keystone to
         # start either.
         self._spawn('glance-api', [os.path.join(BIN, 'gunicorn')],
@@ -955,8 +975,11 @@ class OpenStackStack:
                 'services']
             up = {(s['binary'], s['host']) for s in services
                   if s['state'] == 'up'}
-            return ('cinder-scheduler', self.cinder_host) in up and all(
-                ('cinder-volume', host) in up for host in hosts)
+            backup = ('cinder-backup', self.backup_host) in up \
+                if self.backup_host else True
+            return ('cinder-scheduler', self.cinder_host) in up and \
+                backup and all(('cinder-volume', host) in up
+                               for host in hosts)
 
         def scheduler_knows_pools():
             # Volume creates fail with "No valid backend" until the

@@ -159,7 +159,8 @@ def write_conf(stack, path, volume_type, backend_names, image_id,
             # old id (blobcr_cinder/manage.py), as RBD's are.
             'manage_snapshot_ref': 'source-name,snapshot-%s'},
         'volume-feature-enabled': {
-            'backup': 'false',              # no cinder-backup here
+            # cinder-backup (POSIX driver) when the stack runs it.
+            'backup': 'true' if stack.backup_host else 'false',
             'snapshot': 'true', 'clone': 'true', 'volume_revert': 'true',
             'manage_volume': 'true', 'manage_snapshot': 'true',
             'multi_backend': 'true' if len(backend_names) > 1 else 'false',
