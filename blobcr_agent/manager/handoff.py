@@ -108,20 +108,29 @@ class Handoff(object):
                             'handing it off yet' % (header.id, self.host))
                     return {'image': header.id, 'running': True}
                 time.sleep(0.05)
-            started = time.monotonic()
+            marks = [time.monotonic()]
             result = self.checkpoint(header.id, quiesce='none',
                                      label=HANDOFF_LABEL)
             version = result['version']
+            marks.append(time.monotonic())
             self.mirror.wait_stable(header.id, version)
+            marks.append(time.monotonic())
             # The guest is stopped (or gone): its domain may still hold
             # the file open, paused after the migration.
             self.detach(header.id, force=True)
             self.mirror.handed_off[header.id] = dest
-        LOG.info('handed %s off to %s at version %s (%d chunks, %.1f ms)',
-                 header.id, dest, version, result['chunks'],
-                 (time.monotonic() - started) * 1000)
+            marks.append(time.monotonic())
+        # Where the destination's first request waited (its status and
+        # blobcr-bench handoff report them).
+        phases = {name: round((marks[k + 1] - marks[k]) * 1000, 1)
+                  for k, name in enumerate(('commit_ms', 'persist_ms',
+                                            'detach_ms'))}
+        LOG.info('handed %s off to %s at version %s (%d chunks, %.1f ms: '
+                 '%s)', header.id, dest, version, result['chunks'],
+                 (marks[-1] - marks[0]) * 1000, ', '.join(
+                     '%s %.1f' % item for item in sorted(phases.items())))
         return {'image': header.id, 'running': False, 'version': version,
-                'chunks': result['chunks']}
+                'chunks': result['chunks'], 'phases': phases}
 
     def _guest_running(self, image_id):
         """Whether a domain runs (not paused, not off) on the image;

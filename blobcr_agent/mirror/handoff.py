@@ -72,6 +72,7 @@ class Incoming(object):
         self.version = None             # the source's final version
         self.early_reads = 0            # answered from the old base
         self.waited_ms = None           # the first waiting request's wait
+        self.source_phases = None       # where the source spent it
         self.error = None
 
     def gate(self, offset, length, writing):
@@ -88,7 +89,7 @@ class Incoming(object):
                     self.early_reads += 1
                     return self.attached.read_base(offset, length)
                 if reply is not None:
-                    self._finish(reply['version'], started)
+                    self._finish(reply, started)
                     return None
             self._wait(started)
         return None
@@ -126,10 +127,12 @@ class Incoming(object):
             if reply is None:
                 time.sleep(min(0.2, max(0, left)))
             elif not reply.get('running'):
-                self._finish(reply['version'], started)
+                self._finish(reply, started)
                 return
 
-    def _finish(self, version, started):
+    def _finish(self, reply, started):
+        version = reply['version']
+        self.source_phases = reply.get('phases')
         try:
             self.attached.rebase(version)
         except exception.BlobCRError as e:
@@ -148,4 +151,5 @@ class Incoming(object):
     def status(self):
         return {'source': self.source, 'done': self.done.is_set(),
                 'version': self.version, 'early_reads': self.early_reads,
-                'waited_ms': self.waited_ms}
+                'waited_ms': self.waited_ms,
+                'source_phases': self.source_phases}

@@ -348,7 +348,14 @@ class MirrorService(object):
             if state != 'pending' or time.monotonic() > deadline:
                 return state
             if attached.wait_persisted(timeout=0.05):
-                # Not being persisted here (or just done): poll, not spin.
+                # Nothing in flight here: just persisted (stable now: the
+                # persister says so before it leaves the queue), or being
+                # persisted elsewhere: poll that, not spin. Sleeping
+                # first cost every wait 50 ms, a live migration's handoff
+                # included.
+                state = attached.version_state(version)
+                if state != 'pending':
+                    return state
                 time.sleep(0.05)
 
     def stats(self, image):

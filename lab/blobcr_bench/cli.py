@@ -40,6 +40,9 @@ fetches, bytes) and exits with status 3, after printing its result with
   Cinder RBD volume with the same data written, and the agent's ack.
 * ``peers``: BlobCR (local store, Ceph) against QEMU incremental backup,
   Ceph RBD snapshots and qcow2 external snapshots on the same workloads.
+* ``handoff``: a live migration's switch: the guest's first request on
+  the destination, waiting for the source's handoff, against the next
+  one (two agents, ``--migrations`` back and forth per dirty size).
 * ``scale``: M VMs on H hosts (network namespaces) take global
   checkpoints and restart on other hosts: lazy, with shared live
   prefetch hints, and after a pre-copy; curves against M and a model
@@ -61,6 +64,7 @@ import time
 from blobcr_bench import checkpoint
 from blobcr_bench import cinder
 from blobcr_bench import common as bench_common
+from blobcr_bench import handoff
 from blobcr_bench import peers
 from blobcr_bench import scale
 from blobcr_lab import agents
@@ -256,6 +260,11 @@ def main(argv=None):
     p.add_argument('--flood-seconds', type=float, default=5.0)
     p.add_argument('--plot', help='write a PNG of the results here')
 
+    p = sub.add_parser('handoff', parents=[common],
+                       help='live migration switch: the destination\'s '
+                            'first request against the next one')
+    handoff.add_arguments(p, _size)
+
     p = sub.add_parser('cinder', parents=[common],
                        help='Cinder snapshot to available: BlobCR against '
                             'the RBD driver (an existing cloud; '
@@ -314,7 +323,7 @@ def main(argv=None):
             bench = importlib.import_module('blobcr_bench.' + {
                 'checkpoint': 'checkpoint', 'restart': 'restart',
                 'mirror': 'mirror_io', 'proxy': 'proxy', 'flush': 'flush',
-                'protect': 'protect',
+                'protect': 'protect', 'handoff': 'handoff',
                 'persist': 'persist'}[args.bench])
             args.workdir = scratch
             repo = open_repository(args, scratch)

@@ -632,6 +632,8 @@ class OpenStackStack:
                     'project_name': PROJECTS[user],
                     'user_domain_name': DOMAIN,
                     'project_domain_name': DOMAIN}
+        helper = '%s --config-file %s' % (
+            os.path.join(BIN, 'privsep-helper'), self.path('cinder.conf'))
         sections = {
             'DEFAULT': {
                 'debug': self.debug,
@@ -669,11 +671,11 @@ class OpenStackStack:
             # it gives that host up: blobcr_cinder/compute_hosts.py).
             'nova': dict(authentication('cinder'), region_name=REGION),
             # Cinder inspects image formats in its privsep daemon (before
-            # any copy of an image to a volume): the venv's helper, not
-            # the default "sudo cinder-rootwrap ... privsep-helper".
-            'cinder_sys_admin': {'helper_command': '%s --config-file %s' % (
-                os.path.join(BIN, 'privsep-helper'),
-                self.path('cinder.conf'))},
+            # any copy of an image to a volume), and cinder-backup asks
+            # os-brick's for its connector: the venv's helper, not the
+            # default "sudo cinder-rootwrap ... privsep-helper".
+            'cinder_sys_admin': {'helper_command': helper},
+            'privsep_osbrick': {'helper_command': helper},
         }
         if self.backup_host:
             os.makedirs(self.path('backups'), exist_ok=True)
