@@ -56,6 +56,7 @@ import libvirt
 import libvirt_qemu
 
 import blobcr_lab
+from blobcr_lab import hosts
 
 BUILD_SCRIPT = blobcr_lab.tool('build-guest.sh')
 DEFAULT_BASE_DIR = os.path.join(blobcr_lab.SOURCE, 'build', 'guest')
@@ -202,10 +203,7 @@ class SessionLibvirt(object):
         if self.hostname:
             # The UTS namespace is made as root, before the user
             # namespace (where libvirtd has no capability left).
-            argv = ['unshare', '--uts', sys.executable, '-c',
-                    'import os, socket, sys; socket.sethostname(sys.argv[1]);'
-                    ' os.execvp(sys.argv[2], sys.argv[2:])',
-                    self.hostname] + argv
+            argv = hosts.with_hostname(self.hostname, argv)
         if self.network:
             argv = self.network.command(argv)
         with open(self.log + '.stderr', 'ab') as err:

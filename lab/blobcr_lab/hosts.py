@@ -203,6 +203,17 @@ class HostNetwork(object):
         self._made = []
 
 
+def with_hostname(name, argv):
+    """``argv`` run in a UTS namespace of its own, where the host name
+    is ``name``: a service that takes its host's name from
+    gethostname() (libvirtd's getHostname(), Nova's node name; os-brick's
+    connector, which Cinder's backup and migration use) is another host.
+    """
+    return ['unshare', '--uts', sys.executable, '-c',
+            'import os, socket, sys; socket.sethostname(sys.argv[1]); '
+            'os.execvp(sys.argv[2], sys.argv[2:])', name] + list(argv)
+
+
 class LinkedNamespace(object):
     """One network namespace joined to this machine's own by a veth pair
     on a /30 of its own (LINK_SUBNET: .1 here, .2 there), nothing routed

@@ -65,6 +65,7 @@ import tempfile
 import time
 
 from blobcr_lab import agents
+from blobcr_lab import hosts
 from blobcr_lab import osc_server
 
 BIN = os.path.dirname(os.path.abspath(sys.executable))
@@ -840,10 +841,13 @@ class OpenStackStack:
         self._start('cinder-api')
         self._start('cinder-volume')
         if self.backup_host:
-            self._spawn('cinder-backup', [
-                os.path.join(BIN, 'cinder-backup'), '--config-file',
-                self.path('cinder.conf'), '--config-file',
-                self.path('cinder-backup.conf')])
+            # Its connector names the host by gethostname() (os-brick):
+            # the backup host's, which its BlobCR agent serves.
+            self._spawn('cinder-backup', hosts.with_hostname(
+                self.backup_host, [
+                    os.path.join(BIN, 'cinder-backup'), '--config-file',
+                    self.path('cinder.conf'), '--config-file',
+                    self.path('cinder-backup.conf')]))
         # Glance checks tokens only when asked: it needs no Keystone to
         # start either.
         self._spawn('glance-api', [os.path.join(BIN, 'gunicorn')],
