@@ -23,7 +23,9 @@ credentials, the BlobCR volume type, what the driver supports) and runs
 ``tempest run``; it returns the counts Tempest prints.
 
 By default no Nova, Neutron or Swift: tests that need a server are
-skipped by Tempest itself (``[service_available]``). With ``compute=``
+skipped by Tempest itself (``[service_available]``), or left out
+(:data:`NEEDS_NOVA`). Backups are tested when the stack runs
+cinder-backup (its ``backup_host``). With ``compute=``
 (a real Nova beside the stack, blobcr_lab/nova.py: :func:`compute_settings`)
 Nova is available and :data:`SERVER_TESTS` are the volume tests that
 need a server: attach and detach, snapshots of attached volumes, boot
