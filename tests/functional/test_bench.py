@@ -265,3 +265,24 @@ def test_protect(capsys, tmp_path):
     assert rc == 0, err
     assert result['protection_taken'][0] >= 1
     assert result['slowdown']['median'] > 0
+
+
+def test_handoff(capsys, tmp_path, rabbitmq_url):
+    """Both connections, scaled down: every migration hands off, reads
+    back what the source wrote and leaves the source detached.
+    """
+    for connection in ('local', 'file'):
+        (tmp_path / connection).mkdir()
+        rc, result, err = run_bench(
+            capsys, tmp_path / connection, 'handoff', '--size', '16M',
+            '--migrations', '2', '--dirty', '1', '4', '--connection',
+            connection, '--transport-url', rabbitmq_url)
+        assert rc == 0, err
+        assert result['valid'], result['checks']
+        for dirty in ('1', '4'):
+            run = result['runs'][dirty]
+            assert run['extra_ms']['n'] == 2
+            # The source's phases are part of the wait it caused.
+            phases = sum(run['source_%s_ms' % name]['median']
+                         for name in ('commit', 'persist', 'detach'))
+            assert phases <= run['waited_ms']['max'] + 1
