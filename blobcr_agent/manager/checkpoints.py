@@ -151,10 +151,14 @@ class Checkpoints(object):
         return state
 
     def group_state(self, group, project=None):
-        found = groups.state(self.repo, group, project)
         # Members whose tag is still on its way (tagger.py): listed,
-        # pending, and the group not complete.
+        # pending, and the group not complete. Asked before the store:
+        # the tagger drops a tag from its list only once it is recorded,
+        # so a tag recorded meanwhile is in what the store says next.
+        # (In the other order, a tag recorded between the two reads was
+        # in neither, and its guest was told it is in no such group.)
         members, waiting = self.tagger.pending(group, project)
+        found = groups.state(self.repo, group, project)
         if waiting and not found['members']:
             found['members'] = members      # the index is not made yet
         for image_id, number in waiting.items():
