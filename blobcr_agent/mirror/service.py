@@ -36,12 +36,14 @@ import trio
 
 from blobcr_agent import _native
 from blobcr_agent import control
+from blobcr_agent import crashpoint
 from blobcr_agent import exception
 from blobcr_agent.mirror import cache
 from blobcr_agent.mirror import fs
 from blobcr_agent.mirror import handoff
 from blobcr_agent.mirror import hints
 from blobcr_agent.mirror import image as image_mod
+from blobcr_agent.repository import gc
 
 LOG = logging.getLogger(__name__)
 # Seconds before mounting versions/ again after its loop ended, doubling
@@ -126,6 +128,24 @@ class MirrorService(object):
                 except Exception:
                     # The other images must come up all the same.
                     LOG.exception('cannot re-attach %s', image_id)
+        self._release_orphan_pins()
+
+    def _release_orphan_pins(self):
+        """Release this host's pins whose holder (a cache directory) is
+        gone: an agent killed between removing a detached cache and
+        unpinning it left them (_remove), and until released they say
+        the image is still being detached here.
+        """
+        report = gc.Report()
+        try:
+            gc.release_stale_pins(self.repo, self.repo.images(), report)
+        except exception.BlobCRError as e:
+            LOG.warning('stale pins not looked for at start (GC will): %s',
+                        e)
+            return
+        if report.pins_released:
+            LOG.info('released %d pin(s) left by an earlier run',
+                     report.pins_released)
 
     def attach(self, image, version=None, mode=None, cow_chunks=None,
                adaptive=None, prefetch=True, incoming_from=None):
@@ -277,7 +297,10 @@ class MirrorService(object):
             self.attached.pop(attached.id, None)
             attached.close()
             shutil.rmtree(attached.cache_dir, ignore_errors=True)
+            crashpoint.reached('cache-removed')
             self.detaching.pop(attached.id, None)
+        # A crash here leaves pins whose holder is gone: the next start
+        # releases them (recover), as would GC.
         for number in {attached.attached_version, attached.meta['last']}:
             self.repo.unpin_quietly(attached.id, number, attached.holder)
 

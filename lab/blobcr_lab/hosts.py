@@ -42,7 +42,10 @@ import uuid
 
 SUBNET = '10.213.0.'
 FIRST = 10
-LINK_SUBNET = '10.213.1.'
+# Each LinkedNamespace takes the first 10.213.N.0/30 (N from 1) that no
+# address of this namespace is in: a link an earlier run left behind
+# (killed before its teardown) would otherwise catch the new link's route.
+LINK_NETWORK = '10.213.'
 
 
 def _ip(*args):
@@ -214,9 +217,24 @@ def with_hostname(name, argv):
             'os.execvp(sys.argv[2], sys.argv[2:])', name] + list(argv)
 
 
+def free_link_subnet():
+    """The first LINK_NETWORK.N. (a /30 at .0) none of this namespace's
+    IPv4 addresses is in.
+    """
+    used = set()
+    for line in _ip('-o', '-4', 'addr', 'show').splitlines():
+        address = line.split()[3].split('/')[0]
+        if address.startswith(LINK_NETWORK):
+            used.add(address.split('.')[2])
+    for n in range(1, 255):
+        if str(n) not in used:
+            return '%s%d.' % (LINK_NETWORK, n)
+    raise RuntimeError('no free %s0.0/16 link subnet' % LINK_NETWORK)
+
+
 class LinkedNamespace(object):
     """One network namespace joined to this machine's own by a veth pair
-    on a /30 of its own (LINK_SUBNET: .1 here, .2 there), nothing routed
+    on a /30 of its own (free_link_subnet: .1 here, .2 there), nothing routed
     any further: a second "host" that processes of the root namespace
     reach at ``address`` (a live migration's incoming QEMU listens there,
     since libvirt refuses 127.0.0.1 as a migration address).
@@ -226,11 +244,12 @@ class LinkedNamespace(object):
         self.tag = tag or uuid.uuid4().hex[:6]
         self.netns = 'blobcr-%s-link' % self.tag
         self.veth = 'vl%s' % self.tag
-        self.local = LINK_SUBNET + '1'
-        self.address = LINK_SUBNET + '2'
+        self.local = self.address = None
         self._made = False
 
     def start(self):
+        subnet = free_link_subnet()
+        self.local, self.address = subnet + '1', subnet + '2'
         _ip('netns', 'add', self.netns)
         self._made = True
         try:

@@ -51,6 +51,7 @@ Logs: ``WORKDIR/logs/<service>.log``.  Everything is the real service.
 """
 
 import concurrent.futures
+import glob
 import os
 import shutil
 import subprocess
@@ -537,14 +538,30 @@ class NovaStack:
     def compute(self, user='demo', microversion=COMPUTE_MICROVERSION):
         """A keystoneauth1 adapter on Nova's API (raises on >= 400)."""
         from keystoneauth1 import adapter
+        # connect_retries: nova-api closes an idle kept-alive connection
+        # (a request sent on it as it closes is never read: a test
+        # polling every 2 s once got RemoteDisconnected).
         return adapter.Adapter(self.stack.session(user),
                                service_type='compute', interface='public',
-                               region_name=REGION,
+                               region_name=REGION, connect_retries=2,
                                default_microversion=microversion)
 
     def log(self, name, lines=60):
         return stack_module.tail(os.path.join(self.logdir, name + '.log'),
                                  lines)
+
+    def compute_errors(self, lines=20):
+        """The last ERROR lines of every nova-compute's log, by log: what
+        a failed server explains itself with.
+        """
+        found = []
+        for path in sorted(glob.glob(os.path.join(self.logdir,
+                                                  'nova-compute*.log'))):
+            with open(path, errors='replace') as f:
+                errors = [line for line in f if ' ERROR ' in line]
+            found.append('%s:\n%s' % (os.path.basename(path),
+                                      ''.join(errors[-lines:])))
+        return '\n'.join(found)
 
     def stop(self, timeout=20):
         """Stop every service by its pid (SIGTERM, then SIGKILL to its

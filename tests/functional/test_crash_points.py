@@ -134,9 +134,12 @@ def test_a_kill_after_any_durable_write_leaves_consistent_cuts(tmp_path):
     assert links, 'no delta was persisted'
     with open(counts_file) as f:
         counts = json.load(f)
-    assert set(counts) == set(crashpoint.SITES), counts
+    # The mirror service's own site (a detached cache removed) is past
+    # this scenario: test_detach_in_background.py crashes there.
+    sites = set(crashpoint.SITES) - {'cache-removed'}
+    assert set(counts) == sites, counts
     killed = missed = 0
-    for site in crashpoint.SITES:
+    for site in sorted(sites):
         for n in range(1, counts[site] + 1):
             where = 'crash at %s:%d' % (site, n)
             directory = str(tmp_path / ('%s-%d' % (site, n)))

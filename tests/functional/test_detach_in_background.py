@@ -34,6 +34,7 @@ import time
 import pytest
 
 from blobcr_agent import exception
+from blobcr_agent.repository import repository
 
 MiB = 1024 * 1024
 SIZE = 8 * MiB
@@ -52,10 +53,9 @@ def _slow_agent(agent_factory, backend, monkeypatch):
         monkeypatch.delenv('BLOBCR_TEST_STORE_DELAY')
 
 
-def _written_and_detached(agent, rng):
-    """An image attached on ``agent``, written, checkpointed (labelled as
-    the driver does) and detached in the background; returns (image id,
-    data, final version, seconds the detach took).
+def _written(agent, rng):
+    """An image attached on ``agent``, written and checkpointed (labelled
+    as the driver does); returns (image id, data, version).
     """
     image = agent.client.call('create_image', name='vol', size=SIZE)['id']
     path = agent.client.call('attach', image=image)['path']
@@ -64,6 +64,14 @@ def _written_and_detached(agent, rng):
         f.write(data)
     version = agent.client.call('checkpoint', image=image,
                                 label='cinder')['version']
+    return image, data, version
+
+
+def _written_and_detached(agent, rng):
+    """:func:`_written`, then detached in the background; returns (image
+    id, data, final version, seconds the detach took).
+    """
+    image, data, version = _written(agent, rng)
     started = time.monotonic()
     result = agent.client.call('detach', image=image, background=True)
     took = time.monotonic() - started
@@ -133,3 +141,41 @@ def test_an_agent_killed_during_a_background_detach_resumes_it(
     assert _read_attached(agent, image) == data
     assert agent.client.call('list_versions', image=image)['head'] == snap
     agent.client.call('detach', image=image)
+
+
+@pytest.mark.parametrize('backend_kind', ['local'])
+def test_an_agent_killed_between_cache_and_pins_releases_them_at_start(
+        slow_store, agent_factory, monkeypatch):
+    """The end of a detach removes the cache, then the pins: an agent
+    SIGKILLed in between (crash point cache-removed) leaves pins marked
+    detaching that no cache resumes. Another host is told the image is
+    still being detached there until they go; the restarted agent
+    releases them (mirror/service.py recover).
+    """
+    monkeypatch.setenv('BLOBCR_CRASH_AT', 'cache-removed:1')
+    try:
+        agent = agent_factory(slow_store, {'agent': {'quiesce': 'none'}})
+    finally:
+        monkeypatch.delenv('BLOBCR_CRASH_AT')
+    other = agent_factory(slow_store, {'agent': {'quiesce': 'none'}})
+    image, data, version = _written(agent, random.Random(8))
+    try:
+        agent.client.call('detach', image=image, background=True)
+    except (exception.BlobCRError, OSError):
+        pass                    # the crash may come before the answer
+    assert agent.proc.wait(timeout=60) == -9, 'crash point never reached'
+    agent.kill()                # clears the dead mount
+    assert not os.path.exists(os.path.join(agent.state_path, 'cache',
+                                           image))
+    store = repository.Repository(slow_store)
+
+    def pins():
+        return [p for v in store.image(image).versions for p in v.pins]
+    assert any(p.get('detaching') for p in pins()), \
+        'the crash point is not between the cache and the pins: %s' % pins()
+    agent.start()
+    assert pins() == []
+    assert other.client.call('list_versions', image=image)['head'] == \
+        version
+    assert _read_attached(other, image) == data
+    other.client.call('detach', image=image)

@@ -130,8 +130,9 @@ def wait_server(compute, server_id, status, timeout=300, nova=None):
         if shown['status'] == status and not shown.get(
                 'OS-EXT-STS:task_state'):
             return shown
-        assert shown['status'] != 'ERROR', (
-            shown.get('fault'), nova.log('nova-compute', 80) if nova else '')
+        # A string, so that pytest shows it whole.
+        assert shown['status'] != 'ERROR', 'fault %r\n%s' % (
+            shown.get('fault'), nova.compute_errors() if nova else '')
         assert time.monotonic() < deadline, (shown['status'], status)
         time.sleep(1)
 
