@@ -37,6 +37,7 @@ and, for checkpoints, the ack and held times.
 
 from concurrent import futures
 import contextlib
+import socket
 import time
 
 from cinder.common import constants
@@ -148,6 +149,19 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
     def check_for_setup_error(self):
         self._call(self.storage_host, 'status')
 
+    def _agent_for(self, host):
+        """The agent that serves connections to ``host``: this backend's
+        storage agent for the machine cinder-volume runs on, else the
+        agent named ``host``. Cinder's own attachments (a generic
+        migration's copy, a backup there) name that machine by its host
+        name, as os-brick does, and where several BlobCR stores are
+        served from one machine, each backend's storage agent is the one
+        of its store.
+        """
+        if host and host == socket.gethostname():
+            return self.storage_host
+        return host
+
     def _call(self, host, method, *args, **kwargs):
         """An agent call, its errors as the exceptions Cinder expects."""
         with self._agent_errors(host, method, args):
@@ -201,10 +215,10 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
                 % volume.id)
         return volume.provider_id
 
-    @staticmethod
-    def _attached_host(volume):
+    def _attached_host(self, volume):
         """The host whose agent mirrors the volume, or None."""
-        hosts = {a.attached_host for a in (volume.volume_attachment or [])
+        hosts = {self._agent_for(a.attached_host)
+                 for a in (volume.volume_attachment or [])
                  if a.attach_status == 'attached' and a.attached_host}
         if len(hosts) > 1:
             raise exception.VolumeBackendAPIException(
@@ -213,8 +227,7 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
                 % {'id': volume.id, 'hosts': sorted(hosts)})
         return hosts.pop() if hosts else None
 
-    @staticmethod
-    def _migrating_instance(volume, source):
+    def _migrating_instance(self, volume, source):
         """The instance attached on ``source`` when every other
         attachment of the volume is a pending one of that same instance
         (what Nova's live migration makes); else None. Read from the
@@ -225,7 +238,7 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
             cinder_context.get_admin_context(), volume.id)
         there = {a.instance_uuid for a in attachments
                  if a.attach_status == 'attached' and
-                 a.attached_host == source}
+                 self._agent_for(a.attached_host) == source}
         pending = {a.instance_uuid for a in attachments
                    if a.attach_status not in ('attached', 'detached')}
         if len(there) == 1 and None not in there and pending == there:
@@ -439,7 +452,7 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
         """Attach the image on the connector's host: its agent mirrors it
         and Nova opens the mirror's raw file.
         """
-        host = (connector or {}).get('host')
+        host = self._agent_for((connector or {}).get('host'))
         if not host:
             raise exception.InvalidConnectorException(
                 missing='host (the compute host whose BlobCR agent '
@@ -494,7 +507,8 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
         (an attach on any host, a snapshot, a clone, a delete) waits for
         it in the agent, bounded by its [agent] settle_timeout.
         """
-        host = (connector or {}).get('host') or self._attached_host(volume)
+        host = self._agent_for((connector or {}).get('host')) or \
+            self._attached_host(volume)
         if not host:
             LOG.info('volume %s: no host to detach from', volume.id)
             return
@@ -570,14 +584,14 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
                     'version %s of image %s (epoch %d)', volume.id, host,
                     why, taken['version'], image, taken['epoch'])
 
-    @staticmethod
-    def _attached_epoch(volume, host):
+    def _attached_epoch(self, volume, host):
         """The image epoch the attachment on ``host`` was made in (its
         connection info; 0 for attachments made before it was kept).
         """
         for a in objects.VolumeAttachmentList.get_all_by_volume_id(
                 cinder_context.get_admin_context(), volume.id):
-            if a.attached_host == host and a.connection_info:
+            if self._agent_for(a.attached_host) == host and \
+                    a.connection_info:
                 info = a.connection_info
                 if isinstance(info, str):
                     info = jsonutils.loads(info)
@@ -703,6 +717,9 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
             'max_over_subscription_ratio':
                 self.configuration.safe_get('max_over_subscription_ratio'),
             'multiattach': False,
+            # A new volume reads zeros where never written: Cinder's
+            # generic migration copies only what is not zero.
+            'sparse_copy_volume': True,
             'online_extend_support': False,
             'consistent_group_snapshot_enabled': True,
             'backend_state': 'down',
