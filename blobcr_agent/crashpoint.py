@@ -64,6 +64,10 @@ def reached(site):
         _passed[site] = _passed.get(site, 0) + 1
         hit = _TARGET == (site, _passed[site])
     if hit:
+        if os.getpid() == 1:
+            # A PID namespace's init ignores its own SIGKILL: die as
+            # suddenly all the same (no handler, no atexit runs).
+            os._exit(128 + signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
 
 

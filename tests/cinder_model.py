@@ -514,7 +514,10 @@ class Walk(cinder_model_overlap.Overlaps):
                 return header
             if time.monotonic() > deadline:
                 raise ModelError('image %s is still being persisted after '
-                                 '%d s' % (image, timeout))
+                                 '%d s: %s' % (image, timeout, [
+                                     (v.number, v.state, v.pins)
+                                     for v in header.versions
+                                     if v.pins or v.state == 'pending']))
             time.sleep(0.05)
 
     def _check_detached(self, volume):

@@ -47,6 +47,8 @@ class Handoff(object):
         self.mirror.handoff_asker = lambda source, image, wait, timeout: \
             peers.handoff(source, image, self.host, wait=wait,
                           rpc_timeout=timeout)
+        self.mirror.handoff_preparer = lambda source, image: \
+            peers.prepare_handoff(source, image, self.host)
         if self.mirror.hints is not None:
             # Restart hints go to every other host's agent too.
             self.mirror.hints.remote = lambda scope, chunks: \
@@ -131,6 +133,28 @@ class Handoff(object):
                      '%s %.1f' % item for item in sorted(phases.items())))
         return {'image': header.id, 'running': False, 'version': version,
                 'chunks': result['chunks'], 'phases': phases}
+
+    def prepare_handoff(self, image, dest):
+        """``dest`` attached ``image`` for a live migration from here (a
+        cast from its agent, at Nova's pre_live_migration): checkpoint
+        what the guest wrote so far, with no hold, its persist running
+        while the migration copies memory. The handoff at the switch
+        then commits and persists only what was written since. Nothing
+        to do for an image not attached here, handed off already, or
+        with nothing written since its last checkpoint.
+        """
+        header = self.repo.image(image)
+        with self._handoff_lock:
+            attached = self.mirror.attached.get(header.id)
+            if attached is None or header.id in self.mirror.handed_off or \
+                    not attached.stats()['dirty']:
+                return None
+            result = self.checkpoint(header.id, quiesce='none',
+                                     label=HANDOFF_LABEL)
+        LOG.info('migration of %s to %s under way: version %s (%d chunks) '
+                 'persists before the switch', header.id, dest,
+                 result['version'], result['chunks'])
+        return result
 
     def _guest_running(self, image_id):
         """Whether a domain runs (not paused, not off) on the image;

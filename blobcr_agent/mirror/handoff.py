@@ -73,6 +73,7 @@ class Incoming(object):
         self.early_reads = 0            # answered from the old base
         self.waited_ms = None           # the first waiting request's wait
         self.source_phases = None       # where the source spent it
+        self.source_chunks = None       # what its last commit held
         self.error = None
 
     def gate(self, offset, length, writing):
@@ -133,6 +134,7 @@ class Incoming(object):
     def _finish(self, reply, started):
         version = reply['version']
         self.source_phases = reply.get('phases')
+        self.source_chunks = reply.get('chunks')
         try:
             self.attached.rebase(version)
         except exception.BlobCRError as e:
@@ -152,4 +154,5 @@ class Incoming(object):
         return {'source': self.source, 'done': self.done.is_set(),
                 'version': self.version, 'early_reads': self.early_reads,
                 'waited_ms': self.waited_ms,
-                'source_phases': self.source_phases}
+                'source_phases': self.source_phases,
+                'source_chunks': self.source_chunks}

@@ -27,6 +27,7 @@ import errno
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -43,13 +44,31 @@ from blobcr_agent.mirror import fs
 from blobcr_agent.mirror import handoff
 from blobcr_agent.mirror import hints
 from blobcr_agent.mirror import image as image_mod
-from blobcr_agent.repository import gc
 
 LOG = logging.getLogger(__name__)
 # Seconds before mounting versions/ again after its loop ended, doubling
 # up to the maximum while mounting fails.
 REMOUNT_DELAY = 1.0
 REMOUNT_DELAY_MAX = 60.0
+
+
+# What a cache directory is renamed to before it is removed.
+REMOVED = '.removed'
+
+
+def _remove_tree(path):
+    """Remove a cache directory: renamed first, so that it is gone at
+    once as a pin holder (a kill during the removal leaves no half
+    cache under the image's name; recover() finishes it).
+    """
+    gone = path + REMOVED
+    try:
+        os.rename(path, gone)
+    except FileNotFoundError:
+        return
+    except OSError:
+        gone = path
+    shutil.rmtree(gone, ignore_errors=True)
 
 
 class MirrorService(object):
@@ -85,6 +104,9 @@ class MirrorService(object):
         # answer (the manager sets it; handoff.py): what incoming images
         # (attached for a live migration) wait for.
         self.handoff_asker = None
+        # (source, image): tells the source a migration began (its early
+        # checkpoint, manager/handoff.py prepare_handoff); may be None.
+        self.handoff_preparer = None
         self.handoff_timeout = 120.0
         # image id -> the host it was handed off to (manager.handoff),
         # until it is attached here again: no other host gets it.
@@ -115,7 +137,11 @@ class MirrorService(object):
         last checkpoint are only there): attaching it again retries.
         """
         for image_id in sorted(os.listdir(self.cache_dir)):
-            if self.cached(image_id):
+            if image_id.endswith(REMOVED):
+                # A removal a kill cut short (_remove_tree).
+                shutil.rmtree(os.path.join(self.cache_dir, image_id),
+                              ignore_errors=True)
+            elif self.cached(image_id):
                 try:
                     self.attach(image_id)
                     if self.attached[image_id].meta.get('detaching'):
@@ -131,21 +157,32 @@ class MirrorService(object):
         self._release_orphan_pins()
 
     def _release_orphan_pins(self):
-        """Release this host's pins whose holder (a cache directory) is
-        gone: an agent killed between removing a detached cache and
-        unpinning it left them (_remove), and until released they say
-        the image is still being detached here.
+        """Release this host's pins held by a cache directory of this
+        agent that is gone: an agent killed between removing a detached
+        cache and unpinning it left them (_remove), and until released
+        they say the image is still being detached here. Judged by this
+        agent's own cache directory, which no other process uses (GC's
+        rule, gc.stale_pin, also needs the pinner's mount namespace,
+        which a restarted agent may not share). Runs before the RPC
+        server serves, so no attach of this agent is under way.
         """
-        report = gc.Report()
+        host = socket.gethostname()
+        mine = os.path.abspath(self.cache_dir) + os.sep
+        released = 0
         try:
-            gc.release_stale_pins(self.repo, self.repo.images(), report)
+            for header in self.repo.images():
+                for v in header.versions:
+                    for holder in {p.get('holder') for p in v.pins
+                                   if p.get('host') == host}:
+                        if holder and holder.startswith(mine) and \
+                                not os.path.lexists(holder):
+                            released += self.repo.unpin(header.id, v.number,
+                                                        holder)
         except exception.BlobCRError as e:
-            LOG.warning('stale pins not looked for at start (GC will): %s',
-                        e)
-            return
-        if report.pins_released:
-            LOG.info('released %d pin(s) left by an earlier run',
-                     report.pins_released)
+            LOG.warning('pins left by an earlier run not released at start '
+                        '(GC will): %s', e)
+        if released:
+            LOG.info('released %d pin(s) left by an earlier run', released)
 
     def attach(self, image, version=None, mode=None, cow_chunks=None,
                adaptive=None, prefetch=True, incoming_from=None):
@@ -196,7 +233,22 @@ class MirrorService(object):
         LOG.info('attached %s at %s%s', header.id, self.path_of(header.id),
                  '' if incoming_from is None
                  else ' (incoming from %s)' % incoming_from)
+        if incoming_from is not None:
+            self._prepare_handoff(incoming_from, header.id)
         return self.path_of(header.id)
+
+    def _prepare_handoff(self, source, image_id):
+        """Tell the source the migration began (a cast: the attach,
+        Nova's pre_live_migration, does not wait). Only an optimisation:
+        the handoff is right without it.
+        """
+        if self.handoff_preparer is None:
+            return
+        try:
+            self.handoff_preparer(source, image_id)
+        except Exception as e:
+            LOG.warning('could not tell %s that %s is migrating here: %s',
+                        source, image_id, e)
 
     def _make_incoming(self, attached, source):
         asker = self.handoff_asker
@@ -296,7 +348,7 @@ class MirrorService(object):
         with self._lock:
             self.attached.pop(attached.id, None)
             attached.close()
-            shutil.rmtree(attached.cache_dir, ignore_errors=True)
+            _remove_tree(attached.cache_dir)
             crashpoint.reached('cache-removed')
             self.detaching.pop(attached.id, None)
         # A crash here leaves pins whose holder is gone: the next start

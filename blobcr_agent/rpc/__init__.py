@@ -50,10 +50,15 @@ side. Version history of the API:
 * 1.9 - block_device= for attach: a loop device over the mirror file
   (``device`` in the answer), what stock Nova and os-brick open for a
   'local' connection; sent as 1.9 only when asked.
+* 1.10 - prepare_handoff (a cast, no answer): the destination's agent,
+  attaching an image incoming, has the source checkpoint what its guest
+  wrote so far, so that the handoff at the switch commits and persists
+  only what the guest writes during the migration. Not sent to older
+  agents (the version cap), which hand off as before.
 """
 
 TOPIC = 'blobcr-agent'
 # Named in every target, so that callers whatever their own
 # control_exchange (cinder, nova) reach the agents.
 EXCHANGE = 'blobcr'
-VERSION = '1.9'
+VERSION = '1.10'

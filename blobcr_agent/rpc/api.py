@@ -340,5 +340,19 @@ class AgentAPI(object):
         cctxt.cast(context.outgoing(), 'hints', scope=scope, source=source,
                    chunks=list(chunks))
 
+    # -- 1.10 ----------------------------------------------------------------
+
+    def prepare_handoff(self, host, image, dest):
+        """Cast to ``host``: ``dest`` attached ``image`` for a live
+        migration from it; checkpoint what the guest wrote so far (no
+        answer). False if the version cap keeps it from being sent.
+        """
+        if not self.client.can_send_version('1.10'):
+            return False
+        cctxt = self.client.prepare(server=host, version='1.10')
+        cctxt.cast(context.outgoing(), 'prepare_handoff', image=image,
+                   dest=dest)
+        return True
+
     def cleanup(self):
         self.transport.cleanup()

@@ -219,6 +219,12 @@ class AgentEndpoint(object):
     def hints(self, ctxt, scope, source, chunks):
         return self.manager.receive_hints(scope, source, chunks)
 
+    # -- 1.10 --------------------------------------------------------------
+
+    @_expected
+    def prepare_handoff(self, ctxt, image, dest):
+        return self.manager.prepare_handoff(image, dest)
+
 
 def get_server(conf, manager, transport=None):
     """An RPC server (not started) for ``manager`` on this host."""

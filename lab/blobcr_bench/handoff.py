@@ -24,12 +24,17 @@ Two agents on one store (RPC over a private RabbitMQ, or
    switch;
 2. Nova's ``pre_live_migration`` connects the volume on the destination:
    ``attach(migrate_from=source)``, through a loop device as the default
-   ``local`` connection does (``--connection file``: the mirror file);
-3. the switch: the guest's first request on the destination (a 4 KiB
+   ``local`` connection does (``--connection file``: the mirror file).
+   The destination's agent tells the source, which checkpoints what the
+   guest wrote so far (agent API 1.10, ``prepare_handoff``);
+3. the memory copy, ``--precopy-ms`` (default 1000; 0: the switch comes
+   at once): the guest writes ``--during`` more chunks on the source,
+   spread over it;
+4. the switch: the guest's first request on the destination (a 4 KiB
    O_DIRECT read of the last chunk written on the source) waits for the
    source's handoff (commit, persist, detach: manager/handoff.py) and
    must read what the source wrote;
-4. baseline, the same run: the next read on the destination, of
+5. baseline, the same run: the next read on the destination, of
    another chunk the source wrote (no handoff left to wait for).
 
 The agents ask libvirt's test driver, where no domain uses the image:
@@ -40,8 +45,9 @@ it; tests/integration/test_nova_moves.py logs the same wait in a real
 Nova live migration.
 
 Figures: the first read's time (``first_read_ms``), the destination's
-own account of its wait (``waited_ms``, mirror/handoff.py), the
-source's phases in it (``source_commit_ms``, ``source_persist_ms``,
+own account of its wait (``waited_ms``, mirror/handoff.py), the chunks
+the source's last commit held (``handoff_chunks``), the source's phases
+in it (``source_commit_ms``, ``source_persist_ms``,
 ``source_detach_ms``: manager/handoff.py) and the baseline read, each
 p50/p90/max over the migrations, per dirty size;
 ``extra_ms`` = first read - baseline read, per migration. The goal is an
@@ -70,6 +76,13 @@ def add_arguments(p, size):
     p.add_argument('--dirty', type=int, nargs='+', default=[1, 16, 256],
                    help='chunks written on the source before each '
                         'migration (default 1 16 256)')
+    p.add_argument('--precopy-ms', type=int, default=1000,
+                   help="the migration's memory copy: time between the "
+                        "destination's attach and the switch (default "
+                        "1000; 0: none)")
+    p.add_argument('--during', type=int, default=1,
+                   help='chunks the guest writes during the memory copy '
+                        '(default 1)')
     p.add_argument('--connection', choices=['local', 'file'],
                    default='local',
                    help='local: a loop device, as the default Cinder '
@@ -111,23 +124,38 @@ def _record(migration, chunk, dirty):
             ).encode().ljust(BLOCK, b'.')
 
 
+def _write(path, chunks, chunk_size, migration, first, total, pace=0.0):
+    """Records ``first``.. of ``total`` on ``chunks``, ``pace`` s apart,
+    then a flush.
+    """
+    disk = _Disk(path)
+    try:
+        for k, chunk in enumerate(chunks):
+            time.sleep(pace)
+            disk.write(chunk * chunk_size,
+                       _record(migration, first + k, total))
+        disk.flush()
+    finally:
+        disk.close()
+
+
 def _migrate(api, hosts, source_path, image, migration, dirty, chunk_size,
-             nchunks, block_device):
+             nchunks, block_device, precopy_s=0.0, during=0):
     """One migration from hosts[0] (the image at ``source_path`` there)
     to hosts[1]; its figures and the destination's path.
     """
     source, dest = hosts
-    start = (migration * dirty) % nchunks
-    chunks = [(start + k) % nchunks for k in range(dirty)]
-    disk = _Disk(source_path)
-    try:
-        for k, chunk in enumerate(chunks):
-            disk.write(chunk * chunk_size, _record(migration, k, dirty))
-        disk.flush()
-    finally:
-        disk.close()
+    total = dirty + during
+    start = (migration * total) % nchunks
+    chunks = [(start + k) % nchunks for k in range(total)]
+    _write(source_path, chunks[:dirty], chunk_size, migration, 0, total)
     attached = api.attach(dest, image, migrate_from=source,
                           block_device=block_device)
+    if precopy_s:
+        pace = precopy_s / (during + 1)
+        _write(source_path, chunks[dirty:], chunk_size, migration, dirty,
+               total, pace)
+        time.sleep(pace)
     disk = _Disk(_path(attached))
     try:
         t0 = time.perf_counter()
@@ -149,18 +177,22 @@ def _migrate(api, hosts, source_path, image, migration, dirty, chunk_size,
             'source_commit_ms': phases.get('commit_ms'),
             'source_persist_ms': phases.get('persist_ms'),
             'source_detach_ms': phases.get('detach_ms'),
+            'handoff_chunks': incoming.get('source_chunks'),
             'handed_off': bool(incoming.get('done')),
             'source_left_attached': left,
             'early_reads': incoming.get('early_reads', 0),
-            'read_back': first == _record(migration, dirty - 1, dirty) and
-            second == _record(migration, 0, dirty)}, _path(attached)
+            'read_back': first == _record(migration, total - 1, total) and
+            second == _record(migration, 0, total)}, _path(attached)
 
 
 def run(repo, store_args, args, log):
     chunk_size = repo.chunk_size
     nchunks = args.size // chunk_size
-    if max(args.dirty) > nchunks or min(args.dirty) < 1:
-        raise ValueError('--dirty: 1 to %d chunks of this image' % nchunks)
+    during = args.during if args.precopy_ms > 0 else 0
+    if max(args.dirty) + during > nchunks or min(args.dirty) < 1 or \
+            during < 0:
+        raise ValueError('--dirty (+ --during): 1 to %d chunks of this '
+                         'image' % nchunks)
     block_device = args.connection == 'local'
     broker = None if args.transport_url else \
         rabbitmq.private_broker(args.workdir, log)
@@ -182,6 +214,7 @@ def run(repo, store_args, args, log):
         path = _path(api.attach(hosts[0], image, block_device=block_device))
         result = {'size': args.size, 'chunk_size': chunk_size,
                   'connection': args.connection,
+                  'precopy_ms': args.precopy_ms, 'during': during,
                   'migrations': args.migrations, 'runs': {}}
         samples = []
         migration = 0
@@ -190,7 +223,8 @@ def run(repo, store_args, args, log):
             for _ in range(args.migrations):
                 figures, path = _migrate(api, hosts, path, image, migration,
                                          dirty, chunk_size, nchunks,
-                                         block_device)
+                                         block_device,
+                                         args.precopy_ms / 1000.0, during)
                 migration += 1
                 hosts.reverse()
                 runs.append(figures)
@@ -202,7 +236,7 @@ def run(repo, store_args, args, log):
                      for name in ('first_read_ms', 'baseline_ms',
                                   'extra_ms', 'waited_ms',
                                   'source_commit_ms', 'source_persist_ms',
-                                  'source_detach_ms')}
+                                  'source_detach_ms', 'handoff_chunks')}
             entry['early_reads'] = sum(r['early_reads'] for r in runs)
             result['runs'][str(dirty)] = entry
             log('dirty %4d chunks: extra wait p50 %.1f ms, p90 %.1f ms, max '
@@ -228,6 +262,15 @@ def run(repo, store_args, args, log):
                             'a handoff must detach the source',
                             value=sum(r['source_left_attached']
                                       for r in samples))
+        if during:
+            # The source checkpointed at the destination's attach: the
+            # switch commits only what the guest wrote during the copy.
+            late = sum(r['handoff_chunks'] is None or
+                       r['handoff_chunks'] > during for r in samples)
+            checks.require_true('the switch committed only the copy\'s '
+                                'writes', not late,
+                                'a source did not checkpoint at the '
+                                'destination\'s attach', value=late)
         result['checks'] = checks.as_list()
         result['goal_extra_ms'] = 50
         return result

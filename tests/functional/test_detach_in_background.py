@@ -29,12 +29,14 @@ BLOBCR_TEST_STORE_DELAY, a test-only knob of the local store):
 
 import os
 import random
+import subprocess
 import time
 
 import pytest
 
 from blobcr_agent import exception
 from blobcr_agent.repository import repository
+from blobcr_lab import agents
 
 MiB = 1024 * 1024
 SIZE = 8 * MiB
@@ -53,12 +55,16 @@ def _slow_agent(agent_factory, backend, monkeypatch):
         monkeypatch.delenv('BLOBCR_TEST_STORE_DELAY')
 
 
-def _written(agent, rng):
+def _written(agent, rng, block_device=False):
     """An image attached on ``agent``, written and checkpointed (labelled
-    as the driver does); returns (image id, data, version).
+    as the driver does); returns (image id, data, version). Through a
+    loop device with ``block_device`` (what a process outside the
+    agent's mount namespace opens).
     """
     image = agent.client.call('create_image', name='vol', size=SIZE)['id']
-    path = agent.client.call('attach', image=image)['path']
+    attached = agent.client.call('attach', image=image,
+                                 block_device=block_device)
+    path = attached.get('device') or attached['path']
     data = rng.randbytes(SIZE)
     with open(path, 'r+b', buffering=0) as f:
         f.write(data)
@@ -144,26 +150,38 @@ def test_an_agent_killed_during_a_background_detach_resumes_it(
 
 
 @pytest.mark.parametrize('backend_kind', ['local'])
+@pytest.mark.parametrize('pid_namespace', [False, True],
+                         ids=['plain', 'pid-namespace'])
 def test_an_agent_killed_between_cache_and_pins_releases_them_at_start(
-        slow_store, agent_factory, monkeypatch):
+        slow_store, agent_factory, monkeypatch, tmp_path, pid_namespace):
     """The end of a detach removes the cache, then the pins: an agent
     SIGKILLed in between (crash point cache-removed) leaves pins marked
     detaching that no cache resumes. Another host is told the image is
     still being detached there until they go; the restarted agent
-    releases them (mirror/service.py recover).
+    releases them (mirror/service.py recover). In a PID namespace (and
+    so a mount namespace of its own: each start is another one, as the
+    Cinder walk's agents run) too: the Cinder walk, seed 1981233277,
+    hung on such pins.
     """
     monkeypatch.setenv('BLOBCR_CRASH_AT', 'cache-removed:1')
     try:
-        agent = agent_factory(slow_store, {'agent': {'quiesce': 'none'}})
+        workdir = tmp_path / 'crashing'
+        workdir.mkdir()
+        agent = agents.AgentProcess(str(workdir), slow_store,
+                                    {'agent': {'quiesce': 'none'}},
+                                    pid_namespace=pid_namespace).start()
     finally:
         monkeypatch.delenv('BLOBCR_CRASH_AT')
     other = agent_factory(slow_store, {'agent': {'quiesce': 'none'}})
-    image, data, version = _written(agent, random.Random(8))
+    image, data, version = _written(agent, random.Random(8),
+                                    block_device=pid_namespace)
     try:
         agent.client.call('detach', image=image, background=True)
     except (exception.BlobCRError, OSError):
         pass                    # the crash may come before the answer
-    assert agent.proc.wait(timeout=60) == -9, 'crash point never reached'
+    # (unshare answers its child's SIGKILL with 128 + 9.)
+    assert agent.proc.wait(timeout=60) in (-9, 137), \
+        'crash point never reached'
     agent.kill()                # clears the dead mount
     assert not os.path.exists(os.path.join(agent.state_path, 'cache',
                                            image))
@@ -173,9 +191,23 @@ def test_an_agent_killed_between_cache_and_pins_releases_them_at_start(
         return [p for v in store.image(image).versions for p in v.pins]
     assert any(p.get('detaching') for p in pins()), \
         'the crash point is not between the cache and the pins: %s' % pins()
-    agent.start()
-    assert pins() == []
-    assert other.client.call('list_versions', image=image)['head'] == \
-        version
-    assert _read_attached(other, image) == data
-    other.client.call('detach', image=image)
+    # The kernel hands a freed namespace's number to the next one: a
+    # bystander takes it, so that the restarted agent sees the files
+    # from a mount namespace numbered otherwise than the pinner's (as
+    # when other agents start meanwhile).
+    bystander = subprocess.Popen(['unshare', '--mount', 'sleep', '300']) \
+        if pid_namespace else None
+    try:
+        agent.start()
+    finally:
+        if bystander is not None:
+            bystander.kill()
+            bystander.wait()
+    try:
+        assert pins() == []
+        assert other.client.call('list_versions', image=image)['head'] == \
+            version
+        assert _read_attached(other, image) == data
+        other.client.call('detach', image=image)
+    finally:
+        agents.stop_all([agent])
