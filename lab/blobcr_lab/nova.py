@@ -567,10 +567,6 @@ class NovaStack:
         """Stop every service by its pid (SIGTERM, then SIGKILL to its
         process group: nova-compute may ignore SIGTERM).
         """
-        running = [p for p in self.processes.values()
-                   if p.proc and p.proc.poll() is None]
-        for process in running:
-            process.terminate()
-        killed = [p.name for p in running if p.wait_or_kill(timeout)]
+        killed = stack_module.stop_services(self.processes.values(), timeout)
         if killed:
             sys.stderr.write('nova stack: killed %s\n' % ', '.join(killed))

@@ -187,6 +187,19 @@ class ServiceProcess:
         self.wait_or_kill(timeout)
 
 
+def stop_services(processes, timeout=20):
+    """SIGTERM every running one of ``processes`` at once, then wait
+    for them all within one ``timeout`` (SIGKILL to the groups of those
+    still there); the names of the killed ones.
+    """
+    running = [p for p in processes if p.proc and p.proc.poll() is None]
+    for process in running:
+        process.terminate()
+    deadline = time.monotonic() + timeout
+    return [p.name for p in running
+            if p.wait_or_kill(max(0.0, deadline - time.monotonic()))]
+
+
 def postgres_bindir():
     """The newest PostgreSQL server installed (Debian's layout)."""
     try:
@@ -1132,12 +1145,10 @@ class OpenStackStack:
 
         Then PostgreSQL (see PostgresServer.stop), and remove its data.
         """
-        running = [p for p in self.processes.values()
-                   if p.proc and p.proc.poll() is None]
         began = time.monotonic()
-        for process in running:
-            process.terminate()
-        killed = [p.name for p in running if p.wait_or_kill(timeout)]
+        running = any(p.proc and p.proc.poll() is None
+                      for p in self.processes.values())
+        killed = stop_services(self.processes.values(), timeout)
         self._sessions.clear()
         self._osc_socket = None
         postgres = ''

@@ -59,6 +59,18 @@ SERVER_TESTS = (
     r'|test_server_volume_attachment|test_instances_with_cinder_volumes'
     r'|test_volume_migrate_attached|test_encrypted_cinder_volumes)\.'
     r'|cinder_tempest_plugin\.scenario\.)')
+# The volume API's classes that Tempest skips without Neutron (they
+# boot servers: their resource_setup makes a network): CI runs them
+# against the real Nova (tests/integration/test_tempest.py).
+NEUTRON_CLASSES = (
+    r'^tempest\.api\.volume\.(test_volumes_actions\.VolumesActionsTest'
+    r'|admin\.test_volumes_actions\.VolumesActionsTest'
+    r'|test_volumes_extend\.VolumesExtendAttachedTest'
+    r'|admin\.test_encrypted_volumes_extend\.'
+    r'EncryptedVolumesExtendAttachedTest'
+    r'|test_volumes_snapshots\.VolumesSnapshotTestJSON'
+    r'|test_volumes_backup\.VolumesBackupsTest'
+    r'|admin\.test_snapshot_manage\.SnapshotManageAdminTest)\.')
 # Of those, not run with compute=: the tests that log in to the guest by
 # SSH (and so need it on a network).
 NOT_WITH_NOVA = (
