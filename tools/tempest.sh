@@ -16,8 +16,9 @@
 # Every test of Tempest's volume API and of cinder-tempest-plugin (API and
 # scenario: those that need Nova are skipped by Tempest itself), on the
 # test session's stack. CI runs the volume API tests of both only
-# (tests/integration/test_tempest.py, about 6 minutes). Extra arguments
-# go to pytest. Installs what the tests need first.
+# (tests/integration/test_tempest.py, about 8 minutes, the classes that
+# boot servers against the real Nova included). Extra arguments go to
+# pytest. Installs what the tests need first.
 #
 # BLOBCR_REAL_NOVA=1 also runs the volume tests that need a server against
 # a real Nova (test_tempest_volume_with_real_nova, ~15 min more) with
