@@ -43,6 +43,7 @@ import os
 import pytest
 
 from blobcr_bench import cinder as bench_cinder
+from blobcr_bench import rbd_common as bench_rbd
 from blobcr_lab import cinder_hosts as cinder_hosts_module
 from blobcr_lab import openstack as stack_module
 
@@ -77,7 +78,7 @@ def openstack_backends(cinder_hosts, ceph_cluster, tmp_path_factory):
     backends = {HARNESS_BACKEND: dict(HARNESS_BACKEND_SECTION)}
     for hosts in cinder_hosts.values():
         backends[hosts.section] = cinder_hosts_module.backend_section(hosts)
-    bench_cinder.ensure_rbd_pool(ceph_cluster.conffile, RBD_POOL)
+    bench_rbd.ensure_rbd_pool(ceph_cluster.conffile, RBD_POOL)
     conffile = bench_cinder.rbd_data_pool_conf(
         ceph_cluster.conffile, str(tmp_path_factory.mktemp('cinder-rbd')))
     backends[RBD_BACKEND] = bench_cinder.rbd_backend_section(

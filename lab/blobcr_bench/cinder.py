@@ -73,6 +73,7 @@ import time
 import uuid
 
 from blobcr_bench import common
+from blobcr_bench import rbd_common
 
 MIB = 1 << 20
 BLOCK = MIB
@@ -110,8 +111,7 @@ def rbd_data_pool_conf(conffile, directory, data_pool=RBD_DATA_POOL,
     both backends then write to the same kind of pool. librbd reads
     ``rbd_default_data_pool`` when Cinder creates an image.
     """
-    from blobcr_bench import peers_rbd
-    why, _ = peers_rbd.ensure_ec_data_pool(conffile, data_pool, like=like)
+    why, _ = rbd_common.ensure_ec_data_pool(conffile, data_pool, like=like)
     if why:
         raise RuntimeError('cannot make the RBD data pool %s: %s'
                            % (data_pool, why))
@@ -122,32 +122,6 @@ def rbd_data_pool_conf(conffile, directory, data_pool=RBD_DATA_POOL,
         f.write(text + '\n[client.admin]\nrbd_default_data_pool = %s\n'
                 % data_pool)
     return path
-
-
-def ensure_rbd_pool(conffile, pool='rbd', pg_num=8, rados_id=None):
-    """Create a replicated pool for RBD images if it is missing, tagged
-    with the ``rbd`` application; return True if it was created.
-    """
-    import rados
-    cluster = rados.Rados(conffile=conffile, rados_id=rados_id)
-    cluster.connect(timeout=10)
-    try:
-        if cluster.pool_exists(pool):
-            return False
-        for command in (
-                {'prefix': 'osd pool create', 'pool': pool,
-                 'pg_num': pg_num, 'pgp_num': pg_num,
-                 'pool_type': 'replicated'},
-                {'prefix': 'osd pool application enable', 'pool': pool,
-                 'app': 'rbd'}):
-            ret, _, err = cluster.mon_command(json.dumps(command), b'',
-                                              timeout=30)
-            if ret:
-                raise RuntimeError('ceph %s: %s (%d)' % (command['prefix'],
-                                                         err, ret))
-        return True
-    finally:
-        cluster.shutdown()
 
 
 # -- arguments ----------------------------------------------------------------
@@ -390,9 +364,8 @@ class _RBDImage(object):
     def write(self, name, chunks):
         import rbd
 
-        from blobcr_bench import peers_rbd
         with rbd.Image(self.ioctx, name) as image:
-            writes = peers_rbd.AioWrites(image, self.QUEUE_DEPTH)
+            writes = rbd_common.AioWrites(image, self.QUEUE_DEPTH)
             for offset, data in chunks:
                 writes.submit(offset, data, lambda: None)
             writes.drain()

@@ -45,6 +45,7 @@ import uuid
 from blobcr_agent.repository.backends import rados
 from blobcr_agent.rpc import api as rpc_api
 from blobcr_bench import cinder as bench_cinder
+from blobcr_bench import rbd_common as bench_rbd
 from blobcr_lab import agent_rpc
 from blobcr_lab import agents
 from blobcr_lab import ceph as ceph_mod
@@ -101,7 +102,7 @@ def main():
         ceph = _Ceph(ceph_dir)
         started.append(ceph)
         ceph.start()
-        bench_cinder.ensure_rbd_pool(ceph.conffile, RBD_POOL)
+        bench_rbd.ensure_rbd_pool(ceph.conffile, RBD_POOL)
 
         say('starting RabbitMQ')
         broker = rabbitmq.RabbitMQBroker(os.path.join(workdir, 'rabbitmq'))

@@ -44,8 +44,8 @@ import subprocess
 import tempfile
 import time
 
-from blobcr_bench import cinder
 from blobcr_bench import common
+from blobcr_bench import rbd_common
 from blobcr_lab import agents
 
 JOBS = (('fsync-every-write', ['--fsync=1']),
@@ -100,7 +100,7 @@ def _fill(path, size):
 def _rbd_target(args, size):
     import rados
     import rbd
-    cinder.ensure_rbd_pool(args.ceph_conf, args.rbd_pool)
+    rbd_common.ensure_rbd_pool(args.ceph_conf, args.rbd_pool)
     cluster = rados.Rados(conffile=args.ceph_conf)
     cluster.connect(timeout=10)
     name = 'blobcr-flush-%d-%d' % (os.getpid(), int(time.time()))

@@ -36,64 +36,12 @@ timed apart. A restart opens the image at the snapshot and reads it, as
 a clone of it would.
 """
 
-import json
 import os
 import subprocess
-import threading
 import time
 
-from blobcr_bench import cinder
 from blobcr_bench import peers_common
-
-EC_PROFILE = 'blobcr_k2m1'
-
-
-def _mon(cluster, **command):
-    ret, out, err = cluster.mon_command(json.dumps(command), b'', timeout=30)
-    if ret:
-        raise RuntimeError('ceph %s: %s (%d)' % (command['prefix'], err, ret))
-    return out
-
-
-def _pool_get(cluster, pool, var):
-    return json.loads(_mon(cluster, prefix='osd pool get', pool=pool,
-                           var=var, format='json'))[var]
-
-
-def ensure_ec_data_pool(conffile, pool, like=None, profile=EC_PROFILE,
-                        pg_num=8):
-    """An erasure-coded pool that RBD can keep data in (overwrites on),
-    shaped ``like`` BlobCR's data pool where it exists (its erasure-code
-    profile and number of placement groups); returns ``(None, shape)``,
-    or ``(why it cannot be had, None)``.
-    """
-    import rados
-    cluster = rados.Rados(conffile=conffile)
-    cluster.connect(timeout=10)
-    try:
-        if like and cluster.pool_exists(like):
-            profile = _pool_get(cluster, like, 'erasure_code_profile')
-            pg_num = _pool_get(cluster, like, 'pg_num')
-        if not cluster.pool_exists(pool):
-            _mon(cluster, prefix='osd pool create', pool=pool,
-                 pg_num=pg_num, pgp_num=pg_num, pool_type='erasure',
-                 erasure_code_profile=profile)
-            _mon(cluster, prefix='osd pool application enable', pool=pool,
-                 app='rbd')
-        elif _pool_get(cluster, pool, 'pg_num') != pg_num:
-            for var in ('pg_num', 'pgp_num'):
-                _mon(cluster, prefix='osd pool set', pool=pool, var=var,
-                     val=str(pg_num))
-        _mon(cluster, prefix='osd pool set', pool=pool,
-             var='allow_ec_overwrites', val='true')
-        return None, {'erasure_code_profile': _pool_get(
-            cluster, pool, 'erasure_code_profile'),
-            'pg_num': _pool_get(cluster, pool, 'pg_num'),
-            'like': like}
-    except Exception as e:
-        return str(e), None
-    finally:
-        cluster.shutdown()
+from blobcr_bench import rbd_common
 
 
 class RbdPeer(peers_common.Peer):
@@ -113,7 +61,7 @@ class RbdPeer(peers_common.Peer):
             raise peers_common.PeerRefused('no Ceph cluster: %s is missing'
                                            % args.ceph_conf)
         try:
-            cinder.ensure_rbd_pool(args.ceph_conf, args.rbd_pool)
+            rbd_common.ensure_rbd_pool(args.ceph_conf, args.rbd_pool)
         except Exception as e:
             raise peers_common.PeerRefused('cannot have the RBD pool %s: %s'
                                            % (args.rbd_pool, e))
@@ -122,8 +70,8 @@ class RbdPeer(peers_common.Peer):
         self.data_pool_refused = self.data_pool_shape = None
         if self.data_pool:
             self.data_pool_refused, self.data_pool_shape = \
-                ensure_ec_data_pool(args.ceph_conf, self.data_pool,
-                                    like=args.data_pool)
+                rbd_common.ensure_ec_data_pool(
+                    args.ceph_conf, self.data_pool, like=args.data_pool)
             if self.data_pool_refused:
                 raise peers_common.PeerRefused(
                     'cannot have the erasure-coded data pool %s: %s'
@@ -164,7 +112,7 @@ class RbdPeer(peers_common.Peer):
         self.image.write(bytes(data), offset)
 
     def queue(self, depth):
-        return AioWrites(self.image, depth)
+        return rbd_common.AioWrites(self.image, depth)
 
     def checkpoint(self):
         t0 = time.perf_counter()
@@ -242,33 +190,6 @@ class RbdPeer(peers_common.Peer):
                 'object_size': self.args.granularity,
                 'rbd_cache': self.args.rbd_cache,
                 'features': 'layering,exclusive-lock,object-map,fast-diff'}
-
-
-class AioWrites(peers_common.QueuedWrites):
-    """librbd's own asynchronous writes, ``depth`` in flight, as QEMU's
-    rbd driver issues them.
-    """
-
-    def __init__(self, image, depth):
-        self.image = image
-        self.depth = depth
-        self.slots = threading.Semaphore(depth)
-        self.error = None
-
-    def submit(self, offset, data, done):
-        self.take_slot()
-
-        def completed(completion):
-            result = completion.get_return_value()
-            if result < 0:
-                self.error = OSError(-result, 'rbd aio_write at %d failed'
-                                     % offset)
-            done()
-            self.slots.release()
-        self.image.aio_write(bytes(data), offset, completed)
-
-    def close(self):
-        self.drain()
 
 
 class ReplicatedRbdPeer(RbdPeer):

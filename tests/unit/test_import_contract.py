@@ -247,3 +247,45 @@ def test_the_lab_and_the_benchmarks_run_without_the_tests(tmp_path):
                           env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == '[]'
+
+
+def _cycle(graph):
+    """One import cycle of ``graph`` ({module: modules it imports}), as
+    a list of modules, or None.
+    """
+    state = {}
+
+    def visit(node, path):
+        state[node] = 'open'
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 'open':
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt, path + [nxt])
+                if found:
+                    return found
+        state[node] = 'done'
+        return None
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node, [node])
+            if found:
+                return found
+    return None
+
+
+@pytest.mark.parametrize('folder,package', [(BENCH, 'blobcr_bench'),
+                                            (LAB, 'blobcr_lab')])
+def test_no_import_cycle_between_modules(folder, package):
+    """No two modules of the benchmarks (or of the lab) import each
+    other, even through a function-level import: one concern each, and
+    the graph reads downwards.
+    """
+    graph = {}
+    for path in _python_files(folder):
+        name = os.path.splitext(os.path.basename(path))[0]
+        graph[name] = {imported.split('.')[1]
+                       for _, imported in imports_of(path, whole=True)
+                       if imported.startswith(package + '.')} - {name}
+    assert _cycle({'a': {'b'}, 'b': {'a'}}) == ['a', 'b', 'a']
+    assert _cycle(graph) is None, _cycle(graph)
