@@ -153,7 +153,8 @@ def test_an_agent_killed_during_a_background_detach_resumes_it(
 @pytest.mark.parametrize('pid_namespace', [False, True],
                          ids=['plain', 'pid-namespace'])
 def test_an_agent_killed_between_cache_and_pins_releases_them_at_start(
-        slow_store, agent_factory, monkeypatch, tmp_path, pid_namespace):
+        slow_store, agent_factory, monkeypatch, tmp_path, pid_namespace,
+        request):
     """The end of a detach removes the cache, then the pins: an agent
     SIGKILLed in between (crash point cache-removed) leaves pins marked
     detaching that no cache resumes. Another host is told the image is
@@ -169,7 +170,9 @@ def test_an_agent_killed_between_cache_and_pins_releases_them_at_start(
         workdir.mkdir()
         agent = agents.AgentProcess(str(workdir), slow_store,
                                     {'agent': {'quiesce': 'none'}},
-                                    pid_namespace=pid_namespace).start()
+                                    pid_namespace=pid_namespace)
+        request.addfinalizer(lambda: agents.stop_all([agent]))
+        agent.start()
     finally:
         monkeypatch.delenv('BLOBCR_CRASH_AT')
     other = agent_factory(slow_store, {'agent': {'quiesce': 'none'}})
@@ -203,11 +206,8 @@ def test_an_agent_killed_between_cache_and_pins_releases_them_at_start(
         if bystander is not None:
             bystander.kill()
             bystander.wait()
-    try:
-        assert pins() == []
-        assert other.client.call('list_versions', image=image)['head'] == \
-            version
-        assert _read_attached(other, image) == data
-        other.client.call('detach', image=image)
-    finally:
-        agents.stop_all([agent])
+    assert pins() == []
+    assert other.client.call('list_versions', image=image)['head'] == \
+        version
+    assert _read_attached(other, image) == data
+    other.client.call('detach', image=image)
