@@ -352,7 +352,8 @@ class MirrorService(object):
             crashpoint.reached('cache-removed')
             self.detaching.pop(attached.id, None)
         # A crash here leaves pins whose holder is gone: the next start
-        # releases them (recover), as would GC.
+        # releases them (_release_orphan_pins; GC only from the same
+        # mount namespace).
         for number in {attached.attached_version, attached.meta['last']}:
             self.repo.unpin_quietly(attached.id, number, attached.holder)
 
