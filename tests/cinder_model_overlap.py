@@ -325,9 +325,10 @@ class Overlaps(object):
             if 'try again' not in str(e) or not self.world.paused_during(
                     source, start, time.monotonic()):
                 raise
+            # paused_during waited until the agent ran again: the
+            # stop may be a pause_agent step's, with no ``resumed``.
             self.counts['nova_refused'] = \
                 self.counts.get('nova_refused', 0) + 1
-            resumed.wait()
             volume.volume_attachment.remove(reserved)
             self._check_file(volume)
             return False
