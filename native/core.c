@@ -255,6 +255,8 @@ free_slot(MirrorCore *m, int64_t c, int g)
 {
     int32_t *p = &m->slot_of[c * MC_MAX_GENS + g];
     if (*p >= 0) {
+        if (*p >= m->cow_slots)
+            spill_punch(m, *p);
         m->free_slots[m->nfree++] = *p;
         *p = -1;
     }

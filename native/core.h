@@ -85,6 +85,9 @@ typedef struct {
                                 generation in flight still held them */
     int64_t busy_gens;       /* COMMITs refused: MAX generations in flight */
     int64_t busy_full;       /* COMMITs refused: the CoW buffer is full */
+    int64_t spilled;         /* copy-asides into the spill file */
+    int64_t spill_full;      /* spill slots given up: the file system
+                                was full (ENOSPC, EDQUOT) */
     int64_t cut_writers;     /* writers blocked for a buffer slot that a
                                 COMMIT ordered after its snapshot (cut)
                                 instead of waiting for them */
@@ -119,9 +122,12 @@ typedef struct MirrorCore {
     uint8_t *gens;          /* per chunk: G_MEMBER / G_UNTAKEN bits */
     uint32_t *wflight;      /* per chunk: writes between their prepare and
                                the end of their pwrite */
-    /* copy-on-write buffer */
+    /* copy-on-write buffer: slots 0 .. cow_slots-1 in memory (cow),
+     * cow_slots .. cow_slots+spill_slots-1 in the spill file
+     * (core_spill.c) */
     char *cow;
-    int64_t cow_slots;
+    int64_t cow_slots, spill_slots;
+    int spill_fd;
     int32_t *slot_of;       /* (chunk, generation) -> buffer slot, -1:
                                slot_of[c * MC_MAX_GENS + g] */
     int64_t *free_slots;
@@ -150,10 +156,13 @@ typedef struct MirrorCore {
 
 /* Life cycle. mc_init once (mutex, no files), mc_open to attach the
  * files of a directory (0 or an errno; the failing path in errpath),
- * mc_close to flush and detach, mc_destroy at the end. */
+ * mc_close to flush and detach, mc_destroy at the end. cow_chunks: the
+ * copy-on-write buffer's slots in memory; spill_chunks: more slots in a
+ * nameless file of dir, used once those are taken (0: none). */
 void mc_init(MirrorCore *m);
 int mc_open(MirrorCore *m, const char *dir, int64_t size,
-            int64_t chunk_size, int mode, int64_t cow_chunks, int adaptive,
+            int64_t chunk_size, int mode, int64_t cow_chunks,
+            int64_t spill_chunks, int adaptive,
             char *errpath, size_t errpath_len);
 void mc_close(MirrorCore *m, int flush);
 void mc_destroy(MirrorCore *m);

@@ -366,10 +366,21 @@ mc_take(MirrorCore *m, char *buf, int64_t *out)
             from = 1;
             if (slot < 0) {
                 err = EIO;        /* cannot happen: a copy precedes it */
-            } else {
+            } else if (slot < m->cow_slots) {
                 memcpy(buf, m->cow + (int64_t)slot * m->chunk_size,
                        (size_t)mc_chunk_len(m, c));
                 free_slot(m, c, g);
+            } else {
+                /* Read unlocked; PENDING keeps other takers off c (and
+                 * writers of c wait, briefly: a page-cache read). No
+                 * snapshot_done frees the slot while we take. */
+                PUT_STATE(m, c, m->state[c] | ST_PENDING);
+                pthread_mutex_unlock(&m->lock);
+                err = spill_read(m, c, slot, buf);
+                PAUSE(MC_AT_TAKE);
+                pthread_mutex_lock(&m->lock);
+                if (!err)
+                    free_slot(m, c, g);
             }
         } else {
             /* In the mirror file, which no write can reach while it is

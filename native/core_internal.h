@@ -83,6 +83,13 @@ int prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
 int durable_open(MirrorCore *m, const char *dir, char *path,
     size_t path_len);
 void durable_release(MirrorCore *m);
+/* core_spill.c: buffer slots past the memory ones, in a nameless file */
+int spill_open(MirrorCore *m, const char *dir, int64_t spill_chunks,
+    char *path, size_t path_len);
+void spill_release(MirrorCore *m);
+int spill_copy_in(MirrorCore *m, int64_t c, int64_t slot, char *scratch);
+int spill_read(MirrorCore *m, int64_t c, int64_t slot, char *buf);
+void spill_punch(MirrorCore *m, int64_t slot);
 #pragma GCC visibility pop
 
 #endif

@@ -178,15 +178,27 @@ prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
         }
         {
             int64_t slot = m->free_slots[--m->nfree];
-            int err;
+            int spill = slot >= m->cow_slots, err;
             PUT_STATE(m, c, m->state[c] | ST_PENDING);
             pthread_mutex_unlock(&m->lock);
-            err = pread_full(m->data_fd, m->cow + slot * m->chunk_size,
-                             (size_t)mc_chunk_len(m, c),
-                             (off_t)c * m->chunk_size);
+            if (spill)
+                err = spill_copy_in(m, c, slot, scratch);
+            else
+                err = pread_full(m->data_fd, m->cow + slot * m->chunk_size,
+                                 (size_t)mc_chunk_len(m, c),
+                                 (off_t)c * m->chunk_size);
             PAUSE(MC_AT_COPY);
             pthread_mutex_lock(&m->lock);
             PUT_STATE(m, c, m->state[c] & ~ST_PENDING);
+            if (spill && (err == ENOSPC || err == EDQUOT)) {
+                /* The file system is full: that slot is given up, and
+                 * the write tries the others or waits for the store,
+                 * as with no spill file. Nothing was lost. */
+                spill_punch(m, slot);
+                m->st.spill_full++;
+                pthread_cond_broadcast(&m->cond);
+                continue;
+            }
             /* No COMMIT while we copied (we are a writer in flight, not
              * waiting for a slot): g is still the newest holding c; only
              * a failure can have ended it. */
@@ -201,6 +213,8 @@ prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
                 PUT_STATE(m, c, m->state[c] | ST_COPIED);
                 m->copied[g][m->ncopied[g]++] = c;
                 m->st.cow_copies++;
+                if (spill)
+                    m->st.spilled++;
                 if (g != gen_at(m, m->ngens - 1))
                     m->st.copies_older++;
                 m->hist[c] |= H_COPIED;

@@ -46,6 +46,7 @@ mc_init(MirrorCore *m)
 {
     memset(m, 0, sizeof *m);
     m->data_fd = m->redirect_fd = m->precopy_fd = m->durable_fd = -1;
+    m->spill_fd = -1;
     pthread_mutex_init(&m->lock, NULL);
     pthread_mutex_init(&m->flush_lock, NULL);
     pthread_cond_init(&m->cond, NULL);
@@ -78,6 +79,7 @@ release_files(MirrorCore *m)
     if (m->precopy_fd >= 0) close(m->precopy_fd);
     m->data_fd = m->redirect_fd = m->precopy_fd = -1;
     durable_release(m);
+    spill_release(m);
     free(m->cow); free(m->slot_of); free(m->free_slots);
     free(m->urgent); free(m->in_urgent);
     for (int g = 0; g < MC_MAX_GENS; g++) {
@@ -95,8 +97,8 @@ release_files(MirrorCore *m)
 
 int
 mc_open(MirrorCore *m, const char *dir, int64_t size, int64_t chunk_size,
-        int mode, int64_t cow_chunks, int adaptive, char *path,
-        size_t path_len)
+        int mode, int64_t cow_chunks, int64_t spill_chunks, int adaptive,
+        char *path, size_t path_len)
 {
     struct stat st;
     int err;
@@ -205,9 +207,11 @@ mc_open(MirrorCore *m, const char *dir, int64_t size, int64_t chunk_size,
         m->parked = m->gmap[5];
     }
     m->cow_slots = cow_chunks;
+    m->spill_slots = spill_chunks > 0 ? spill_chunks : 0;
     m->cow = malloc((size_t)(cow_chunks * chunk_size));
     m->slot_of = malloc(sizeof(int32_t) * (size_t)m->nchunks * MC_MAX_GENS);
-    m->free_slots = malloc(sizeof(int64_t) * (size_t)cow_chunks);
+    m->free_slots = malloc(sizeof(int64_t) *
+                           (size_t)(cow_chunks + m->spill_slots));
     m->urgent = malloc(sizeof(int64_t) * (size_t)m->nchunks);
     m->in_urgent = calloc((size_t)m->nchunks, 1);
     for (int g = 0; g < MC_MAX_GENS; g++) {
@@ -246,9 +250,15 @@ mc_open(MirrorCore *m, const char *dir, int64_t size, int64_t chunk_size,
         PUT_GENS(m, c, m->gens[c] & ring);
         sync_bits(m, c);
     }
-    for (int64_t s = 0; s < cow_chunks; s++)
-        m->free_slots[s] = s;
-    m->nfree = cow_chunks;
+    /* A stack: the spill file's slots at the bottom, so that memory
+     * ones are used first. */
+    m->nfree = 0;
+    for (int64_t s = cow_chunks + m->spill_slots - 1; s >= 0; s--)
+        m->free_slots[m->nfree++] = s;
+    if ((err = spill_open(m, dir, m->spill_slots, path, path_len)) != 0) {
+        release_files(m);
+        return err;
+    }
     if ((err = durable_open(m, dir, path, path_len)) != 0) {
         release_files(m);
         return err;

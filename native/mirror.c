@@ -91,15 +91,16 @@ static int
 Mirror_init(Mirror *m, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"directory", "size", "chunk_size", "mode",
-                             "cow_chunks", "adaptive", NULL};
+                             "cow_chunks", "adaptive", "spill_chunks",
+                             NULL};
     const char *dir, *mode = "selective-cow";
-    long long size, chunk_size, cow_chunks = 64;
+    long long size, chunk_size, cow_chunks = 64, spill_chunks = 0;
     int adaptive = 1, mode_no, err;
     char path[4096];
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sLL|sLp:Mirror", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sLL|sLpL:Mirror", kwlist,
                                      &dir, &size, &chunk_size, &mode,
-                                     &cow_chunks, &adaptive))
+                                     &cow_chunks, &adaptive, &spill_chunks))
         return -1;
     if (m->core.state) {
         PyErr_SetString(PyExc_RuntimeError, "Mirror is already open");
@@ -110,9 +111,14 @@ Mirror_init(Mirror *m, PyObject *args, PyObject *kw)
                         "size, chunk_size and cow_chunks must be positive");
         return -1;
     }
-    if (cow_chunks > INT32_MAX || chunk_size > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "cow_chunks or chunk_size "
-                        "too large");
+    if (spill_chunks < 0) {
+        PyErr_SetString(PyExc_ValueError, "spill_chunks must not be "
+                        "negative");
+        return -1;
+    }
+    if (cow_chunks + spill_chunks > INT32_MAX || chunk_size > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "cow_chunks + spill_chunks "
+                        "or chunk_size too large");
         return -1;
     }
     if ((mode_no = mc_mode(mode)) < 0) {
@@ -122,7 +128,7 @@ Mirror_init(Mirror *m, PyObject *args, PyObject *kw)
     path[0] = 0;
     Py_BEGIN_ALLOW_THREADS
     err = mc_open(&m->core, dir, size, chunk_size, mode_no, cow_chunks,
-                  adaptive, path, sizeof path);
+                  spill_chunks, adaptive, path, sizeof path);
     Py_END_ALLOW_THREADS
     if (err == ENOMEM && !path[0]) {
         PyErr_NoMemory();
@@ -548,7 +554,7 @@ Mirror_stats(Mirror *m, PyObject *noargs)
     mc_stats(&m->core, &s);
     return Py_BuildValue(
         "{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,"
-        "s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:s}",
+        "s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:s}",
         "present", (long long)s.present, "dirty", (long long)s.dirty,
         "scheduled", (long long)s.scheduled,
         "cow_copies", (long long)s.cow_copies,
@@ -566,6 +572,9 @@ Mirror_stats(Mirror *m, PyObject *noargs)
         "multi_gen", (long long)s.multi_gen,
         "busy_gens", (long long)s.busy_gens,
         "busy_full", (long long)s.busy_full,
+        "spilled", (long long)s.spilled,
+        "spill_full", (long long)s.spill_full,
+        "spill_slots", (long long)m->core.spill_slots,
         "cut_writers", (long long)s.cut_writers,
         "generations", (long long)s.in_flight,
         "flushes", (long long)s.flushes,
@@ -727,7 +736,7 @@ PyTypeObject MirrorType = {
     .tp_dealloc = (destructor)Mirror_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Mirror(directory, size, chunk_size, mode='selective-cow', "
-              "cow_chunks=64, adaptive=True): per-image mirror state.",
+              "cow_chunks=64, adaptive=True, spill_chunks=0): per-image mirror state.",
     .tp_methods = Mirror_methods,
     .tp_getset = Mirror_getset,
     .tp_init = (initproc)Mirror_init,

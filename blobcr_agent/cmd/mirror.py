@@ -32,6 +32,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from blobcr_agent import conf as blobcr_conf
+from blobcr_agent.conf import agent as agent_conf
 from blobcr_agent import exception
 from blobcr_agent.mirror import image as image_mod
 from blobcr_agent.mirror import service as service_mod
@@ -49,6 +50,11 @@ def main(argv=None):
     parser.add_argument('--mode', choices=image_mod.MODES,
                         default='selective-cow')
     parser.add_argument('--cow-chunks', type=int, default=64)
+    parser.add_argument('--cow-spill-mb', type=int,
+                        default=agent_conf.DEFAULT_COW_SPILL_MB,
+                        help='[agent] cow_spill_mb: MiB of disk per image '
+                             'for copy-on-write copies past the memory '
+                             'ones (0: memory only)')
     parser.add_argument('--readahead-chunks', type=int, default=64,
                         help='chunks fetched ahead of a sequential reader '
                         'of a lazily restarted image (0: none)')
@@ -87,7 +93,8 @@ def main(argv=None):
         return 1
     service = service_mod.MirrorService(
         repo, args.mount, args.cache, mode=args.mode,
-        cow_chunks=args.cow_chunks, adaptive=not args.in_order,
+        cow_chunks=args.cow_chunks, cow_spill_mb=args.cow_spill_mb,
+        adaptive=not args.in_order,
         io_loop=args.io_loop, readahead_chunks=args.readahead_chunks)
     service.recover()
     server = service.serve_control(args.control)

@@ -26,6 +26,9 @@ agent_group = cfg.OptGroup(
 
 # How a guest is held still during a checkpoint, with what each does (the
 # Cinder backend's blobcr_default_quiesce offers the same).
+# Also the benchmarks' default: they measure what the agent ships.
+DEFAULT_COW_SPILL_MB = 1024
+
 QUIESCE_CHOICES = [
     ('none', 'not at all: the guest synced itself (a guest checkpoint)'),
     ('fsfreeze', 'qemu-guest-agent freezes the file systems'),
@@ -123,7 +126,21 @@ agent_opts = [
                     'persisted whole. 0: whole chunks only.'),
     cfg.IntOpt('cow_chunks', default=64, min=1,
                help='Chunks of memory per image for copy-on-write copies; '
-                    'when full, guest writes to unpersisted chunks wait.'),
+                    'when these and the spill file (cow_spill_mb) are '
+                    'full, guest writes to unpersisted chunks wait for '
+                    'the store.'),
+    cfg.IntOpt('cow_spill_mb', default=DEFAULT_COW_SPILL_MB, min=0,
+               help='Disk per attached image, in MiB, for copy-on-write '
+                    'copies past the memory ones (cow_chunks): a nameless, '
+                    'sparse file in the image\'s cache directory, holding '
+                    'only copies not yet persisted. A guest that rewrites '
+                    'more than memory holds while a checkpoint persists '
+                    'then waits for neither the store nor memory. If the '
+                    'file system fills up first, writes wait for the store '
+                    'as without a spill file; nothing is lost. A kill or a '
+                    'power cut loses the spilled copies, like the memory '
+                    'ones: the checkpoint being persisted fails, and its '
+                    'data is carried by the next. 0: memory only.'),
     cfg.StrOpt('quiesce', default='suspend', choices=QUIESCE_CHOICES,
                help='How the guest is held still while a checkpoint is '
                     'taken, unless the request says otherwise: none (the '

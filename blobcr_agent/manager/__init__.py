@@ -63,8 +63,8 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
 
     def __init__(self, repo, state_path, mountpoint, host,
                  mirror_mode='selective-cow', cow_chunks=64,
-                 quiesce='suspend', hypervisor=None, gc_interval=0,
-                 settle_timeout=45.0, protect_interval=0,
+                 cow_spill_mb=0, quiesce='suspend', hypervisor=None,
+                 gc_interval=0, settle_timeout=45.0, protect_interval=0,
                  protect_dirty_bytes=0, readahead_chunks=64,
                  delta_tracking_mb=64, restart_hints=True):
         if quiesce not in domains.QUIESCE_MODES:
@@ -77,7 +77,7 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
         self.mirror = service_mod.MirrorService(
             repo, mountpoint, os.path.join(self.state_path, 'cache'),
             mode=mirror_mode, cow_chunks=cow_chunks,
-            readahead_chunks=readahead_chunks,
+            cow_spill_mb=cow_spill_mb, readahead_chunks=readahead_chunks,
             delta_tracking_mb=delta_tracking_mb,
             restart_hints=restart_hints)
         self.instances = instances_mod.InstanceTable(
@@ -111,6 +111,7 @@ class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
         manager = cls(repo, conf.agent.state_path, conf.agent.mountpoint,
                       conf.agent.host, mirror_mode=conf.agent.mirror_mode,
                       cow_chunks=conf.agent.cow_chunks,
+                      cow_spill_mb=conf.agent.cow_spill_mb,
                       readahead_chunks=conf.agent.readahead_chunks,
                       delta_tracking_mb=conf.agent.delta_tracking_mb,
                       restart_hints=conf.agent.restart_hints,

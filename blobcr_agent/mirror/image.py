@@ -76,7 +76,7 @@ def reserve_ahead_default():
 class AttachedImage(object):
 
     def __init__(self, repo, image, version, cache_dir, mode='selective-cow',
-                 cow_chunks=64, adaptive=True, prefetch=True,
+                 cow_chunks=64, adaptive=True, prefetch=True, cow_spill_mb=0,
                  reserve=None, incoming=False, readahead_chunks=64,
                  delta_tracking_mb=64, hints=None):
         if mode not in MODES:
@@ -127,8 +127,9 @@ class AttachedImage(object):
         self.size = header.size
         self.chunk_size = header.chunk_size
         self.mode = mode
-        self.core = _native.Mirror(cache_dir, header.size, header.chunk_size,
-                                   mode, cow_chunks, adaptive)
+        self.core = _native.Mirror(
+            cache_dir, header.size, header.chunk_size, mode, cow_chunks,
+            adaptive, spill_chunks=(cow_spill_mb << 20) // header.chunk_size)
         # The flush record matches what was opened (a recovery after a
         # power loss folded its redirected chunks back).
         self.core.flush()

@@ -76,12 +76,13 @@ class MirrorService(object):
     def __init__(self, repo, mountpoint, cache_dir, mode='selective-cow',
                  cow_chunks=64, adaptive=True, io_loop='native',
                  busy_timeout=120, readahead_chunks=64,
-                 delta_tracking_mb=64, restart_hints=True):
+                 delta_tracking_mb=64, restart_hints=True, cow_spill_mb=0):
         self.repo = repo
         self.mountpoint = os.path.abspath(mountpoint)
         self.cache_dir = os.path.abspath(cache_dir)
         self.mode = mode
         self.cow_chunks = cow_chunks
+        self.cow_spill_mb = cow_spill_mb
         self.readahead_chunks = readahead_chunks
         self.delta_tracking_mb = delta_tracking_mb
         # Images restarting from one group checkpoint share what their
@@ -221,6 +222,7 @@ class MirrorService(object):
                 self.repo, header.id, version, cache_dir,
                 mode=mode or self.mode,
                 cow_chunks=cow_chunks or self.cow_chunks,
+                cow_spill_mb=self.cow_spill_mb,
                 adaptive=self.adaptive if adaptive is None else adaptive,
                 prefetch=prefetch, incoming=incoming_from is not None,
                 readahead_chunks=self.readahead_chunks,

@@ -97,6 +97,7 @@ import statistics
 import threading
 import time
 
+from blobcr_agent.conf import agent as agent_conf
 from blobcr_agent.repository import gc
 from blobcr_bench import common
 from blobcr_lab import agents
@@ -105,7 +106,7 @@ MODES = ('selective-cow', 'live-cow', 'live-precopy', 'offline')
 ORDERS = ('sequential', 'reverse', 'random')
 CHUNK = 256 * 1024
 COUNTERS = ('cow_copies', 'redirects', 'redirects_nocopy', 'waits',
-            'urgent', 'avoided')
+            'urgent', 'avoided', 'spilled', 'spill_full')
 # --interval also counts the COMMITs the core refused (buffer full, too
 # many in flight), the checkpoints refused before registering a version
 # (room check) or after (the version aborted), and the writers blocked
@@ -247,10 +248,24 @@ class Subject(object):
             self.repo.delete_image(self.id)
 
 
+def add_buffer_arguments(p):
+    """The copy-on-write buffer's options, as the agent's."""
+    p.add_argument('--cow-chunks', type=int, default=64,
+                   help='[agent] cow_chunks: copy-on-write slots in '
+                        'memory (default 64)')
+    p.add_argument('--cow-spill-mb', type=int,
+                   default=agent_conf.DEFAULT_COW_SPILL_MB,
+                   help='[agent] cow_spill_mb: MiB of disk for copies past '
+                        'the memory ones (default %d; 0: memory only, as '
+                        'before the spill file)'
+                        % agent_conf.DEFAULT_COW_SPILL_MB)
+
+
 def new_mirror(workdir, backend_args, args, name='mirror'):
     path = os.path.join(workdir, name)
     os.makedirs(path, exist_ok=True)
-    extra = ['--cow-chunks', str(args.cow_chunks)]
+    extra = ['--cow-chunks', str(args.cow_chunks),
+             '--cow-spill-mb', str(args.cow_spill_mb)]
     if getattr(args, 'delta_max_fraction', None) is not None:
         extra += ['--delta-max-fraction', str(args.delta_max_fraction)]
     return agents.MirrorProcess(path, backend_args, extra)
@@ -548,7 +563,8 @@ def run(repo, backend_args, args, log):
     result = {
         'workload': 'synthetic', 'size': args.size, 'block': args.block,
         'iterations': args.iterations, 'runs': args.runs,
-        'cow_chunks': args.cow_chunks, 'think_ms': args.think_ms,
+        'cow_chunks': args.cow_chunks,
+        'cow_spill_mb': args.cow_spill_mb, 'think_ms': args.think_ms,
         'head_start_s': args.head_start,
         'flush_writer_share': args.flush_writer_share,
         'variants': {v.name: _aggregate(v, results[v.name],
@@ -799,7 +815,8 @@ def run_interval(repo, backend_args, args, log):
               'reserve_ahead': settings, 'ratios': ratios,
               'image_size': args.image_size, 'write_size': args.write_size,
               'checkpoints_per_run': args.checkpoints, 'runs': args.runs,
-              'cow_chunks': args.cow_chunks, 'modes': out,
+              'cow_chunks': args.cow_chunks,
+              'cow_spill_mb': args.cow_spill_mb, 'modes': out,
               'checks': checks.as_list()}
     if args.plot:
         plot_interval(result, per_mode, args.plot)

@@ -139,7 +139,7 @@ def main(argv=None):
     p.add_argument('--iterations', type=int, default=3)
     p.add_argument('--runs', type=int, default=3,
                    help='runs per variant, taking turns (default 3)')
-    p.add_argument('--cow-chunks', type=int, default=64)
+    checkpoint.add_buffer_arguments(p)
     p.add_argument('--plot', help='write a PNG of the results here')
     p.add_argument('--modes', nargs='+', default=None,
                    choices=checkpoint.MODES,

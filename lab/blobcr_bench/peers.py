@@ -126,7 +126,7 @@ def add_arguments(p, size_type=int):
     p.add_argument('--iterations', type=int, default=3,
                    help='checkpoints per run (default 3)')
     p.add_argument('--runs', type=int, default=3)
-    p.add_argument('--cow-chunks', type=int, default=64)
+    checkpoint.add_buffer_arguments(p)
     p.add_argument('--rbd-pool', default='blobcr-peers-rbd',
                    help='replicated pool of the RBD image (made if '
                         'missing)')
@@ -275,6 +275,7 @@ class BlobcrPeer(peers_common.Peer):
         return {'backend': self.repo.backend.name,
                 'chunk': checkpoint.CHUNK,
                 'cow_chunks': self.args.cow_chunks,
+                'cow_spill_mb': self.args.cow_spill_mb,
                 'readahead_chunks': self.args.readahead_chunks}
 
 

@@ -68,6 +68,7 @@
 #define SIZE    (NCH * CS)
 #define WORDS   (CS / 8)
 #define SLOTS   3                    /* CoW buffer: fills up at times */
+#define SPILL   2                    /* ... of which in the spill file */
 #define MAXV    64
 #define BAD     UINT64_MAX           /* a torn or mixed chunk */
 #define MAXFAIL 8                    /* failures printed per mode */
@@ -276,8 +277,8 @@ open_core(Agent *a)
     char err[300];
     int e;
     mc_init(&a->m);
-    e = mc_open(&a->m, a->dir, SIZE, CS, a->mode, SLOTS, 1, err,
-                sizeof err);
+    e = mc_open(&a->m, a->dir, SIZE, CS, a->mode, SLOTS - SPILL, SPILL, 1,
+                err, sizeof err);
     if (e)
         die("mc_open %s: %s", err, strerror(e));
 }

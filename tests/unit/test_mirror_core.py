@@ -133,6 +133,8 @@ def test_bad_arguments_are_refused(tmp_path):
         _native.Mirror(str(tmp_path), 0, CHUNK)
     with pytest.raises(ValueError):
         _native.Mirror(str(tmp_path), CHUNK, CHUNK, 'no-such-mode')
+    with pytest.raises(ValueError):
+        _native.Mirror(str(tmp_path), CHUNK, CHUNK, spill_chunks=-1)
     m = _native.Mirror(str(tmp_path), 2 * CHUNK, CHUNK)
     with pytest.raises(ValueError):
         m.write(2 * CHUNK - 1, b'ab')
@@ -267,17 +269,19 @@ pipe_op = st.one_of(
 
 @settings(max_examples=200, deadline=None)
 @given(ops=st.lists(pipe_op, max_size=80),
-       slots=st.integers(1, 4))
-def test_pipelined_generations(tmp_path_factory, ops, slots):
+       slots=st.integers(1, 4), spill=st.integers(0, 4))
+def test_pipelined_generations(tmp_path_factory, ops, slots, spill):
     """selective-cow: COMMITs without waiting for the persister. take()
     serves the oldest generation with exactly its COMMIT content, returns
     None when it is fully taken; snapshot_done(True) ends only the
     oldest; snapshot_done(False) ends every one and makes all their
     chunks dirty again (the next COMMIT carries them); COMMIT is Busy
-    with four in flight, or with the buffer full.
+    with four in flight, or with the buffer full. ``spill``: buffer slots
+    in the spill file, past the ``slots`` in memory.
     """
     directory = str(tmp_path_factory.mktemp('m'))
-    m = _native.Mirror(directory, SIZE, CHUNK, 'selective-cow', slots)
+    m = _native.Mirror(directory, SIZE, CHUNK, 'selective-cow', slots,
+                       spill_chunks=spill)
     for c in range(NCHUNKS):
         m.install(c, bytes(min(CHUNK, SIZE - c * CHUNK)))
     image = bytearray(SIZE)
@@ -353,7 +357,10 @@ def test_pipelined_generations(tmp_path_factory, ops, slots):
         assert m.stats()['generations'] == len(gens)
     while take():
         pass
-    assert m.stats()['dirty'] == len(dirty)
+    stats = m.stats()
+    assert stats['dirty'] == len(dirty)
+    assert stats['spilled'] <= stats['cow_copies']
+    assert spill or not stats['spilled']
     for c in range(NCHUNKS):
         # what the mirror holds = the last stable version + the dirty
         assert c in dirty or chunk(image, c) == chunk(version, c)
