@@ -408,12 +408,21 @@ def _check_variant(checks, variant, runs, args):
             'the writer must have rewritten chunks the persister had not '
             'taken yet; none were copied, so the copy-on-write path did not '
             'run (the persister finished first?)')
+        memory = args.cow_chunks * CHUNK
         if args.expect_waits and not args.think_ms:
-            checks.require(
-                '%s: waits (min over runs)' % name,
-                min(c['waits'] for c in counters),
-                'an unthrottled writer rewriting more than the copy-on-write '
-                'buffer must wait for the persister; it never did')
+            if args.size > memory + (args.cow_spill_mb << 20):
+                checks.require(
+                    '%s: waits (min over runs)' % name,
+                    min(c['waits'] for c in counters),
+                    'an unthrottled writer rewriting more than the '
+                    'copy-on-write buffer (memory and spill file) must '
+                    'wait for the persister; it never did')
+            elif args.size > memory and args.cow_spill_mb:
+                checks.require(
+                    '%s: spilled (min over runs)' % name,
+                    min(c['spilled'] for c in counters),
+                    'an unthrottled writer rewriting more than the memory '
+                    'buffer must copy into the spill file; it never did')
     elif variant.mode == 'live-cow':
         checks.require(
             '%s: redirects (min over runs)' % name,
@@ -422,11 +431,30 @@ def _check_variant(checks, variant, runs, args):
             'none were')
 
 
+def _downtime_pattern(args):
+    """The downtime subject's data: its own random bytes (the local
+    store's dedup would otherwise let it write the variants' for free),
+    wrapped ``laps`` times over its largest size. Its epochs must not
+    repeat a chunk either.
+    """
+    top = max(args.downtime_sizes)
+    pattern = common.Pattern(args.size, laps=-(-top // args.size))
+    epochs = 1 + args.runs * len(args.downtime_sizes)
+    if epochs > pattern.epochs:
+        raise SystemExit('--runs x --downtime-sizes too large: the '
+                         'downtime subject would write %d epochs of up to '
+                         '%d MiB, and a %d MiB pattern holds %d distinct '
+                         'ones that large (raise --size or lower --runs)'
+                         % (epochs, top >> 20, args.size >> 20,
+                            pattern.epochs))
+    return pattern
+
+
 def _downtime(repo, mirror, args, pattern, log, checks):
     sizes = sorted(args.downtime_sizes)
     top = max(sizes)
     subject = Subject(repo, mirror, 'downtime', top, 'selective-cow', True,
-                      args.cow_chunks, pattern, stream=pattern.streams - 1)
+                      args.cow_chunks, pattern)
     try:
         subject.write(range(0, top, args.block), args.block)
         subject.settle([subject.checkpoint()])
@@ -492,13 +520,15 @@ def run(repo, backend_args, args, log):
     workdir = args.workdir
     checks = common.Checks()
     log.event('generate', mib=args.size >> 20)
-    top = max([args.size] + list(args.downtime_sizes))
     chosen = variants(args)
-    # Every variant writes data of its own (a stream; the downtime
-    # subject the last), or the local store's dedup would let all but
-    # the first write for free; and no epoch of a subject repeats.
-    pattern = common.Pattern(args.size, laps=-(-top // args.size),
-                             streams=len(chosen) + 1)
+    # Every variant writes data of its own (a stream), or the local
+    # store's dedup would let all but the first write for free; and no
+    # epoch of a subject repeats. The downtime subject has a pattern of
+    # its own, wrapped over its largest size: wrapping this one would
+    # divide the variants' distinct epochs by its laps.
+    pattern = common.Pattern(args.size, streams=len(chosen))
+    downtime_pattern = _downtime_pattern(args) \
+        if args.downtime_sizes else None
     epochs = 1 + 2 * args.runs * args.iterations
     if epochs > pattern.epochs:
         raise SystemExit('--runs x --iterations too large: a variant would '
@@ -547,7 +577,8 @@ def run(repo, backend_args, args, log):
                           **res['counters'])
         downtime = None
         if args.downtime_sizes:
-            downtime = _downtime(repo, mirror, args, pattern, log, checks)
+            downtime = _downtime(repo, mirror, args, downtime_pattern, log,
+                                 checks)
     finally:
         died = mirror.death()
         if died:

@@ -107,6 +107,23 @@ def test_checkpoint_fails_when_no_copy_can_happen(capsys, tmp_path):
     assert 'FAILED' in err and 'cow_copies' in err
 
 
+def test_checkpoint_defaults_scaled_in_size(capsys, tmp_path):
+    """The defaults as a newcomer runs them, every size divided by 32
+    (128M, 64M 1G: the downtime subject wraps the pattern 8 times). Runs,
+    iterations and variants stay the defaults: they once asked for more
+    distinct epochs than a wrapped pattern holds, and the benchmark
+    refused to start.
+    """
+    rc, result, err = run_bench(
+        capsys, tmp_path, 'checkpoint', '--size', '4M',
+        '--downtime-sizes', '2M', '32M')
+    assert rc == 0, err
+    assert result['valid'] is True
+    assert result['runs'] == 3 and result['iterations'] == 3
+    assert len(result['variants']['selective-cow']['runs']) == 3
+    assert {'2mib', '32mib'} <= set(result['downtime'])
+
+
 @pytest.mark.parametrize('backend', ['local', 'rados'])
 def test_checkpoint_interval(capsys, tmp_path, backend, request):
     extra = rados_args(request.getfixturevalue('ceph_cluster')) \
