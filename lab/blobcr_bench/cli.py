@@ -209,6 +209,8 @@ def main(argv=None):
                         'its own (elsewhere in the image)')
     p.add_argument('--window', type=int, default=8,
                    help='runs shuffled within windows of this many')
+    p.add_argument('--readahead-chunks', type=int, default=64,
+                   help='the mirrors\' [agent] readahead_chunks (0: off)')
     p.add_argument('--seed', type=int, default=42)
 
     p = sub.add_parser('mirror', parents=[common],

@@ -75,6 +75,11 @@ class Peer(object):
         """Counters of the peer's own machinery over the run, if any."""
         return {}
 
+    def check_runs(self, checks, workload, runs):
+        """Checks of this peer's own set-up, run by run (``runs``: the
+        results of ``workload``); none by default.
+        """
+
     def close(self):
         pass
 

@@ -115,10 +115,14 @@ class RbdPeer(peers_common.Peer):
         return rbd_common.AioWrites(self.image, depth)
 
     def checkpoint(self):
+        # In use, as a running guest's disk is: the application's client
+        # holds the exclusive lock, so the snapshot goes through it.
+        in_use = self.image.is_exclusive_lock_owner()
         t0 = time.perf_counter()
         snap = 'cp-%d' % self.index
         self.admin.create_snap(snap)
         cp = self.acked(t0, index=self.index, snap=snap)
+        cp['application_owns_lock'] = in_use
         # In RADOS at the ack: durable there; the export-diff is timed as
         # its copy-out.
         cp['durable_s'] = cp['ack_ms'] / 1000.0
@@ -184,11 +188,35 @@ class RbdPeer(peers_common.Peer):
         for c in self.clients:
             c.shutdown()
 
+    def client_cache(self):
+        """The application client's rbd_cache, as librbd reads it."""
+        return self.clients[0].conf_get('rbd_cache')
+
+    def check_runs(self, checks, workload, runs):
+        what = '%s/%s' % (self.name, workload)
+        wanted = str(self.args.rbd_cache == 'writeback').lower()
+        checks.require_true(
+            '%s: the application client\'s rbd_cache, read back' % what,
+            self.client_cache() == wanted,
+            'the cache setting measured must be the one asked for '
+            '(--rbd-cache %s)' % self.args.rbd_cache,
+            value=self.client_cache())
+        checks.require_true(
+            '%s: the application owned the exclusive lock at every '
+            'snapshot, per run' % what,
+            all(c.get('application_owns_lock') for r in runs
+                for c in r['checkpoints']),
+            'the volume must be in use (locked by its writer) when it is '
+            'snapshotted, as a running guest\'s is',
+            value=[sum(1 for c in r['checkpoints']
+                       if c.get('application_owns_lock')) for r in runs])
+
     def describe(self):
         return {'pool': self.args.rbd_pool, 'data_pool': self.data_pool,
                 'data_pool_shape': self.data_pool_shape,
                 'object_size': self.args.granularity,
                 'rbd_cache': self.args.rbd_cache,
+                'rbd_cache_client': self.client_cache(),
                 'features': 'layering,exclusive-lock,object-map,fast-diff'}
 
 

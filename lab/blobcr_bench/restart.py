@@ -146,10 +146,12 @@ def replay(path, trace, think):
 class Instance(object):
     """A mirror of its own (a host) restarting one image."""
 
-    def __init__(self, workdir, backend_args, name):
+    def __init__(self, workdir, backend_args, name, readahead_chunks=64):
         path = os.path.join(workdir, name)
         os.makedirs(path)
-        self.mirror = agents.MirrorProcess(path, backend_args)
+        self.mirror = agents.MirrorProcess(
+            path, backend_args,
+            ['--readahead-chunks', str(readahead_chunks)])
 
     def start(self):
         self.mirror.start()
@@ -326,7 +328,8 @@ def run(repo, backend_args, args, log):
     instances = []
     try:
         for k in range(args.instances):
-            instances.append(Instance(workdir, backend_args, 'host-%d' % k))
+            instances.append(Instance(workdir, backend_args, 'host-%d' % k,
+                                      args.readahead_chunks))
         for inst in instances:
             inst.start()
         # The recorder: instance 0, from the version itself.

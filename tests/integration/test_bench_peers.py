@@ -135,8 +135,21 @@ def test_every_peer_runs_or_says_why(ceph_cluster, quick_snap_trim, workdir,
                        for c in result['checks'])
     # Small writes into the used (prefilled) disk: stored as deltas.
     for name in ('blobcr-local', 'blobcr-ceph'):
-        assert any(c['what'] == '%s/random4k: deltas stored (sum over runs)'
+        assert any(c['what'] == '%s/random4k: deltas stored per run (min)'
                    % name and c['ok'] for c in result['checks']), name
+        # The restart of the in-order workload read ahead, every run.
+        assert any(c['what'] == '%s/checkpoint: chunks read ahead by the '
+                   'restart, per run (min)' % name and c['ok']
+                   for c in result['checks']), name
+    # RBD as set up: the cache read back from the client, and the image
+    # locked by its writer at every snapshot.
+    for name in ('rbd-snap', 'rbd-snap-rep'):
+        assert result['peers'][name]['rbd_cache_client'] == 'false'
+        for wname in peers.WORKLOADS:
+            assert any(c['what'].startswith('%s/%s: the application owned '
+                                            'the exclusive lock' % (name,
+                                                                    wname))
+                       and c['ok'] for c in result['checks']), name
     assert plot.stat().st_size > 0
     assert 'event=run' in proc.stderr
 

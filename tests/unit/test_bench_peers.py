@@ -156,9 +156,30 @@ def test_checks_fail_when_a_path_did_not_run():
     assert failed == {
         'blobcr-local/random4k: bytes copied out by the checkpoints of a '
         'run (min)',
-        'blobcr-local/random4k: checkpoints the application wrote through',
+        'blobcr-local/random4k: checkpoints the application wrote '
+        'through, per run (min)',
         'blobcr-local/random4k: restarts at a point in time',
-        'blobcr-local: cow_copies + waits (sum over runs)'}
+        'blobcr-local/checkpoint: cow_copies + waits per run (min)'}
+
+
+def test_checks_hold_per_run_not_summed():
+    """A run where a path did not run fails its check even when the
+    other runs, summed, would pass.
+    """
+    good = _run([1], 10)
+    good['counters'] = {'cow_copies': 5, 'waits': 0, 'deltas_stored': 3}
+    bad = _run([1], 10)
+    bad['checkpoints'][0]['pause_ms'] = None
+    bad['counters'] = {'cow_copies': 0, 'waits': 0, 'deltas_stored': 0}
+    checks = common.Checks()
+    peers.check(checks, 'blobcr-ceph', 'checkpoint', [good, bad])
+    peers.check_cow(checks, 'blobcr-ceph', [good, bad])
+    peers.check_deltas(checks, 'blobcr-ceph', [good, bad])
+    assert {c['what'] for c in checks.failed} == {
+        'blobcr-ceph/checkpoint: checkpoints the application wrote '
+        'through, per run (min)',
+        'blobcr-ceph/checkpoint: cow_copies + waits per run (min)',
+        'blobcr-ceph/random4k: deltas stored per run (min)'}
 
 
 def test_workloads_write_fixed_distinct_offsets():
