@@ -36,9 +36,16 @@ Every peer keeps 256 KiB granularity (BlobCR's chunk, the bitmap's
 granularity, the qcow2 clusters, the RBD objects).
 
 Workloads (``--workloads``): ``checkpoint``, the checkpoint benchmark's
-(rewrite ``--size`` in ``--block`` blocks in order, pass after pass) and
+(rewrite ``--size`` in ``--block`` blocks in order, pass after pass),
 ``random4k`` (``--random-writes`` 4 KiB writes at fixed random offsets,
-pass after pass). The data is common.Pattern's, made before any timing.
+pass after pass) and ``paced`` (the checkpoint workload's writes at a
+fixed ``--paced-mib-s``, below the store's bandwidth, so that a pass,
+and the interval between checkpoints, lasts a few seconds: where a
+checkpoint can be safe early). The data is common.Pattern's, made before
+any timing. On Ceph, each paced run also reports the bytes the OSDs received
+from clients while the timed passes ran and were persisted
+(``osd_in_bytes``, the OSDs' ``op_in_bytes`` counters, all clients of
+the cluster), and their ratio to what the checkpoints stored.
 
 The application keeps ``--queue-depth`` writes in flight (8, as QEMU
 issues a guest's requests: librbd's aio for RBD, threads writing the
@@ -98,10 +105,11 @@ from blobcr_bench import checkpoint
 from blobcr_bench import common
 from blobcr_bench import peers_common
 from blobcr_lab import agents
+from blobcr_lab import ceph
 
 PEERS = ('blobcr-local', 'blobcr-ceph', 'qemu-backup', 'rbd-snap',
          'rbd-snap-rep', 'qcow2-layers')
-WORKLOADS = ('checkpoint', 'random4k')
+WORKLOADS = ('checkpoint', 'random4k', 'paced')
 REFERENCES = ('blobcr-local', 'blobcr-ceph')
 RATIO_KEYS = ('ack_ms', 'pause_ms', 'pause_to_durable_ms', 'slowdown_s',
               'run_over_baseline', 'durable_s', 'stored_bytes', 'restart_s')
@@ -116,6 +124,9 @@ def add_arguments(p, size_type=int):
     p.add_argument('--peers', nargs='+', choices=PEERS, default=list(PEERS))
     p.add_argument('--workloads', nargs='+', choices=WORKLOADS,
                    default=list(WORKLOADS))
+    p.add_argument('--paced-mib-s', type=float, default=32.0,
+                   help='write rate of the paced workload (default 32 MiB/s: '
+                        'a 128 MiB pass every 4 s)')
     p.add_argument('--size', type=size_type, default=128 << 20,
                    help='disk size and bytes rewritten per pass of the '
                         'checkpoint workload (default 128M)')
@@ -161,10 +172,19 @@ def add_arguments(p, size_type=int):
 
 
 class Workload(object):
-    def __init__(self, name, block, offsets):
+    """``interval``: seconds from one write's submission to the next
+    (a paced writer), None: as fast as the queue takes them.
+    """
+
+    def __init__(self, name, block, offsets, interval=None, stream=0):
         self.name = name
         self.block = block
         self.offsets = offsets
+        self.interval = interval
+        # Its own random data (common.Pattern's stream): the paced
+        # workload writes where the checkpoint workload does, and a
+        # deduplicating store must not get its chunks for free.
+        self.stream = stream
 
     @property
     def bytes_per_pass(self):
@@ -174,11 +194,17 @@ class Workload(object):
 def workloads(args):
     out = []
     for name in args.workloads:
-        if name == 'checkpoint':
+        if name in ('checkpoint', 'paced'):
             nblocks = args.size // args.block
+            interval = None
+            if name == 'paced':
+                if args.paced_mib_s <= 0:
+                    raise SystemExit('--paced-mib-s must be positive')
+                interval = args.block / (args.paced_mib_s * (1 << 20))
             out.append(Workload(name, args.block, [
                 b * args.block for b in
-                checkpoint.block_order(nblocks, 'sequential', args.seed)]))
+                checkpoint.block_order(nblocks, 'sequential', args.seed)],
+                interval, stream=1 if name == 'paced' else 0))
         else:
             slots = args.size // SMALL_WRITE
             if args.random_writes > slots:
@@ -260,10 +286,16 @@ class BlobcrPeer(peers_common.Peer):
         return _MirrorReader(self.restarter.client, self.subject.id,
                              cp['version'])
 
+    def osd_counters(self):
+        if self.repo.backend.name != 'rados':
+            return None
+        return ceph.osd_counters(self.args.ceph_conf)
+
     def check_runs(self, checks, workload, runs):
         # The checkpoint workload's restart reads the disk in order, in
         # 1 MiB blocks: the sequential reader readahead is for.
-        if workload == 'checkpoint' and self.args.readahead_chunks:
+        if workload in ('checkpoint', 'paced') and \
+                self.args.readahead_chunks:
             checks.require(
                 '%s/%s: chunks read ahead by the restart, per run (min)'
                 % (self.name, workload),
@@ -362,13 +394,23 @@ class Writer(threading.Thread):
 
     def run(self):
         block = self.workload.block
+        interval = self.workload.interval
         t0 = time.perf_counter()
         queue = self.peer.queue(self.depth)
+        n = 0
         try:
             for p in range(self.passes):
                 epoch = self.epoch + p
                 for offset in self.workload.offsets:
-                    data = self.pattern.block(offset, block, epoch)
+                    data = self.pattern.block(offset, block, epoch,
+                                              self.workload.stream)
+                    if interval is not None:
+                        # On a fixed schedule: a late write does not
+                        # push the ones after it back.
+                        ahead = t0 + n * interval - time.perf_counter()
+                        if ahead > 0:
+                            time.sleep(ahead)
+                        n += 1
                     start = time.perf_counter()
                     queue.submit(offset, data,
                                  lambda start=start: self._done(start))
@@ -486,7 +528,8 @@ class _Expected(object):
 
     def __call__(self, k, epoch):
         return self.pattern.block(self.workload.offsets[k],
-                                  self.workload.block, epoch)
+                                  self.workload.block, epoch,
+                                  self.workload.stream)
 
 
 def _prefill(peer, size, block=1 << 20):
@@ -525,6 +568,10 @@ def one_run(peer, workload, pattern, args, epoch, run, log):
         base.rate.finish()
 
         before = peer.counters()
+        # Bytes sent, on the paced workload (where a checkpoint may be
+        # safe early by sending ahead): each sample asks every OSD.
+        osd_before = peer.osd_counters() \
+            if workload.interval is not None else None
         first = epoch + 1 + passes
         timed = Writer(peer, workload, pattern, first, passes,
                        log.rate('%s %s timed' % (peer.name, workload.name),
@@ -543,6 +590,8 @@ def one_run(peer, workload, pattern, args, epoch, run, log):
         peer.settle(cps)
         counters = checkpoint._delta(peer.counters(), before, COUNTERS) \
             if before else {}
+        osd_in = None if osd_before is None else \
+            peer.osd_counters()['op_in_bytes'] - osd_before['op_in_bytes']
 
         for cp in cps:
             cp['pause_ms'] = _ms(timed.longest_in(cp['t_req'], cp['t_ack']))
@@ -584,6 +633,9 @@ def one_run(peer, workload, pattern, args, epoch, run, log):
         'late_checkpoints': sum(1 for c in cps if c['t_ack'] >= done),
         'restart_s': restart_s,
         'restart_counters': restart_counters,
+        # Bytes the OSDs received while the timed passes ran and their
+        # checkpoints were persisted (Ceph peers; None otherwise).
+        'osd_in_bytes': osd_in,
         # The restart read a point in time no earlier than the pass the
         # checkpoint was requested after.
         'restart_consistent': got is not None and
@@ -672,6 +724,17 @@ def aggregate(peer, runs):
                   'restart_s': round(r['restart_s'], 3),
                   'counters': r['counters']} for r in runs],
     }
+    sent = [r for r in runs if r.get('osd_in_bytes') is not None]
+    if sent:
+        # What crossed the network to the OSDs against what the
+        # checkpoints stored, run by run.
+        out['osd_in_bytes_per_checkpoint'] = common.summary(
+            [r['osd_in_bytes'] / len(r['checkpoints']) for r in sent], 0)
+        out['osd_in_over_stored'] = common.summary(
+            [common.ratio(r['osd_in_bytes'],
+                          sum(c['stored_bytes'] or 0
+                              for c in r['checkpoints']))
+             for r in sent])
     if any('copy_out_s' in c for c in cps):
         out['copy_out_s'] = common.summary([c.get('copy_out_s')
                                             for c in cps])
@@ -700,7 +763,10 @@ def ratios(results, reference):
     return out
 
 
-def check(checks, name, workload, runs):
+def check(checks, name, workload, runs, paced=False):
+    """``paced``: the writer waits between writes, so a quick
+    checkpoint may well fall between two of them (no pause to measure).
+    """
     what = '%s/%s' % (name, workload)
     # A checkpoint acknowledged after the application stopped writing
     # may have nothing to copy; every run's checkpoints together must.
@@ -708,13 +774,14 @@ def check(checks, name, workload, runs):
                    % what, min(sum(c['copied_bytes'] or 0
                                    for c in r['checkpoints']) for r in runs),
                    'the checkpoints must copy the written data out')
-    checks.require('%s: checkpoints the application wrote through, per '
-                   'run (min)' % what,
-                   min(sum(1 for c in r['checkpoints']
-                           if c['pause_ms'] is not None) for r in runs),
-                   'the application must write while checkpoints are '
-                   'taken in every run, or that run has no pause to '
-                   'measure')
+    if not paced:
+        checks.require('%s: checkpoints the application wrote through, '
+                       'per run (min)' % what,
+                       min(sum(1 for c in r['checkpoints']
+                               if c['pause_ms'] is not None) for r in runs),
+                       'the application must write while checkpoints are '
+                       'taken in every run, or that run has no pause to '
+                       'measure')
     checks.require_true('%s: restarts at a point in time' % what,
                         all(r['restart_consistent'] for r in runs),
                         'a restart must read every block of a pass and a '
@@ -769,7 +836,8 @@ def run(args, log, open_repository):
     passes = args.iterations + 1
     epochs_per_run = 2 * passes + 1
     log.event('generate', mib=args.size >> 20)
-    pattern = common.Pattern(args.size)
+    pattern = common.Pattern(args.size,
+                             streams=1 + max(w.stream for w in chosen))
     peers, refused = {}, {}
     orders = []
     checks = common.Checks()
@@ -832,7 +900,7 @@ def run(args, log, open_repository):
                        for ref in REFERENCES if ref in res},
         }
         for n in res:
-            check(checks, n, w.name, res[n])
+            check(checks, n, w.name, res[n], paced=w.interval is not None)
             peers[n].check_runs(checks, w.name, res[n])
     for n in peers:
         if n.startswith('blobcr') and 'checkpoint' in results:

@@ -75,6 +75,12 @@ class Peer(object):
         """Counters of the peer's own machinery over the run, if any."""
         return {}
 
+    def osd_counters(self):
+        """The Ceph cluster's OSD counters (blobcr_lab.ceph), if this
+        peer stores into one; None otherwise.
+        """
+        return None
+
     def check_runs(self, checks, workload, runs):
         """Checks of this peer's own set-up, run by run (``runs``: the
         results of ``workload``); none by default.

@@ -42,6 +42,7 @@ import time
 
 from blobcr_bench import peers_common
 from blobcr_bench import rbd_common
+from blobcr_lab import ceph
 
 
 class RbdPeer(peers_common.Peer):
@@ -84,6 +85,8 @@ class RbdPeer(peers_common.Peer):
             c = rados.Rados(conffile=args.ceph_conf, conf=conf)
             c.connect(timeout=10)
             self.clients.append(c)
+        # As librbd will read it: the setting measured, not the one asked.
+        self.client_cache = self.clients[0].conf_get('rbd_cache')
         self.app_io = self.clients[0].open_ioctx(args.rbd_pool)
         self.admin_io = self.clients[1].open_ioctx(args.rbd_pool)
         self.image = self.admin = None
@@ -188,19 +191,18 @@ class RbdPeer(peers_common.Peer):
         for c in self.clients:
             c.shutdown()
 
-    def client_cache(self):
-        """The application client's rbd_cache, as librbd reads it."""
-        return self.clients[0].conf_get('rbd_cache')
+    def osd_counters(self):
+        return ceph.osd_counters(self.args.ceph_conf)
 
     def check_runs(self, checks, workload, runs):
         what = '%s/%s' % (self.name, workload)
         wanted = str(self.args.rbd_cache == 'writeback').lower()
         checks.require_true(
             '%s: the application client\'s rbd_cache, read back' % what,
-            self.client_cache() == wanted,
+            self.client_cache == wanted,
             'the cache setting measured must be the one asked for '
             '(--rbd-cache %s)' % self.args.rbd_cache,
-            value=self.client_cache())
+            value=self.client_cache)
         checks.require_true(
             '%s: the application owned the exclusive lock at every '
             'snapshot, per run' % what,
@@ -216,7 +218,7 @@ class RbdPeer(peers_common.Peer):
                 'data_pool_shape': self.data_pool_shape,
                 'object_size': self.args.granularity,
                 'rbd_cache': self.args.rbd_cache,
-                'rbd_cache_client': self.client_cache(),
+                'rbd_cache_client': self.client_cache,
                 'features': 'layering,exclusive-lock,object-map,fast-diff'}
 
 

@@ -19,6 +19,8 @@ against BlobCR, and the checks that make a run invalid.
 
 import argparse
 
+import pytest
+
 from blobcr_bench import common
 from blobcr_bench import peers
 
@@ -26,7 +28,7 @@ from blobcr_bench import peers
 class _Pattern(object):
     """Block k of epoch e is (k, e): enough to tell epochs apart."""
 
-    def block(self, offset, length, epoch):
+    def block(self, offset, length, epoch, stream=0):
         return (offset, length, epoch)
 
 
@@ -83,7 +85,7 @@ def test_state_epoch_takes_writes_in_flight_within_the_window():
 class _BytesPattern(object):
     """Two 4 KiB pages a block, their bytes telling (block, epoch)."""
 
-    def block(self, offset, length, epoch):
+    def block(self, offset, length, epoch, stream=0):
         return bytes([offset % 251, epoch % 251]) * (length // 2)
 
 
@@ -191,3 +193,16 @@ def test_workloads_write_fixed_distinct_offsets():
     assert len(set(rnd.offsets)) == 64 and rnd.block == 4096
     assert all(o % 4096 == 0 and o < 4 << 20 for o in rnd.offsets)
     assert peers.workloads(args)[1].offsets == rnd.offsets
+
+
+def test_the_paced_workload_writes_on_a_schedule_with_data_of_its_own():
+    args = argparse.Namespace(workloads=['checkpoint', 'paced'],
+                              size=4 << 20, block=1 << 20, seed=1,
+                              random_writes=64, paced_mib_s=8.0)
+    seq, paced = peers.workloads(args)
+    assert paced.offsets == seq.offsets
+    assert seq.interval is None and paced.interval == 0.125
+    assert (seq.stream, paced.stream) == (0, 1)
+    args.paced_mib_s = 0
+    with pytest.raises(SystemExit):
+        peers.workloads(args)
