@@ -128,6 +128,7 @@ typedef struct MirrorCore {
     char *cow;
     int64_t cow_slots, spill_slots;
     int spill_fd;
+    char *spill_name;       /* its path if it has one (no O_TMPFILE) */
     int32_t *slot_of;       /* (chunk, generation) -> buffer slot, -1:
                                slot_of[c * MC_MAX_GENS + g] */
     int64_t *free_slots;

@@ -20,8 +20,12 @@
  * directory, so that a guest rewriting more than the memory buffer holds
  * copies its old chunks aside instead of waiting for the store.
  *
- * The file is made with O_TMPFILE (or created and unlinked at once): it
- * has no name, so a SIGKILL or a power cut leaves nothing to clean up.
+ * The file is made with O_TMPFILE: it has no name, so a SIGKILL or a
+ * power cut leaves nothing to clean up. Where the file system has no
+ * O_TMPFILE (FUSE file systems), it is spill.tmp in the cache directory,
+ * removed at close, truncated by the next open after a kill, removed
+ * with the cache at detach: some of those cannot even truncate a file
+ * once unlinked.
  * Its content is scratch, like the memory buffer's: the state files
  * record only that a chunk was copied aside (ST_COPIED), and recovery
  * counts such untaken chunks as lost, failing that version; their data
@@ -68,24 +72,22 @@ spill_open(MirrorCore *m, const char *dir, int64_t spill_chunks,
     fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR ||
                    errno == EINVAL)) {
-        /* No O_TMPFILE here: a named file, unlinked at once (a kill in
-         * between leaves spill.tmp, which the next open truncates). */
         snprintf(path, path_len, "%s/spill.tmp", dir);
         fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd >= 0 && unlink(path) != 0) {
-            int e = errno;
+        if (fd >= 0 && !(m->spill_name = strdup(path))) {
             close(fd);
-            return e;
+            unlink(path);
+            return ENOMEM;
         }
     }
     if (fd < 0)
         return errno;
+    m->spill_fd = fd;
     if (ftruncate(fd, (off_t)(spill_chunks * m->chunk_size)) != 0) {
         int e = errno;
-        close(fd);
+        spill_release(m);
         return e;
     }
-    m->spill_fd = fd;
     return 0;
 }
 
@@ -95,6 +97,10 @@ spill_release(MirrorCore *m)
     if (m->spill_fd >= 0)
         close(m->spill_fd);
     m->spill_fd = -1;
+    if (m->spill_name)
+        unlink(m->spill_name);
+    free(m->spill_name);
+    m->spill_name = NULL;
 }
 
 /* Copy chunk c of the mirror file into spill slot; unlocked. */

@@ -82,8 +82,11 @@ def plan(seed):
 
 def main(directory, cache_dir, image_id, seed):
     repo = repo_at(directory)
+    # One copy-on-write slot in memory, the rest in the spill file: the
+    # cuts find copies there too (they are scratch: lost with the power).
     image = image_mod.AttachedImage(repo, image_id, None, cache_dir,
-                                    prefetch=False)
+                                    prefetch=False, cow_chunks=1,
+                                    cow_spill_mb=1)
     log = open(os.path.join(directory, 'log'), 'a')
 
     def say(line):
@@ -106,6 +109,7 @@ def main(directory, cache_dir, image_id, seed):
                 say('B %d' % i)
             else:
                 say('C %d %d' % (version, i))
+            say('S %d' % image.core.stats()['spilled'])
 
 
 if __name__ == '__main__':

@@ -91,7 +91,11 @@ def _cut_power(proc, mnt):
 
 
 def _read_log(directory):
-    flushed, taken, asked = -1, {}, None
+    """What the writer logged: its last flushed write, its versions
+    (version -> last write in it), the write of a checkpoint asked for
+    and not answered, and how many copies it had spilled.
+    """
+    flushed, taken, asked, spilled = -1, {}, None, 0
     try:
         with open(os.path.join(directory, 'log')) as f:
             lines = f.read().splitlines()
@@ -108,7 +112,9 @@ def _read_log(directory):
             asked = None
         elif word[0] == 'B':
             asked = None
-    return flushed, taken, asked
+        elif word[0] == 'S':
+            spilled = int(word[1])
+    return flushed, taken, asked, spilled
 
 
 class Model(object):
@@ -221,7 +227,8 @@ def _one_cut(base, k, seed, rng, tally):
     assert writer.returncode == -signal.SIGKILL, (
         '%s: the writer failed: %s' % (where, writer.stderr.read()))
 
-    flushed, taken, asked = _read_log(directory)
+    flushed, taken, asked, spilled = _read_log(directory)
+    tally['spilled copies'] += spilled
     model = Model(seed)
     cache_dir = os.path.join(backing, 'cache')
     meta_path = os.path.join(cache_dir, 'meta.json')
@@ -265,7 +272,11 @@ def test_power_cuts_lose_no_flushed_write(tmp_path):
     print('\npower cuts: BLOBCR_POWER_CUT_SEED=%d BLOBCR_POWER_CUTS=%d'
           % (SEED, CUTS))
     rng = random.Random(SEED)
-    tally = {'cuts': 0, 'flushed writes': 0, 'stable versions': 0}
+    tally = {'cuts': 0, 'flushed writes': 0, 'stable versions': 0,
+             'spilled copies': 0}
     for k in range(CUTS):
         _one_cut(str(tmp_path), k, rng.randrange(2**31), rng, tally)
     print('power cuts: %s' % tally)
+    # The writer has one copy-on-write slot in memory: its other copies
+    # were in the spill file when the power went.
+    assert tally['spilled copies'] > 0, tally
