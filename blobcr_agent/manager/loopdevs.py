@@ -200,10 +200,12 @@ class LoopDevices(object):
         Returns the images that had one (restore() gives them new ones).
         """
         had = set()
+        seen = set()
         released = 0
         with self._lock:
             for image, known in sorted(self.devices.items()):
                 had.add(image)
+                seen.add(known['device'])
                 try:
                     self._release(image, known)
                     released += 1
@@ -216,7 +218,10 @@ class LoopDevices(object):
                     del self.devices[image]
                     self._save()
             for device, path in _all_loops():
-                if path.startswith(self.images_dir + os.sep):
+                # A device held open outlives its release (the kernel
+                # detaches it at the last close): not counted twice.
+                if device not in seen and \
+                        path.startswith(self.images_dir + os.sep):
                     _detach(device)
                     LOG.warning('loop device %s over %s was left by an '
                                 'earlier agent: released', device, path)

@@ -488,14 +488,17 @@ class MirrorService(object):
         loop goes on serving ``images/`` and ``versions/`` is mounted
         again.
         """
+        # A mirror killed with its mounts up left them dead (ENOTCONN):
+        # each is cleared before its directory is made, or the
+        # makedirs sees a path it can neither stat nor create.
         _clear_stale_mount(self.mountpoint)
         os.makedirs(self.mountpoint, exist_ok=True)
         native = self.io_loop == 'native'
         if native:
             images = os.path.join(self.mountpoint, 'images')
-            os.makedirs(images, exist_ok=True)
-            os.makedirs(self.fuse_mountpoint, exist_ok=True)
-            _clear_stale_mount(images)
+            for path in (images, self.fuse_mountpoint):
+                _clear_stale_mount(path)
+                os.makedirs(path, exist_ok=True)
             self.native_loop = _native.FuseLoop(images)
             with self._lock:
                 for attached in self.attached.values():

@@ -96,7 +96,7 @@ def open_repository(args, scratch, **kw):
     return repository.Repository(backend, gc_grace=0, **kw)
 
 
-def main(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(prog='blobcr-bench',
                                      description=__doc__.split('\n')[0])
     common = argparse.ArgumentParser(add_help=False)
@@ -284,8 +284,18 @@ def main(argv=None):
                             'global checkpoints, then a restart of all on '
                             'other hosts: lazy, shared hints, pre-copy')
     scale.add_arguments(p, _size)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def subcommands(parser):
+    """The names of ``parser``'s benchmarks."""
+    action, = [a for a in parser._actions
+               if isinstance(a, argparse._SubParsersAction)]
+    return sorted(action.choices)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     args.workdir = args.workdir or '/var/tmp'
     if args.bench == 'checkpoint':
         args.modes_given = args.modes is not None

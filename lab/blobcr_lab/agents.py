@@ -149,12 +149,13 @@ class ServiceProcess(object):
             '\n'.join(tail))
 
     def kill(self):
-        """SIGKILL, then clear the dead mount as an operator would."""
+        """SIGKILL and nothing else, as a service manager's kill: the
+        dead mounts stay for the next start to clear (or stop_all).
+        """
         self._close_client()
         self.send_signal(signal.SIGKILL)
         self.proc.kill()
         self.proc.wait()
-        self._unmount()
 
     def stop(self, timeout=60):
         """SIGTERM and wait; returns the exit status."""
@@ -192,6 +193,9 @@ def stop_all(services, timeout=60):
     deadline = time.monotonic() + timeout
     for service in stopping:
         service._reap(deadline)
+    for service in services:
+        if service.proc is not None and service not in stopping:
+            service._unmount()          # killed: its dead mounts
     return [None if s.proc is None else s.proc.returncode for s in services]
 
 

@@ -31,6 +31,48 @@ pytestmark = pytest.mark.skipif(not os.path.exists('/dev/fuse'),
                                 reason='no /dev/fuse')
 
 
+# Each benchmark as a newcomer runs it: its own defaults, with only the
+# sizes scaled down (bytes, chunks, seconds). Runs, iterations, rounds,
+# instances, migrations and variants stay the defaults: defaults that
+# asked for more than a scaled-down run allows once made a benchmark
+# refuse to start. The tests below run each of these.
+SCALED = {
+    'checkpoint': ['--size', '4M', '--downtime-sizes', '2M', '32M'],
+    'restart': ['--size', '16M'],
+    'persist': ['--persist-mib', '16'],
+    'mirror': ['--size', '64M', '--runtime', '0.5'],
+    'repo': ['--image-size', '64G', '--dirty', '256', '--persist-mib', '16'],
+    'flush': ['--size', '16M', '--runtime', '0.5'],
+    'protect': ['--size', '16M', '--runtime', '3', '--interval', '1'],
+    'proxy': ['--size', '4M', '--dirty', '1', '--flood-seconds', '0.5'],
+    'handoff': ['--size', '16M', '--dirty', '1', '4', '16',
+                '--precopy-ms', '100'],
+}
+# Those that need services of their own run in tests/integration with
+# their defaults scaled the same way.
+ELSEWHERE = {
+    'cinder': 'test_bench_cinder.py',
+    'peers': 'test_bench_peers.py',
+    'scale': 'test_scale_bench.py',
+}
+
+
+def test_every_benchmark_runs_scaled_in_size():
+    assert sorted(set(SCALED) | set(ELSEWHERE)) == \
+        bench.subcommands(bench.build_parser())
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name, module in ELSEWHERE.items():
+        with open(os.path.join(here, '..', 'integration', module)) as f:
+            assert "'%s'" % name in f.read(), (name, module)
+
+
+def run_scaled(capsys, tmp_path, name, *extra):
+    """``name`` with its defaults, sizes scaled (SCALED), and ``extra``
+    (a backend: not a size, the place it runs).
+    """
+    return run_bench(capsys, tmp_path, name, *SCALED[name], *extra)
+
+
 def run_bench(capsys, tmp_path, *argv):
     rc = bench.main(list(argv) + ['--workdir', str(tmp_path), '--json'])
     out, err = capsys.readouterr()
@@ -118,9 +160,7 @@ def test_checkpoint_defaults_scaled_in_size(capsys, tmp_path):
     distinct epochs than a wrapped pattern holds, and the benchmark
     refused to start.
     """
-    rc, result, err = run_bench(
-        capsys, tmp_path, 'checkpoint', '--size', '4M',
-        '--downtime-sizes', '2M', '32M')
+    rc, result, err = run_scaled(capsys, tmp_path, 'checkpoint')
     assert rc == 0, err
     assert result['valid'] is True
     assert result['runs'] == 3 and result['iterations'] == 3
@@ -171,16 +211,16 @@ def test_checkpoint_interval_interleaves_reserve_ahead(capsys, tmp_path):
 
 
 def test_restart(capsys, tmp_path):
-    rc, result, err = run_bench(
-        capsys, tmp_path, 'restart', '--size', '16M', '--instances', '3',
-        '--runs', '1', '--think-ms', '0')
+    rc, result, err = run_scaled(capsys, tmp_path, 'restart')
     assert rc == 0, err
     modes = result['modes']
-    assert result['measured_instances'] == 2
+    # 4 instances, the first one records the trace; 3 runs.
+    assert result['measured_instances'] == 3
     assert modes['precopy']['mib']['median'] == 16
     for mode in ('lazy', 'lazy_prefetch', 'precopy'):
-        assert modes[mode]['seconds']['n'] == 2
-        assert len(modes[mode]['per_run'][0]['bytes']) == 2
+        assert modes[mode]['seconds']['n'] == 9
+        assert len(modes[mode]['per_run']) == 3
+        assert len(modes[mode]['per_run'][0]['bytes']) == 3
     # Without prefetch an instance fetches what it reads and nothing else
     # (O_DIRECT: no kernel readahead); with prefetch, also some of the
     # recorder's chunks it never reads.
@@ -195,23 +235,22 @@ def test_restart(capsys, tmp_path):
 def test_persist(capsys, tmp_path, backend, request):
     extra = rados_args(request.getfixturevalue('ceph_cluster')) \
         if backend == 'rados' else []
-    rc, result, err = run_bench(capsys, tmp_path, 'persist',
-                                '--persist-mib', '8', '--runs', '2', *extra)
+    rc, result, err = run_scaled(capsys, tmp_path, 'persist', *extra)
     assert rc == 0, err
     assert result['persist_mib_s']['min'] > 0
     assert result['backend_put_mib_s']['min'] > 0
-    assert result['ratio_vs_backend_put']['n'] == 2
-    assert result['checks'][0]['value'] == [32, 32]
+    assert result['ratio_vs_backend_put']['n'] == 3
+    # Every chunk of the 16 MiB (256 KiB chunks), in each of the 3 runs.
+    assert result['checks'][0]['value'] == [64] * 3
     if backend == 'rados':
-        assert result['rados_bench_mib_s']['n'] == 2
+        assert result['rados_bench_mib_s']['n'] == 3
         assert result['ratio']['median'] > 0
     else:
         assert 'rados_bench_mib_s' not in result
 
 
 def test_mirror_io(capsys, tmp_path):
-    rc, result, err = run_bench(capsys, tmp_path, 'mirror', '--size', '16M',
-                                '--runs', '2', '--runtime', '0.5')
+    rc, result, err = run_scaled(capsys, tmp_path, 'mirror')
     assert rc == 0, err
     conns = result['connections']
     # Both mounts with the same options and the same kernel settings.
@@ -219,23 +258,23 @@ def test_mirror_io(capsys, tmp_path):
     for key in ('max_background', 'congestion_threshold', 'read_ahead_kb'):
         assert conns['mirror'][key] == conns['passthrough'][key]
     for job, entry in result['jobs'].items():
-        assert entry['ratio']['n'] == 2
-        # Each side went first once.
-        assert entry['ratio_when_mirror_first']['n'] == 1
-        assert entry['ratio_when_passthrough_first']['n'] == 1
+        assert entry['ratio']['n'] == 3
+        # The sides took turns going first.
+        firsts = (entry['ratio_when_mirror_first']['n'],
+                  entry['ratio_when_passthrough_first']['n'])
+        assert sorted(firsts) == [1, 2], firsts
         assert entry['mirror_cpu_us_per_io']['min'] > 0
         assert entry['passthrough_cpu_us_per_io']['min'] > 0
         if result['loop_device']:
-            assert entry['loop_over_mirror']['n'] == 2
+            assert entry['loop_over_mirror']['n'] == 3
     assert result['loop_device'] == os.path.exists('/dev/loop-control')
     assert all(c['ok'] for c in result['checks'])
 
 
 def test_repo_commit(capsys, tmp_path):
-    rc, result, err = run_bench(capsys, tmp_path, 'repo', '--image-size',
-                                '1G', '--dirty', '64', '--runs', '2')
+    rc, result, err = run_scaled(capsys, tmp_path, 'repo')
     assert rc == 0, err
-    assert result['commit_ms']['n'] == 2
+    assert result['commit_ms']['n'] == 5
     assert result['commit_ms_cold']['median'] > 0
     assert 0 < result['tree_overhead'] < 1
     assert 'commit_ms_4096_of_1tib' not in result     # not that figure
@@ -243,14 +282,12 @@ def test_repo_commit(capsys, tmp_path):
 
 
 def test_proxy(capsys, tmp_path, rabbitmq_url):
-    rc, result, err = run_bench(
-        capsys, tmp_path, 'proxy', '--size', '8M', '--dirty', '2',
-        '--rounds', '3', '--flooders', '1', '--flood-seconds', '1',
-        '--transport-url', rabbitmq_url)
+    rc, result, err = run_scaled(capsys, tmp_path, 'proxy',
+                                 '--transport-url', rabbitmq_url)
     assert rc == 0, err
     for mode in ('none', 'fsfreeze', 'suspend'):
         for path in ('admin', 'http', 'rpc'):
-            assert result[mode][path]['n'] == 3
+            assert result[mode][path]['n'] == 30
         # The agent's own replies carry the time the guest was held.
         for path in ('admin', 'rpc'):
             held = result[mode][path]['held']
@@ -265,9 +302,8 @@ def test_flush(capsys, tmp_path, request):
     RBD, and its checks count them (the mirror core's counter too).
     """
     cluster = request.getfixturevalue('ceph_cluster')
-    rc, result, err = run_bench(
-        capsys, tmp_path, 'flush', '--size', '16M', '--runs', '1',
-        '--runtime', '0.5', '--rbd', '--ceph-conf', cluster.conffile)
+    rc, result, err = run_scaled(capsys, tmp_path, 'flush', '--rbd',
+                                 '--ceph-conf', cluster.conffile)
     assert rc == 0, err
     assert result['targets'] == ['mirror', 'plain', 'rbd']
     assert result['mirror_flushes_counted'] > 0
@@ -280,38 +316,40 @@ def test_protect(capsys, tmp_path):
     """The protection benchmark runs both variants on real agents, and
     its check sees the protection checkpoints taken.
     """
-    rc, result, err = run_bench(
-        capsys, tmp_path, 'protect', '--size', '8M', '--runs', '1',
-        '--runtime', '3', '--interval', '1')
+    rc, result, err = run_scaled(capsys, tmp_path, 'protect')
     assert rc == 0, err
-    assert result['protection_taken'][0] >= 1
+    assert len(result['protection_taken']) == 3
+    assert min(result['protection_taken']) >= 1
     assert result['slowdown']['median'] > 0
 
 
 def test_handoff(capsys, tmp_path, rabbitmq_url):
-    """Both connections, scaled down: every migration hands off, reads
-    back what the source wrote and leaves the source detached. The loop
-    device's run has a memory copy (the guest writes 2 chunks during
-    it): the source checkpointed at the destination's attach, so the
-    switch commits those 2 at most (a check of the bench); the file's
-    switches come at once.
+    """Both connections: every migration hands off, reads back what the
+    source wrote and leaves the source detached. The loop device (the
+    default) runs the defaults scaled in size; its memory copy sees the
+    guest write a chunk, and the source checkpointed at the
+    destination's attach, so the switch commits that chunk at most (a
+    check of the bench). The file's run, its switches at once, is
+    shorter.
     """
-    for connection, copy in (('local', ['--precopy-ms', '300', '--during',
-                                        '2']),
-                             ('file', ['--precopy-ms', '0'])):
+    runs = {
+        'local': (run_scaled, ['handoff'], 10, ('1', '4', '16')),
+        'file': (run_bench, ['handoff', '--size', '16M', '--migrations', '2',
+                             '--dirty', '1', '4', '--connection', 'file',
+                             '--precopy-ms', '0'], 2, ('1', '4'))}
+    for connection, (how, argv, migrations, dirties) in runs.items():
         (tmp_path / connection).mkdir()
-        rc, result, err = run_bench(
-            capsys, tmp_path / connection, 'handoff', '--size', '16M',
-            '--migrations', '2', '--dirty', '1', '4', '--connection',
-            connection, '--transport-url', rabbitmq_url, *copy)
+        rc, result, err = how(capsys, tmp_path / connection, *argv,
+                              '--transport-url', rabbitmq_url)
         assert rc == 0, err
         assert result['valid'], result['checks']
         named = {c['what'] for c in result['checks']}
         assert ("the switch committed only the copy's writes" in named) == \
             (connection == 'local'), named
-        for dirty in ('1', '4'):
+        assert set(result['runs']) == set(dirties)
+        for dirty in dirties:
             run = result['runs'][dirty]
-            assert run['extra_ms']['n'] == 2
+            assert run['extra_ms']['n'] == migrations
             # The source's phases are part of the wait it caused.
             phases = sum(run['source_%s_ms' % name]['median']
                          for name in ('commit', 'persist', 'detach'))

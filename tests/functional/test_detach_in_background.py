@@ -185,7 +185,7 @@ def test_an_agent_killed_between_cache_and_pins_releases_them_at_start(
     # (unshare answers its child's SIGKILL with 128 + 9.)
     assert agent.proc.wait(timeout=60) in (-9, 137), \
         'crash point never reached'
-    agent.kill()                # clears the dead mount
+    agent.kill()                # its next start clears the dead mount
     assert not os.path.exists(os.path.join(agent.state_path, 'cache',
                                            image))
     store = repository.Repository(slow_store)

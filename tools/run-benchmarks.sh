@@ -1,0 +1,79 @@
+#!/bin/bash
+# Copyright 2026 The BlobCR for OpenStack Authors
+#
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+# Run the benchmarks of doc/source/benchmarks.rst that need nothing but
+# this machine and a micro Ceph cluster on 127.0.0.1 (started here,
+# stopped at the end), each with its defaults, and write each result to
+# doc/source/_static/<name>.json (a PNG beside it where the benchmark
+# draws one). The docs' tables are read from these files.
+#
+#   bash tools/run-benchmarks.sh [NAME ...]
+#
+# NAMEs (default: all): repo-local repo-rados persist-local persist-rados
+# mirror flush protect proxy handoff. Progress and each benchmark's log
+# go to stderr. Not here: cinder (an OpenStack cloud with the RBD
+# driver), peers and scale (long; their commands are in benchmarks.rst),
+# checkpoint and restart (their commands are in benchmarks.rst too).
+# Nothing else should run on the machine meanwhile: every figure is a
+# ratio against a baseline of the same run, but a busy machine widens
+# the spread.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+[ -x .venv/bin/blobcr-bench ] || bash tools/install-deps.sh
+out=doc/source/_static
+all="repo-local repo-rados persist-local persist-rados mirror flush protect proxy handoff"
+names=${*:-$all}
+ceph=
+cleanup() {
+    if [ -n "$ceph" ]; then
+        bash tools/ceph-cluster.sh stop "$ceph" >/dev/null 2>&1 || true
+        rm -rf "$ceph"
+    fi
+}
+trap cleanup EXIT
+needs_ceph() {
+    if [ -z "$ceph" ]; then
+        ceph=$(mktemp -d /tmp/bench-ceph-XXXXXX)
+        echo "run-benchmarks: starting a micro Ceph cluster in $ceph" >&2
+        bash tools/ceph-cluster.sh start "$ceph" >&2
+    fi
+}
+bench() {
+    local name=$1; shift
+    echo "run-benchmarks: $name: blobcr-bench $*" >&2
+    local began=$SECONDS
+    .venv/bin/blobcr-bench "$@" --json > "$out/$name.json.new"
+    mv "$out/$name.json.new" "$out/$name.json"
+    echo "run-benchmarks: $name: $((SECONDS - began)) s, $out/$name.json" >&2
+}
+for name in $names; do
+    case $name in
+        repo-local) bench repo-local repo ;;
+        repo-rados) needs_ceph
+            bench repo-rados repo --backend rados --ceph-conf "$ceph/ceph.conf" ;;
+        persist-local) bench persist-local persist ;;
+        persist-rados) needs_ceph
+            bench persist-rados persist --backend rados --ceph-conf "$ceph/ceph.conf" ;;
+        mirror) bench mirror-local-1g mirror ;;
+        flush) needs_ceph
+            bench flush flush --rbd --ceph-conf "$ceph/ceph.conf" ;;
+        protect) bench protect protect ;;
+        proxy) bench proxy-local proxy --plot "$out/proxy-local.png" ;;
+        handoff) bench handoff handoff ;;
+        *) echo "run-benchmarks: unknown benchmark $name (known: $all)" >&2
+           exit 2 ;;
+    esac
+done
