@@ -17,6 +17,8 @@
 Horizon's plugin loader enables it from its enabled file.
 """
 
+import tempfile
+
 from openstack_dashboard import enabled as horizon_enabled
 from openstack_dashboard.test.settings import *  # noqa: F401,F403,H303
 from openstack_dashboard.test.settings import HORIZON_CONFIG
@@ -27,3 +29,6 @@ from tests.dashboard import enable_panel
 
 INSTALLED_APPS = enable_panel(HORIZON_CONFIG, INSTALLED_APPS,
                               [horizon_enabled, blobcr_enabled])
+# Horizon's own settings always have one (its secret key store); its
+# test settings do not. The panel keeps group restarts' state there.
+LOCAL_PATH = tempfile.mkdtemp(prefix='blobcr-dashboard-tests-')

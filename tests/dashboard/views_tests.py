@@ -423,6 +423,13 @@ class RestartTests(helpers.TestCase):
                          ('old', 'again', False))
         self.assertEqual(cloud.created, [])
 
+    def test_restarts_keep_their_state_under_horizons_local_path(self):
+        with tempfile.TemporaryDirectory() as local, \
+                override_settings(LOCAL_PATH=local, BLOBCR_RESTART_DIR=None):
+            self.assertEqual(restarts.jobs('p-1'), {})
+            self.assertTrue(os.path.isdir(
+                os.path.join(local, 'blobcr-restarts', 'p-1')))
+
     def test_restart_runs_in_a_process_of_its_own(self):
         """A real blobcr-restart process, detached from this one, against
         a Keystone that does not answer (127.0.0.1:9, nothing listens):

@@ -32,7 +32,9 @@ import pytest
 
 from tests import openstack_fixtures
 
-RUNS = 2
+# CI runs a bounded form; BLOBCR_BENCH_DEFAULTS=1 the benchmark's
+# default number of runs, writes scaled down.
+RUNS = 5 if os.environ.get('BLOBCR_BENCH_DEFAULTS') == '1' else 2
 
 
 @pytest.fixture(scope='module')

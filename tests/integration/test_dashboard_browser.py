@@ -63,7 +63,8 @@ def horizon(openstack_cloud, tmp_path_factory):
                PYTHONWARNINGS='ignore',
                BLOBCR_HORIZON_SECRET_KEY=secrets.token_hex(32),
                BLOBCR_HORIZON_KEYSTONE_URL=openstack_cloud.auth_url,
-               BLOBCR_HORIZON_STATIC_ROOT=str(workdir / 'static'))
+               BLOBCR_HORIZON_STATIC_ROOT=str(workdir / 'static'),
+               BLOBCR_HORIZON_RESTART_DIR=str(workdir / 'restarts'))
     log = str(workdir / 'horizon.log')
     # --insecure: runserver serves the static files (and the compressed
     # ones, through Horizon's finders) with DEBUG off.

@@ -25,7 +25,9 @@ files the process writes:
 
 BLOBCR_RESTART_DIR (a Horizon setting) must be one directory for all the
 web servers of the dashboard (shared, or one server): the default is
-``blobcr-restarts`` in the system's temporary directory.
+``blobcr-restarts`` in Horizon's LOCAL_PATH, where Horizon keeps its own
+state (its secret key store), not the temporary directory, which
+systemd's PrivateTmp gives each service a copy of.
 """
 
 import dataclasses
@@ -34,13 +36,13 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import typing
 import uuid
 
 from django.conf import settings
+from django.core import exceptions
 from keystoneauth1.identity import v3
 from keystoneauth1 import session as ks_session
 from openstack_dashboard.api import base
@@ -83,8 +85,14 @@ def cloud_of(request):
 
 
 def _directory(project_id):
-    top = getattr(settings, 'BLOBCR_RESTART_DIR', None) or os.path.join(
-        tempfile.gettempdir(), 'blobcr-restarts')
+    top = getattr(settings, 'BLOBCR_RESTART_DIR', None)
+    if not top:
+        local = getattr(settings, 'LOCAL_PATH', None)
+        if not local:
+            raise exceptions.ImproperlyConfigured(
+                'BlobCR group restarts need BLOBCR_RESTART_DIR or '
+                'LOCAL_PATH in Horizon\'s settings')
+        top = os.path.join(local, 'blobcr-restarts')
     path = os.path.join(top, project_id)
     # Tokens pass through the environment only, but the progress names
     # the project's volumes: readable by the dashboard's user alone.

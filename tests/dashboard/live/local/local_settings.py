@@ -26,6 +26,7 @@ import os
 SECRET_KEY = os.environ['BLOBCR_HORIZON_SECRET_KEY']
 OPENSTACK_KEYSTONE_URL = os.environ['BLOBCR_HORIZON_KEYSTONE_URL']
 STATIC_ROOT = os.environ['BLOBCR_HORIZON_STATIC_ROOT']
+BLOBCR_RESTART_DIR = os.environ['BLOBCR_HORIZON_RESTART_DIR']
 DEBUG = False
 ALLOWED_HOSTS = ['127.0.0.1']
 SESSION_ENGINE = 'django.contrib.sessions.backends.signed_cookies'
