@@ -72,13 +72,18 @@ sync_opts = [
                      'guest checkpoints become Cinder snapshots.'),
     cfg.IntOpt('interval', default=10, min=1,
                help='Seconds between two rounds.'),
-    cfg.BoolOpt('assign_admin_role', default=True,
+    cfg.BoolOpt('assign_admin_role', default=False,
                 help='Cinder registers a managed snapshot in the project '
-                     'of the token that asks, and only an admin may ask: '
-                     'grant this service\'s user the admin role on a '
-                     'volume\'s project when it has none there. Off: '
-                     'such projects\' checkpoints are not registered (and '
-                     'logged) until an operator grants it.'),
+                     'of the token that asks, and only an admin may ask, '
+                     'so this service\'s user needs the admin role on '
+                     'every project whose volumes it serves. Off (the '
+                     'default): the operator grants it (for example '
+                     'once, inherited by every project of a domain: '
+                     '"openstack role add --user USER --domain DOMAIN '
+                     '--inherited admin"); a project where it has none '
+                     'is an error in the log and in the round\'s '
+                     'counts. On: the service grants itself the role on '
+                     'such a project.'),
 ]
 
 

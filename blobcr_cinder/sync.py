@@ -25,8 +25,11 @@ sees it in ``openstack volume snapshot list``.
 Cinder creates a managed snapshot in the project of the token that asks,
 so the service authenticates (``[blobcr_sync]`` keystoneauth options) as
 a user with the admin role in its own project and, for each volume,
-scopes a token to the volume's project; with ``assign_admin_role`` it
-grants itself the admin role there when it has none.
+scopes a token to the volume's project. The operator grants that user
+the admin role there (inherited from the domain, typically); a project
+where it has none is counted and logged with the grant that fixes it.
+Only with ``assign_admin_role`` (off by default) does the service grant
+itself the role.
 
 A volume is skipped in a round while it is changing (not available or
 in-use, or with a snapshot being made or deleted): its driver may be
@@ -60,6 +63,20 @@ def register_opts(conf):
     ks_loading.register_adapter_conf_options(conf, GROUP)
 
 
+class NoRole(Exception):
+    """The service's user has no role on a volume's project."""
+
+    def __init__(self, user, project):
+        super().__init__(
+            'user %s has no role on project %s, so its checkpoints cannot '
+            'be registered there: grant it the admin role ("openstack role '
+            'add --user %s --project %s admin", or once for every project '
+            'of a domain with "--domain DOMAIN --inherited"), or set '
+            '[%s] assign_admin_role = True' % (user, project, user, project,
+                                               GROUP))
+        self.project = project
+
+
 class Synchronizer(object):
     """One round (:meth:`run_once`) registers what is manageable."""
 
@@ -71,6 +88,7 @@ class Synchronizer(object):
             auth=ks_loading.load_auth_from_conf_options(conf, GROUP))
         self.cinder = self._cinder(self.session)
         self._projects = {}
+        self.no_role = set()        # projects of the last round
 
     def _cinder(self, session):
         return adapter.Adapter(
@@ -93,7 +111,7 @@ class Synchronizer(object):
                 session.get_token()
             except ks_exceptions.Unauthorized:
                 if not self.opts.assign_admin_role:
-                    raise
+                    raise NoRole(self.session.get_user_id(), project)
                 self._grant_admin(project)
                 session.get_token()
             self._projects[project] = self._cinder(session)
@@ -139,6 +157,7 @@ class Synchronizer(object):
         registered, deferred (volume changing) and failed.
         """
         counts = collections.Counter()
+        self.no_role = set()
         for host in self.opts.backends:
             for volume_id, entries in self.manageable(host).items():
                 volume = self.cinder.get('/volumes/%s' % volume_id).json()[
@@ -175,9 +194,15 @@ class Synchronizer(object):
                            % (info['version'], info['created'],
                               ', group %s' % info['group']
                               if info.get('group') else '')}}
+        if project in self.no_role:
+            return False                # said once this round
         try:
             made = self._project_cinder(project).post(
                 '/manageable_snapshots', json=body).json()['snapshot']
+        except NoRole as e:
+            self.no_role.add(project)
+            LOG.error('%s', e)
+            return False
         except ks_exceptions.HttpError as e:
             LOG.error('could not register %s of volume %s: %s',
                       entry['reference'], volume['id'], e)
@@ -211,6 +236,10 @@ def main(argv=None):
             counts = (0, 0, 1)
         LOG.info('sync round: %d registered, %d deferred, %d failed, '
                  '%.1f s', *counts, time.monotonic() - started)
+        if sync.no_role:
+            LOG.error('sync round: no role on %d project(s): %s (see the '
+                      'errors above for the grant)', len(sync.no_role),
+                      ', '.join(sorted(sync.no_role)))
         if conf.once:
             return 1 if counts[2] else 0
         time.sleep(conf[GROUP].interval)

@@ -262,6 +262,10 @@ function configure_blobcr_sync {
     iniset "$conf" blobcr_sync backends "$backends"
     # Cinder's user: devstack gives it the admin role, which manage needs.
     configure_keystoneauth "$conf" cinder blobcr_sync
+    # A devstack cloud is the developer's own: the sync may grant itself
+    # the role on each tenant's project. An operator grants it instead
+    # (doc/source/cinder.rst); the option is off by default.
+    iniset "$conf" blobcr_sync assign_admin_role True
 }
 
 # The panel's enabled files into Horizon (its collectstatic runs after

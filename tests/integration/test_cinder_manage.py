@@ -38,6 +38,7 @@ from blobcr_lab import openstack as stack_module
 GiB = 1 << 30
 MiB = 1 << 20
 SYNC_USER, SYNC_PASSWORD = 'blobcr-sync', 'sync-secret'
+ROLELESS_USER = 'blobcr-sync-roleless'
 
 
 @pytest.fixture
@@ -49,23 +50,28 @@ def agent_api(rabbitmq_url):
 
 @pytest.fixture(scope='session')
 def sync_user(openstack_cloud):
-    """A service user for blobcr-cinder-sync: admin of the service
-    project only, as an operator would make it; the sync grants itself
-    the admin role on the projects whose volumes it serves.
+    """Service users for blobcr-cinder-sync, admin of the service
+    project, as an operator makes them: SYNC_USER also has the admin
+    role on every project of the domain (inherited, granted by the
+    operator, as cinder.rst says); ROLELESS_USER has no more, and the
+    sync does not grant itself anything by default.
     """
     from keystoneclient.v3 import client
     keystone = client.Client(session=openstack_cloud.session('admin'))
     domain = keystone.domains.get('default')
     project = keystone.projects.find(name=stack_module.PROJECTS['cinder'])
-    user = keystone.users.create(SYNC_USER, domain=domain,
-                                 password=SYNC_PASSWORD,
-                                 default_project=project)
-    keystone.roles.grant(keystone.roles.find(name='admin'), user=user,
-                         project=project)
-    return user
+    admin = keystone.roles.find(name='admin')
+    for name in (SYNC_USER, ROLELESS_USER):
+        user = keystone.users.create(name, domain=domain,
+                                     password=SYNC_PASSWORD,
+                                     default_project=project)
+        keystone.roles.grant(admin, user=user, project=project)
+        if name == SYNC_USER:
+            keystone.roles.grant(admin, user=user, domain=domain,
+                                 os_inherit_extension_inherited=True)
 
 
-def run_sync(stack, hosts, workdir, expect_ok=True):
+def run_sync(stack, hosts, workdir, expect_ok=True, user=SYNC_USER):
     """One round of the real blobcr-cinder-sync (``--once``)."""
     conf = os.path.join(workdir, 'sync.conf')
     agents.write_conf(conf, {
@@ -73,7 +79,7 @@ def run_sync(stack, hosts, workdir, expect_ok=True):
         'blobcr_sync': {
             'backends': '%s@%s' % (stack.cinder_host, hosts.section),
             'auth_type': 'password', 'auth_url': stack.auth_url,
-            'username': SYNC_USER, 'password': SYNC_PASSWORD,
+            'username': user, 'password': SYNC_PASSWORD,
             'user_domain_name': stack_module.DOMAIN,
             'project_name': stack_module.PROJECTS['cinder'],
             'project_domain_name': stack_module.DOMAIN,
@@ -159,6 +165,14 @@ def test_guest_checkpoints_become_snapshots(cloud, agent_api, tmp_path):
     assert offered[ref % v_b]['cinder_id'] == by_cinder['id']
     assert ref % 1 not in offered
     assert offered[ref % v_a]['source_reference']['volume_id'] == vol['id']
+
+    # A sync user with no role on the owner's project registers nothing
+    # and says which grant is missing; it grants itself nothing.
+    said = run_sync(stack, hosts, str(tmp_path), expect_ok=False,
+                    user=ROLELESS_USER)
+    assert 'has no role on project' in said and \
+        'no role on 1 project(s)' in said, said[-3000:]
+    assert set(snapshots_of(stack, vol['id'])) == {by_cinder['id']}
 
     # One round registers both, in the volume owner's project: the user
     # lists them beside Cinder's own. A second round adds nothing.
