@@ -47,6 +47,8 @@ packages=(
     # blobcr-bench scale: hosts as network namespaces (ip netns, veth,
     # bridge) entered with nsenter.
     iproute2 util-linux
+    # systemd-analyze verifies etc/systemd/ (tests/unit/test_systemd_units.py).
+    systemd
 )
 
 . "$top/tools/lib/apt.sh"

@@ -48,6 +48,7 @@ from blobcr_agent.proxy import server as proxy_server
 from blobcr_agent.repository import repository
 from blobcr_agent.rpc import api as rpc_api
 from blobcr_agent.rpc import server as rpc_server
+from blobcr_agent import sdnotify
 
 CONF = blobcr_conf.CONF
 LOG = logging.getLogger(__name__)
@@ -214,6 +215,7 @@ class Agent(object):
             return
         self._stopping.set()
         LOG.info('stopping (signal %s)', signum)
+        sdnotify.notify('STOPPING=1', 'STATUS=draining persists')
         threading.Thread(target=self._drain_and_unmount,
                          name='blobcr-stop').start()
 
@@ -250,6 +252,10 @@ class Agent(object):
     def _serving(self):
         LOG.info('agent of %s serving %s', self.conf.agent.host,
                  self.manager.mirror.mountpoint)
+        # Type=notify: the unit is started once the guests' disks serve.
+        sdnotify.notify('READY=1', 'STATUS=serving %d image(s) at %s' % (
+            len(self.manager.mirror.attached),
+            self.manager.mirror.mountpoint))
         # Not on the FUSE loop's thread: losetup opens a mirror file,
         # which that loop serves.
         threading.Thread(target=self.manager.restore_block_devices,

@@ -486,3 +486,39 @@ def test_a_second_agent_does_not_take_over_the_admin_socket(
     status, out, err = manage(first, 'status', '--json')
     assert status == 0, err
     assert list(json.loads(out)['attached']) == [image_id]
+
+
+def test_the_agent_tells_systemd_when_it_serves(image, agent_factory,
+                                                tmp_path, monkeypatch):
+    """Type=notify (etc/systemd/blobcr-agent.service): READY=1 comes
+    once the mirror's mount serves (an attached image reads there),
+    after the restart of a killed agent too; STOPPING=1 at its stop.
+    """
+    repo, image_id, base = image
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path = str(tmp_path / 'notify.sock')
+    listener.bind(path)
+    listener.settimeout(60)
+    monkeypatch.setenv('NOTIFY_SOCKET', path)
+
+    def received():
+        message = dict(line.split('=', 1) for line in
+                       listener.recv(4096).decode().splitlines())
+        return message
+
+    agent = agent_factory(repo.backend, {'agent': {'quiesce': 'none'}})
+    ready = received()
+    assert ready['READY'] == '1', ready
+    assert 'serving 0 image(s)' in ready['STATUS']
+    assert os.path.ismount(os.path.join(agent.mount, 'images'))
+    attached = agent.client.call('attach', image=image_id)['path']
+    agent.kill()
+    agent.start()
+    ready = received()
+    # Re-attached before it said so: the image reads at once.
+    assert ready['READY'] == '1' and 'serving 1 image(s)' in ready['STATUS']
+    with open(attached, 'rb') as f:
+        assert f.read(CHUNK) == base[:CHUNK]
+    agent.stop()
+    assert received()['STOPPING'] == '1'
+    listener.close()
