@@ -75,6 +75,8 @@ SUPERSEDED = (MADE_BY, 'revert', 'kept')
 # that misses it and is not known down gets a second, longer try.
 ALIVE_PROBE_TIMEOUT = 10
 RETRY_PROBE_TIMEOUT = 25
+# Between two probes of a storage agent that is not up yet at start.
+START_PROBE_EVERY = 2
 
 
 GROUP_PARALLEL = 16
@@ -147,7 +149,27 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
             volume_utils.extract_host(self.host, 'host').split('@')[0]
 
     def check_for_setup_error(self):
-        self._call(self.storage_host, 'status')
+        """The storage agent answers: asked again every START_PROBE_EVERY
+        seconds for up to blobcr_agent_start_timeout, so that a
+        cinder-volume started first initializes once the agent is up
+        (Cinder's own reinit_driver_count gives a few seconds only).
+        """
+        deadline = time.monotonic() + \
+            self.configuration.blobcr_agent_start_timeout
+        with self._agent_errors(self.storage_host, 'status'):
+            while True:
+                try:
+                    self.api.status(self.storage_host,
+                                    timeout=ALIVE_PROBE_TIMEOUT)
+                    return
+                except messaging.MessagingTimeout:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise
+                    LOG.warning('the BlobCR agent of host %s does not '
+                                'answer yet: asking again for %d s more',
+                                self.storage_host, left)
+                    time.sleep(min(START_PROBE_EVERY, left))
 
     def _agent_for(self, host):
         """The agent that serves connections to ``host``: this backend's

@@ -54,6 +54,13 @@ blobcr_opts = [
     cfg.IntOpt('blobcr_rpc_timeout', default=60, min=1,
                help='Seconds to wait for an agent\'s answer before the '
                     'operation fails as "agent does not answer".'),
+    cfg.IntOpt('blobcr_agent_start_timeout', default=600, min=0,
+               help='Seconds cinder-volume waits at its start for the '
+                    'storage agent (blobcr_agent_host) to answer, asking '
+                    'again every few seconds, before the backend is left '
+                    'uninitialized. A cinder-volume started before its '
+                    'agent (services started in any order at a boot) '
+                    'thus initializes once the agent answers.'),
     cfg.IntOpt('blobcr_snapshot_timeout', default=1800, min=1,
                help='Seconds a snapshot may take to be persisted (its '
                     'version to turn stable) before it goes to error.'),
