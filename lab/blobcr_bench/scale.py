@@ -222,6 +222,18 @@ def _median(values):
     return statistics.median(values) if values else None
 
 
+def _tail(per_run):
+    """A group waits for its slowest member: the maximum over members of
+    each run (``per_run``: one list of members' values per run), and
+    their median. None where no run has a value.
+    """
+    maxima = [max(v for v in values if v is not None) for values in per_run
+              if any(v is not None for v in values)]
+    if not maxima:
+        return {'max_per_run': [], 'max': None}
+    return {'max_per_run': maxima, 'max': statistics.median(maxima)}
+
+
 def make_base(repo, size, system_fraction, seed, workdir):
     """The base image (random system quarter) and the restart trace of
     system runs: disjoint runs of 1-8 chunks, in a random order.
@@ -567,12 +579,29 @@ def summarize(runs, args):
                  _cinder_members(rs, 'member_commit_ms')),
              'checkpoint_cpu_busy': _median(
                  [r['checkpoint']['load'].get('cpu_busy') for r in rs]),
+             # Beside each median, the slowest member's figure per run
+             # (what the group waited for) and the median of those.
+             'tails': {
+                 'ack_s': _tail([[a for v in r['checkpoint']['vms']
+                                  for a in v['ack_s']] for r in rs]),
+                 'group_stable_s': _tail(
+                     [r['checkpoint']['group_stable_s'] for r in rs]),
+                 'cinder_group_hold_ms': _tail(
+                     [[r['cinder']['group_hold_ms']] for r in rs
+                      if 'cinder' in r]),
+                 'cinder_member_ack_ms': _tail(
+                     [_cinder_members([r], 'member_ack_ms') for r in rs])},
              'restart': {}}
         for mode in args.modes:
             modes = [r['restart'][mode] for r in rs]
             mvms = [v for x in modes for v in x['vms']]
             s['restart'][mode] = {
                 'restart_s': _median([v['restart_s'] for v in mvms]),
+                'restart_s_tail': _tail([[v['restart_s'] for v in x['vms']]
+                                         for x in modes]),
+                'blocking_read_bytes_tail': _tail(
+                    [[v.get('blocking_read_bytes') for v in x['vms']]
+                     for x in modes]),
                 'blocking_read_bytes': _median(
                     [v.get('blocking_read_bytes') for v in mvms]),
                 'moved_bytes_per_vm': _median(
@@ -787,7 +816,13 @@ def plot(result, path):
             ys = [summary[m]['restart'][mode][key] for m in ms]
             if any(y is None for y in ys):
                 continue
-            ax.plot(ms, [y / scale for y in ys], 'o-', label=mode)
+            line, = ax.plot(ms, [y / scale for y in ys], 'o-', label=mode)
+            # The slowest VM, where the group restart ends.
+            tails = [summary[m]['restart'][mode].get(key + '_tail')
+                     for m in ms]
+            if all(t and t['max'] is not None for t in tails):
+                ax.plot(ms, [t['max'] / scale for t in tails], 'v--',
+                        color=line.get_color(), label=mode + ' (max)')
         ax.set_title(title)
     for row in axes:
         for ax in row:
@@ -796,10 +831,10 @@ def plot(result, path):
             ax.grid(alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend()
+    setup = result['setup']
     fig.suptitle('blobcr-bench scale: %d hosts, %s store, medians of %d '
-                 'runs' % (result['setup']['hosts'],
-                           result['setup']['backend'],
-                           result['setup']['runs']))
+                 'runs (dashed: the slowest member)'
+                 % (setup['hosts'], setup['backend'], setup['runs']))
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     pyplot.close(fig)
