@@ -22,10 +22,10 @@
 #   bash tools/run-benchmarks.sh [NAME ...]
 #
 # NAMEs (default: all): repo-local repo-rados persist-local persist-rados
-# mirror flush protect proxy handoff. Progress and each benchmark's log
-# go to stderr. Not here: cinder (an OpenStack cloud with the RBD
-# driver), peers and scale (long; their commands are in benchmarks.rst),
-# checkpoint and restart (their commands are in benchmarks.rst too).
+# mirror flush protect proxy handoff interval-rados interval-local
+# cinder (on a cloud of its own: blobcr_bench/cinder_stack.py). Progress
+# and each benchmark's log go to stderr. Not here: peers and scale
+# (long), checkpoint and restart; their commands are in benchmarks.rst.
 # Nothing else should run on the machine meanwhile: every figure is a
 # ratio against a baseline of the same run, but a busy machine widens
 # the spread.
@@ -34,7 +34,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 [ -x .venv/bin/blobcr-bench ] || bash tools/install-deps.sh
 out=doc/source/_static
-all="repo-local repo-rados persist-local persist-rados mirror flush protect proxy handoff"
+all="repo-local repo-rados persist-local persist-rados mirror flush proxy handoff interval-rados interval-local protect cinder"
 names=${*:-$all}
 ceph=
 cleanup() {
@@ -73,6 +73,17 @@ for name in $names; do
         protect) bench protect protect ;;
         proxy) bench proxy-local proxy --plot "$out/proxy-local.png" ;;
         handoff) bench handoff handoff ;;
+        interval-rados) needs_ceph
+            bench checkpoint-interval-rados checkpoint --interval --backend rados \
+                --ceph-conf "$ceph/ceph.conf" --plot "$out/checkpoint-interval-rados.png" ;;
+        interval-local) bench checkpoint-interval-local checkpoint --interval ;;
+        cinder)
+            echo "run-benchmarks: cinder: a cloud of its own (cinder_stack)" >&2
+            began=$SECONDS
+            .venv/bin/python -m blobcr_bench.cinder_stack -- --runs 7 \
+                --write-mib 64 --plot "$out/cinder-rbd.png" > "$out/cinder-rbd.json.new"
+            mv "$out/cinder-rbd.json.new" "$out/cinder-rbd.json"
+            echo "run-benchmarks: cinder: $((SECONDS - began)) s" >&2 ;;
         *) echo "run-benchmarks: unknown benchmark $name (known: $all)" >&2
            exit 2 ;;
     esac
