@@ -21,11 +21,12 @@
 #
 #   bash tools/run-benchmarks.sh [NAME ...]
 #
-# NAMEs (default: all): repo-local repo-rados persist-local persist-rados
-# mirror flush protect proxy handoff interval-rados interval-local
-# cinder (on a cloud of its own: blobcr_bench/cinder_stack.py). Progress
-# and each benchmark's log go to stderr. Not here: peers and scale
-# (long), checkpoint and restart; their commands are in benchmarks.rst.
+# NAMEs (default: all, in this order): peers interval-rados
+# persist-rados persist-local repo-local repo-rados mirror flush proxy
+# cinder (on a cloud of its own: blobcr_bench/cinder_stack.py) handoff
+# interval-local protect. Progress and each benchmark's log go to
+# stderr. Not here: scale (about 20 minutes), checkpoint and restart;
+# their commands are in benchmarks.rst.
 # Nothing else should run on the machine meanwhile: every figure is a
 # ratio against a baseline of the same run, but a busy machine widens
 # the spread.
@@ -34,7 +35,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 [ -x .venv/bin/blobcr-bench ] || bash tools/install-deps.sh
 out=doc/source/_static
-all="repo-local repo-rados persist-local persist-rados mirror flush proxy handoff interval-rados interval-local protect cinder"
+all="peers interval-rados persist-rados persist-local repo-local repo-rados mirror flush proxy cinder handoff interval-local protect"
 names=${*:-$all}
 ceph=
 cleanup() {
@@ -61,6 +62,8 @@ bench() {
 }
 for name in $names; do
     case $name in
+        peers) needs_ceph
+            bench peers peers --ceph-conf "$ceph/ceph.conf" --plot "$out/peers.png" ;;
         repo-local) bench repo-local repo ;;
         repo-rados) needs_ceph
             bench repo-rados repo --backend rados --ceph-conf "$ceph/ceph.conf" ;;
