@@ -141,6 +141,7 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
         # The global CONF: oslo.messaging's options (transport_url) are
         # registered there by cinder-volume.
         self.api = agent_api.AgentAPI(
+            transport_url=self.configuration.blobcr_transport_url or None,
             timeout=self.configuration.blobcr_rpc_timeout)
 
     @property

@@ -54,6 +54,13 @@ blobcr_opts = [
     cfg.IntOpt('blobcr_rpc_timeout', default=60, min=1,
                help='Seconds to wait for an agent\'s answer before the '
                     'operation fails as "agent does not answer".'),
+    cfg.StrOpt('blobcr_transport_url', secret=True,
+               help='The message bus of the BlobCR agents (oslo.messaging '
+                    'transport URL, e.g. a RabbitMQ virtual host of '
+                    'BlobCR\'s own with a user of its own). Unset: '
+                    'cinder-volume\'s own transport_url, which puts the '
+                    'agents on Cinder\'s bus and gives every compute '
+                    'host Cinder\'s broker credentials.'),
     cfg.IntOpt('blobcr_agent_start_timeout', default=600, min=0,
                help='Seconds cinder-volume waits at its start for the '
                     'storage agent (blobcr_agent_host) to answer, asking '

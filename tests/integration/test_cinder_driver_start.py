@@ -18,8 +18,9 @@ in a process of its own, as in cinder-volume (Cinder's eventlet), on the
 session's real RabbitMQ, and a real blobcr-agent started seconds later.
 The driver waits for it ([backend] blobcr_agent_start_timeout), where
 Cinder's reinit_driver_count would leave the backend uninitialized after
-a few seconds. Not the whole cinder-volume: restarting the session's
-would restart every backend of every other test.
+a few seconds. The driver reaches the agents on the bus of its
+``blobcr_transport_url``. Not the whole cinder-volume: restarting the
+session's would restart every backend of every other test.
 """
 
 import subprocess
@@ -38,6 +39,11 @@ from tests import cinder_model_run
 group, storage, url, wait = sys.argv[1:]
 driver = cinder_model_run._driver(group, storage, url)
 cfg.CONF.set_override('blobcr_agent_start_timeout', int(wait), group=group)
+# The agents' bus is the backend's own (cinder-volume's transport_url,
+# unset here, points nowhere).
+cfg.CONF.set_override('blobcr_transport_url', url, group=group)
+driver.do_setup(None)
+print('checking', flush=True)
 began = time.monotonic()
 try:
     driver.check_for_setup_error()
@@ -59,6 +65,9 @@ def test_a_driver_started_first_waits_for_its_agent(
         agent_factory, local_store, rabbitmq_url):
     storage = host_name('start')
     init = _init_host(storage, rabbitmq_url, 120)
+    # Its imports take seconds on a loaded machine: the agent starts
+    # once the driver is checking, not before.
+    assert init.stdout.readline() == 'checking\n', init.communicate()
     time.sleep(5)
     assert init.poll() is None, init.communicate()
     agent_factory(local_store.backend, rpc_settings(rabbitmq_url, storage))
