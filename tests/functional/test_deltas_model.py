@@ -249,11 +249,21 @@ def test_deltas_match_model(backend_factory, backend_kind):
     # Ceph gets few examples (each costs seconds): drawn the same way
     # each run, so that they are sure to reach deep chains (two CI runs
     # of 40 drawn anew did not); the local store's 150 explore anew.
-    stateful.run_state_machine_as_test(
-        machine,
-        settings=settings(max_examples=examples, stateful_step_count=25,
-                          deadline=None, database=None,
-                          derandomize=backend_kind == 'rados'))
+
+    def walk(derandomize):
+        stateful.run_state_machine_as_test(
+            machine,
+            settings=settings(max_examples=examples, stateful_step_count=25,
+                              deadline=None, database=None,
+                              derandomize=derandomize))
+    walk(backend_kind == 'rados')
+    if max(depths) < deltas.MAX_DEPTH and backend_kind != 'rados':
+        # Drawn anew, the walk does not always reach the deepest chain
+        # (a CI run stopped at 2 of 3): the fixed draw, which does, runs
+        # too, so that the property has been checked there every time.
+        print('deepest chain drawn anew: %d; the fixed draw follows'
+              % max(depths))
+        walk(True)
     # The property is only worth something if deltas were written, and
     # chains reached their deepest. (Examples are drawn anew each run:
     # one of CI's 40 on Ceph wrote deltas in 5, so the guard asks for a
