@@ -55,11 +55,22 @@ needs_ceph() {
 bench() {
     local name=$1; shift
     echo "run-benchmarks: $name: blobcr-bench $*" >&2
-    local began=$SECONDS
-    .venv/bin/blobcr-bench "$@" --json > "$out/$name.json.new"
-    mv "$out/$name.json.new" "$out/$name.json"
-    echo "run-benchmarks: $name: $((SECONDS - began)) s, $out/$name.json" >&2
+    local began=$SECONDS rc=0
+    .venv/bin/blobcr-bench "$@" --json > "$out/$name.json.new" || rc=$?
+    # A benchmark whose checks failed still writes its JSON ("valid":
+    # false, the failed checks named): keep it, and go on to the others.
+    if [ -s "$out/$name.json.new" ]; then
+        mv "$out/$name.json.new" "$out/$name.json"
+    else
+        rm -f "$out/$name.json.new"
+    fi
+    echo "run-benchmarks: $name: $((SECONDS - began)) s, exit $rc," \
+         "$out/$name.json" >&2
+    if [ "$rc" != 0 ]; then
+        failed="$failed $name"
+    fi
 }
+failed=
 for name in $names; do
     case $name in
         peers) needs_ceph
@@ -91,3 +102,7 @@ for name in $names; do
            exit 2 ;;
     esac
 done
+if [ -n "$failed" ]; then
+    echo "run-benchmarks: failed or invalid:$failed" >&2
+    exit 1
+fi

@@ -656,6 +656,22 @@ def one_run(peer, workload, pattern, args, epoch, run, log):
     return result
 
 
+def _run_or_record(peer, workload, pattern, args, epoch, run, log, failed):
+    """one_run, or None with its error appended to ``failed``: one
+    peer's failure (a store that times out) must not cost the runs of
+    the others, nor this peer's next runs.
+    """
+    try:
+        return one_run(peer, workload, pattern, args, epoch, run, log)
+    except Exception as e:
+        failed.append({'peer': peer.name, 'workload': workload.name,
+                       'run': run + 1, 'error': '%s: %s'
+                       % (type(e).__name__, e)})
+        log.event('run failed', peer=peer.name, workload=workload.name,
+                  run=run + 1, error=str(e))
+        return None
+
+
 def _ms(seconds):
     return None if seconds is None else round(seconds * 1000, 3)
 
@@ -753,10 +769,12 @@ def ratios(results, reference):
         return None
     out = {}
     for name, runs in results.items():
-        if name == reference or not runs:
+        # Run by run; a run that failed on either side pairs with none.
+        pairs = [(per_run_figures(a), per_run_figures(b))
+                 for a, b in zip(runs, ref)
+                 if a is not None and b is not None]
+        if name == reference or not pairs:
             continue
-        pairs = list(zip([per_run_figures(r) for r in runs],
-                         [per_run_figures(r) for r in ref]))
         out[name] = {k: common.summary([common.ratio(a[k], b[k])
                                         for a, b in pairs])
                      for k in RATIO_KEYS}
@@ -840,6 +858,7 @@ def run(args, log, open_repository):
                              streams=1 + max(w.stream for w in chosen))
     peers, refused = {}, {}
     orders = []
+    failed = []
     checks = common.Checks()
     results = {w.name: {} for w in chosen}
     try:
@@ -864,8 +883,9 @@ def run(args, log, open_repository):
                 log.event('order', run=r + 1, workload=w.name, order=order)
                 for name in order:
                     epoch = r * epochs_per_run
-                    results[w.name][name].append(one_run(
-                        peers[name], w, pattern, args, epoch, r, log))
+                    results[w.name][name].append(_run_or_record(
+                        peers[name], w, pattern, args, epoch, r, log,
+                        failed))
     finally:
         for peer in peers.values():
             shutdown = getattr(peer, 'shutdown', None)
@@ -885,30 +905,42 @@ def run(args, log, open_repository):
            'peers': {n: (peers[n].describe()
                          if hasattr(peers[n], 'describe') else {})
                      for n in peers},
-           'refused': refused, 'workloads': {},
+           'refused': refused, 'failed_runs': failed, 'workloads': {},
            'order': {'seed': args.seed, 'runs': orders}}
     checks.require_true('blobcr-local ran', 'blobcr-local' in peers or
                         'blobcr-local' not in args.peers,
                         'BlobCR on the local store is the reference',
                         value=refused.get('blobcr-local'))
+    checks.require_true(
+        'every run of every peer completed', not failed,
+        'a run that failed is recorded under failed_runs and left out of '
+        'the figures; the other runs and peers went on',
+        value=['%(peer)s/%(workload)s run %(run)d' % f for f in failed])
     for w in chosen:
         res = results[w.name]
+        done = {n: [r for r in res[n] if r is not None] for n in res}
         out['workloads'][w.name] = {
             'block': w.block, 'writes_per_pass': len(w.offsets),
-            'peers': {n: aggregate(peers[n], res[n]) for n in res},
+            'peers': {n: aggregate(peers[n], done[n])
+                      for n in done if done[n]},
             'ratios': {'vs_' + ref.replace('-', '_'): ratios(res, ref)
                        for ref in REFERENCES if ref in res},
         }
-        for n in res:
-            check(checks, n, w.name, res[n], paced=w.interval is not None)
-            peers[n].check_runs(checks, w.name, res[n])
+        for n in done:
+            if done[n]:
+                check(checks, n, w.name, done[n],
+                      paced=w.interval is not None)
+                peers[n].check_runs(checks, w.name, done[n])
     for n in peers:
-        if n.startswith('blobcr') and 'checkpoint' in results:
-            check_cow(checks, n, results['checkpoint'][n])
-            if 'random4k' in results and args.prefill and \
-                    args.delta_max_fraction != 0 and \
-                    n in results['random4k']:
-                check_deltas(checks, n, results['random4k'][n])
+        cp = [r for r in results.get('checkpoint', {}).get(n, ())
+              if r is not None]
+        if n.startswith('blobcr') and cp:
+            check_cow(checks, n, cp)
+        r4k = [r for r in results.get('random4k', {}).get(n, ())
+               if r is not None]
+        if n.startswith('blobcr') and r4k and args.prefill and \
+                args.delta_max_fraction != 0:
+            check_deltas(checks, n, r4k)
     out['checks'] = checks.as_list()
     if args.plot:
         plot(out, args.plot)
