@@ -82,23 +82,31 @@ class Checkpoints(object):
         mode = self._mode(quiesce)
         if (group is None) != (members is None):
             raise exception.InvalidInput('group and members go together')
+        index = None
         if group is not None:
-            groups.admit(self.repo, group, members, project)
+            index = groups.admit(self.repo, group, members, project)
         image_id = self.repo.image(image).id
         self.mirror.get(image_id)               # attached here?
+        tag = None
+        if group is not None:
+            # Tagged and labelled by the header write that registers the
+            # version: no header update of its own. The index lists the
+            # image before (here) or after the ack (tagger.py); either
+            # way a crash in between leaves a member missing, never a
+            # group wrongly complete (repository/groups.py).
+            tag = groups.member_tag(group, members, project)
+            if not tag_after_ack:
+                groups.join(self.repo, [image_id], group, members, project,
+                            creator, index=index)
         hold, used = self._hold(image_id, mode, explicit=bool(quiesce))
-        result = self.mirror.checkpoint(image_id, hold)
+        result = self.mirror.checkpoint(image_id, hold, made_by=label or '',
+                                        group=tag)
         result['quiesce'] = used
         if group is not None and tag_after_ack:
             self.tagger.submit(image_id, result['version'], group, members,
                                project, creator)
+        if group is not None:
             result['group'] = group
-        elif group is not None:
-            groups.tag(self.repo, image_id, result['version'], group,
-                       members, project=project, creator=creator)
-            result['group'] = group
-        if label:
-            self.repo.label(image_id, result['version'], label)
         return result
 
     def hold(self, image, quiesce=None, timeout=60):
@@ -158,6 +166,15 @@ class Checkpoints(object):
         # (In the other order, a tag recorded between the two reads was
         # in neither, and its guest was told it is in no such group.)
         members, waiting = self.tagger.pending(group, project)
+        # Members whose version (registered ahead) gets its tag when it
+        # turns stable: pending here too (their tag is in the metadata).
+        tag = groups.member_tag(group, members, project)
+        for image_id, a in list(self.mirror.attached.items()):
+            for number, marks in a.marks_in_flight().items():
+                if groups.same_group(marks.get('group'), tag) and \
+                        number > waiting.get(image_id, 0):
+                    waiting[image_id] = number
+                    members = members or marks['group']['members']
         found = groups.state(self.repo, group, project)
         if waiting and not found['members']:
             found['members'] = members      # the index is not made yet

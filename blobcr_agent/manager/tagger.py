@@ -12,18 +12,19 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""Group membership of checkpoints, recorded after their ack.
+"""Group membership of checkpoints: the index, recorded after the ack.
 
-A member's tag is two compare-and-sets: the group's index record, which
+A member version carries its tag from the header write that registers
+it (mirror/image.py). What is left is the group's index record, which
 every member of the group updates (M writers on one object: they take
-turns, and lose races), and its own version. A guest (the guest
-endpoint) or Cinder's group snapshot (over RPC, every member held still
-meanwhile) waited for both. Here the ack returns once the snapshot is
-taken; one thread per agent records the tags in the background, and
-the tags of one group waiting together (the members on this host) take
-one compare-and-set of the index between them. ``wait_stable`` of a
-version also waits for its tag, and raises why it could not be
-recorded: Cinder's snapshot turns available with its group recorded.
+turns, and lose races). A guest (the guest endpoint) or Cinder's group
+snapshot (over RPC, every member held still meanwhile) must not wait
+for it: the ack returns once the snapshot is taken; one thread per
+agent joins the index in the background, and the members of one group
+waiting together (on this host) take one compare-and-set between them.
+``wait_stable`` of a version also waits for its index entry, and
+raises why it could not be recorded: Cinder's snapshot turns available
+with its group recorded.
 
 The group cannot look complete early: it is complete when every member
 is in its index and stable, and a member waiting here is not in it yet
@@ -121,8 +122,9 @@ class GroupTagger(object):
         delay = BACKOFF
         for attempt in range(RETRIES):
             try:
-                groups.tag_many(self.repo, versions, group, members,
-                                project=project, creator=creator)
+                groups.join(self.repo,
+                            [image_id for image_id, _ in versions], group,
+                            members, project=project, creator=creator)
                 self.tagged += len(versions)
                 return
             except exception.BackendUnavailable as e:

@@ -398,7 +398,7 @@ class AttachedImage(object):
 
     # -- CHECKPOINT ------------------------------------------------------
 
-    def checkpoint(self, hold=None, wait=None):
+    def checkpoint(self, hold=None, wait=None, made_by='', group=None):
         """COMMIT: snapshot the image now, persist it in the background.
 
         Returns ``(version, chunks, held_ms)`` as soon as the snapshot is
@@ -414,7 +414,10 @@ class AttachedImage(object):
         went (ms): ``lock`` (this image's checkpoint lock), ``room`` (the
         wait for room in flight), ``gate``, ``register`` (the version in
         the repository), ``record`` (the cache metadata), ``commit`` (the
-        snapshot, held).
+        snapshot, held). ``made_by`` (Version.made_by) and ``group``
+        (Version.group) go into the header write that registers the
+        version: no header update of their own, and nothing to keep
+        across a crash (the registration is durable before the COMMIT).
         """
         deadline = None if wait is None else time.monotonic() + wait
         phases = self._phases = {}
@@ -449,7 +452,8 @@ class AttachedImage(object):
                     try:
                         version, count, held_ms = self._snapshot(
                             hold, None if deadline is None
-                            else max(0, deadline - time.monotonic()))
+                            else max(0, deadline - time.monotonic()),
+                            made_by, group)
                         break
                     except exception.Busy:
                         if deadline is not None and \
@@ -487,12 +491,15 @@ class AttachedImage(object):
         phases['room'] = phases.get('room', 0) + (now - start) * 1000
         return now
 
-    def _snapshot(self, hold, wait=None):
+    def _snapshot(self, hold, wait=None, made_by='', group=None):
         """Register the version (or take the one registered ahead,
         reserve.py) and record it in flight (before the guest is held:
         nothing after the COMMIT may fail), COMMIT under ``hold``, queue
         the persist; the gate is held. ``wait``: how long a registration
-        ahead under way may be waited for.
+        ahead under way may be waited for. ``made_by`` and ``group`` go
+        into the registration, or, for a version registered ahead, into
+        the update that makes it stable (Commit.mark), kept until then in
+        the cache's metadata (``marks``) for a recovery to resume it with.
         """
         # Room first: a COMMIT the core would refuse now (its
         # copy-on-write buffer full) must not register a version in the
@@ -507,21 +514,26 @@ class AttachedImage(object):
         last = self.meta['last']
         reserved = self.reserver.take(after, last, 30 if wait is None
                                       else wait)
+        marks = {}
         if reserved is not None:
             pending = reserved.commit
+            if made_by or group is not None:
+                pending.mark(made_by, group)
+                marks = {pending.version: {'made_by': made_by,
+                                           'group': group}}
             self._phases['reserved'] = 1
         else:
             parent, after = reserve_mod.successor_of(after, last)
             pending = self.repo.begin_commit(self.id, epoch=self.epoch,
-                                             parent=parent,
-                                             after=after)
+                                             parent=parent, after=after,
+                                             made_by=made_by, group=group)
             self._phases['reserved'] = 0
         mark = self._phase('register', mark)
         # Taken: no longer reserved, in the same write that records it in
         # flight (recovery tells the two apart).
         taken = {'reserved': None} if reserved is not None else {}
         try:
-            self._add_in_flight(pending.version, **taken)
+            self._add_in_flight(pending.version, marks, **taken)
         except BaseException as e:
             pending.abort('snapshot not taken: %s' % e)
             raise
@@ -572,9 +584,13 @@ class AttachedImage(object):
         with self._meta_lock:
             self._set_in_flight(versions, **more)
 
-    def _set_in_flight(self, versions, **more):
+    def _set_in_flight(self, versions, marks=None, **more):
+        # Marks (made_by, group) of versions in flight: only theirs.
+        kept = {k: v for k, v in (self.meta.get('marks') or {}).items()
+                if int(k) in versions}
+        kept.update((str(k), v) for k, v in (marks or {}).items())
         self.meta.update(persisting=versions[0] if versions else None,
-                         following=versions[1:], **more)
+                         following=versions[1:], marks=kept, **more)
         self._save_meta()
 
     # A checkpoint (under the gate) and the persister (not under it)
@@ -582,10 +598,19 @@ class AttachedImage(object):
     # metadata holds, under its lock, rather than saving one it built
     # before (which could drop a version the other just recorded).
 
-    def _add_in_flight(self, version, **more):
+    def marks_in_flight(self):
+        """``{version: {"made_by", "group"}}`` of the versions in flight
+        that get them when they turn stable (Commit.mark).
+        """
+        with self._meta_lock:
+            return {int(k): dict(v) for k, v in
+                    (self.meta.get('marks') or {}).items()}
+
+    def _add_in_flight(self, version, marks=None, **more):
         with self._meta_lock:
             self._set_in_flight(
-                persister_mod.in_flight(self.meta) + [version], **more)
+                persister_mod.in_flight(self.meta) + [version],
+                marks=marks, **more)
 
     def _drop_in_flight(self, version, **more):
         with self._meta_lock:

@@ -108,6 +108,8 @@ def _recover_in_flight(image):
         LOG.warning('interrupted version %d of %s: %s', number, image.id, e)
         give_up(image, versions, None, str(e))
         return
+    # A label and group tag asked for a version registered ahead.
+    pending.mark(**(image.meta.get('marks') or {}).get(str(number), {}))
     if state['lost'] or not state['snapshot']:
         if state['lost']:
             why = ('%d snapshot chunks were only in the copy-on-write '

@@ -22,8 +22,11 @@ acknowledged (and at attach), one thread per image registers the NEXT
 pending version in the background, with ``after``/``parent`` as the
 checkpoint would compute them then (checkpoints of an image are
 serialized, so it is the right successor), and the next checkpoint takes
-it instead of registering one (``take``). Only in selective-cow, and
-off by default for now (image.py: ``reserve=``, BLOBCR_RESERVE_AHEAD).
+it instead of registering one (``take``). Only in selective-cow; on
+unless turned off (image.py: ``reserve=``, BLOBCR_RESERVE_AHEAD). A
+reservation carries no label nor group tag: a checkpoint that asks for
+them gets them in the update that makes the version stable
+(Commit.mark), kept in the cache's metadata until then.
 
 A reservation is used only if it is still the one the checkpoint would
 register (``key``): it follows the newest version in flight, or, with

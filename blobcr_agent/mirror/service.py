@@ -397,17 +397,18 @@ class MirrorService(object):
                 % (attached.id, dirty))
         return dirty
 
-    def checkpoint(self, image, hold=None):
+    def checkpoint(self, image, hold=None, made_by='', group=None):
         """Returns the version and its timing: ``downtime_ms`` from the
         request to the acknowledgment, ``held_ms`` the part inside
         ``hold`` (the guest kept still). Raises Busy, committing nothing,
         if the previous persist of the image is not done within
-        ``busy_timeout`` seconds.
+        ``busy_timeout`` seconds. ``made_by`` and ``group`` are recorded
+        as the version is registered (Image.checkpoint).
         """
         attached = self.get(image)
         t0 = time.perf_counter()
-        version, count, held = attached.checkpoint(hold,
-                                                   wait=self.busy_timeout)
+        version, count, held = attached.checkpoint(
+            hold, wait=self.busy_timeout, made_by=made_by, group=group)
         downtime = (time.perf_counter() - t0) * 1000
         return {'image': attached.id, 'version': version, 'chunks': count,
                 'downtime_ms': round(downtime, 3),

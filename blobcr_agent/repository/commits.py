@@ -64,7 +64,7 @@ class Commits(object):
             raise
 
     def begin_commit(self, ref, parent=None, after=None, made_by='',
-                     epoch=None):
+                     epoch=None, group=None):
         """Register a pending version and return its :class:`Commit`.
 
         The new version is ``parent`` (default: the newest stable
@@ -72,9 +72,11 @@ class Commits(object):
         version of the image still pending (pipelined checkpoints), the
         new version follows it instead: its tree is built on that one's
         when it finishes, and it fails if that one does not become
-        stable first. ``made_by`` labels it (Version.made_by). With
-        ``epoch`` (a mirror's), it is refused (Fenced) once the image was
-        taken over, and so is its finish.
+        stable first. ``made_by`` labels it (Version.made_by), ``group``
+        tags it as a group member (Version.group), in the same header
+        write that registers it. With ``epoch`` (a mirror's), it is
+        refused (Fenced) once the image was taken over, and so is its
+        finish.
         """
         image_id = self.image(ref).id
         self.retry_failed_marks()
@@ -108,7 +110,7 @@ class Commits(object):
                 number=number, state=image_mod.PENDING,
                 parent=base_version.number if base_version else None,
                 created=now, owner=self.owner, heartbeat=now,
-                made_by=made_by))
+                made_by=made_by, group=group))
             return number, base_version
 
         header, (number, base_version) = self.update_header(image_id, mutate)
@@ -170,6 +172,7 @@ class Commit(object):
                  epoch=None):
         self.repo = repo
         self.epoch = epoch
+        self._marks = {}            # made_by, group: set by finish()
         self.header = header
         self.version = number
         self.image_id = header.id
@@ -291,10 +294,22 @@ class Commit(object):
                 % (self.version, self.image_id, self.after, base.state))
         return base.root_ref
 
+    def mark(self, made_by='', group=None):
+        """Label the version (Version.made_by) and tag it as a group
+        member (Version.group) in the header update that makes it
+        stable: a version registered before its caller knew them (a
+        reservation, mirror/reserve.py).
+        """
+        if made_by:
+            self._marks['made_by'] = made_by
+        if group is not None:
+            self._marks['group'] = group
+
     def finish(self, pin=None):
         """Make every chunk and node durable, then the version stable;
-        pinned for ``pin`` (a holder) in the same header update, so that
-        it cannot be obsoleted and collected unpinned in between.
+        pinned for ``pin`` (a holder) and marked (:meth:`mark`) in the
+        same header update, so that it cannot be obsoleted and collected
+        unpinned in between, nor be seen stable without its marks.
         """
         base_root = self._resolve_base()
         self._batch.wait()
@@ -318,6 +333,8 @@ class Commit(object):
                     % (self.version, self.image_id, v.state))
             v.state = image_mod.STABLE
             v.seq = header.next_seq()
+            for name, value in self._marks.items():
+                setattr(v, name, value)
             if pin is not None:
                 v.pins.append(pin_record(pin))
             v.root = root.hex() if root else None

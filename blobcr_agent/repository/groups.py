@@ -31,9 +31,12 @@ stays the truth for states: a group is complete when every member's
 newest version in it is stable; a restart takes the newest complete
 group.
 
-The index is written before the member's tag: a crash in between leaves
-an index that names an image with no version in the group, which counts
-as a missing member (the group is incomplete, never wrongly complete).
+A checkpoint tags its version in the header write that registers it;
+the index lists the image before that (a direct caller) or after the
+ack (manager/tagger.py). Either order is safe: a group is complete only
+when its index lists ``members`` images, each with a stable tagged
+version, so a crash in between leaves a member missing (the group is
+incomplete, never wrongly complete).
 
 Groups are shared by guests of one project, so what a guest learns is
 kept small: a refusal does not say the group's member count, and
@@ -141,10 +144,45 @@ def _refuse_count(index, group, members):
 def admit(repo, group, members, project=None):
     """Refuse a member count that disagrees with the group's: checked
     before the checkpoint is taken, so that a refusal commits nothing.
+    Returns the index as read (None: a new group).
     """
     check(group, members)
     check_project(project)
-    _refuse_count(_read_index(repo, group, project), group, members)
+    index = _read_index(repo, group, project)
+    _refuse_count(index, group, members)
+    return index
+
+
+def member_tag(group, members, project=None):
+    """The tag a member version carries (Version.group)."""
+    return {'id': group, 'members': members, 'project': project}
+
+
+def join(repo, image_ids, group, members, project=None, creator=None,
+         index=None):
+    """List ``image_ids`` in the group's index (made by the first member;
+    ``creator`` says who, for operators): before any of their versions
+    is tagged. ``index``, as :func:`admit` read it, saves the
+    compare-and-set when it lists them all already (a coordinator
+    listed every member first, or a retry).
+    """
+    if index is not None and index.members == members and \
+            set(image_ids) <= set(index.images):
+        return
+
+    def add(found):
+        _refuse_count(found, group, members)
+        now = time.time()
+        if not found.members:
+            found.members, found.created = members, now
+            found.creator = creator
+        for image_id in image_ids:
+            if image_id not in found.images:
+                found.images.append(image_id)
+        found.updated = now
+    repo.update_record(record_name(group, project),
+                       GroupIndex.decoder(group, project), add,
+                       'index of group %s' % group)
 
 
 def tag(repo, image, number, group, members, project=None, creator=None):
@@ -163,30 +201,23 @@ def tag_many(repo, versions, group, members, project=None, creator=None):
     """
     check(group, members)
     check_project(project)
-
-    def join(index):
-        _refuse_count(index, group, members)
-        now = time.time()
-        if not index.members:
-            index.members, index.created = members, now
-            index.creator = creator
-        for image_id, _ in versions:
-            if image_id not in index.images:
-                index.images.append(image_id)
-        index.updated = now
-    repo.update_record(record_name(group, project),
-                       GroupIndex.decoder(group, project), join,
-                       'index of group %s' % group)
+    join(repo, [image_id for image_id, _ in versions], group, members,
+         project, creator)
     for image_id, number in versions:
         def mutate(header, number=number):
-            header.version(number).group = {'id': group, 'members': members,
-                                            'project': project}
+            header.version(number).group = member_tag(group, members,
+                                                      project)
         repo.update_header(image_id, mutate)
 
 
 def _in_group(version, group, project):
-    return bool(version.group) and version.group['id'] == group and \
-        version.group.get('project') == project
+    return same_group(version.group, member_tag(group, 0, project))
+
+
+def same_group(tag, other):
+    """Whether two member tags name the same group (of one project)."""
+    return bool(tag) and bool(other) and tag['id'] == other['id'] and \
+        tag.get('project') == other.get('project')
 
 
 def state(repo, group, project=None):

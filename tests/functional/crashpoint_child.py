@@ -15,7 +15,10 @@
 """A child process for test_crash_points: attaches an image on the local
 store, writes ROUNDS rounds, each followed by a checkpoint that is not
 waited for (versions in flight together, copy-on-write of chunks the
-next round rewrites), then waits for the persists. Run with
+next round rewrites), then waits for the persists. Each checkpoint is
+labelled with its round and tagged in a group (marks()), as Cinder's
+group snapshots are: a version registered ahead gets both when it turns
+stable, from the cache's metadata after a crash. Run with
 BLOBCR_CRASH_AT=SITE:N it SIGKILLs itself there (blobcr_agent/
 crashpoint.py). Each round's number is appended to DIR/rounds once its
 writes are done.
@@ -34,6 +37,14 @@ PAGE = 4096
 CHUNK = 4 * PAGE
 NCHUNKS = 8
 ROUNDS = 3
+GROUP = {'id': 'crash-sweep', 'members': 1, 'project': None}
+
+
+def marks(r):
+    """Round r's checkpoint's label and group tag (Version.made_by,
+    Version.group).
+    """
+    return {'made_by': 'round-%d' % r, 'group': GROUP}
 
 
 def plan(r):
@@ -86,7 +97,7 @@ def main(directory, image_id):
                 image.write(c * CHUNK, data)
             done.write('%d\n' % r)
             done.flush()
-            image.checkpoint(wait=30)
+            image.checkpoint(wait=30, **marks(r))
     if not image.close(60):
         sys.exit('persists did not end')
 

@@ -20,7 +20,8 @@ attached again (recovery resumes, adopts or gives up what was in
 flight) and:
 
 * every stable version is exactly the image at one of the COMMITs
-  (round boundaries), never a mix, and in the order they were taken;
+  (round boundaries), never a mix, and in the order they were taken,
+  with the label and group tag its checkpoint asked for;
 * the mirror still holds every acknowledged write: each chunk is the
   last finished round's, or the one being written at the kill;
 * a checkpoint then persists exactly that content;
@@ -96,6 +97,10 @@ def _check(directory, image_id, where):
             r = _round_of(got, cuts)
             assert r is not None, '%s: version %d is no cut: %s' % (
                 where, v.number, [g[0] for g in got])
+            if r:
+                marks = child.marks(r)
+                assert (v.made_by, v.group) == (
+                    marks['made_by'], marks['group']), (where, v)
             rounds.append(r)
         assert rounds == sorted(set(rounds)), (where, rounds)
         assert rounds[-1] <= finished, (where, rounds, finished)

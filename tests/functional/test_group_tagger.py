@@ -12,11 +12,12 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""Group tags recorded after the guests' acks (manager/tagger.py), on
-both stores: members of one group waiting together share one
-compare-and-set of the group's index; a group is never complete while
-a member's tag waits; a tag that cannot be recorded leaves the group
-incomplete and says why.
+"""Group indexes recorded after the guests' acks (manager/tagger.py),
+on both stores: the versions carry their tags from their registration
+(as a checkpoint's do); members of one group waiting together share
+one compare-and-set of the group's index, and nothing else is written;
+a group is never complete while a member's index entry waits; one that
+cannot be recorded leaves the group incomplete and says why.
 """
 
 import threading
@@ -27,17 +28,23 @@ from blobcr_agent.repository import groups
 CHUNK = 64 * 1024
 
 
-def _versions(repo, count):
+def _versions(repo, count, group, members, project=None):
+    """``count`` stable versions tagged in the header write that
+    registers them, as a checkpoint tags its own.
+    """
     out = []
     for k in range(count):
         image = repo.create_image('rank-%d' % k, 4 * CHUNK,
                                   chunk_size=CHUNK).id
-        out.append((image, repo.commit(image, {0: bytes([k + 1]) * CHUNK})))
+        pending = repo.begin_commit(
+            image, group=groups.member_tag(group, members, project))
+        pending.put(0, bytes([k + 1]) * CHUNK)
+        out.append((image, pending.finish()))
     return out
 
 
 def test_waiting_members_share_one_index_update(repo):
-    members = _versions(repo, 4)
+    members = _versions(repo, 4, 'job', 4, 'p1')
     tagger = tagger_mod.GroupTagger(repo)
     # Hold the worker on the first tag, so that the others queue behind.
     gate, taken = threading.Event(), threading.Event()
@@ -59,9 +66,10 @@ def test_waiting_members_share_one_index_update(repo):
         before = repo.cas_writes
         gate.set()
         assert tagger.wait(30)
-        # The first alone, then the three that waited in one batch:
-        # two index updates and four version tags.
-        assert repo.cas_writes - before == 2 + 4
+        # The first alone, then the three that waited in one batch: two
+        # index updates, and no header write (the tags came with the
+        # versions' registrations).
+        assert repo.cas_writes - before == 2
         found = groups.state(repo, 'job', 'p1')
         assert set(found['versions']) == {i for i, _ in members}
         assert found['complete']
@@ -73,7 +81,7 @@ def test_waiting_members_share_one_index_update(repo):
 
 
 def test_a_tag_that_cannot_be_recorded_leaves_the_group_incomplete(repo):
-    (a, va), (b, vb) = _versions(repo, 2)
+    (a, va), (b, vb) = _versions(repo, 2, 'job', 2)
     tagger = tagger_mod.GroupTagger(repo)
     try:
         tagger.submit(a, va, 'job', 2, None, 'test')

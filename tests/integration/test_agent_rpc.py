@@ -763,3 +763,62 @@ def test_the_callers_request_id_is_in_the_agents_log(store, rpc_agent, api):
     assert any(request_id in line for line in line_in), line_in
     assert line_out and not any(request_id in line for line in line_out)
     assert all('req-' in line for line in line_out), line_out
+
+
+def _settled_writes(api, host):
+    """The agent's header writes once they stop changing (the release of
+    the previous version's pin follows the stable update).
+    """
+    last = None
+    while True:
+        now = api.status(host)['header_cas']['writes']
+        if now == last:
+            return now
+        last = now
+        time.sleep(0.5)
+
+
+def _checkpoint_writes(api, host, image_id, **kw):
+    """A checkpoint waited stable: its version and the header writes the
+    agent made for it.
+    """
+    before = _settled_writes(api, host)
+    taken = api.checkpoint(host, image_id, **kw)
+    assert api.wait_stable(host, image_id, taken['version'],
+                           timeout=60) == 'stable'
+    return taken['version'], _settled_writes(api, host) - before
+
+
+@pytest.mark.parametrize('reserve', ['1', '0'])
+def test_a_cinder_group_member_call_writes_no_label_or_tag_of_its_own(
+        store, rpc_agent, api, monkeypatch, reserve):
+    """Cinder's member call (a labelled group checkpoint over RPC): the
+    label and the group tag go into the header write that registers the
+    version, or, for a version registered ahead (reserve.py, on by
+    default), into the one that makes it stable; never into a
+    compare-and-set of their own. The stable version has both, and the
+    group is complete. Without reservations (nothing registered in the
+    background), the writes are counted: one more than a plain
+    checkpoint's, the group's index (it was three more).
+    """
+    monkeypatch.setenv('BLOBCR_RESERVE_AHEAD', reserve)
+    image_id, _ = make_image(store, 'member')
+    agent, host = rpc_agent(store)
+    api.attach(host, image_id)
+    group = 'cinder-' + uuid.uuid4().hex[:8]
+    # The first stable version releases no earlier one's pin; the
+    # others do (a write each): a first checkpoint sets them all equal.
+    _checkpoint_writes(api, host, image_id)
+    seen = []
+    for _ in range(2):
+        _, plain = _checkpoint_writes(api, host, image_id)
+        number, member = _checkpoint_writes(
+            api, host, image_id, group=group, members=1, project='p1',
+            label='cinder')
+        stable = store.image(image_id).version(number)
+        assert (stable.made_by, stable.group) == (
+            'cinder', {'id': group, 'members': 1, 'project': 'p1'})
+        assert api.group_state(host, group, project='p1')['complete']
+        if reserve == '0':
+            seen.append((member, plain))
+    assert all(m - p == 1 for m, p in seen), seen
