@@ -427,6 +427,11 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
                     'quiesce', 'group_hold_ms'):
             if result.get(key) is not None:
                 meta[key] = result[key]
+        if result.get('phases_ms'):
+            # Where the agent's part went ("admit=0.4 lookup=0.0 ...",
+            # ms): what a slow member of a group snapshot waited behind.
+            meta['phases_ms'] = ' '.join(
+                '%s=%.1f' % kv for kv in result['phases_ms'].items())
         metadata = dict(snapshot.metadata or {})
         metadata.update({specs.META + k: ('%.1f' % v
                                           if isinstance(v, float) else str(v))

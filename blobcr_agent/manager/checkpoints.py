@@ -18,7 +18,10 @@ versions a checkpoint made, and the wait for their persists.
 
 Invariants: an explicitly asked quiesce mode needs a running domain on
 the image (the configured default falls back to none); a group's
-members are admitted before the checkpoint and tagged after it.
+members are admitted before the checkpoint, their versions carry the
+group tag (and the caller's label) from the header write that registers
+them or makes them stable, and the group's index lists them before the
+checkpoint (a direct call) or after the ack (tagger.py).
 """
 
 import logging
@@ -82,11 +85,18 @@ class Checkpoints(object):
         mode = self._mode(quiesce)
         if (group is None) != (members is None):
             raise exception.InvalidInput('group and members go together')
+        phases = {}
+        mark = time.perf_counter()
         index = None
         if group is not None:
-            index = groups.admit(self.repo, group, members, project)
-        image_id = self.repo.image(image).id
+            index = groups.admit(self.repo, group, members, project,
+                                 known=self.tagger.counts)
+            mark = _phase(phases, 'admit', mark)
+        # Attached here by id (Cinder's calls): no header read.
+        image_id = image if image in self.mirror.attached else \
+            self.repo.image(image).id
         self.mirror.get(image_id)               # attached here?
+        mark = _phase(phases, 'lookup', mark)
         tag = None
         if group is not None:
             # Tagged and labelled by the header write that registers the
@@ -98,9 +108,14 @@ class Checkpoints(object):
             if not tag_after_ack:
                 groups.join(self.repo, [image_id], group, members, project,
                             creator, index=index)
+                mark = _phase(phases, 'join', mark)
         hold, used = self._hold(image_id, mode, explicit=bool(quiesce))
+        _phase(phases, 'quiesce', mark)
         result = self.mirror.checkpoint(image_id, hold, made_by=label or '',
                                         group=tag)
+        # Where the whole call went (ms): the manager's steps, then the
+        # mirror's (mirror/image.py: last_phases).
+        result['phases_ms'] = dict(phases, **result['phases_ms'])
         result['quiesce'] = used
         if group is not None and tag_after_ack:
             self.tagger.submit(image_id, result['version'], group, members,
@@ -198,3 +213,10 @@ class Checkpoints(object):
             if not a.wait_persisted(max(0, deadline - time.monotonic())):
                 left.append(image_id)
         return left
+
+
+def _phase(phases, name, since):
+    """Time from ``since`` to now into ``phases[name]`` (ms); now."""
+    now = time.perf_counter()
+    phases[name] = round((now - since) * 1000, 3)
+    return now

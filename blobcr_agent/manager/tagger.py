@@ -59,6 +59,9 @@ class GroupTagger(object):
         self._busy = False
         self._stopped = False
         self.tagged = 0
+        # (group, project) -> member count of the indexes this agent read
+        # or joined: groups.admit need not read them again.
+        self.counts = {}
         self.errors = []            # the last few failures, for status
         self._failed = {}           # (image, version) -> why (bounded)
         self._thread = threading.Thread(target=self._run, daemon=True,
@@ -125,6 +128,7 @@ class GroupTagger(object):
                 groups.join(self.repo,
                             [image_id for image_id, _ in versions], group,
                             members, project=project, creator=creator)
+                self.counts[(group, project)] = members
                 self.tagged += len(versions)
                 return
             except exception.BackendUnavailable as e:

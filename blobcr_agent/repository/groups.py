@@ -141,15 +141,25 @@ def _refuse_count(index, group, members):
             % (members, group))
 
 
-def admit(repo, group, members, project=None):
+def admit(repo, group, members, project=None, known=None):
     """Refuse a member count that disagrees with the group's: checked
     before the checkpoint is taken, so that a refusal commits nothing.
-    Returns the index as read (None: a new group).
+    Returns the index as read (None: a new group, or not read).
+
+    ``known``: ``{(group, project): members}`` of indexes read before
+    (a caller's cache). The first member sets the count and it never
+    changes, so a count found there is admitted without reading the
+    index again: on a busy store that read waited behind the persists
+    of every member's host (issue 36).
     """
     check(group, members)
     check_project(project)
+    if known is not None and known.get((group, project)) == members:
+        return None
     index = _read_index(repo, group, project)
     _refuse_count(index, group, members)
+    if known is not None and index is not None and index.members:
+        known[(group, project)] = index.members
     return index
 
 

@@ -122,6 +122,7 @@ class CinderPath(object):
                        'available')
             seconds = time.monotonic() - started
             holds, acks, served, commits = [], [], [], []
+            slowest = None
             for v in volumes:
                 snaps = api.get('/snapshots/detail?volume_id=%s' % v).json()[
                     'snapshots']
@@ -131,6 +132,8 @@ class CinderPath(object):
                         acks.append(float(meta['blobcr:ack_ms']))
                         served.append(float(meta['blobcr:served_ms']))
                         commits.append(float(meta['blobcr:downtime_ms']))
+                        if slowest is None or acks[-1] > slowest['ack_ms']:
+                            slowest = _member(meta)
         finally:
             for a in attachments:
                 a.detach()
@@ -142,4 +145,18 @@ class CinderPath(object):
                 # rest is the RPC path), and its COMMIT's part.
                 'member_served_ms': sorted(served),
                 'member_commit_ms': sorted(commits),
+                # The slowest member's call, and where its agent's part
+                # went (the driver's blobcr:phases_ms).
+                'slowest_member': slowest,
                 'members': len(holds)}
+
+
+def _member(meta):
+    """A member snapshot's timing from its blobcr: metadata."""
+    phases = {}
+    for item in meta.get('blobcr:phases_ms', '').split():
+        name, _, value = item.partition('=')
+        phases[name] = float(value)
+    return {'ack_ms': float(meta['blobcr:ack_ms']),
+            'served_ms': float(meta['blobcr:served_ms']),
+            'host': meta.get('blobcr:host'), 'phases_ms': phases}

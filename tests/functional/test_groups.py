@@ -176,3 +176,29 @@ def test_a_member_in_the_index_without_its_tag_is_missing(repo):
     found = groups.state(repo, 'job-9')
     assert set(found['versions']) == {a}
     assert found['complete'] is False
+
+
+def test_admit_reads_a_known_count_once(repo, monkeypatch):
+    """A count read from the index (or recorded by a join) is admitted
+    again without a read (it never changes once set); another count is
+    read again and refused, committing nothing.
+    """
+    _member(repo, 'rank-0', 'job-k', 2, project='p1')
+    reads = []
+    real = repo.backend.read_header
+
+    def counted(name):
+        reads.append(name)
+        return real(name)
+    monkeypatch.setattr(repo.backend, 'read_header', counted)
+    known = {}
+    assert groups.admit(repo, 'job-k', 2, 'p1', known=known).members == 2
+    assert known == {('job-k', 'p1'): 2} and len(reads) == 1
+    assert groups.admit(repo, 'job-k', 2, 'p1', known=known) is None
+    assert len(reads) == 1
+    with pytest.raises(exception.InvalidInput):
+        groups.admit(repo, 'job-k', 3, 'p1', known=known)
+    assert len(reads) == 2
+    # A group not made yet: nothing to remember.
+    assert groups.admit(repo, 'job-new', 2, 'p1', known=known) is None
+    assert ('job-new', 'p1') not in known

@@ -126,6 +126,14 @@ def test_volume_snapshot_clone_revert_extend_delete(cloud, rabbitmq_url):
         float(props['blobcr:downtime_ms']) > 0
     assert int(props['blobcr:bytes_written']) > 0
     assert props['blobcr:made_by'] == 'cinder'
+    # Where the agent's part went, step by step: within it, in total.
+    phases = dict((name, float(ms)) for name, _, ms in (
+        item.partition('=') for item in props['blobcr:phases_ms'].split()))
+    assert {'lookup', 'quiesce', 'register', 'commit'} <= set(phases)
+    spent = sum(ms for name, ms in phases.items()
+                if name != 'reserved')      # a flag: 1 if registered ahead
+    # (Each figure is rounded to 0.1 ms in the metadata.)
+    assert 0 < spent <= float(props['blobcr:served_ms']) + 0.05 * len(phases)
     writer.stop()
     assert writer.synced > synced_before        # it kept writing
     base = bytes(region)
