@@ -93,9 +93,7 @@ class Checkpoints(object):
                                  known=self.tagger.counts)
             mark = _phase(phases, 'admit', mark)
         # Attached here by id (Cinder's calls): no header read.
-        image_id = image if image in self.mirror.attached else \
-            self.repo.image(image).id
-        self.mirror.get(image_id)               # attached here?
+        image_id = self.mirror.get(image).id    # attached here?
         mark = _phase(phases, 'lookup', mark)
         tag = None
         if group is not None:
@@ -132,16 +130,24 @@ class Checkpoints(object):
         held, as a checkpoint would hold nothing either.
         """
         mode = self._mode(quiesce)
-        image_id = self.repo.image(image).id
-        self.mirror.get(image_id)               # attached here?
+        image_id = self.mirror.get(image).id    # attached here?
         context, used = self._hold(image_id, mode, explicit=bool(quiesce))
         if context is None:
             return {'image': image_id, 'quiesce': used, 'held': False}
         self.holds.hold(image_id, context, timeout)
         return {'image': image_id, 'quiesce': used, 'held': True}
 
+    def _image_id(self, image):
+        """The id of ``image``: read from the store only when it is not
+        an id attached here (a group snapshot's calls, on a store busy
+        with persists, waited most of a second for each read).
+        """
+        attached = self.mirror.attached.get(image)
+        return attached.id if attached is not None else \
+            self.repo.image(image).id
+
     def release(self, image):
-        image_id = self.repo.image(image).id
+        image_id = self._image_id(image)
         held = self.holds.release(image_id)
         if held is None:
             return {'image': image_id, 'released': False}
@@ -156,13 +162,13 @@ class Checkpoints(object):
         return mode
 
     def state(self, image, version):
-        image_id = self.repo.image(image).id
+        image_id = self._image_id(image)
         if image_id in self.mirror.attached:
             return self.mirror.state(image_id, version)
         return self.repo.image(image_id).version(version).state
 
     def wait_stable(self, image, version, timeout=600):
-        image_id = self.repo.image(image).id
+        image_id = self._image_id(image)
         deadline = time.monotonic() + timeout
         if image_id in self.mirror.attached:
             state = self.mirror.wait_stable(image_id, version, timeout)

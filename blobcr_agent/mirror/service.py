@@ -273,7 +273,14 @@ class MirrorService(object):
         incoming.on_done = opened
 
     def get(self, image):
-        """The AttachedImage of an image; an error if not attached."""
+        """The AttachedImage of an image; an error if not attached.
+        An id attached here is looked up without reading the store: on
+        a busy store that read took a group member's call most of a
+        second (issue 36).
+        """
+        found = self.attached.get(image)
+        if found is not None:
+            return found
         image_id = self.repo.image(image).id
         try:
             return self.attached[image_id]
