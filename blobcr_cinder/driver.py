@@ -815,6 +815,15 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
             # release), recorded on each member's snapshot. Holds,
             # checkpoints and releases go to every member at once: one
             # after another, the hold grew by an RPC per member.
+            # Phase zero, before any guest is held: each member host
+            # checks the count against the group's index once, so that
+            # no member's checkpoint waits for that read (agent API 1.11;
+            # an older agent's members read it themselves).
+            _in_parallel(
+                lambda hp: self._call(hp[0], 'admit_group', group, members,
+                                      project=hp[1]),
+                sorted({(host, s.volume.project_id)
+                        for s, host in attached if host}), [])
             since = time.monotonic()
             if members > 1:
                 held = _in_parallel(

@@ -137,6 +137,15 @@ class Checkpoints(object):
         self.holds.hold(image_id, context, timeout)
         return {'image': image_id, 'quiesce': used, 'held': True}
 
+    def admit_group(self, group, members, project=None):
+        """Phase zero of a group checkpoint across hosts: check and
+        remember the member count here, so that the members' own
+        checkpoints admit it without a read (groups.admit).
+        """
+        groups.admit(self.repo, group, members, project,
+                     known=self.tagger.counts, declare=True)
+        return {'group': group, 'members': members}
+
     def _image_id(self, image):
         """The id of ``image``: read from the store only when it is not
         an id attached here (a group snapshot's calls, on a store busy

@@ -141,7 +141,7 @@ def _refuse_count(index, group, members):
             % (members, group))
 
 
-def admit(repo, group, members, project=None, known=None):
+def admit(repo, group, members, project=None, known=None, declare=False):
     """Refuse a member count that disagrees with the group's: checked
     before the checkpoint is taken, so that a refusal commits nothing.
     Returns the index as read (None: a new group, or not read).
@@ -150,7 +150,10 @@ def admit(repo, group, members, project=None, known=None):
     (a caller's cache). The first member sets the count and it never
     changes, so a count found there is admitted without reading the
     index again: on a busy store that read waited behind the persists
-    of every member's host (issue 36).
+    of every member's host (issue 36). With ``declare`` (a coordinator
+    that knows the count: the Cinder driver's phase zero), a group not
+    made yet is remembered with ``members`` too; a member that made it
+    meanwhile with another count is refused when the index is joined.
     """
     check(group, members)
     check_project(project)
@@ -160,6 +163,8 @@ def admit(repo, group, members, project=None, known=None):
     _refuse_count(index, group, members)
     if known is not None and index is not None and index.members:
         known[(group, project)] = index.members
+    elif known is not None and declare:
+        known[(group, project)] = members
     return index
 
 

@@ -55,10 +55,15 @@ side. Version history of the API:
   wrote so far, so that the handoff at the switch commits and persists
   only what the guest writes during the migration. Not sent to older
   agents (the version cap), which hand off as before.
+* 1.11 - admit_group: phase zero of a group checkpoint across hosts (the
+  Cinder driver's, before any guest is held): the member count is
+  checked against the group's index once per host and remembered, so
+  that the members' checkpoints do not read the index on their ack
+  path. Not sent to older agents, whose members read it as before.
 """
 
 TOPIC = 'blobcr-agent'
 # Named in every target, so that callers whatever their own
 # control_exchange (cinder, nova) reach the agents.
 EXCHANGE = 'blobcr'
-VERSION = '1.10'
+VERSION = '1.11'

@@ -354,5 +354,17 @@ class AgentAPI(object):
                    dest=dest)
         return True
 
+    # -- 1.11 ----------------------------------------------------------------
+
+    def admit_group(self, host, group, members, project=None):
+        """Check ``members`` against ``group``'s index on ``host`` once,
+        before its members checkpoint (agent API 1.11); None, sending
+        nothing, while the version cap is below 1.11.
+        """
+        if not self.client.can_send_version('1.11'):
+            return None
+        return self._call(host, 'admit_group', api_version='1.11',
+                          group=group, members=members, project=project)
+
     def cleanup(self):
         self.transport.cleanup()

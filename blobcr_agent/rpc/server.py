@@ -159,6 +159,10 @@ class AgentEndpoint(object):
     def group_state(self, ctxt, group, project=None):
         return self.manager.group_state(group, project=project)
 
+    @_expected
+    def admit_group(self, ctxt, group, members, project=None):
+        return self.manager.admit_group(group, members, project=project)
+
     # -- 1.3: volumes -----------------------------------------------------
 
     @_expected

@@ -179,9 +179,10 @@ def test_a_member_in_the_index_without_its_tag_is_missing(repo):
 
 
 def test_admit_reads_a_known_count_once(repo, monkeypatch):
-    """A count read from the index (or recorded by a join) is admitted
-    again without a read (it never changes once set); another count is
-    read again and refused, committing nothing.
+    """A count read from the index (or recorded by a join, or declared
+    by a coordinator) is admitted again without a read (it never
+    changes once set); another count is read again and refused,
+    committing nothing.
     """
     _member(repo, 'rank-0', 'job-k', 2, project='p1')
     reads = []
@@ -202,3 +203,11 @@ def test_admit_reads_a_known_count_once(repo, monkeypatch):
     # A group not made yet: nothing to remember.
     assert groups.admit(repo, 'job-new', 2, 'p1', known=known) is None
     assert ('job-new', 'p1') not in known
+    # A coordinator declares the count of a group it is about to make
+    # (the Cinder driver's phase zero): its members need no read.
+    assert groups.admit(repo, 'job-new', 2, 'p1', known=known,
+                        declare=True) is None
+    assert known[('job-new', 'p1')] == 2
+    reads.clear()
+    assert groups.admit(repo, 'job-new', 2, 'p1', known=known) is None
+    assert reads == []

@@ -447,10 +447,10 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
                 call()
         assert list(capped.status(host)['attached']) == [image_id]
         assert 'UnsupportedVersion' not in agent_log(agent)
-        # Without a cap, 1.1 to 1.10 are served; the agent's dispatcher
+        # Without a cap, 1.1 to 1.11 are served; the agent's dispatcher
         # refuses newer versions.
         for version in ('1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7',
-                        '1.8', '1.9', '1.10'):
+                        '1.8', '1.9', '1.10', '1.11'):
             assert uncapped.client.prepare(server=host, version=version).call(
                 {}, 'status')['host'] == host
         assert uncapped.group_state(host, 'g', project='p1')['project'] == \
@@ -458,7 +458,7 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
         # oslo.messaging answers UnsupportedVersion, which the caller
         # gets as a RemoteError naming it (oslo_messaging.rpc.dispatcher
         # is not an allowed remote exception module).
-        for version in ('1.11', '2.0'):
+        for version in ('1.12', '2.0'):
             assert uncapped.client.can_send_version(version)
             with pytest.raises(oslo_messaging.RemoteError) as ei:
                 uncapped.client.prepare(server=host, version=version).call(
@@ -680,10 +680,11 @@ def test_calls_prepare_their_versions_and_timeouts():
         api.publish_hints('scope', 'h', [3, 4])
         api.attach('h', 'disk', instance='vm', block_device=True)
         api.prepare_handoff('h', 'disk', 'b')
+        api.admit_group('h', 'g', 4, project='p')
         got = [(m, kw, sorted(a)) for m, kw, a in api.client.prepared]
     finally:
         api.cleanup()
-    assert rpc.VERSION == '1.10'
+    assert rpc.VERSION == '1.11'
     checkpoint = ['group', 'image', 'members', 'quiesce']
     assert got == [
         # A checkpoint outlasts the agent's bounded wait (then Busy).
@@ -737,7 +738,10 @@ def test_calls_prepare_their_versions_and_timeouts():
           'version']),
         # 1.10: a migration began (a cast, no answer).
         ('prepare_handoff', {'server': 'h', 'version': '1.10'},
-         ['dest', 'image'])]
+         ['dest', 'image']),
+        # 1.11: a group's member count, checked once per host.
+        ('admit_group', {'server': 'h', 'version': '1.11'},
+         ['group', 'members', 'project'])]
     assert rpc_api.CHECKPOINT_TIMEOUT >= 300
 
 
