@@ -80,14 +80,18 @@ def test_scale_two_hosts_four_vms(capsys, tmp_path, ceph_cluster,
     summary = result['summary']['4']
     tails = summary['tails']
     assert len(tails['ack_s']['max_per_run']) == len(result['runs'])
-    assert tails['ack_s']['max'] >= summary['ack_s']
-    assert tails['group_stable_s']['max'] >= summary['group_stable_s']
+    assert tails['ack_s']['max'] >= tails['ack_s']['median_of_max'] >= \
+        summary['ack_s']
+    assert tails['ack_s']['max'] == max(tails['ack_s']['max_per_run'])
+    assert tails['group_stable_s']['median_of_max'] >= \
+        summary['group_stable_s']
     for mode in ('lazy', 'hints', 'precopy'):
         restart = summary['restart'][mode]
-        assert restart['restart_s_tail']['max'] >= restart['restart_s']
+        assert restart['restart_s_tail']['median_of_max'] >= \
+            restart['restart_s']
         assert restart['restart_s_tail']['max'] == max(
-            v['restart_s'] for v in run['restart'][mode]['vms']) or \
-            len(result['runs']) > 1
+            v['restart_s'] for r in result['runs']
+            for v in r['restart'][mode]['vms'])
     at = {p['vms']: p for p in result['model']['at']}
     assert at[1000]['bottleneck'] in at[1000]['seconds']
     assert (tmp_path / 'scale.png').stat().st_size > 10000
