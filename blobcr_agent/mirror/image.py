@@ -415,9 +415,7 @@ class AttachedImage(object):
         wait for room in flight), ``gate``, ``register`` (the version in
         the repository), ``record`` (the cache metadata), ``commit`` (the
         snapshot, held). ``made_by`` (Version.made_by) and ``group``
-        (Version.group) go into the header write that registers the
-        version: no header update of their own, and nothing to keep
-        across a crash (the registration is durable before the COMMIT).
+        (Version.group) cost no header update of their own (_snapshot).
         """
         deadline = None if wait is None else time.monotonic() + wait
         phases = self._phases = {}
@@ -517,8 +515,10 @@ class AttachedImage(object):
         marks = {}
         if reserved is not None:
             pending = reserved.commit
+            # Replaces the marks of an earlier try that was refused Busy
+            # and put this reservation back (none: no marks).
+            pending.mark(made_by, group)
             if made_by or group is not None:
-                pending.mark(made_by, group)
                 marks = {pending.version: {'made_by': made_by,
                                            'group': group}}
             self._phases['reserved'] = 1

@@ -298,8 +298,9 @@ class Commit(object):
         """Label the version (Version.made_by) and tag it as a group
         member (Version.group) in the header update that makes it
         stable: a version registered before its caller knew them (a
-        reservation, mirror/reserve.py).
+        reservation, mirror/reserve.py). Replaces earlier marks.
         """
+        self._marks = {}
         if made_by:
             self._marks['made_by'] = made_by
         if group is not None:

@@ -343,6 +343,42 @@ def test_busy_before_the_commit_keeps_the_reservation(store, monkeypatch):
         a.close(30)
 
 
+def test_marks_of_a_refused_try_do_not_stick_to_the_reservation(store):
+    """A labelled group checkpoint takes the reservation and is refused
+    Busy before its COMMIT: the reservation is put back. The next
+    checkpoint, a plain one, takes it: its version turns stable with no
+    label nor tag (they were the refused try's). A labelled one after
+    it gets its own marks in its stable update.
+    """
+    repo, image_id, _ = store
+    a = _attach(store)
+    tag = {'id': 'job', 'members': 1, 'project': None}
+    try:
+        reserved = _reserved(a)
+        a.core = BusyOnce(a.core)
+        _fill(a, 8)
+        with pytest.raises(exception.Busy):
+            a.checkpoint(wait=0, made_by='cinder', group=tag)
+        assert a.meta['reserved'] == reserved and not a.marks_in_flight()
+        plain, _, _ = a.checkpoint(wait=5)
+        assert plain == reserved and a.wait_persisted(30)
+        v = repo.image(image_id).version(plain)
+        assert (v.state, v.made_by, v.group) == ('stable', '', None)
+        _fill(a, 9)
+        _reserved(a)
+        marked, _, _ = a.checkpoint(wait=5, made_by='cinder', group=tag)
+        assert a.last_phases['reserved'] == 1
+        assert a.marks_in_flight() in ({}, {marked: {'made_by': 'cinder',
+                                                     'group': tag}})
+        assert a.wait_persisted(30)
+        v = repo.image(image_id).version(marked)
+        assert (v.state, v.made_by, v.group) == ('stable', 'cinder', tag)
+        assert not a.marks_in_flight()
+    finally:
+        a.core = getattr(a.core, '_core', a.core)
+        a.close(30)
+
+
 def test_close_fails_the_reservation_at_once(store):
     repo, image_id, _ = store
     a = _attach(store)
