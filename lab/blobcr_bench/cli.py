@@ -107,7 +107,9 @@ def build_parser():
     common.add_argument('--ceph-conf', default='/etc/ceph/ceph.conf')
     common.add_argument('--data-pool', default='blobcr-data')
     common.add_argument('--meta-pool', default='blobcr-meta')
-    common.add_argument('--in-flight', type=int, default=32)
+    common.add_argument('--in-flight', type=int, default=32,
+                        help='store writes kept in flight (scale: by each '
+                        'host\'s agent, its [repository] max_in_flight)')
     common.add_argument('--json', action='store_true',
                         help='print the result on one line')
     common.add_argument('--quiet', action='store_true')

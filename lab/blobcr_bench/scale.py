@@ -157,6 +157,9 @@ class Cluster(object):
             settings['proxy'] = {'listen': host.address,
                                  'port': str(PROXY_PORT),
                                  'host_secret': SECRET}
+            # --in-flight: the store writes each agent keeps in flight.
+            settings['repository'] = {
+                'max_in_flight': str(self.args.in_flight)}
             agent = agents.AgentProcess(host.workdir, self.backend, settings)
             agent.args = host.command(agent.args)
             self.agents[host.name] = agent      # stopped even if not up
@@ -753,7 +756,7 @@ def run(args, log, open_repository):
         'iterations': args.iterations, 'compute_s': args.compute,
         'think_ms': args.think_ms, 'stagger_s': args.stagger,
         'system_read': args.system_read, 'modes': list(args.modes),
-        'cinder': args.cinder,
+        'cinder': args.cinder, 'in_flight': args.in_flight,
         'hosts_are': 'network namespaces on one bridge; Ceph and RabbitMQ '
                      'forwarded onto each host\'s loopback',
         'machine_cores': os.cpu_count()}
