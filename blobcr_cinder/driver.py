@@ -69,12 +69,9 @@ GiB = units.Gi
 MADE_BY = 'cinder'
 # Versions made only to hold a detached volume's content.
 SUPERSEDED = (MADE_BY, 'revert', 'kept')
-# A detach first asks the host's agent its status: a live agent answers
-# in milliseconds, and a dead one must not eat the rpc_response_timeout
-# (60 s) of Cinder's attachment_delete before the answer is known. One
-# that misses it and is not known down gets a second, longer try.
+# The storage agent's probe at cinder-volume's start; a detach's probes
+# are [backend] blobcr_alive_probe_timeout and blobcr_retry_probe_timeout.
 ALIVE_PROBE_TIMEOUT = 10
-RETRY_PROBE_TIMEOUT = 25
 # Between two probes of a storage agent that is not up yet at start.
 START_PROBE_EVERY = 2
 
@@ -505,6 +502,10 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
                          if a.instance_uuid and
                          a.attach_status != 'detached'), None)
         kind = self.configuration.blobcr_connection_type
+        # A host without a live agent fails in the short probe, not
+        # after the attach's whole blobcr_rpc_timeout.
+        self._call(host, 'status',
+                   timeout=self.configuration.blobcr_alive_probe_timeout)
         attached = self._call(
             host, 'attach', self._image_of(volume), instance=instance,
             project=volume.project_id if instance else None,
@@ -567,13 +568,14 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
 
         Otherwise it may be slow, not lost (an agent restart, a broker
         failover, Nova's resize or shelve on a live host make the same
-        calls as an evacuation): it gets RETRY_PROBE_TIMEOUT more to
+        calls as an evacuation): it gets blobcr_retry_probe_timeout more to
         answer (the whole detach must fit in Cinder's RPC timeout, 60 s
         by default), then the detach fails with what to do, and nothing
         is lost. A ``force`` detach follows the same rule.
         """
         try:
-            return self.api.status(host, timeout=ALIVE_PROBE_TIMEOUT)
+            return self.api.status(
+                host, timeout=self.configuration.blobcr_alive_probe_timeout)
         except messaging.MessagingTimeout:
             pass
         epoch = self.api.list_versions(self.storage_host,
@@ -587,7 +589,8 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
             self._give_up_host(volume, host, image, down)
             return None
         try:
-            return self.api.status(host, timeout=RETRY_PROBE_TIMEOUT)
+            return self.api.status(
+                host, timeout=self.configuration.blobcr_retry_probe_timeout)
         except messaging.MessagingTimeout:
             raise exception.VolumeBackendAPIException(
                 data=_('the BlobCR agent of host %(host)s does not answer '

@@ -68,6 +68,17 @@ blobcr_opts = [
                     'uninitialized. A cinder-volume started before its '
                     'agent (services started in any order at a boot) '
                     'thus initializes once the agent answers.'),
+    cfg.IntOpt('blobcr_alive_probe_timeout', default=10, min=1,
+               help='Seconds a detach (and an attach) first waits for the '
+                    'host\'s agent to answer a status probe: a live agent '
+                    'answers in milliseconds, and a dead one must not eat '
+                    'Cinder\'s RPC timeout before the answer is known.'),
+    cfg.IntOpt('blobcr_retry_probe_timeout', default=25, min=1,
+               help='Seconds more a detach gives an agent that missed the '
+                    'first probe and whose host is not known down (it may '
+                    'be restarting) before the detach fails, nothing '
+                    'lost. The two probes together must fit in Cinder\'s '
+                    'rpc_response_timeout (60 s by default).'),
     cfg.IntOpt('blobcr_snapshot_timeout', default=1800, min=1,
                help='Seconds a snapshot may take to be persisted (its '
                     'version to turn stable) before it goes to error.'),

@@ -71,13 +71,13 @@ def _driver(group, storage, url):
     cfg.CONF.set_override('blobcr_agent_host', storage, group=group)
     cfg.CONF.set_override('blobcr_rpc_timeout', 60, group=group)
     cfg.CONF.set_override('blobcr_snapshot_timeout', 300, group=group)
+    # Probes shorter than the defaults (10 s, then 25 s): the walk
+    # pauses agents for longer than both, many times.
+    cfg.CONF.set_override('blobcr_alive_probe_timeout', 1, group=group)
+    cfg.CONF.set_override('blobcr_retry_probe_timeout', 2, group=group)
     driver = driver_mod.BlobCRDriver(configuration=conf,
                                      host='model@%s' % group)
     driver.api = rpc_api.AgentAPI(transport_url=url, timeout=60)
-    # Probes shorter than cinder-volume's (10 s, then 25 s): the walk
-    # pauses agents for longer than both, many times.
-    driver_mod.ALIVE_PROBE_TIMEOUT = 1
-    driver_mod.RETRY_PROBE_TIMEOUT = 2
     return driver
 
 

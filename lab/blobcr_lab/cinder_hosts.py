@@ -79,4 +79,8 @@ def backend_section(hosts):
         # Thin: the scheduler admits (total x ratio) - provisioned, and
         # a 1 GiB volume on a 0.25 GiB store needs a ratio above 4.
         section['max_over_subscription_ratio'] = '400'
+        # Its fault tests kill agents for good and wait for the
+        # refusals: 15 s each rather than the defaults' 35 s.
+        section['blobcr_alive_probe_timeout'] = '5'
+        section['blobcr_retry_probe_timeout'] = '10'
     return section
