@@ -46,20 +46,22 @@ class StubMirror(object):
     def __init__(self, path):
         self.path = path
         self.during = lambda: None
+        self.attached = {}
 
     def path_of(self, image_id):
         return self.path
 
     def get(self, image_id):
-        return image_id
+        return types.SimpleNamespace(id=image_id)
 
-    def checkpoint(self, image_id, hold):
+    def checkpoint(self, image_id, hold, made_by='', group=None):
         if hold is None:
             self.during()
         else:
             with hold:
                 self.during()
-        return {'version': 2, 'downtime_ms': 1.0, 'held_ms': 0.5}
+        return {'version': 2, 'downtime_ms': 1.0, 'held_ms': 0.5,
+                'phases_ms': {'commit': 1.0}}
 
 
 @pytest.fixture
