@@ -502,10 +502,6 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
                          if a.instance_uuid and
                          a.attach_status != 'detached'), None)
         kind = self.configuration.blobcr_connection_type
-        # A host without a live agent fails in the short probe, not
-        # after the attach's whole blobcr_rpc_timeout.
-        self._call(host, 'status',
-                   timeout=self.configuration.blobcr_alive_probe_timeout)
         attached = self._call(
             host, 'attach', self._image_of(volume), instance=instance,
             project=volume.project_id if instance else None,

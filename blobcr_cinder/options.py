@@ -69,10 +69,10 @@ blobcr_opts = [
                     'agent (services started in any order at a boot) '
                     'thus initializes once the agent answers.'),
     cfg.IntOpt('blobcr_alive_probe_timeout', default=10, min=1,
-               help='Seconds a detach (and an attach) first waits for the '
-                    'host\'s agent to answer a status probe: a live agent '
-                    'answers in milliseconds, and a dead one must not eat '
-                    'Cinder\'s RPC timeout before the answer is known.'),
+               help='Seconds a detach first waits for the host\'s agent '
+                    'to answer a status probe: a live agent answers in '
+                    'milliseconds, and a dead one must not eat Cinder\'s '
+                    'RPC timeout before the answer is known.'),
     cfg.IntOpt('blobcr_retry_probe_timeout', default=25, min=1,
                help='Seconds more a detach gives an agent that missed the '
                     'first probe and whose host is not known down (it may '

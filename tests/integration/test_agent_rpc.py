@@ -795,7 +795,7 @@ def _checkpoint_writes(api, host, image_id, **kw):
 
 @pytest.mark.parametrize('reserve', ['1', '0'])
 def test_a_cinder_group_member_call_writes_no_label_or_tag_of_its_own(
-        store, rpc_agent, api, monkeypatch, reserve):
+        local_store, rpc_agent, api, monkeypatch, reserve):
     """Cinder's member call (a labelled group checkpoint over RPC): the
     label and the group tag go into the header write that registers the
     version, or, for a version registered ahead (reserve.py, on by
@@ -803,11 +803,12 @@ def test_a_cinder_group_member_call_writes_no_label_or_tag_of_its_own(
     compare-and-set of their own. The stable version has both, and the
     group is complete. Without reservations (nothing registered in the
     background), the writes are counted: one more than a plain
-    checkpoint's, the group's index (it was three more).
+    checkpoint's, the group's index (it was three more). The local
+    store only: what is counted does not depend on the store.
     """
     monkeypatch.setenv('BLOBCR_RESERVE_AHEAD', reserve)
-    image_id, _ = make_image(store, 'member')
-    agent, host = rpc_agent(store)
+    image_id, _ = make_image(local_store, 'member')
+    agent, host = rpc_agent(local_store)
     api.attach(host, image_id)
     group = 'cinder-' + uuid.uuid4().hex[:8]
     # The first stable version releases no earlier one's pin; the
@@ -819,7 +820,7 @@ def test_a_cinder_group_member_call_writes_no_label_or_tag_of_its_own(
         number, member = _checkpoint_writes(
             api, host, image_id, group=group, members=1, project='p1',
             label='cinder')
-        stable = store.image(image_id).version(number)
+        stable = local_store.image(image_id).version(number)
         assert (stable.made_by, stable.group) == (
             'cinder', {'id': group, 'members': 1, 'project': 'p1'})
         assert api.group_state(host, group, project='p1')['complete']

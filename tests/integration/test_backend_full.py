@@ -142,8 +142,7 @@ def _without_ioctx_full_try(backend):
     """Make ``backend`` write chunks as write ops with the FULL_TRY flag,
     as it does with a binding that cannot set it on the ioctx.
     """
-    for ioctx in (backend._data, backend._meta, backend._versioned,
-                  backend._versioned_data):
+    for ioctx in backend._all_ioctxs:
         ioctx.unset_osdmap_full_try()
     backend._ioctx_full_try = False
     return backend

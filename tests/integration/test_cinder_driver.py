@@ -505,17 +505,13 @@ def test_group_snapshot_of_volumes_on_two_hosts(cloud, rabbitmq_url):
 def test_attach_to_a_host_without_agent_fails_clearly(openstack_cloud,
                                                       cinder_hosts):
     """Nothing answers for the connector's host: the attachment fails
-    after the driver's short probe (blobcr_alive_probe_timeout, not the
-    whole RPC timeout) with a message naming the host, and the volume
-    can be attached elsewhere afterwards.
+    after the driver's RPC timeout with a message naming the host, and
+    the volume can be attached elsewhere afterwards.
     """
     stack, hosts = openstack_cloud, cinder_hosts['local']
     vol = create_volume(stack, hosts, 'orphan', '--size', '1')
-    started = time.monotonic()
     with pytest.raises(Exception) as ei:
         Attachment(stack, vol['id'], 'no-agent-here')
-    # The probe's 10 s (and Cinder's calls), not blobcr_rpc_timeout's 30.
-    assert time.monotonic() - started < 25
     assert getattr(ei.value, 'http_status', None) == 500 or '500' in \
         str(ei.value)
     assert 'the BlobCR agent of host no-agent-here does not answer' in \

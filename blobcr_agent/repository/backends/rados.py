@@ -38,10 +38,12 @@ gets the chunk writes as write ops with the flag.
 """
 
 import calendar
+import contextlib
 import errno
 import json
 import logging
 import math
+import queue
 import threading
 import time
 
@@ -55,6 +57,12 @@ except ImportError:  # pragma: no cover - depends on the host
 
 LOG = logging.getLogger(__name__)
 _PREFIX = {base.NODE: 'node.', base.HEADER: 'header.'}
+# Header and conditional-delete ops in flight at once. Each needs its
+# ioctx's get_last_version() to itself; with one ioctx under a lock,
+# every header op of an agent waited for the others, each a round trip
+# queued behind the OSDs' data writes (a group member's registration
+# behind its neighbours' stable updates, issue 36).
+VERSIONED_IOCTXS = 8
 # LIBRADOS_LOCK_FLAG_MAY_RENEW: the holder takes its lock again to renew.
 _LOCK_MAY_RENEW = 1
 # librados.h; the python binding does not export it.
@@ -120,21 +128,26 @@ class RadosBackend(base.ObjectBackend):
             self._data = self._cluster.open_ioctx(data_pool)
             self._meta = self._cluster.open_ioctx(meta_pool)
             # Headers and conditional deletes need get_last_version(),
-            # which is per ioctx: give them their own, under a lock.
-            self._versioned = self._cluster.open_ioctx(meta_pool)
-            self._versioned_data = self._cluster.open_ioctx(data_pool)
+            # which is per ioctx: (meta, data) pairs of their own, each
+            # used by one op at a time.
+            pairs = [(self._cluster.open_ioctx(meta_pool),
+                      self._cluster.open_ioctx(data_pool))
+                     for _ in range(VERSIONED_IOCTXS)]
         except rados.Error as e:
             self._cluster.shutdown()
             raise exception.BackendUnavailable(
                 'cannot open pools %s/%s: %s' % (data_pool, meta_pool, e))
-        ioctxs = (self._data, self._meta, self._versioned,
-                  self._versioned_data)
-        for ioctx in ioctxs:
+        self._all_ioctxs = [self._data, self._meta] + [
+            i for pair in pairs for i in pair]
+        for ioctx in self._all_ioctxs:
             ioctx.set_namespace(namespace)
-        self._ioctx_full_try = all([_set_full_try(i) for i in ioctxs])
+        self._ioctx_full_try = all([_set_full_try(i)
+                                    for i in self._all_ioctxs])
         if namespace:
             self._where += '#' + namespace
-        self._version_lock = threading.Lock()
+        self._versioned_pairs = queue.LifoQueue()
+        for pair in pairs:
+            self._versioned_pairs.put(pair)
         self._completions = {}
         self._completions_lock = threading.Lock()
 
@@ -220,10 +233,20 @@ class RadosBackend(base.ObjectBackend):
         return holder if until > time.time() else None
 
     def close(self):
-        for ioctx in (self._data, self._meta, self._versioned,
-                      self._versioned_data):
+        for ioctx in self._all_ioctxs:
             ioctx.close()
         self._cluster.shutdown()
+
+    @contextlib.contextmanager
+    def _versioned(self):
+        """A (meta, data) ioctx pair for one versioned op (waits while
+        VERSIONED_IOCTXS ops are in flight).
+        """
+        pair = self._versioned_pairs.get()
+        try:
+            yield pair
+        finally:
+            self._versioned_pairs.put(pair)
 
     def _ioctx(self, kind):
         return self._data if kind == base.CHUNK else self._meta
@@ -392,10 +415,9 @@ class RadosBackend(base.ObjectBackend):
             raise exception.BackendUnavailable('RADOS listing: %s' % e)
 
     def delete_if_older(self, kind, name, cutoff):
-        ioctx = (self._versioned_data if kind == base.CHUNK
-                 else self._versioned)
         oid = self._oid(kind, name)
-        with self._version_lock:
+        with self._versioned() as (meta, data):
+            ioctx = data if kind == base.CHUNK else meta
             try:
                 size, mtime = ioctx.stat(oid)
                 version = ioctx.get_last_version()
@@ -425,11 +447,11 @@ class RadosBackend(base.ObjectBackend):
 
     def read_header(self, name):
         oid = self._oid(base.HEADER, name)
-        with self._version_lock:
+        with self._versioned() as (ioctx, _):
             try:
-                size, _ = self._versioned.stat(oid)
-                data = self._versioned.read(oid, size + 65536, 0)
-                token = self._versioned.get_last_version()
+                size, _ = ioctx.stat(oid)
+                data = ioctx.read(oid, size + 65536, 0)
+                token = ioctx.get_last_version()
             except rados.ObjectNotFound:
                 return None
             except rados.Error as e:
@@ -438,8 +460,8 @@ class RadosBackend(base.ObjectBackend):
 
     def write_header(self, name, data, token):
         oid = self._oid(base.HEADER, name)
-        with self._version_lock:
-            op = self._versioned.create_write_op()
+        with self._versioned() as (ioctx, _):
+            op = ioctx.create_write_op()
             try:
                 if token is None:
                     # Indexed before it exists, so a crash in between
@@ -450,9 +472,8 @@ class RadosBackend(base.ObjectBackend):
                 else:
                     op.assert_version(token)
                 op.write_full(bytes(data))
-                self._versioned.operate_write_op(op, oid, mtime=_now(),
-                                                 flags=FULL_TRY)
-                return self._versioned.get_last_version()
+                ioctx.operate_write_op(op, oid, mtime=_now(), flags=FULL_TRY)
+                return ioctx.get_last_version()
             except (rados.ObjectExists, rados.ObjectNotFound) as e:
                 raise exception.Conflict('header %s changed: %s' % (name, e))
             except rados.OSError as e:
@@ -462,16 +483,16 @@ class RadosBackend(base.ObjectBackend):
             except rados.Error as e:
                 raise self._error(base.HEADER, name, e)
             finally:
-                self._versioned.release_write_op(op)
+                ioctx.release_write_op(op)
 
     def delete_header(self, name, token):
         oid = self._oid(base.HEADER, name)
-        with self._version_lock:
-            op = self._versioned.create_write_op()
+        with self._versioned() as (ioctx, _):
+            op = ioctx.create_write_op()
             try:
                 op.assert_version(token)
                 op.remove()
-                self._versioned.operate_write_op(op, oid, flags=FULL_TRY)
+                ioctx.operate_write_op(op, oid, flags=FULL_TRY)
             except rados.ObjectNotFound:
                 raise exception.Conflict('header %s is gone' % name)
             except rados.OSError as e:
@@ -479,7 +500,7 @@ class RadosBackend(base.ObjectBackend):
                     raise exception.Conflict('header %s changed' % name)
                 raise self._error(base.HEADER, name, e)
             finally:
-                self._versioned.release_write_op(op)
+                ioctx.release_write_op(op)
         self._index(name, add=False)
 
     def _index(self, name, add):
