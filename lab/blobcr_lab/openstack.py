@@ -90,9 +90,6 @@ TEMPLATE_FORMAT = 4     # 4: passwords hashed with 4 bcrypt rounds
 
 # Debian's server binaries: /usr/lib/postgresql/<major>/bin.
 POSTGRES_ROOT = '/usr/lib/postgresql'
-# [DEFAULT] graceful_shutdown_timeout of the lab's oslo.service daemons
-# (default 60): a SIGTERM ends them within it, not at the stop's SIGKILL.
-GRACEFUL_SHUTDOWN_S = 3
 
 
 class StackError(RuntimeError):
@@ -675,8 +672,6 @@ class OpenStackStack:
                 # "openstack image create --volume V --force" of an
                 # attached volume (the driver uploads a live checkpoint).
                 'enable_force_upload': True,
-                # cinder-volume stopped only at the SIGKILL, 20 s later.
-                'graceful_shutdown_timeout': GRACEFUL_SHUTDOWN_S,
             },
             'database': {'connection': self.postgres.url('cinder')},
             'oslo_concurrency': {'lock_path': self.path('cinder-locks')},
