@@ -409,8 +409,9 @@ class MirrorService(object):
         request to the acknowledgment, ``held_ms`` the part inside
         ``hold`` (the guest kept still). Raises Busy, committing nothing,
         if the previous persist of the image is not done within
-        ``busy_timeout`` seconds. ``made_by`` and ``group`` are recorded
-        as the version is registered (Image.checkpoint).
+        ``busy_timeout`` seconds. ``made_by`` and ``group`` mark the
+        version (AttachedImage._snapshot: at its registration, or when a
+        version registered ahead turns stable).
         """
         attached = self.get(image)
         t0 = time.perf_counter()
