@@ -143,6 +143,9 @@ typedef struct MirrorCore {
     /* access history */
     uint32_t seq;
     uint32_t *first_write;  /* first write of the current epoch */
+    uint32_t *last_write;   /* wclock at the chunk's latest write */
+    uint32_t wclock;        /* writes since open (wraps; never reset):
+                               upload-ahead's "quiet since" */
     uint32_t *first_read;   /* first read since attach (restart profile) */
     uint32_t read_seq;
     uint8_t *hist, *hist_prev;
@@ -244,6 +247,11 @@ int mc_requeue(MirrorCore *m, int64_t c);    /* 1 requeued, 0 lost */
 int64_t mc_snapshot_chunks(MirrorCore *m, int64_t *out);
 int64_t mc_gen_chunks(MirrorCore *m, int k, int64_t *out);
 int64_t mc_read_order(MirrorCore *m, int64_t *out);
+/* Upload-ahead: the chunks dirty now whose last write is not after
+ * wclock value ``since`` (any, with ``all``), none of them being read in
+ * or written right now; *now: the wclock, the next call's ``since``. */
+int64_t mc_quiet_dirty(MirrorCore *m, uint32_t since, int all,
+                       int64_t *out, uint32_t *now);
 void mc_stats(MirrorCore *m, MirrorStats *out);
 int mc_is_present(MirrorCore *m, int64_t c);
 

@@ -339,6 +339,7 @@ again:
     for (c = first; c <= last; c++) {
         if (!m->first_write[c])
             m->first_write[c] = ++m->seq;
+        m->last_write[c] = ++m->wclock;
         m->wflight[c]++;
         missing[c - first] = ends_redirected(m, c);
         any_redirect |= (int)missing[c - first];

@@ -86,12 +86,12 @@ release_files(MirrorCore *m)
         free(m->order[g]); free(m->copied[g]);
         m->order[g] = m->copied[g] = NULL;
     }
-    free(m->first_write); free(m->first_read);
+    free(m->first_write); free(m->first_read); free(m->last_write);
     free(m->hist); free(m->hist_prev); free(m->wflight);
     m->cow = NULL; m->slot_of = NULL; m->free_slots = NULL;
     m->urgent = NULL;
     m->in_urgent = NULL;
-    m->first_write = m->first_read = m->wflight = NULL;
+    m->first_write = m->first_read = m->wflight = m->last_write = NULL;
     m->hist = m->hist_prev = NULL;
 }
 
@@ -123,7 +123,7 @@ mc_open(MirrorCore *m, const char *dir, int64_t size, int64_t chunk_size,
         m->order_len[g] = m->order_pos[g] = m->left[g] = m->ncopied[g] = 0;
     m->scheduled = 0;
     m->nurgent = 0;
-    m->seq = m->read_seq = 0;
+    m->seq = m->read_seq = m->wclock = 0;
 
     snprintf(path, path_len, "%s/data.raw", dir);
     if ((m->data_fd = open_file(path, size)) < 0)
@@ -224,12 +224,13 @@ mc_open(MirrorCore *m, const char *dir, int64_t size, int64_t chunk_size,
         }
     }
     m->first_write = calloc((size_t)m->nchunks, sizeof(uint32_t));
+    m->last_write = calloc((size_t)m->nchunks, sizeof(uint32_t));
     m->first_read = calloc((size_t)m->nchunks, sizeof(uint32_t));
     m->wflight = calloc((size_t)m->nchunks, sizeof(uint32_t));
     m->hist = calloc((size_t)m->nchunks, 1);
     m->hist_prev = calloc((size_t)m->nchunks, 1);
     if (!m->cow || !m->slot_of || !m->free_slots ||
-        !m->urgent || !m->in_urgent || !m->first_write ||
+        !m->urgent || !m->in_urgent || !m->first_write || !m->last_write ||
         !m->first_read || !m->wflight || !m->hist || !m->hist_prev) {
         release_files(m);
         path[0] = 0;

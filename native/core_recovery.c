@@ -194,6 +194,26 @@ mc_read_order(MirrorCore *m, int64_t *out)
     return by_seq ? n : -1;
 }
 
+int64_t
+mc_quiet_dirty(MirrorCore *m, uint32_t since, int all, int64_t *out,
+               uint32_t *now)
+{
+    int64_t n = 0;
+    pthread_mutex_lock(&m->lock);
+    for (int64_t c = 0; c < m->nchunks; c++) {
+        uint8_t s = m->state[c];
+        if ((s & (ST_DIRTY | ST_PRESENT)) != (ST_DIRTY | ST_PRESENT) ||
+            (s & (ST_PENDING | ST_REDIRECT)) || m->wflight[c])
+            continue;
+        /* wrap-safe: written at or before since */
+        if (all || (int32_t)(m->last_write[c] - since) <= 0)
+            out[n++] = c;
+    }
+    *now = m->wclock;
+    pthread_mutex_unlock(&m->lock);
+    return n;
+}
+
 void
 mc_stats(MirrorCore *m, MirrorStats *out)
 {

@@ -501,17 +501,27 @@ Mirror_requeue(Mirror *m, PyObject *args)
     return lost;
 }
 
+/* Room for every chunk index of an open mirror (NULL: an error set). */
+static int64_t *
+index_buffer(Mirror *m)
+{
+    int64_t *idx;
+    if (check_open(m) < 0)
+        return NULL;
+    idx = malloc(sizeof(int64_t) * (size_t)m->core.nchunks);
+    if (!idx)
+        PyErr_NoMemory();
+    return idx;
+}
+
 /* A list of chunk indices filled by a core function. */
 static PyObject *
 chunk_list(Mirror *m, int64_t (*fill)(MirrorCore *, int64_t *))
 {
     int64_t n, *idx;
     PyObject *list;
-    if (check_open(m) < 0)
+    if (!(idx = index_buffer(m)))
         return NULL;
-    idx = malloc(sizeof(int64_t) * (size_t)m->core.nchunks);
-    if (!idx)
-        return PyErr_NoMemory();
     n = fill(&m->core, idx);
     list = n < 0 ? PyErr_NoMemory() : index_list(idx, n);
     free(idx);
@@ -526,17 +536,41 @@ Mirror_snapshot_chunks(Mirror *m, PyObject *args)
     PyObject *list;
     if (!PyArg_ParseTuple(args, "|i:snapshot_chunks", &k))
         return NULL;
-    if (check_open(m) < 0)
+    if (!(idx = index_buffer(m)))
         return NULL;
-    idx = malloc(sizeof(int64_t) * (size_t)m->core.nchunks);
-    if (!idx)
-        return PyErr_NoMemory();
     Py_BEGIN_ALLOW_THREADS
     n = mc_gen_chunks(&m->core, k, idx);
     Py_END_ALLOW_THREADS
     list = index_list(idx, n < 0 ? 0 : n);
     free(idx);
     return list;
+}
+
+static PyObject *
+Mirror_quiet_dirty(Mirror *m, PyObject *args)
+{
+    PyObject *since_obj = Py_None, *list;
+    unsigned long since = 0;
+    uint32_t now = 0;
+    int64_t n, *idx;
+    if (!PyArg_ParseTuple(args, "|O:quiet_dirty", &since_obj))
+        return NULL;
+    if (since_obj != Py_None) {
+        since = PyLong_AsUnsignedLong(since_obj);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    if (!(idx = index_buffer(m)))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    n = mc_quiet_dirty(&m->core, (uint32_t)since, since_obj == Py_None,
+                       idx, &now);
+    Py_END_ALLOW_THREADS
+    list = index_list(idx, n);
+    free(idx);
+    if (!list)
+        return NULL;
+    return Py_BuildValue("(kN)", (unsigned long)now, list);
 }
 
 static PyObject *
@@ -694,6 +728,10 @@ static PyMethodDef Mirror_methods[] = {
     {"snapshot_chunks", (PyCFunction)Mirror_snapshot_chunks, METH_VARARGS,
      "snapshot_chunks(k=0): indices of the chunks of the k-th snapshot in\n"
      "flight, oldest first (k < 0: from the newest); [] if none."},
+    {"quiet_dirty", (PyCFunction)Mirror_quiet_dirty, METH_VARARGS,
+     "quiet_dirty(since=None): (clock, chunks): the chunks dirty now and\n"
+     "not written after write clock ``since`` (None: any), none being\n"
+     "read in or written; ``clock`` is the next call's ``since``."},
     {"read_order", (PyCFunction)Mirror_read_order, METH_NOARGS,
      "Chunks in the order they were first read since attach."},
     {"stats", (PyCFunction)Mirror_stats, METH_NOARGS,

@@ -55,6 +55,11 @@ def main(argv=None):
                         help='[agent] cow_spill_mb: MiB of disk per image '
                              'for copy-on-write copies past the memory '
                              'ones (0: memory only)')
+    parser.add_argument('--upload-ahead', type=float,
+                        default=agent_conf.DEFAULT_UPLOAD_AHEAD_INTERVAL,
+                        help='[agent] upload_ahead_interval: seconds '
+                             'between rounds sending quiet dirty chunks '
+                             'ahead of the next checkpoint (0: off)')
     parser.add_argument('--readahead-chunks', type=int, default=64,
                         help='chunks fetched ahead of a sequential reader '
                         'of a lazily restarted image (0: none)')
@@ -95,7 +100,8 @@ def main(argv=None):
         repo, args.mount, args.cache, mode=args.mode,
         cow_chunks=args.cow_chunks, cow_spill_mb=args.cow_spill_mb,
         adaptive=not args.in_order,
-        io_loop=args.io_loop, readahead_chunks=args.readahead_chunks)
+        io_loop=args.io_loop, readahead_chunks=args.readahead_chunks,
+        upload_ahead=args.upload_ahead)
     service.recover()
     server = service.serve_control(args.control)
 

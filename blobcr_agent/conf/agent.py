@@ -24,11 +24,12 @@ agent_group = cfg.OptGroup(
          'server and its admin socket.')
 
 
+# Also the benchmarks' defaults: they measure what the agent ships.
+DEFAULT_COW_SPILL_MB = 1024
+DEFAULT_UPLOAD_AHEAD_INTERVAL = 0.25
+
 # How a guest is held still during a checkpoint, with what each does (the
 # Cinder backend's blobcr_default_quiesce offers the same).
-# Also the benchmarks' default: they measure what the agent ships.
-DEFAULT_COW_SPILL_MB = 1024
-
 QUIESCE_CHOICES = [
     ('none', 'not at all: the guest synced itself (a guest checkpoint)'),
     ('fsfreeze', 'qemu-guest-agent freezes the file systems'),
@@ -141,6 +142,18 @@ agent_opts = [
                     'power cut loses the spilled copies, like the memory '
                     'ones: the checkpoint being persisted fails, and its '
                     'data is carried by the next. 0: memory only.'),
+    cfg.FloatOpt('upload_ahead_interval',
+                 default=DEFAULT_UPLOAD_AHEAD_INTERVAL, min=0,
+                 help='Seconds between the rounds in which an image\'s '
+                      'dirty chunks that were not written for a round are '
+                      'sent to the store ahead of the next checkpoint (as '
+                      'the objects its persist would write, under the '
+                      'version registered ahead; garbage collection keeps '
+                      'them). The checkpoint then has only the rest to '
+                      'send, and is safe sooner. A chunk rewritten after '
+                      'it was sent is sent again by the persist. Only in '
+                      'selective-cow. 0: send chunks only after the '
+                      'checkpoint.'),
     cfg.StrOpt('quiesce', default='suspend', choices=QUIESCE_CHOICES,
                help='How the guest is held still while a checkpoint is '
                     'taken, unless the request says otherwise: none (the '

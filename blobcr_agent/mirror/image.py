@@ -54,6 +54,7 @@ from blobcr_agent.mirror import prefetch as prefetch_mod
 from blobcr_agent.mirror import readahead as readahead_mod
 from blobcr_agent.mirror import recovery
 from blobcr_agent.mirror import reserve as reserve_mod
+from blobcr_agent.mirror import upload_ahead as upload_ahead_mod
 from blobcr_agent.repository import deltas
 from blobcr_agent.repository import image as image_mod
 
@@ -78,7 +79,7 @@ class AttachedImage(object):
     def __init__(self, repo, image, version, cache_dir, mode='selective-cow',
                  cow_chunks=64, adaptive=True, prefetch=True, cow_spill_mb=0,
                  reserve=None, incoming=False, readahead_chunks=64,
-                 delta_tracking_mb=64, hints=None):
+                 delta_tracking_mb=64, hints=None, upload_ahead=0.0):
         if mode not in MODES:
             raise exception.InvalidInput('unknown mirror mode %r (choose '
                                          'from %s)' % (mode, ', '.join(MODES)))
@@ -205,6 +206,11 @@ class AttachedImage(object):
             if self.hint_scope is not None:
                 self.hint_follower = hints.join(self)
         self.reserver.request()
+        # Dirty chunks sent under the reservation before the checkpoint
+        # (upload_ahead.py): only where versions are registered ahead.
+        upload_ahead = upload_ahead_mod.interval_from_env(upload_ahead)
+        self.uploader = upload_ahead_mod.UploadAhead(self, upload_ahead) \
+            if upload_ahead > 0 and self._wanted['reserve'] else None
 
     # -- metadata --------------------------------------------------------
 
@@ -691,6 +697,8 @@ class AttachedImage(object):
                  reserved=self.meta.get('reserved'),
                  reservations_used=self.reserver.used,
                  reservations_aborted=self.reserver.aborted,
+                 ahead_used=self.persister.ahead_used,
+                 **(self.uploader.stats() if self.uploader else {}),
                  attached_version=self.attached_version,
                  last_version=self.meta['last'],
                  persisting=self.meta['persisting'],
@@ -707,6 +715,8 @@ class AttachedImage(object):
         """
         self._closing = True
         self._closed = True
+        if self.uploader is not None:
+            self.uploader.stop()
         # No version is registered ahead any more; the one that was is
         # failed (one header write): it must not stay pending.
         self.reserver.stop()

@@ -81,6 +81,7 @@ class Persister(object):
         self._cond = threading.Condition()
         self._queue = collections.deque()   # (Commit, journal mode)
         self._thread = None
+        self.ahead_used = 0     # chunks linked to objects sent ahead
 
     def versions(self):
         """Version numbers in flight, oldest first."""
@@ -167,6 +168,7 @@ class Persister(object):
             self.tracker.forget()
             return e
         self.tracker.stable()
+        self.ahead_used += pending.ahead_used
         # Stable from here on: what follows must not fail it. A crash
         # before the metadata says so is recovered (recovery.py adopts a
         # version the repository has as stable).

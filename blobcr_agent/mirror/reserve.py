@@ -200,6 +200,13 @@ class Reserver(object):
             self._cond.notify_all()
             return None
 
+    def peek(self):
+        """The Commit of the reservation not taken yet (None: none), to
+        send chunks ahead for (upload_ahead.py).
+        """
+        with self._cond:
+            return self._slot.commit if self._slot is not None else None
+
     def put_back(self, r):
         """A checkpoint refused Busy before its COMMIT: keep its
         reservation ``r`` for the next try. False if it cannot be kept

@@ -76,7 +76,8 @@ class MirrorService(object):
     def __init__(self, repo, mountpoint, cache_dir, mode='selective-cow',
                  cow_chunks=64, adaptive=True, io_loop='native',
                  busy_timeout=120, readahead_chunks=64,
-                 delta_tracking_mb=64, restart_hints=True, cow_spill_mb=0):
+                 delta_tracking_mb=64, restart_hints=True, cow_spill_mb=0,
+                 upload_ahead=0.0):
         self.repo = repo
         self.mountpoint = os.path.abspath(mountpoint)
         self.cache_dir = os.path.abspath(cache_dir)
@@ -85,6 +86,7 @@ class MirrorService(object):
         self.cow_spill_mb = cow_spill_mb
         self.readahead_chunks = readahead_chunks
         self.delta_tracking_mb = delta_tracking_mb
+        self.upload_ahead = upload_ahead
         # Images restarting from one group checkpoint share what their
         # guests read (hints.py); the manager connects it to other hosts.
         self.hints = hints.HintHub() if restart_hints else None
@@ -226,7 +228,8 @@ class MirrorService(object):
                 adaptive=self.adaptive if adaptive is None else adaptive,
                 prefetch=prefetch, incoming=incoming_from is not None,
                 readahead_chunks=self.readahead_chunks,
-                delta_tracking_mb=self.delta_tracking_mb, hints=self.hints)
+                delta_tracking_mb=self.delta_tracking_mb, hints=self.hints,
+                upload_ahead=self.upload_ahead)
             if incoming_from is not None:
                 self._make_incoming(attached, incoming_from)
             self.attached[header.id] = attached

@@ -186,6 +186,11 @@ class Commit(object):
         self._batch = repo.backend.batch()
         self._heartbeat = time.monotonic()
         self._stored = 0
+        # digest -> object bytes: durable, sent before this version's
+        # persist under its registration (mirror/upload_ahead.py)
+        self._ahead = {}
+        self.ahead_used = 0         # chunks linked to those, not put
+        self._ahead_bytes = 0
 
     def track(self, tracker):
         """Store chunks as deltas where ``tracker`` (a deltas.Tracker of
@@ -231,6 +236,11 @@ class Commit(object):
 
     def _put_whole(self, data):
         d = chunks.digest(data)
+        size = self._ahead.get(d)
+        if size is not None:
+            self.ahead_used += 1
+            self._ahead_bytes += size
+            return d
         blob = self.repo.policy.encode(
             data, self._batch.rate() or self.repo.upload_bps)
         self._batch.put(base.CHUNK, chunks.object_name(d), blob)
@@ -258,6 +268,24 @@ class Commit(object):
         self._changes[index] = d
         self._tick()
         return d
+
+    def upload_ahead(self, batch, data):
+        """Start writing ``data`` (a whole chunk) into ``batch`` as the
+        object a later :meth:`put` of it would write; ``(digest,
+        object bytes)``. Only for a version registered before the call:
+        GC keeps it while the version is pending (gc.py's cut-off).
+        """
+        d = chunks.digest(data)
+        blob = self.repo.policy.encode(data, batch.rate() or
+                                       self.repo.upload_bps)
+        batch.put(base.CHUNK, chunks.object_name(d), blob)
+        return d, len(blob)
+
+    def add_uploaded(self, sizes):
+        """``{digest: object bytes}`` sent by :meth:`upload_ahead` are
+        durable: a put of the same content links them.
+        """
+        self._ahead.update(sizes)
 
     def put_digest(self, index, chunk_digest):
         """Record chunk ``index`` as the object already stored under
@@ -323,7 +351,7 @@ class Commit(object):
         root = t.update(base_root, self._changes, writer)
         writer.close()
         nodes.wait()
-        stored = self._batch.bytes + nodes.bytes
+        stored = self._batch.bytes + nodes.bytes + self._ahead_bytes
 
         def mutate(header):
             header.check_epoch(self.epoch)

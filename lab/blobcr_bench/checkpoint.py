@@ -259,13 +259,22 @@ def add_buffer_arguments(p):
                         'the memory ones (default %d; 0: memory only, as '
                         'before the spill file)'
                         % agent_conf.DEFAULT_COW_SPILL_MB)
+    p.add_argument('--upload-ahead', type=float,
+                   default=agent_conf.DEFAULT_UPLOAD_AHEAD_INTERVAL,
+                   help='[agent] upload_ahead_interval: seconds between '
+                        'rounds sending quiet dirty chunks ahead of the '
+                        'next checkpoint (default %s; 0: only after it)'
+                        % agent_conf.DEFAULT_UPLOAD_AHEAD_INTERVAL)
 
 
 def new_mirror(workdir, backend_args, args, name='mirror'):
     path = os.path.join(workdir, name)
     os.makedirs(path, exist_ok=True)
     extra = ['--cow-chunks', str(args.cow_chunks),
-             '--cow-spill-mb', str(args.cow_spill_mb)]
+             '--cow-spill-mb', str(args.cow_spill_mb),
+             '--upload-ahead', str(getattr(
+                 args, 'upload_ahead',
+                 agent_conf.DEFAULT_UPLOAD_AHEAD_INTERVAL))]
     if getattr(args, 'delta_max_fraction', None) is not None:
         extra += ['--delta-max-fraction', str(args.delta_max_fraction)]
     return agents.MirrorProcess(path, backend_args, extra)

@@ -116,7 +116,10 @@ RATIO_KEYS = ('ack_ms', 'pause_ms', 'pause_to_durable_ms', 'slowdown_s',
 SMALL_WRITE = 4096
 # BlobCR's counters per run: copy-on-write, and the sub-chunk deltas its
 # persister stored.
-COUNTERS = checkpoint.COUNTERS + ('deltas_stored',)
+# ahead_*: chunks sent ahead of a checkpoint (mirror/upload_ahead.py),
+# their bytes, and those the persists linked instead of putting them.
+COUNTERS = checkpoint.COUNTERS + ('deltas_stored', 'ahead_chunks',
+                                  'ahead_bytes', 'ahead_used')
 SUN_PATH = 108          # a Unix socket's path, its NUL included
 
 
@@ -321,6 +324,7 @@ class BlobcrPeer(peers_common.Peer):
                 'chunk': checkpoint.CHUNK,
                 'cow_chunks': self.args.cow_chunks,
                 'cow_spill_mb': self.args.cow_spill_mb,
+                'upload_ahead_interval': self.args.upload_ahead,
                 'readahead_chunks': self.args.readahead_chunks}
 
 

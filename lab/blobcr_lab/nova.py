@@ -294,6 +294,10 @@ class NovaStack:
                 # immediate rather than 60 s of waiting (what the guest
                 # fsynced is on the volume either way).
                 'shutdown_timeout': 0,
+                # A stopped nova-compute left 20 s later, at the SIGKILL:
+                # oslo.service waits this long for it before it exits.
+                'graceful_shutdown_timeout':
+                    stack_module.GRACEFUL_SHUTDOWN_S,
             },
             'api': {'auth_strategy': 'keystone'},
             'wsgi': {'api_paste_config': os.path.join(NOVA_ETC,

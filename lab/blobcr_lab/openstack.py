@@ -90,6 +90,9 @@ TEMPLATE_FORMAT = 4     # 4: passwords hashed with 4 bcrypt rounds
 
 # Debian's server binaries: /usr/lib/postgresql/<major>/bin.
 POSTGRES_ROOT = '/usr/lib/postgresql'
+# [DEFAULT] graceful_shutdown_timeout of the lab's oslo.service daemons
+# (default 60): a SIGTERM ends them within it, not at the stop's SIGKILL.
+GRACEFUL_SHUTDOWN_S = 3
 
 
 class StackError(RuntimeError):
@@ -133,9 +136,9 @@ def run(argv, log, timeout=120, **popen):
 class ServiceProcess:
     """One long-running service, in its own process group.
 
-    Stopped by its pid (SIGTERM), then its group (SIGKILL) after a
-    timeout: oslo.service and gunicorn fork workers that a SIGKILL of the
-    parent alone would orphan.
+    Stopped by its pid (SIGTERM), then its group (SIGKILL) once it
+    exited or after a timeout: oslo.service and gunicorn fork workers
+    that would outlive the parent.
     """
 
     def __init__(self, name, argv, env, log, cwd=None, **popen):
@@ -165,26 +168,56 @@ class ServiceProcess:
                 self.name, self.proc.returncode, self.log, tail(self.log)))
 
     def terminate(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        # os.kill, not send_signal: that polls, and would reap a leader
+        # that just exited before wait_or_kill could kill its group.
+        if self.proc and self.proc.returncode is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
 
     def wait_or_kill(self, timeout=20):
-        """Wait for the exit; True if it took a SIGKILL."""
-        if not self.proc:
+        """Wait for the exit, then SIGKILL what is left of the group;
+        True if the leader itself needed the SIGKILL.
+
+        The group goes in any case: a parent that ends within its
+        graceful_shutdown_timeout may leave workers (cinder-volume's
+        per-backend children, privsep helpers) behind it. The leader
+        is reaped only after the group's kill, so that the group id
+        cannot have been given to anyone else in between.
+        """
+        if not self.proc or self.proc.returncode is not None:
             return False
-        try:
-            self.proc.wait(timeout)
-            return False
-        except subprocess.TimeoutExpired:
-            # Not reaped yet, so the group (id = the leader's pid) is still
-            # the one we started: this reaches only its forked workers.
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-            return True
+        exited = _wait_unreaped(self.proc.pid, timeout)
+        if exited is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+        return exited is False
 
     def stop(self, timeout=20):
         self.terminate()
         self.wait_or_kill(timeout)
+
+
+def _wait_unreaped(pid, timeout):
+    """True once child ``pid`` has exited within ``timeout`` seconds,
+    leaving it unreaped (WNOWAIT): its pid, hence its group's id, stays
+    ours until Popen.wait(). False if it still runs; None if something
+    else reaped it (its group id is then no longer known to be ours).
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid,
+                         os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None:
+                return True
+        except ChildProcessError:
+            return None
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
 
 
 def stop_services(processes, timeout=20):
@@ -192,7 +225,9 @@ def stop_services(processes, timeout=20):
     for them all within one ``timeout`` (SIGKILL to the groups of those
     still there); the names of the killed ones.
     """
-    running = [p for p in processes if p.proc and p.proc.poll() is None]
+    # No poll() here: it would reap an exited leader before its group's
+    # kill (wait_or_kill).
+    running = [p for p in processes if p.proc and p.proc.returncode is None]
     for process in running:
         process.terminate()
     deadline = time.monotonic() + timeout
@@ -672,6 +707,8 @@ class OpenStackStack:
                 # "openstack image create --volume V --force" of an
                 # attached volume (the driver uploads a live checkpoint).
                 'enable_force_upload': True,
+                # cinder-volume stopped only at the SIGKILL, 20 s later.
+                'graceful_shutdown_timeout': GRACEFUL_SHUTDOWN_S,
             },
             'database': {'connection': self.postgres.url('cinder')},
             'oslo_concurrency': {'lock_path': self.path('cinder-locks')},
@@ -1146,7 +1183,7 @@ class OpenStackStack:
         Then PostgreSQL (see PostgresServer.stop), and remove its data.
         """
         began = time.monotonic()
-        running = any(p.proc and p.proc.poll() is None
+        running = any(p.proc and p.proc.returncode is None
                       for p in self.processes.values())
         killed = stop_services(self.processes.values(), timeout)
         self._sessions.clear()

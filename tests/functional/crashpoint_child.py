@@ -28,6 +28,7 @@ writes are done.
 
 import os
 import sys
+import time
 
 from blobcr_agent.mirror import image as image_mod
 from blobcr_agent.repository.backends import local
@@ -38,6 +39,7 @@ CHUNK = 4 * PAGE
 NCHUNKS = 8
 ROUNDS = 3
 GROUP = {'id': 'crash-sweep', 'members': 1, 'project': None}
+UPLOAD_AHEAD = 0.005
 
 
 def marks(r):
@@ -90,14 +92,22 @@ def cache_of(directory):
 def main(directory, image_id):
     repo = repo_at(directory)
     image = image_mod.AttachedImage(repo, image_id, None,
-                                    cache_of(directory), prefetch=False)
+                                    cache_of(directory), prefetch=False,
+                                    upload_ahead=UPLOAD_AHEAD)
     with open(os.path.join(directory, 'rounds'), 'a') as done:
         for r in range(1, ROUNDS + 1):
             for c, data in plan(r).items():
                 image.write(c * CHUNK, data)
             done.write('%d\n' % r)
             done.flush()
+            # Rounds of upload-ahead (mirror/upload_ahead.py) before the
+            # checkpoint: its persist links what went ahead (round 1:
+            # later rounds' one-page changes are left to deltas).
+            time.sleep(6 * UPLOAD_AHEAD)
             image.checkpoint(wait=30, **marks(r))
+    image.wait_persisted(60)
+    # For the sweep: whether a persist linked chunks sent ahead.
+    print('ahead_used %d' % image.stats()['ahead_used'])
     if not image.close(60):
         sys.exit('persists did not end')
 

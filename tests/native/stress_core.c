@@ -588,9 +588,17 @@ static void *
 flusher(void *arg)
 {
     static uint8_t before[NCH];
+    static int64_t quiet[NCH];
+    uint32_t since = 0;
     uint64_t frng = seed * 977 + 11;
     while (!__atomic_load_n(&stop_writers, __ATOMIC_SEQ_CST)) {
         int err;
+        /* Upload-ahead's scan runs beside everything (ThreadSanitizer
+         * sees its reads of the write clocks). */
+        int64_t nq = mc_quiet_dirty(&core, since, 0, quiet, &since);
+        for (int64_t k = 1; k < nq; k++)
+            if (quiet[k] <= quiet[k - 1] || quiet[k] >= NCH)
+                report("quiet_dirty: chunks out of order");
         pthread_mutex_lock(&core.lock);
         for (int c = 0; c < NCH; c++)
             before[c] = core.state[c] & ST_PRESENT;

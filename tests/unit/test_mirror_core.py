@@ -420,3 +420,55 @@ def test_resume_keeps_the_oldest_and_dirties_the_rest(tmp_path):
     assert again.commit() == 1
     assert again.take() == (2, b'c' * CHUNK)
     again.close()
+
+
+quiet_op = st.one_of(
+    st.tuples(st.just('write'), st.integers(0, SIZE - 1),
+              st.integers(1, 2 * CHUNK)),
+    st.tuples(st.just('commit')),
+    st.tuples(st.just('mark')),
+    st.tuples(st.just('ask'), st.integers(0, 20)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=st.lists(quiet_op, max_size=50))
+def test_quiet_dirty_names_what_was_not_written_since(tmp_path_factory, ops):
+    """quiet_dirty(clock of mark k): the chunks dirty now that no write
+    touched after mark k (upload-ahead's "quiet for a round").
+    """
+    m = _native.Mirror(str(tmp_path_factory.mktemp('q')), SIZE, CHUNK,
+                       'selective-cow', 2)
+    for c in range(NCHUNKS):
+        m.install(c, bytes(min(CHUNK, SIZE - c * CHUNK)))
+    dirty = set()
+    committed = False
+    written = []            # chunk sets of the writes, in order
+    marks = []              # (clock, number of writes then)
+    for step in ops:
+        if step[0] == 'write':
+            _, offset, length = step
+            length = min(length, SIZE - offset)
+            m.write(offset, b'w' * length)
+            chunks = set(range(offset // CHUNK,
+                               (offset + length - 1) // CHUNK + 1))
+            dirty |= chunks
+            written.append(chunks)
+        elif step[0] == 'commit':
+            while m.take() is not None:
+                pass
+            if committed:
+                m.snapshot_done(True)
+            m.commit()
+            committed = True
+            dirty = set()
+        elif step[0] == 'mark':
+            clock, everything = m.quiet_dirty()
+            assert set(everything) == dirty
+            marks.append((clock, len(written)))
+        elif marks:
+            clock, at = marks[step[1] % len(marks)]
+            since = set().union(*written[at:]) if written[at:] else set()
+            _, quiet = m.quiet_dirty(clock)
+            assert quiet == sorted(dirty - since)
+    m.close()

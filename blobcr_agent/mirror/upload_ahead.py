@@ -1,0 +1,150 @@
+# Copyright 2026 The BlobCR for OpenStack Authors
+#
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""Dirty chunks sent to the store before the checkpoint that needs them.
+
+A checkpoint is safe once its chunks are durable; sent only after the
+ack, a whole pass of a paced writer crosses to the store then. Between
+checkpoints, one thread per image sends the chunks that are dirty and
+were not written for one round (``interval`` seconds: the core's write
+clock, Mirror.quiet_dirty) into the store, as the objects the next
+checkpoint's persist would write, and tells that version's Commit they
+are durable (Commit.add_uploaded). The persist then links a chunk whose
+content has that digest instead of putting it (Commit._put_whole).
+
+Why nothing can be lost:
+
+* Content addressing: an object's name is its content's digest. A chunk
+  read while the guest writes it gives an object nobody links (its
+  digest is not the snapshot's), never a wrong one.
+* GC: uploads go only under the version registered ahead (reserve.py),
+  started after its registration, and only for that version's Commit.
+  While it is pending, GC's cut-off is at most its registration time
+  (gc.py), so every object uploaded for it is kept; a reservation not
+  used (failed, put aside) takes its uploads with it, and they are
+  garbage. A digest is added only once its put is durable.
+* A crash loses the set of uploaded digests: the persist resumed from
+  the journal puts every chunk again.
+
+Bytes: a chunk is sent at most once per version. One rewritten after it
+was sent is sent by the persist again (the waste the paced benchmark
+counts); one the delta tracker would store as a delta (deltas.py) is
+left to the persist. The thread waits while a persist runs: the older
+version is safe first.
+"""
+
+import logging
+import os
+import threading
+
+from blobcr_agent import _native
+from blobcr_agent.repository import deltas
+
+LOG = logging.getLogger(__name__)
+
+# Env override of [agent] upload_ahead_interval (benchmarks compare on
+# and off in one run): seconds, 0 off.
+UPLOAD_AHEAD_ENV = 'BLOBCR_UPLOAD_AHEAD'
+
+
+def interval_from_env(default):
+    value = os.environ.get(UPLOAD_AHEAD_ENV)
+    return default if value in (None, '') else float(value)
+
+
+class UploadAhead(object):
+    """Sends the quiet dirty chunks of ``image`` (an AttachedImage) under
+    its reservation every ``interval`` seconds.
+    """
+
+    def __init__(self, image, interval):
+        self.image = image
+        self.interval = interval
+        self._stop = threading.Event()
+        self._version = None        # the reservation being filled
+        self._sent = set()          # chunks sent for it
+        self._since = None          # the core's write clock last round
+        self.chunks = 0             # chunks sent ahead
+        self.bytes = 0              # object bytes sent ahead
+        self.skipped_deltas = 0     # left to the persist as deltas
+        self._fd = os.open(os.path.join(image.cache_dir, 'data.raw'),
+                           os.O_RDONLY | os.O_CLOEXEC)
+        self._thread = threading.Thread(
+            target=self._run, daemon=True,
+            name='blobcr-ahead-%s' % image.id[:8])
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+        os.close(self._fd)
+
+    def stats(self):
+        return {'ahead_chunks': self.chunks, 'ahead_bytes': self.bytes,
+                'ahead_skipped_deltas': self.skipped_deltas}
+
+    def _run(self):
+        while not self._stop.wait(self.interval):
+            try:
+                self.round()
+            except Exception:
+                # The persist puts what was not sent: nothing depends on
+                # this thread but speed.
+                LOG.exception('uploading chunks of %s ahead', self.image.id)
+
+    def round(self):
+        """One round: send what has been quiet since the last one; the
+        number of chunks sent.
+        """
+        image = self.image
+        since, self._since = self._since, None
+        clock, quiet = image.core.quiet_dirty(since)
+        self._since = clock
+        commit = image.reserver.peek()
+        if commit is None or since is None or image.persister.versions():
+            return 0
+        if commit.version != self._version:
+            self._version, self._sent = commit.version, set()
+        todo = [c for c in quiet if c not in self._sent]
+        if not todo:
+            return 0
+        batch = image.repo.backend.batch()
+        uploaded = {}
+        for index in todo:
+            if self._stop.is_set():
+                break
+            self._sent.add(index)
+            data = os.pread(self._fd, image.header.chunk_len(index),
+                            index * image.chunk_size)
+            if _native.is_zero(data) or self._would_be_delta(index, data):
+                continue
+            d, size = commit.upload_ahead(batch, data)
+            uploaded[d] = size
+        batch.wait()
+        commit.add_uploaded(uploaded)
+        self.chunks += len(uploaded)
+        self.bytes += sum(uploaded.values())
+        return len(uploaded)
+
+    def _would_be_delta(self, index, data):
+        tracker = self.image.tracker
+        fraction = self.image.repo.delta_max_fraction
+        if not (tracker.max_entries and fraction):
+            return False
+        prior = tracker.get(index)
+        if prior is None or deltas.choose(
+                prior, deltas.page_hashes(data), fraction) is None:
+            return False
+        self.skipped_deltas += 1
+        return True
