@@ -26,7 +26,7 @@ agent_group = cfg.OptGroup(
 
 # Also the benchmarks' defaults: they measure what the agent ships.
 DEFAULT_COW_SPILL_MB = 1024
-DEFAULT_UPLOAD_AHEAD_INTERVAL = 0.25
+DEFAULT_UPLOAD_AHEAD_INTERVAL = 0.1
 
 # How a guest is held still during a checkpoint, with what each does (the
 # Cinder backend's blobcr_default_quiesce offers the same).

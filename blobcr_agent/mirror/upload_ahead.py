@@ -18,10 +18,11 @@ A checkpoint is safe once its chunks are durable; sent only after the
 ack, a whole pass of a paced writer crosses to the store then. Between
 checkpoints, one thread per image sends the chunks that are dirty and
 were not written for one round (``interval`` seconds: the core's write
-clock, Mirror.quiet_dirty) into the store, as the objects the next
-checkpoint's persist would write, and tells that version's Commit they
-are durable (Commit.add_uploaded). The persist then links a chunk whose
-content has that digest instead of putting it (Commit._put_whole).
+clock, Mirror.quiet_dirty) into the store, BATCH at a time, as the
+objects the next checkpoint's persist would write, and tells that
+version's Commit they are durable (Commit.add_uploaded). The persist
+then links a chunk whose content has that digest instead of putting it
+(Commit._put_whole).
 
 Why nothing can be lost:
 
@@ -47,11 +48,17 @@ version is safe first.
 import logging
 import os
 import threading
+import time
 
 from blobcr_agent import _native
 from blobcr_agent.repository import deltas
 
 LOG = logging.getLogger(__name__)
+
+# Chunks per durability wait: what went ahead is linkable batch by batch
+# (a checkpoint meanwhile puts again only the chunks of the batch in
+# flight).
+BATCH = 8
 
 # Env override of [agent] upload_ahead_interval (benchmarks compare on
 # and off in one run): seconds, 0 off.
@@ -95,13 +102,18 @@ class UploadAhead(object):
                 'ahead_skipped_deltas': self.skipped_deltas}
 
     def _run(self):
-        while not self._stop.wait(self.interval):
+        # Rounds start every interval (a long round's uploads count in
+        # it), so that "quiet for a round" stays about one interval.
+        wait = self.interval
+        while not self._stop.wait(wait):
+            started = time.monotonic()
             try:
                 self.round()
             except Exception:
                 # The persist puts what was not sent: nothing depends on
                 # this thread but speed.
                 LOG.exception('uploading chunks of %s ahead', self.image.id)
+            wait = max(0.0, self.interval - (time.monotonic() - started))
 
     def round(self):
         """One round: send what has been quiet since the last one; the
@@ -117,13 +129,18 @@ class UploadAhead(object):
         if commit.version != self._version:
             self._version, self._sent = commit.version, set()
         todo = [c for c in quiet if c not in self._sent]
-        if not todo:
-            return 0
-        batch = image.repo.backend.batch()
-        uploaded = {}
-        for index in todo:
+        sent = 0
+        for at in range(0, len(todo), BATCH):
             if self._stop.is_set():
                 break
+            sent += self._send(commit, todo[at:at + BATCH])
+        return sent
+
+    def _send(self, commit, indices):
+        image = self.image
+        batch = image.repo.backend.batch()
+        uploaded = {}
+        for index in indices:
             self._sent.add(index)
             data = os.pread(self._fd, image.header.chunk_len(index),
                             index * image.chunk_size)

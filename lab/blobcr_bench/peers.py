@@ -307,6 +307,14 @@ class BlobcrPeer(peers_common.Peer):
                 'a restart that reads the disk in order must have the '
                 'mirror read ahead ([agent] readahead_chunks) in every '
                 'run; one did not')
+        if workload == 'paced' and self.args.upload_ahead:
+            checks.require(
+                '%s/paced: chunks a persist linked after they were sent '
+                'ahead, per run (min)' % self.name,
+                min(r['counters'].get('ahead_used', 0) for r in runs),
+                'a writer slower than the store leaves chunks quiet '
+                'before each checkpoint: [agent] upload_ahead_interval '
+                'must send some ahead in every run; a run linked none')
 
     def close(self):
         if self.subject is not None:
@@ -762,7 +770,7 @@ def aggregate(peer, runs):
         out['held_ms'] = common.summary([c.get('held_ms') for c in cps], 2)
     if runs[0]['counters']:
         out['counters'] = {k: [r['counters'][k] for r in runs]
-                           for k in checkpoint.COUNTERS}
+                           for k in COUNTERS if k in runs[0]['counters']}
     return out
 
 
