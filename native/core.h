@@ -249,9 +249,10 @@ int64_t mc_gen_chunks(MirrorCore *m, int k, int64_t *out);
 int64_t mc_read_order(MirrorCore *m, int64_t *out);
 /* Upload-ahead: the chunks dirty now whose last write is not after
  * wclock value ``since`` (any, with ``all``), none of them being read in
- * or written right now; *now: the wclock, the next call's ``since``. */
+ * or written right now, with the wclock of that last write (``last``);
+ * *now: the wclock, the next call's ``since``. */
 int64_t mc_quiet_dirty(MirrorCore *m, uint32_t since, int all,
-                       int64_t *out, uint32_t *now);
+                       int64_t *out, uint32_t *last, uint32_t *now);
 void mc_stats(MirrorCore *m, MirrorStats *out);
 int mc_is_present(MirrorCore *m, int64_t c);
 

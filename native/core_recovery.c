@@ -196,7 +196,7 @@ mc_read_order(MirrorCore *m, int64_t *out)
 
 int64_t
 mc_quiet_dirty(MirrorCore *m, uint32_t since, int all, int64_t *out,
-               uint32_t *now)
+               uint32_t *last, uint32_t *now)
 {
     int64_t n = 0;
     pthread_mutex_lock(&m->lock);
@@ -206,8 +206,10 @@ mc_quiet_dirty(MirrorCore *m, uint32_t since, int all, int64_t *out,
             (s & (ST_PENDING | ST_REDIRECT)) || m->wflight[c])
             continue;
         /* wrap-safe: written at or before since */
-        if (all || (int32_t)(m->last_write[c] - since) <= 0)
+        if (all || (int32_t)(m->last_write[c] - since) <= 0) {
+            last[n] = m->last_write[c];
             out[n++] = c;
+        }
     }
     *now = m->wclock;
     pthread_mutex_unlock(&m->lock);

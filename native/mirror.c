@@ -549,9 +549,9 @@ Mirror_snapshot_chunks(Mirror *m, PyObject *args)
 static PyObject *
 Mirror_quiet_dirty(Mirror *m, PyObject *args)
 {
-    PyObject *since_obj = Py_None, *list;
+    PyObject *since_obj = Py_None, *list, *writes;
     unsigned long since = 0;
-    uint32_t now = 0;
+    uint32_t now = 0, *last;
     int64_t n, *idx;
     if (!PyArg_ParseTuple(args, "|O:quiet_dirty", &since_obj))
         return NULL;
@@ -562,15 +562,32 @@ Mirror_quiet_dirty(Mirror *m, PyObject *args)
     }
     if (!(idx = index_buffer(m)))
         return NULL;
+    last = malloc(sizeof(uint32_t) * (size_t)m->core.nchunks);
+    if (!last) {
+        free(idx);
+        return PyErr_NoMemory();
+    }
     Py_BEGIN_ALLOW_THREADS
     n = mc_quiet_dirty(&m->core, (uint32_t)since, since_obj == Py_None,
-                       idx, &now);
+                       idx, last, &now);
     Py_END_ALLOW_THREADS
     list = index_list(idx, n);
+    writes = list ? PyList_New((Py_ssize_t)n) : NULL;
+    for (int64_t k = 0; writes && k < n; k++) {
+        PyObject *v = PyLong_FromUnsignedLong(last[k]);
+        if (!v) {
+            Py_CLEAR(writes);
+            break;
+        }
+        PyList_SET_ITEM(writes, (Py_ssize_t)k, v);
+    }
     free(idx);
-    if (!list)
+    free(last);
+    if (!writes) {
+        Py_XDECREF(list);
         return NULL;
-    return Py_BuildValue("(kN)", (unsigned long)now, list);
+    }
+    return Py_BuildValue("(kNN)", (unsigned long)now, list, writes);
 }
 
 static PyObject *
@@ -729,9 +746,10 @@ static PyMethodDef Mirror_methods[] = {
      "snapshot_chunks(k=0): indices of the chunks of the k-th snapshot in\n"
      "flight, oldest first (k < 0: from the newest); [] if none."},
     {"quiet_dirty", (PyCFunction)Mirror_quiet_dirty, METH_VARARGS,
-     "quiet_dirty(since=None): (clock, chunks): the chunks dirty now and\n"
-     "not written after write clock ``since`` (None: any), none being\n"
-     "read in or written; ``clock`` is the next call's ``since``."},
+     "quiet_dirty(since=None): (clock, chunks, writes): the chunks dirty\n"
+     "now and not written after write clock ``since`` (None: any), none\n"
+     "being read in or written, and the clock of each one's last write;\n"
+     "``clock`` is the next call's ``since``."},
     {"read_order", (PyCFunction)Mirror_read_order, METH_NOARGS,
      "Chunks in the order they were first read since attach."},
     {"stats", (PyCFunction)Mirror_stats, METH_NOARGS,

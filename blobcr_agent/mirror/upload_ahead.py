@@ -38,11 +38,11 @@ Why nothing can be lost:
 * A crash loses the set of uploaded digests: the persist resumed from
   the journal puts every chunk again.
 
-Bytes: a chunk is sent at most once per version. One rewritten after it
-was sent is sent by the persist again (the waste the paced benchmark
-counts); one the delta tracker would store as a delta (deltas.py) is
-left to the persist. The thread waits while a persist runs: the older
-version is safe first.
+Bytes: a chunk rewritten after it was sent is sent again once it has
+been quiet for 2, 4, ... rounds (MAX_RESENDS), or by the persist (the
+waste the paced benchmark counts); one the delta tracker would store as
+a delta (deltas.py) is left to the persist. The thread waits while a
+persist runs: the older version is safe first.
 """
 
 import collections
@@ -62,6 +62,11 @@ LOG = logging.getLogger(__name__)
 # one batch's latency (8 x 256 KiB a wait kept up with 32 MiB/s, barely).
 BATCH = 8
 DEPTH = 4
+# A chunk rewritten after it was sent is sent again once quiet for 2, 4,
+# ... rounds: a guest that keeps rewriting one chunk costs log2(epoch /
+# interval) sends of it per checkpoint, not one per rewrite. After
+# MAX_RESENDS the wait stays 2**MAX_RESENDS rounds.
+MAX_RESENDS = 5
 
 # Env override of [agent] upload_ahead_interval (benchmarks compare on
 # and off in one run): seconds, 0 off.
@@ -83,8 +88,10 @@ class UploadAhead(object):
         self.interval = interval
         self._stop = threading.Event()
         self._version = None        # the reservation being filled
-        self._sent = set()          # chunks sent for it
-        self._since = None          # the core's write clock last round
+        # chunk -> (write clock of the content sent, sends) for it
+        self._sent = {}
+        # the core's write clock at the last rounds, newest last
+        self._clocks = collections.deque(maxlen=2 ** MAX_RESENDS + 1)
         self.chunks = 0             # chunks sent ahead
         self.bytes = 0              # object bytes sent ahead
         self.skipped_deltas = 0     # left to the persist as deltas
@@ -123,15 +130,15 @@ class UploadAhead(object):
         number of chunks sent.
         """
         image = self.image
-        since, self._since = self._since, None
-        clock, quiet = image.core.quiet_dirty(since)
-        self._since = clock
+        since = self._clocks[-1] if self._clocks else None
+        clock, quiet, writes = image.core.quiet_dirty(since)
+        self._clocks.append(clock)
         commit = image.reserver.peek()
         if commit is None or since is None or image.persister.versions():
             return 0
         if commit.version != self._version:
-            self._version, self._sent = commit.version, set()
-        todo = [c for c in quiet if c not in self._sent]
+            self._version, self._sent = commit.version, {}
+        todo = [(c, w) for c, w in zip(quiet, writes) if self._due(c, w)]
         in_flight = collections.deque()     # (batch, {digest: bytes})
         sent = 0
         for at in range(0, len(todo), BATCH):
@@ -145,12 +152,29 @@ class UploadAhead(object):
             sent += self._finish(commit, *in_flight.popleft())
         return sent
 
-    def _start(self, commit, indices):
+    def _due(self, index, written):
+        """Chunk ``index``, last written at clock ``written`` and quiet
+        for a round, is to be sent: never sent for this version, or
+        rewritten since and quiet for 2**k rounds after k sends.
+        """
+        sent = self._sent.get(index)
+        if sent is None:
+            return True
+        if sent[0] == written:
+            return False
+        rounds = 2 ** min(sent[1], MAX_RESENDS)
+        if rounds > len(self._clocks) - 1:
+            return False
+        # wrap-safe: written at or before the clock that many rounds ago
+        return _before(written, self._clocks[-1 - rounds])
+
+    def _start(self, commit, todo):
         image = self.image
         batch = image.repo.backend.batch()
         uploaded = {}
-        for index in indices:
-            self._sent.add(index)
+        for index, written in todo:
+            self._sent[index] = (written,
+                                 self._sent.get(index, (None, 0))[1] + 1)
             data = os.pread(self._fd, image.header.chunk_len(index),
                             index * image.chunk_size)
             if _native.is_zero(data) or self._would_be_delta(index, data):
@@ -177,3 +201,9 @@ class UploadAhead(object):
             return False
         self.skipped_deltas += 1
         return True
+
+
+def _before(clock, other):
+    """Write clock ``clock`` is at or before ``other`` (they wrap)."""
+    return ((clock - other) & 0xffffffff) == 0 or \
+        ((clock - other) & 0xffffffff) >= 0x80000000

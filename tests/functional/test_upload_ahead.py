@@ -137,6 +137,42 @@ def test_a_chunk_rewritten_after_it_went_ahead_keeps_its_last_content(
         assert a.close(30)
 
 
+def test_a_chunk_rewritten_and_quiet_again_goes_again(store, monkeypatch):
+    repo, image_id, _ = store
+    puts = PersistPuts(repo.backend, monkeypatch)
+    a, first = _all_sent_ahead(store)
+    try:
+        second = os.urandom(CHUNK)
+        a.write(5 * CHUNK, second)
+        _wait(lambda: a.uploader.chunks == NCHUNKS + 1, what='the resend')
+        version = _checkpoint(a)
+        expected = first[:5 * CHUNK] + second + first[6 * CHUNK:]
+        assert _read_all(repo, image_id, version) == expected
+        assert puts.count == 0
+    finally:
+        assert a.close(30)
+
+
+def test_a_chunk_rewritten_all_the_time_is_sent_log_times(store):
+    """Rewritten every 2.5 rounds for 100 rounds: sent again after 2,
+    4, 8, ... quiet rounds only (upload_ahead.MAX_RESENDS), not after
+    each rewrite.
+    """
+    a = _attach(store, interval=0.02)
+    try:
+        a.write(CHUNK, os.urandom((NCHUNKS - 1) * CHUNK))
+        _wait(lambda: a.uploader.chunks == NCHUNKS - 1, what='the uploads')
+        for _ in range(40):
+            a.write(0, os.urandom(CHUNK))
+            time.sleep(0.05)
+        sends = a.uploader.chunks - (NCHUNKS - 1)
+        # 1 + resends after 2 and 4 rounds of quiet: the rewrites come
+        # every 2.5 rounds, so none after 8 (loose: rounds drift).
+        assert 1 <= sends <= 6, sends
+    finally:
+        assert a.close(30)
+
+
 def test_a_chunk_written_while_it_is_read_for_upload(store):
     """A writer rewrites chunk 0 all the time, in two halves (so that an
     upload may read one half new and one old): whatever went ahead, the

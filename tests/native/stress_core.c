@@ -589,16 +589,20 @@ flusher(void *arg)
 {
     static uint8_t before[NCH];
     static int64_t quiet[NCH];
+    static uint32_t quiet_at[NCH];
     uint32_t since = 0;
     uint64_t frng = seed * 977 + 11;
     while (!__atomic_load_n(&stop_writers, __ATOMIC_SEQ_CST)) {
         int err;
         /* Upload-ahead's scan runs beside everything (ThreadSanitizer
          * sees its reads of the write clocks). */
-        int64_t nq = mc_quiet_dirty(&core, since, 0, quiet, &since);
-        for (int64_t k = 1; k < nq; k++)
-            if (quiet[k] <= quiet[k - 1] || quiet[k] >= NCH)
-                report("quiet_dirty: chunks out of order");
+        uint32_t asked = since;
+        int64_t nq = mc_quiet_dirty(&core, since, 0, quiet, quiet_at,
+                                    &since);
+        for (int64_t k = 0; k < nq; k++)
+            if ((k && quiet[k] <= quiet[k - 1]) || quiet[k] >= NCH ||
+                (int32_t)(quiet_at[k] - asked) > 0)
+                report("quiet_dirty: a chunk out of order or too recent");
         pthread_mutex_lock(&core.lock);
         for (int c = 0; c < NCH; c++)
             before[c] = core.state[c] & ST_PRESENT;

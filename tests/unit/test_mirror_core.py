@@ -443,6 +443,7 @@ def test_quiet_dirty_names_what_was_not_written_since(tmp_path_factory, ops):
         m.install(c, bytes(min(CHUNK, SIZE - c * CHUNK)))
     dirty = set()
     committed = False
+    last_write = {}         # chunk -> the clock quiet_dirty gave it
     written = []            # chunk sets of the writes, in order
     marks = []              # (clock, number of writes then)
     for step in ops:
@@ -453,6 +454,8 @@ def test_quiet_dirty_names_what_was_not_written_since(tmp_path_factory, ops):
             chunks = set(range(offset // CHUNK,
                                (offset + length - 1) // CHUNK + 1))
             dirty |= chunks
+            for c in chunks:
+                last_write.pop(c, None)
             written.append(chunks)
         elif step[0] == 'commit':
             while m.take() is not None:
@@ -463,12 +466,16 @@ def test_quiet_dirty_names_what_was_not_written_since(tmp_path_factory, ops):
             committed = True
             dirty = set()
         elif step[0] == 'mark':
-            clock, everything = m.quiet_dirty()
+            clock, everything, _ = m.quiet_dirty()
             assert set(everything) == dirty
             marks.append((clock, len(written)))
         elif marks:
             clock, at = marks[step[1] % len(marks)]
             since = set().union(*written[at:]) if written[at:] else set()
-            _, quiet = m.quiet_dirty(clock)
+            _, quiet, writes = m.quiet_dirty(clock)
             assert quiet == sorted(dirty - since)
+            # A chunk's clock changes with a write to it, and only then.
+            for c, w in zip(quiet, writes):
+                assert last_write.get(c) in (None, w), (c, last_write, w)
+                last_write[c] = w
     m.close()
