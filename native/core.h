@@ -253,6 +253,8 @@ int64_t mc_read_order(MirrorCore *m, int64_t *out);
  * *now: the wclock, the next call's ``since``. */
 int64_t mc_quiet_dirty(MirrorCore *m, uint32_t since, int all,
                        int64_t *out, uint32_t *last, uint32_t *now);
+/* The write clock now (``c`` < 0) or at chunk c's last write. */
+uint32_t mc_write_clock(MirrorCore *m, int64_t c);
 void mc_stats(MirrorCore *m, MirrorStats *out);
 int mc_is_present(MirrorCore *m, int64_t c);
 

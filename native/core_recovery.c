@@ -231,6 +231,16 @@ mc_stats(MirrorCore *m, MirrorStats *out)
     pthread_mutex_unlock(&m->lock);
 }
 
+uint32_t
+mc_write_clock(MirrorCore *m, int64_t c)
+{
+    uint32_t clock;
+    pthread_mutex_lock(&m->lock);
+    clock = c < 0 ? m->wclock : m->last_write[c];
+    pthread_mutex_unlock(&m->lock);
+    return clock;
+}
+
 int
 mc_is_present(MirrorCore *m, int64_t c)
 {

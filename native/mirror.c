@@ -644,6 +644,17 @@ Mirror_is_present(Mirror *m, PyObject *args)
     return PyBool_FromLong(mc_is_present(&m->core, c));
 }
 
+static PyObject *
+Mirror_write_clock(Mirror *m, PyObject *args)
+{
+    long long c = -1;
+    if (!PyArg_ParseTuple(args, "|L:write_clock", &c))
+        return NULL;
+    if (c >= 0 ? check_chunk(m, c) < 0 : check_open(m) < 0)
+        return NULL;
+    return PyLong_FromUnsignedLong(mc_write_clock(&m->core, c));
+}
+
 PyDoc_STRVAR(flush_doc,
 "flush(datasync=True)\n\n"
 "A durability point (a guest's fsync): every write and install that\n"
@@ -754,6 +765,9 @@ static PyMethodDef Mirror_methods[] = {
      "Chunks in the order they were first read since attach."},
     {"stats", (PyCFunction)Mirror_stats, METH_NOARGS,
      "Counters: present, dirty, copies, waits..."},
+    {"write_clock", (PyCFunction)Mirror_write_clock, METH_VARARGS,
+     "write_clock(index=-1): the write clock now, or at chunk index's\n"
+     "last write (quiet_dirty's clocks)."},
     {"is_present", (PyCFunction)Mirror_is_present, METH_VARARGS,
      "True if the mirror file holds chunk index."},
     {"flush", (PyCFunction)(void (*)(void))Mirror_flush,

@@ -558,6 +558,9 @@ class AttachedImage(object):
         committed = False
         try:
             with hold or contextlib.nullcontext():
+                # Before the COMMIT: a write in between only makes the
+                # persist hash a chunk sent ahead (Commit.sent_unchanged).
+                pending.commit_clock = self.core.write_clock()
                 try:
                     count = self.core.commit(self.mode == 'offline')
                 except BusyError as e:
@@ -709,6 +712,7 @@ class AttachedImage(object):
                  reservations_used=self.reserver.used,
                  reservations_aborted=self.reserver.aborted,
                  ahead_used=self.persister.ahead_used,
+                 ahead_unhashed=self.persister.ahead_unhashed,
                  **(self.uploader.stats() if self.uploader else {}),
                  attached_version=self.attached_version,
                  last_version=self.meta['last'],

@@ -82,6 +82,7 @@ class Persister(object):
         self._queue = collections.deque()   # (Commit, journal mode)
         self._thread = None
         self.ahead_used = 0     # chunks linked to objects sent ahead
+        self.ahead_unhashed = 0     # ... known unchanged, not hashed
 
     def versions(self):
         """Version numbers in flight, oldest first."""
@@ -156,7 +157,12 @@ class Persister(object):
                     if item is None:
                         break
                     index, data = item
-                    d = pending.put(index, data)
+                    # Sent ahead and not written since (upload_ahead.py):
+                    # linked, not hashed again.
+                    sent = pending.sent_unchanged(
+                        index, self.core.write_clock(index))
+                    d = pending.put_sent(index, *sent) if sent else \
+                        pending.put(index, data)
                     # No fsync: the journal only has to survive the
                     # agent, and the page cache does that.
                     journal.write(_journal_line(index, d,
@@ -169,6 +175,7 @@ class Persister(object):
             return e
         self.tracker.stable()
         self.ahead_used += pending.ahead_used
+        self.ahead_unhashed += pending.ahead_unhashed
         # Stable from here on: what follows must not fail it. A crash
         # before the metadata says so is recovered (recovery.py adopts a
         # version the repository has as stable).

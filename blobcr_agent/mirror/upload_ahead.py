@@ -52,6 +52,7 @@ import threading
 import time
 
 from blobcr_agent import _native
+from blobcr_agent.repository import commits
 from blobcr_agent.repository import deltas
 
 LOG = logging.getLogger(__name__)
@@ -166,7 +167,8 @@ class UploadAhead(object):
         if rounds > len(self._clocks) - 1:
             return False
         # wrap-safe: written at or before the clock that many rounds ago
-        return _before(written, self._clocks[-1 - rounds])
+        return commits.clock_at_or_before(written,
+                                          self._clocks[-1 - rounds])
 
     def _start(self, commit, todo):
         image = self.image
@@ -177,33 +179,35 @@ class UploadAhead(object):
                                  self._sent.get(index, (None, 0))[1] + 1)
             data = os.pread(self._fd, image.header.chunk_len(index),
                             index * image.chunk_size)
-            if _native.is_zero(data) or self._would_be_delta(index, data):
+            if _native.is_zero(data):
                 continue
-            d, size = commit.upload_ahead(batch, data)
-            uploaded[d] = size
+            hashes = self._page_hashes(index, data)
+            if hashes is False:
+                continue
+            d = commit.upload_ahead(batch, index, data, written, hashes)
+            uploaded[index] = d
         return batch, uploaded
 
     def _finish(self, commit, batch, uploaded):
         batch.wait()
         commit.add_uploaded(uploaded)
         self.chunks += len(uploaded)
-        self.bytes += sum(uploaded.values())
+        self.bytes += sum(u[1] for u in uploaded.values())
         return len(uploaded)
 
-    def _would_be_delta(self, index, data):
+    def _page_hashes(self, index, data):
+        """What the delta tracker stages for the chunk if it is stored
+        whole (None: no tracking); False if it would be stored as a
+        delta: the persist does that.
+        """
         tracker = self.image.tracker
         fraction = self.image.repo.delta_max_fraction
         if not (tracker.max_entries and fraction):
-            return False
+            return None
+        hashes = deltas.page_hashes(data)
         prior = tracker.get(index)
-        if prior is None or deltas.choose(
-                prior, deltas.page_hashes(data), fraction) is None:
+        if prior is not None and deltas.choose(prior, hashes,
+                                               fraction) is not None:
+            self.skipped_deltas += 1
             return False
-        self.skipped_deltas += 1
-        return True
-
-
-def _before(clock, other):
-    """Write clock ``clock`` is at or before ``other`` (they wrap)."""
-    return ((clock - other) & 0xffffffff) == 0 or \
-        ((clock - other) & 0xffffffff) >= 0x80000000
+        return hashes

@@ -189,7 +189,13 @@ class Commit(object):
         # digest -> object bytes: durable, sent before this version's
         # persist under its registration (mirror/upload_ahead.py)
         self._ahead = {}
+        # index -> (write clock, digest, page hashes) of what was sent
+        self._sent = {}
+        # The mirror's write clock just before its COMMIT: content sent
+        # with an earlier clock, unchanged since, is the snapshot's.
+        self.commit_clock = None
         self.ahead_used = 0         # chunks linked to those, not put
+        self.ahead_unhashed = 0     # ... without reading them again
         self._ahead_bytes = 0
 
     def track(self, tracker):
@@ -269,23 +275,56 @@ class Commit(object):
         self._tick()
         return d
 
-    def upload_ahead(self, batch, data):
-        """Start writing ``data`` (a whole chunk) into ``batch`` as the
-        object a later :meth:`put` of it would write; ``(digest,
-        object bytes)``. Only for a version registered before the call:
-        GC keeps it while the version is pending (gc.py's cut-off).
+    def upload_ahead(self, batch, index, data, written, hashes=None):
+        """Start writing ``data``, chunk ``index`` as the mirror held it
+        at write clock ``written``, into ``batch`` as the object a later
+        :meth:`put` of it would write; ``(digest, object bytes)``.
+        ``hashes``: its page hashes, for the delta tracker. Only for a
+        version registered before the call: GC keeps it while the
+        version is pending (gc.py's cut-off).
         """
+        self._check_length(index, data)
         d = chunks.digest(data)
         blob = self.repo.policy.encode(data, batch.rate() or
                                        self.repo.upload_bps)
         batch.put(base.CHUNK, chunks.object_name(d), blob)
-        return d, len(blob)
+        return d, len(blob), (written, hashes)
 
-    def add_uploaded(self, sizes):
-        """``{digest: object bytes}`` sent by :meth:`upload_ahead` are
-        durable: a put of the same content links them.
+    def add_uploaded(self, uploaded):
+        """``{index: upload_ahead's result}`` are durable: a put of the
+        same content links them (and :meth:`sent_unchanged` knows them).
         """
-        self._ahead.update(sizes)
+        for index, (d, size, (written, hashes)) in uploaded.items():
+            self._ahead[d] = size
+            self._sent[index] = (written, d, hashes)
+
+    def sent_unchanged(self, index, clock):
+        """The (digest, page hashes) sent ahead for chunk ``index`` if
+        its content then is the snapshot's: sent from its write at
+        ``clock`` (the chunk's last write now, read after the take),
+        which came before the COMMIT. None: put() it.
+        """
+        sent = self._sent.get(index)
+        if sent is None or self.commit_clock is None or sent[0] != clock \
+                or not clock_at_or_before(clock, self.commit_clock):
+            return None
+        return sent[1], sent[2]
+
+    def put_sent(self, index, chunk_digest, hashes):
+        """Link chunk ``index`` to the object sent ahead under
+        ``chunk_digest`` (sent_unchanged), without reading or hashing it
+        again; staged whole in the tracker.
+        """
+        self._ahead_bytes += self._ahead[chunk_digest]
+        self.ahead_used += 1
+        self.ahead_unhashed += 1
+        if self.tracker is not None:
+            # No hashes: forgotten, so no delta is made on a stale one.
+            self.tracker.stage(index, None if hashes is None else
+                               deltas.whole(chunk_digest, hashes))
+        self._changes[index] = chunk_digest
+        self._tick()
+        return chunk_digest
 
     def put_digest(self, index, chunk_digest):
         """Record chunk ``index`` as the object already stored under
@@ -403,3 +442,11 @@ class Commit(object):
                           'retried; it stays pending meanwhile)',
                           self.version, self.image_id)
             self.repo.remember_unmarked(self.image_id, self.version, reason)
+
+
+def clock_at_or_before(clock, other):
+    """A mirror's write clock ``clock`` is at or before ``other``: they
+    are 32-bit counters that wrap (Mirror.quiet_dirty).
+    """
+    diff = (clock - other) & 0xffffffff
+    return diff == 0 or diff >= 0x80000000

@@ -347,8 +347,16 @@ def main(argv=None):
                     repo, agents.store_args(repo.backend), args, log))
             finally:
                 repo.close()
+    except BaseException:
+        # BLOBCR_BENCH_KEEP=1: the agents' logs of a failed run stay.
+        if os.environ.get('BLOBCR_BENCH_KEEP') == '1':
+            print('blobcr-bench: scratch kept in %s' % scratch,
+                  file=sys.stderr)
+            scratch = None
+        raise
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
     failed = [c for c in result.get('checks', ()) if not c['ok']]
     result['valid'] = not failed
     print(json.dumps(result, sort_keys=True) if args.json

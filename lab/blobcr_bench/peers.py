@@ -117,9 +117,11 @@ SMALL_WRITE = 4096
 # BlobCR's counters per run: copy-on-write, and the sub-chunk deltas its
 # persister stored.
 # ahead_*: chunks sent ahead of a checkpoint (mirror/upload_ahead.py),
-# their bytes, and those the persists linked instead of putting them.
+# their bytes, those the persists linked instead of putting them, and of
+# those, the ones known unchanged since (not hashed again).
 COUNTERS = checkpoint.COUNTERS + ('deltas_stored', 'ahead_chunks',
-                                  'ahead_bytes', 'ahead_used')
+                                  'ahead_bytes', 'ahead_used',
+                                  'ahead_unhashed')
 SUN_PATH = 108          # a Unix socket's path, its NUL included
 
 

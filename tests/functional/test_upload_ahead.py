@@ -17,8 +17,11 @@ AttachedImage driven directly (no FUSE) on the local store and on the
 micro Ceph cluster:
 
 * chunks quiet for a round go ahead, and the persist links them instead
-  of putting them (its chunk puts counted), the version reads back right
-  and counts their bytes as stored;
+  of putting them (its chunk puts counted), without hashing them again
+  when they were not written since; the version reads back right and
+  counts their bytes as stored;
+* a chunk rewritten after the COMMIT (its snapshot content copied
+  aside) is not taken for the content that went ahead;
 * a chunk rewritten after it went ahead, or written all the time while
   it is read for the upload, is stored with its last content;
 * a randomized walk (replayable seeds) of writes, checkpoints and waits
@@ -112,6 +115,8 @@ def test_quiet_chunks_go_ahead_and_the_persist_links_them(store,
         stats = a.stats()
         assert puts.count == 0, 'the persist put %d chunks again' % puts.count
         assert stats['ahead_used'] == NCHUNKS
+        # Not written since they went: linked without hashing them.
+        assert stats['ahead_unhashed'] == NCHUNKS
         assert _read_all(repo, image_id, version) == content
         # What went ahead is what the version stores.
         v = repo.image(image_id).version(version)
@@ -133,8 +138,53 @@ def test_a_chunk_rewritten_after_it_went_ahead_keeps_its_last_content(
         assert _read_all(repo, image_id, version) == expected
         assert puts.count == 1
         assert a.stats()['ahead_used'] == NCHUNKS - 1
+        assert a.stats()['ahead_unhashed'] == NCHUNKS - 1
     finally:
         assert a.close(30)
+
+
+def test_a_chunk_rewritten_after_the_commit_is_not_the_one_sent(
+        store, monkeypatch):
+    """The persist is held until chunk 2 has been rewritten after the
+    COMMIT: the snapshot holds what was sent, the image the new content,
+    and the persist may not link by the write clock alone.
+    """
+    repo, image_id, _ = store
+    a, first = _all_sent_ahead(store)
+    gate = threading.Event()
+    take = a.core.take
+
+    def held_take():
+        gate.wait(30)
+        return take()
+    monkeypatch.setattr(a.persister, 'core', _Proxy(a.core, take=held_take))
+    try:
+        version, _, _ = a.checkpoint(wait=10)
+        later = os.urandom(CHUNK)
+        a.write(2 * CHUNK, later)
+        gate.set()
+        assert a.wait_persisted(60)
+        assert _read_all(repo, image_id, version) == first
+        assert a.read(2 * CHUNK, CHUNK) == later
+        # The copied-aside chunk is hashed: its digest is still the one
+        # sent, so it is linked all the same.
+        stats = a.stats()
+        assert stats['ahead_used'] == NCHUNKS
+        assert stats['ahead_unhashed'] == NCHUNKS - 1
+    finally:
+        gate.set()
+        assert a.close(30)
+
+
+class _Proxy(object):
+    """``target`` with some attributes replaced."""
+
+    def __init__(self, target, **replaced):
+        self._target = target
+        self.__dict__.update(replaced)
+
+    def __getattr__(self, name):
+        return getattr(self._target, name)
 
 
 def test_a_chunk_rewritten_and_quiet_again_goes_again(store, monkeypatch):
