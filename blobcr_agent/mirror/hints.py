@@ -45,12 +45,7 @@ LOG = logging.getLogger(__name__)
 INTERVAL = 0.05         # seconds between two sends of one image
 PUBLISH_FOR = 900.0     # seconds after the attach: a restart is over
 MAX_PER_MESSAGE = 4096  # chunk indexes in one message
-BATCH = 4               # chunks one hinted fetch asks for
-# A hinted fetch waits (up to this long) while the image's guest waits
-# for a fetch of its own: queued first at the OSDs, a batch of hinted
-# chunks delayed the reads the restart waits for (the group's slowest
-# member restarted 4x slower with hints than without).
-YIELD_S = 0.2
+BATCH = 16              # chunks one hinted fetch asks for
 
 
 def scope_of(repo, header, number):
@@ -93,7 +88,6 @@ class Follower(object):
         self.cond = threading.Condition()
         self.received = 0           # hinted indexes (stats)
         self.hinted = set()         # chunks this image fetched by hint
-        self.yielded = 0            # 2 ms waits for the guest's fetches
         self.stopped = False
         self.thread = threading.Thread(
             target=self._run, daemon=True,
@@ -126,7 +120,6 @@ class Follower(object):
             batch = self._take()
             if batch is None:
                 return
-            self._yield_to_demand()
             todo = [c for c in dict.fromkeys(batch)
                     if not image.core.is_present(c)]
             if not todo or image._closing:
@@ -139,13 +132,6 @@ class Follower(object):
                 # reports) what fails here.
                 LOG.warning('hinted prefetch of %s failed at %s: %s',
                             image.id, todo[0], e)
-
-    def _yield_to_demand(self):
-        deadline = time.monotonic() + YIELD_S
-        while self.image.demand_fetches and not self.stopped and \
-                time.monotonic() < deadline:
-            self.yielded += 1
-            time.sleep(0.002)
 
     def stop(self):
         with self.cond:
@@ -280,6 +266,5 @@ class HintHub(object):
                 follower = members.get(image_id, follower)
         publisher = self._publishers.get(image_id)
         return {'hints_received': follower.received if follower else 0,
-                'hint_yields': follower.yielded if follower else 0,
                 'hints_published': publisher.published if publisher else 0,
                 'hint_messages': publisher.messages if publisher else 0}

@@ -167,9 +167,6 @@ class AttachedImage(object):
         self.fetched_chunks = 0
         # Guest reads that fetched a chunk themselves (none on its way).
         self.read_fetches = 0
-        # Guest reads waiting for a fetch now: hinted prefetch yields to
-        # them (hints.py).
-        self.demand_fetches = 0
         self.fetched_bytes = 0
         # Bytes fetched, by what asked: 'read' (a guest's read waited for
         # them), 'write', 'readahead', 'profile', 'hint'.
@@ -347,14 +344,8 @@ class AttachedImage(object):
         (readahead.py), in the background.
         """
         self.readahead.missed(indices)
-        with self._fetch_lock:
-            self.demand_fetches += 1
-        try:
-            if self.fetch(indices, reason='read'):
-                self.read_fetches += 1
-        finally:
-            with self._fetch_lock:
-                self.demand_fetches -= 1
+        if self.fetch(indices, reason='read'):
+            self.read_fetches += 1
 
     def fetch(self, indices, reason='write'):
         """Make chunks present, fetching each from the attached version
@@ -391,8 +382,7 @@ class AttachedImage(object):
 
     def _fetch_from_repository(self, indices, reason):
         # Each chunk is installed and its waiters woken as soon as it
-        # arrives, not when the whole batch has: a guest's read of one
-        # chunk of a hinted or read-ahead batch waits for that chunk.
+        # arrives, not when the whole batch has (_install).
         done = set()
         if self.attached_version is not None:
             for index, data in self.repo.fetch(self.header,
@@ -401,7 +391,6 @@ class AttachedImage(object):
                 self._install(index, data, len(data))
                 self.fetched_by[reason] += len(data)
                 done.add(index)
-                self._release([index])
         for index in indices:
             if index not in done:
                 # An all-zero chunk is not stored: nothing to fetch.

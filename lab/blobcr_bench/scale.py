@@ -464,7 +464,6 @@ def restart_lazy(cluster, repo, vms, args, trace, hints, log):
             'hints_received': stats.get('hints_received', 0),
             'hints_published': stats.get('hints_published', 0),
             'hint_messages': stats.get('hint_messages', 0),
-            'hint_yields': stats.get('hint_yields', 0),
             'sha256': r['sha256']})
     remote = sum((cluster.status(h).get('hints') or {}).get(
         'remote_received', 0) for h in cluster.hosts)

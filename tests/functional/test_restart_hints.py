@@ -153,3 +153,42 @@ def test_hinted_fetches_racing_guest_writes_lose_no_write(repo, tmp_path):
         assert slow.stats()['fetched_by'].get('hint')
     finally:
         slow.close(30)
+
+
+def test_a_read_of_one_chunk_of_a_hinted_batch_waits_for_that_chunk(
+        repo, tmp_path, monkeypatch):
+    """A guest read of chunk A, fetched as part of a hinted batch whose
+    chunk B is slow: it returns once A is installed, not when the whole
+    batch is (the repository's reads are held by the test).
+    """
+    rng = random.Random(5)
+    image_id, content = _member(repo, rng, 'rank-0', None)
+    a = image_mod.AttachedImage(repo, image_id, None, str(tmp_path / 'a'),
+                                prefetch=False, readahead_chunks=0)
+    go_a, go_b = threading.Event(), threading.Event()
+    fetch = repo.fetch
+
+    def held_fetch(header, number, indices=None):
+        for index, data in fetch(header, number, indices):
+            (go_a if index == 3 else go_b).wait(30)
+            yield index, data
+    monkeypatch.setattr(a.repo, 'fetch', held_fetch)
+    batch = threading.Thread(target=a.fetch, args=([3, 7], 'hint'))
+    read_done = threading.Event()
+    try:
+        batch.start()
+        assert _wait(lambda: 3 in a._fetching)
+        reader = threading.Thread(
+            target=lambda: (a.fetch_missed([3]), read_done.set()))
+        reader.start()
+        time.sleep(0.1)
+        go_a.set()
+        assert read_done.wait(5), \
+            'the read of chunk 3 waited for chunk 7 of its batch'
+        assert a.read(3 * CHUNK, CHUNK) == content[3 * CHUNK:4 * CHUNK]
+    finally:
+        go_a.set()
+        go_b.set()
+        batch.join()
+        reader.join()
+        assert a.close(30)
