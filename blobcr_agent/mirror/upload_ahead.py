@@ -39,7 +39,7 @@ Why nothing can be lost:
   the journal puts every chunk again.
 
 Bytes: a chunk rewritten after it was sent is sent again once it has
-been quiet for 2, 4, ... rounds (MAX_RESENDS), or by the persist (the
+been quiet for 2, 4, then 8 rounds (MAX_RESENDS), or by the persist (the
 waste the paced benchmark counts); one the delta tracker would store as
 a delta (deltas.py) is left to the persist. The thread waits while a
 persist runs: the older version is safe first.
@@ -63,11 +63,15 @@ LOG = logging.getLogger(__name__)
 # one batch's latency (8 x 256 KiB a wait kept up with 32 MiB/s, barely).
 BATCH = 8
 DEPTH = 4
-# A chunk rewritten after it was sent is sent again once quiet for 2, 4,
-# ... rounds: a guest that keeps rewriting one chunk costs log2(epoch /
-# interval) sends of it per checkpoint, not one per rewrite. After
-# MAX_RESENDS the wait stays 2**MAX_RESENDS rounds.
-MAX_RESENDS = 5
+# A chunk rewritten after it was sent is sent again once quiet for 2, 4
+# and then 8 rounds (MAX_RESENDS): a guest that rewrites one chunk more
+# often than that costs 3 sends of it per checkpoint, not one per
+# rewrite, and a chunk quiet for 8 rounds goes again however often it
+# went before. With 32 rounds (3.2 s), the first checkpoint after a long
+# epoch of rewrites sent almost nothing ahead: what was written in its
+# last 3 s waited. Small rewrites of a chunk stored before are left to
+# the persist's deltas anyway (_page_hashes).
+MAX_RESENDS = 3
 
 # Env override of [agent] upload_ahead_interval (benchmarks compare on
 # and off in one run): seconds, 0 off.
@@ -104,9 +108,12 @@ class UploadAhead(object):
         self._thread.start()
 
     def stop(self):
+        """Stop sending (idempotent: close() may run twice)."""
         self._stop.set()
         self._thread.join()
-        os.close(self._fd)
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
     def stats(self):
         return {'ahead_chunks': self.chunks, 'ahead_bytes': self.bytes,
@@ -116,15 +123,26 @@ class UploadAhead(object):
         # Rounds start every interval (a long round's uploads count in
         # it), so that "quiet for a round" stays about one interval.
         wait = self.interval
+        failures = 0
         while not self._stop.wait(wait):
             started = time.monotonic()
             try:
                 self.round()
-            except Exception:
+                failures = 0
+            except Exception as e:
                 # The persist puts what was not sent: nothing depends on
-                # this thread but speed.
-                LOG.exception('uploading chunks of %s ahead', self.image.id)
-            wait = max(0.0, self.interval - (time.monotonic() - started))
+                # this thread but speed. A store that stays unreachable
+                # is tried (and logged) less and less often.
+                failures += 1
+                if failures == 1:
+                    LOG.exception('uploading chunks of %s ahead',
+                                  self.image.id)
+                else:
+                    LOG.warning('uploading chunks of %s ahead failed %d '
+                                'times in a row: %s', self.image.id,
+                                failures, e)
+            wait = max(0.0, self.interval * 2 ** min(failures, 9) -
+                       (time.monotonic() - started))
 
     def round(self):
         """One round: send what has been quiet since the last one; the

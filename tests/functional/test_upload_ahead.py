@@ -314,3 +314,34 @@ def test_a_walk_with_gc_running_all_along(store, seed, monkeypatch):
         stop.set()
         thread.join()
         assert a.close(30)
+
+
+def test_uploads_that_fail_cost_nothing_but_speed(store, monkeypatch):
+    """Every upload ahead fails (the store refuses them, the persist's
+    puts pass): rounds back off, the checkpoint persists every chunk
+    itself, and a second close is harmless.
+    """
+    repo, image_id, _ = store
+    from blobcr_agent.repository import commits
+
+    calls = []
+
+    def refused(self, batch, index, data, written, hashes=None):
+        calls.append(index)
+        raise OSError(28, 'No space left on device (test)')
+    monkeypatch.setattr(commits.Commit, 'upload_ahead', refused)
+    a = _attach(store, interval=0.01)
+    try:
+        content = os.urandom(NCHUNKS * CHUNK)
+        a.write(0, content)
+        time.sleep(0.5)
+        version = _checkpoint(a)
+        assert _read_all(repo, image_id, version) == content
+        assert a.uploader.chunks == 0
+        assert a.stats()['ahead_used'] == 0
+        # 10 ms rounds, doubling after each failure: about 6 rounds in
+        # the half second, not 50.
+        assert 1 <= len(calls) <= 12, len(calls)
+    finally:
+        assert a.close(30)
+    a.uploader.stop()
