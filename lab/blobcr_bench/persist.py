@@ -49,21 +49,38 @@ from blobcr_lab import agents
 CHUNK = 256 * 1024
 
 
-def rados_bench(args, seconds):
-    """``rados bench`` write with the chunk size; MiB/s as it prints."""
+_PRINTED = (('mib_s', r'Bandwidth \(MB/sec\):\s+([\d.]+)'),
+            ('ops_per_s', r'Average IOPS:\s+([\d.]+)'))
+
+
+def rados_bench(args, seconds, read_back=False, pool=None):
+    """``rados bench`` write with the chunk size (then, with
+    ``read_back``, a sequential read of what it wrote): ``{'write_mib_s',
+    'write_ops_per_s'[, 'read_mib_s', 'read_ops_per_s']}`` as it prints.
+    """
     name = 'blobcr-bench-%d' % os.getpid()
-    cmd = ['rados', '-c', args.ceph_conf, '-p', args.data_pool, 'bench',
-           str(seconds), 'write', '-b', str(CHUNK), '-t',
-           str(args.in_flight), '--no-cleanup', '--run-name', name]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True,
-                         timeout=seconds + 120).stdout
-    subprocess.run(['rados', '-c', args.ceph_conf, '-p', args.data_pool,
-                    'cleanup', '--run-name', name],
-                   check=True, capture_output=True, timeout=300)
-    match = re.search(r'Bandwidth \(MB/sec\):\s+([\d.]+)', out)
-    if not match:
-        raise RuntimeError('cannot read rados bench output:\n' + out)
-    return float(match.group(1))
+    base = ['rados', '-c', args.ceph_conf, '-p', pool or args.data_pool]
+    out = {}
+    phases = [('write', ['write', '-b', str(CHUNK), '--no-cleanup'])]
+    if read_back:
+        phases.append(('read', ['seq']))
+    try:
+        for what, extra in phases:
+            printed = subprocess.run(
+                base + ['bench', str(int(seconds))] + extra +
+                ['-t', str(args.in_flight), '--run-name', name],
+                check=True, capture_output=True, text=True,
+                timeout=seconds + 120).stdout
+            for key, pattern in _PRINTED:
+                match = re.search(pattern, printed)
+                if not match:
+                    raise RuntimeError('cannot read rados bench output:\n' +
+                                       printed)
+                out['%s_%s' % (what, key)] = float(match.group(1))
+    finally:
+        subprocess.run(base + ['cleanup', '--run-name', name],
+                       check=True, capture_output=True, timeout=300)
+    return out
 
 
 def backend_put(repo, nchunks, pattern, epoch):
@@ -137,7 +154,8 @@ def run(repo, backend_args, args, log):
                     else:
                         rate = persist[-1] if persist else 100.0
                         seconds = max(3, int(size / common.MIB / rate) + 1)
-                        bench.append(rados_bench(args, seconds))
+                        bench.append(
+                            rados_bench(args, seconds)['write_mib_s'])
                 log.event('run', run=r + 1, persist_mib_s=round(persist[-1],
                                                                 1),
                           backend_put_mib_s=round(puts[-1], 1),

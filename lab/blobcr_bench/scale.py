@@ -107,6 +107,10 @@ def add_arguments(p, size):
                    help='also the operator\'s global checkpoint: a Cinder '
                         'group snapshot of M attached volumes (starts a '
                         'Keystone and Cinder of its own)')
+    p.add_argument('--capacity-seconds', type=int, default=5,
+                   help='RADOS: seconds of rados bench on the data pool '
+                        '(written, then read back) for the model\'s OSD '
+                        'capacity (0: assume it)')
     p.add_argument('--plot', help='write a PNG of the curves here')
     p.add_argument('--from-json', metavar='FILE',
                    help='run nothing: derive the summary, goals, model '
@@ -726,7 +730,7 @@ def run(args, log, open_repository):
     repo = open_repository(args, args.workdir)
     cluster = None
     runs = []
-    cas_s = rate = None
+    cas_s = rate = capacity = None
     try:
         cluster = Cluster(args, repo.backend, url, args.workdir, log)
         cluster.start()
@@ -737,6 +741,10 @@ def run(args, log, open_repository):
         base, _, trace = make_base(repo, args.disk_size, args.system_read,
                                    args.seed, args.workdir)
         cas_s = scale_model.measure_cas(repo)
+        if args.backend == 'rados' and args.capacity_seconds > 0:
+            capacity = scale_model.measure_capacity(
+                args, args.capacity_seconds)
+            log('capacity of the data pool: %s' % capacity)
         rate = persist_rate(cluster, repo, base, min(args.disk_size // 2,
                                                      64 * MIB), log)
         log('%d hosts up; base image %s' % (args.hosts, base))
@@ -760,16 +768,17 @@ def run(args, log, open_repository):
         'hosts_are': 'network namespaces on one bridge; Ceph and RabbitMQ '
                      'forwarded onto each host\'s loopback',
         'machine_cores': os.cpu_count()}
-    return derive(setup, runs, rate, cas_s, args.plot)
+    return derive(setup, runs, rate, cas_s, args.plot, capacity)
 
 
-def derive(setup, runs, rate, cas_s, plot_path=None):
+def derive(setup, runs, rate, cas_s, plot_path=None, capacity=None):
     """The summary, goals, model, checks (and picture) of ``runs``."""
     args = argparse.Namespace(**dict({'cinder': False}, **setup))
     summary = summarize(runs, args)
     result = {'setup': setup, 'persist_rate': rate, 'runs': runs,
               'summary': summary, 'goals': goals(summary, args, rate),
-              'model': scale_model.fit(runs, summary, args, cas_s)}
+              'model': scale_model.fit(runs, summary, args, cas_s,
+                                       capacity)}
     result['checks'] = checks_of(runs, args).as_list()
     if plot_path:
         plot(result, plot_path)
@@ -783,7 +792,8 @@ def rederive(path, plot_path=None):
     with open(path) as f:
         saved = json.load(f)
     return derive(saved['setup'], saved['runs'], saved.get('persist_rate'),
-                  saved['model']['measured'].get('cas_s'), plot_path)
+                  saved['model']['measured'].get('cas_s'), plot_path,
+                  saved['model'].get('capacity'))
 
 
 def plot(result, path):

@@ -33,6 +33,19 @@ so this part scales out); one RabbitMQ node delivers
 ``broker_deliveries_per_s`` messages; the group index is one object, so
 its compare-and-sets run one after another, each ``cas`` long, plus
 every conflict's retry.
+
+What the run measured replaces two of them: ``rados bench`` on the data
+pool (chunk-sized objects, written then read back) gives the cluster's
+ops and MiB per second, divided by its OSDs (``capacity``). On one
+machine the OSDs share its cores with everything else: that capacity is
+the CPU's, and taints every data figure projected from it.
+
+Before projecting, the model is checked (:func:`validate`): each group
+tail (the slowest member's figure, median over runs) is fitted as
+``a + b M`` on the group sizes up to ``FIT_UP_TO`` and predicts the
+largest size run; ``within`` says whether each prediction is within
+``TOLERANCE`` of what was measured. The projection is marked
+``validated`` only if all are.
 """
 
 import math
@@ -40,6 +53,8 @@ import statistics
 import time
 
 from blobcr_agent.repository import records
+from blobcr_bench import persist
+from blobcr_lab import ceph
 
 ASSUMPTIONS = {
     'hosts_per_osd': 4,
@@ -48,6 +63,14 @@ ASSUMPTIONS = {
     'broker_deliveries_per_s': 20000,
     'sizes': [16, 64, 256, 1000],
 }
+FIT_UP_TO = 8
+TOLERANCE = 0.3
+# The group tails validated: (name, where in a summary entry).
+TAILS = (('checkpoint_ack_s', ('tails', 'ack_s')),
+         ('group_stable_s', ('tails', 'group_stable_s')),
+         ('cinder_group_hold_ms', ('tails', 'cinder_group_hold_ms')),
+         ('restart_lazy_s', ('restart', 'lazy', 'restart_s_tail')),
+         ('restart_hints_s', ('restart', 'hints', 'restart_s_tail')))
 
 
 class _Counter(object):
@@ -73,6 +96,18 @@ def measure_cas(repo, n=20):
         repo.update_record(name, _Counter, bump, 'bench record')
         samples.append(time.perf_counter() - t0)
     return statistics.median(samples)
+
+
+def measure_capacity(args, seconds=5):
+    """The data pool's capacity, measured (``rados bench``, chunk-sized
+    objects, ``--in-flight`` at once): ops and MiB per second written,
+    then read back, and the OSDs that served them.
+    """
+    capacity = persist.rados_bench(args, seconds, read_back=True)
+    capacity['osds'] = len(ceph.osd_ids(args.ceph_conf))
+    capacity['seconds'] = seconds
+    capacity['object_bytes'] = persist.CHUNK
+    return capacity
 
 
 def _loglog_slope(points):
@@ -103,9 +138,62 @@ def _per_vm(runs, get):
     return statistics.median(values) if values else None
 
 
-def fit(runs, summary, args, cas_s=None):
+def _tail_at(entry, path):
+    for key in path:
+        entry = (entry or {}).get(key)
+    return (entry or {}).get('median_of_max')
+
+
+def validate(summary):
+    """Each group tail fitted as ``a + b M`` on the sizes up to
+    FIT_UP_TO, against the largest size run (see the module's doc).
+    """
+    sizes = sorted(int(m) for m in summary)
+    fit_on = [m for m in sizes if m <= FIT_UP_TO]
+    out = {'fit_on': fit_on, 'check_at': None, 'tolerance': TOLERANCE,
+           'tails': {}}
+    if len(fit_on) < 2 or sizes[-1] <= FIT_UP_TO:
+        out['why_not'] = ('needs at least two group sizes up to %d and one '
+                          'above' % FIT_UP_TO)
+        return out
+    top = sizes[-1]
+    out['check_at'] = top
+
+    def at(m, path):
+        return _tail_at(summary.get(m, summary.get(str(m))), path)
+    for name, path in TAILS:
+        points = [(m, at(m, path)) for m in fit_on]
+        points = [(m, y) for m, y in points if y is not None]
+        measured = at(top, path)
+        b = _slope(points) if len(points) >= 2 else None
+        if b is None or measured is None:
+            continue
+        a = statistics.mean(y for _, y in points) - b * statistics.mean(
+            m for m, _ in points)
+        predicted = a + b * top
+        error = abs(predicted - measured) / measured if measured else None
+        out['tails'][name] = {
+            'fitted': dict(points), 'intercept': round(a, 4),
+            'per_member': round(b, 5), 'predicted': round(predicted, 4),
+            'measured': measured,
+            'error': None if error is None else round(error, 3),
+            'within': error is not None and error <= TOLERANCE}
+    out['all_within'] = bool(out['tails']) and all(
+        t['within'] for t in out['tails'].values())
+    return out
+
+
+def fit(runs, summary, args, cas_s=None, capacity=None):
     checkpoints = args.iterations
     measured = {'cas_s': cas_s}
+    assumptions = dict(ASSUMPTIONS)
+    if capacity and capacity.get('osds'):
+        # Measured in the same run, per OSD (module doc: the CPU's).
+        assumptions['osd_ops_per_s'] = round(
+            capacity['write_ops_per_s'] / capacity['osds'], 1)
+        assumptions['osd_mib_s'] = round(
+            capacity['write_mib_s'] / capacity['osds'], 2)
+        assumptions['from_capacity'] = True
 
     def ck(key):
         return lambda r: (r['checkpoint']['load'].get('osd') or {}).get(
@@ -143,15 +231,27 @@ def fit(runs, summary, args, cas_s=None):
         # The driver holds every member, then checkpoints them one
         # after another: the hold grows with each member's RPC.
         measured['cinder_hold_ms_per_member'] = _slope(holds)
-    return {'measured': measured, 'assumptions': dict(ASSUMPTIONS),
-            'at': [project(n, measured) for n in ASSUMPTIONS['sizes']]}
+    validation = validate(summary)
+    validated = validation.get('all_within', False)
+    out = {'measured': measured, 'assumptions': assumptions,
+           'capacity': capacity, 'validation': validation,
+           'validated': validated, 'at': []}
+    if validated:
+        out['at'] = [project(n, measured, assumptions)
+                     for n in assumptions['sizes']]
+    else:
+        out['projection_withheld'] = (
+            'the fit on small groups did not predict the largest group '
+            'within %d%% (validation)' % (TOLERANCE * 100))
+    return out
 
 
-def project(n, m):
+def project(n, m, a=None):
     """Seconds each shared part needs for one global checkpoint and one
     restart of ``n`` VMs on ``n`` hosts; the largest is the bottleneck.
+    ``a``: the assumptions (default ASSUMPTIONS).
     """
-    a = ASSUMPTIONS
+    a = a or ASSUMPTIONS
     osds = max(3, math.ceil(n / a['hosts_per_osd']))
     out = {'vms': n, 'hosts': n, 'osds': osds}
     parts = {}

@@ -94,19 +94,27 @@ class MicroCephCluster:
 OSD_COUNTERS = ("op", "op_r", "op_w", "op_in_bytes", "op_out_bytes")
 
 
+def _ceph_json(conffile, timeout, *args):
+    return json.loads(subprocess.run(
+        ["ceph", "-c", conffile, "--connect-timeout", "10", *args,
+         "-f", "json"], capture_output=True, text=True, timeout=timeout,
+        check=True).stdout)
+
+
+def osd_ids(conffile, timeout=60):
+    """The cluster's OSD ids."""
+    return _ceph_json(conffile, timeout, "osd", "ls")
+
+
 def osd_counters(conffile, timeout=60):
     """Client operations and bytes all OSDs of the cluster served since
     they started (their ``osd`` perf counters, summed): take two and
     subtract for the load of what ran in between.
     """
-    def ceph(*args):
-        return subprocess.run(
-            ["ceph", "-c", conffile, "--connect-timeout", "10", *args,
-             "-f", "json"], capture_output=True, text=True, timeout=timeout,
-            check=True).stdout
     total = dict.fromkeys(OSD_COUNTERS, 0)
-    for osd in json.loads(ceph("osd", "ls")):
-        counters = json.loads(ceph("tell", f"osd.{osd}", "perf", "dump"))
+    for osd in osd_ids(conffile, timeout):
+        counters = _ceph_json(conffile, timeout, "tell", f"osd.{osd}",
+                              "perf", "dump")
         for key in OSD_COUNTERS:
             total[key] += counters["osd"][key]
     return total

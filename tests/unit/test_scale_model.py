@@ -54,7 +54,9 @@ def test_fit_then_project():
     assert got['cas_conflict_growth_exponent'] == pytest.approx(2.0)
     assert got['restart_read_ops_per_vm'] == 40
     assert got['cinder_hold_ms_per_member'] == pytest.approx(20.0)
-    at = {p['vms']: p for p in model['at']}
+    # No group size above FIT_UP_TO: nothing validated, no projection.
+    assert not model['validated'] and model['at'] == []
+    at = {n: scale_model.project(n, got) for n in A['sizes']}
     n = 1000
     one = at[n]
     osds = n // A['hosts_per_osd']
@@ -74,3 +76,51 @@ def test_fit_then_project():
     # Data spreads over the OSDs: flat while OSDs come with hosts.
     assert at[256]['seconds']['checkpoint_data_s'] == pytest.approx(
         one['seconds']['checkpoint_data_s'], rel=0.05)
+
+
+def _summary(tails):
+    """A summary whose group tails are ``tails(m)`` for each size."""
+    out = {}
+    for m in (1, 4, 8, 16):
+        ack, stable, lazy = tails(m)
+        out[m] = {'tails': {'ack_s': {'median_of_max': ack},
+                            'group_stable_s': {'median_of_max': stable},
+                            'cinder_group_hold_ms': {'median_of_max': None}},
+                  'restart': {'lazy': {'restart_s_tail':
+                                       {'median_of_max': lazy}}}}
+    return out
+
+
+def test_tails_linear_in_members_validate_and_project():
+    args = argparse.Namespace(iterations=2)
+    runs = [_run(1, 1, 3), _run(4, 4, 3), _run(8, 8, 3), _run(16, 16, 3)]
+    summary = _summary(lambda m: (0.01 + 0.002 * m, 0.5 + 0.1 * m,
+                                  0.3 + 0.01 * m * 1.1))
+    capacity = {'write_ops_per_s': 600.0, 'write_mib_s': 90.0, 'osds': 3}
+    model = scale_model.fit(runs, summary, args, 0.002, capacity)
+    v = model['validation']
+    assert v['fit_on'] == [1, 4, 8] and v['check_at'] == 16
+    stable = v['tails']['group_stable_s']
+    assert stable['predicted'] == pytest.approx(2.1)
+    assert stable['within'] and model['validated']
+    assert 'cinder_group_hold_ms' not in v['tails']     # never measured
+    # The measured capacity, per OSD, replaces the assumed one.
+    assert model['assumptions']['osd_mib_s'] == pytest.approx(30.0)
+    assert model['assumptions']['osd_ops_per_s'] == pytest.approx(200.0)
+    assert [p['vms'] for p in model['at']] == A['sizes']
+
+
+def test_a_tail_that_bends_at_the_largest_group_withholds_the_projection():
+    args = argparse.Namespace(iterations=2)
+    runs = [_run(m, m, 3) for m in (1, 4, 8, 16)]
+    # Linear up to 8, then four times the line at 16 (a queue filling).
+
+    def tails(m):
+        return 0.01, 0.5 + 0.1 * m * (4 if m == 16 else 1), 0.3
+    summary = _summary(tails)
+    model = scale_model.fit(runs, summary, args, 0.002)
+    stable = model['validation']['tails']['group_stable_s']
+    assert not stable['within']
+    assert stable['error'] == pytest.approx(abs(2.1 - 6.9) / 6.9, abs=1e-3)
+    assert not model['validated'] and model['at'] == []
+    assert 'projection_withheld' in model
