@@ -30,6 +30,7 @@ needs a server runs there (tempest.SERVER_TESTS);
 """
 
 import os
+import re
 import time
 
 import pytest
@@ -37,6 +38,29 @@ import pytest
 from blobcr_lab import guest_vm
 from blobcr_lab import nova as nova_stack
 from blobcr_lab import tempest
+
+# A race in stock Cinder and Tempest, not in BlobCR: a retype with
+# migration ends with two saves of the volume (finish_volume_migration
+# writes the new type with migration_status None, then 'success' is
+# saved), and Tempest, which waits for the new type only, may read
+# between them on a loaded machine. Such a failure, with exactly that
+# mismatch, is run once more on its own; anything else fails the test.
+STOCK_RACES = {
+    'tempest.api.volume.admin.test_volume_retype.'
+    'VolumeRetypeWithMigrationTest.': "MismatchError: 'success' != None",
+}
+
+
+def _failed_ids(output):
+    return re.findall(r'^\{\d+\} (\S+?)(?:\[\S*\])? \[[\d.]+s\] \.\.\. '
+                      r'FAILED', output, re.M)
+
+
+def _only_stock_races(ids, output):
+    return bool(ids) and all(
+        any(i.startswith(prefix) and mismatch in output
+            for prefix, mismatch in STOCK_RACES.items()) for i in ids)
+
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(os.path.join(tempest.venv(), 'bin', 'tempest')),
@@ -63,7 +87,21 @@ def test_tempest_volume_api(openstack_cloud, cinder_hosts, tmp_path):
              log))
     failures = [line for line in counts['output'].splitlines()
                 if '... FAILED' in line]
-    assert counts['failed'] == 0, '\n'.join(failures)
+    ids = _failed_ids(counts['output'])
+    if counts['failed'] and len(ids) == counts['failed'] and \
+            _only_stock_races(ids, counts['output']):
+        again = tempest.run(
+            openstack_cloud, str(tmp_path),
+            regex='|'.join(re.escape(i) for i in ids), volume_type=section,
+            backend_names=[section, cinder_hosts['rados'].section],
+            log=log + '.again', concurrency=1)
+        print('tempest: %s failed on the stock retype race; run again '
+              'alone: %d passed, %d failed' % (ids, again['passed'],
+                                               again['failed']))
+        assert again['failed'] == 0 and again['passed'] == len(ids), \
+            again['output'][-3000:]
+    else:
+        assert counts['failed'] == 0, '\n'.join(failures)
     # A configuration that skips everything proves nothing.
     assert counts['passed'] > counts['skipped'], counts
 
