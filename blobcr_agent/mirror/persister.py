@@ -159,8 +159,8 @@ class Persister(object):
                     index, data = item
                     # Sent ahead and not written since (upload_ahead.py):
                     # linked, not hashed again.
-                    sent = pending.sent_unchanged(
-                        index, self.core.write_clock(index))
+                    sent = pending.sent_unchanged(index,
+                                                  self.core.write_clock)
                     d = pending.put_sent(index, *sent) if sent else \
                         pending.put(index, data)
                     # No fsync: the journal only has to survive the

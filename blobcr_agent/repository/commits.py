@@ -298,15 +298,19 @@ class Commit(object):
             self._ahead[d] = size
             self._sent[index] = (written, d, hashes)
 
-    def sent_unchanged(self, index, clock):
+    def sent_unchanged(self, index, clock_of):
         """The (digest, page hashes) sent ahead for chunk ``index`` if
         its content then is the snapshot's: sent from its write at
-        ``clock`` (the chunk's last write now, read after the take),
-        which came before the COMMIT. None: put() it.
+        ``clock_of(index)`` (the chunk's last write now, read after the
+        take; asked only for a chunk that was sent), which came before
+        the COMMIT. None: put() it.
         """
         sent = self._sent.get(index)
-        if sent is None or self.commit_clock is None or sent[0] != clock \
-                or not clock_at_or_before(clock, self.commit_clock):
+        if sent is None or self.commit_clock is None:
+            return None
+        clock = clock_of(index)
+        if sent[0] != clock or \
+                not clock_at_or_before(clock, self.commit_clock):
             return None
         return sent[1], sent[2]
 
