@@ -161,8 +161,8 @@ class Persister(object):
                     # linked, not hashed again.
                     sent = pending.sent_unchanged(index,
                                                   self.core.write_clock)
-                    d = pending.put_sent(index, *sent) if sent else \
-                        pending.put(index, data)
+                    d = pending.put_sent(index, *sent, data) if sent \
+                        else pending.put(index, data)
                     # No fsync: the journal only has to survive the
                     # agent, and the page cache does that.
                     journal.write(_journal_line(index, d,

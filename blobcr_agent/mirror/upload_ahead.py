@@ -22,7 +22,9 @@ clock, Mirror.quiet_dirty) into the store, BATCH at a time, as the
 objects the next checkpoint's persist would write, and tells that
 version's Commit they are durable (Commit.add_uploaded). The persist
 then links a chunk whose content has that digest instead of putting it
-(Commit._put_whole).
+(Commit._put_whole); a chunk whose upload is still in flight when the
+checkpoint comes is adopted, not sent twice: the version's finish waits
+for that upload, and puts the chunk itself if it failed.
 
 Why nothing can be lost:
 
@@ -58,9 +60,10 @@ from blobcr_agent.repository import deltas
 LOG = logging.getLogger(__name__)
 
 # Chunks per durability wait: what went ahead is linkable batch by batch
-# (a checkpoint meanwhile puts again only the chunks of the batches in
-# flight); DEPTH batches in flight, so that the round is not bound by
-# one batch's latency (8 x 256 KiB a wait kept up with 32 MiB/s, barely).
+# (a checkpoint meanwhile adopts the batches in flight: its finish waits
+# for them, Commit.sent_unchanged); DEPTH batches in flight, so that
+# the round is not bound by one batch's latency (8 x 256 KiB a wait kept
+# up with 32 MiB/s, barely).
 BATCH = 8
 DEPTH = 4
 # A chunk rewritten after it was sent is sent again once quiet for 2, 4
@@ -160,15 +163,24 @@ class UploadAhead(object):
         todo = [(c, w) for c, w in zip(quiet, writes) if self._due(c, w)]
         in_flight = collections.deque()     # (batch, {digest: bytes})
         sent = 0
-        for at in range(0, len(todo), BATCH):
-            # Taken by a checkpoint meanwhile: its persist sends the rest.
-            if self._stop.is_set() or image.reserver.peek() is not commit:
-                break
-            in_flight.append(self._start(commit, todo[at:at + BATCH]))
-            if len(in_flight) >= DEPTH:
+        try:
+            for at in range(0, len(todo), BATCH):
+                # Taken by a checkpoint meanwhile: its persist adopts the
+                # batches in flight and sends the rest.
+                if self._stop.is_set() or \
+                        image.reserver.peek() is not commit:
+                    break
+                in_flight.append(self._start(commit, todo[at:at + BATCH]))
+                if len(in_flight) >= DEPTH:
+                    sent += self._finish(commit, *in_flight.popleft())
+            while in_flight:
                 sent += self._finish(commit, *in_flight.popleft())
-        while in_flight:
-            sent += self._finish(commit, *in_flight.popleft())
+        finally:
+            # After a failure: a persist that adopted any of these must
+            # not wait for them.
+            for batch, uploaded in in_flight:
+                batch.drain()
+                commit.drop_uploads(uploaded)
         return sent
 
     def _due(self, index, written):
@@ -192,22 +204,31 @@ class UploadAhead(object):
         image = self.image
         batch = image.repo.backend.batch()
         uploaded = {}
-        for index, written in todo:
-            self._sent[index] = (written,
-                                 self._sent.get(index, (None, 0))[1] + 1)
-            data = os.pread(self._fd, image.header.chunk_len(index),
-                            index * image.chunk_size)
-            if _native.is_zero(data):
-                continue
-            hashes = self._page_hashes(index, data)
-            if hashes is False:
-                continue
-            d = commit.upload_ahead(batch, index, data, written, hashes)
-            uploaded[index] = d
+        try:
+            for index, written in todo:
+                self._sent[index] = (written,
+                                     self._sent.get(index, (None, 0))[1] + 1)
+                data = os.pread(self._fd, image.header.chunk_len(index),
+                                index * image.chunk_size)
+                if _native.is_zero(data):
+                    continue
+                hashes = self._page_hashes(index, data)
+                if hashes is False:
+                    continue
+                uploaded[index] = commit.upload_ahead(batch, index, data,
+                                                      written, hashes)
+        except Exception:
+            batch.drain()
+            commit.drop_uploads(uploaded)
+            raise
         return batch, uploaded
 
     def _finish(self, commit, batch, uploaded):
-        batch.wait()
+        try:
+            batch.wait()
+        except Exception:
+            commit.drop_uploads(uploaded)
+            raise
         commit.add_uploaded(uploaded)
         self.chunks += len(uploaded)
         self.bytes += sum(u[1] for u in uploaded.values())

@@ -25,6 +25,7 @@ fails unless that one turns stable first.
 """
 
 import logging
+import threading
 import time
 
 from blobcr_agent import _native
@@ -39,6 +40,10 @@ from blobcr_agent.repository import tree
 LOG = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 30
+# How long finish() waits for an upload ahead that the persist adopted
+# while it was in flight, before it puts the chunk itself (content
+# addressing makes a second put of it harmless).
+ADOPTED_WAIT_SECONDS = 60
 
 
 class Commits(object):
@@ -191,6 +196,11 @@ class Commit(object):
         self._ahead = {}
         # index -> (write clock, digest, page hashes) of what was sent
         self._sent = {}
+        # ... of what is being sent (not durable yet), and the persist's
+        # chunks linked to those: index -> (digest, chunk bytes)
+        self._flying = {}
+        self._adopted = {}
+        self._ahead_cond = threading.Condition()
         # The mirror's write clock just before its COMMIT: content sent
         # with an earlier clock, unchanged since, is the snapshot's.
         self.commit_clock = None
@@ -242,7 +252,8 @@ class Commit(object):
 
     def _put_whole(self, data):
         d = chunks.digest(data)
-        size = self._ahead.get(d)
+        with self._ahead_cond:
+            size = self._ahead.get(d)
         if size is not None:
             self.ahead_used += 1
             self._ahead_bytes += size
@@ -281,31 +292,55 @@ class Commit(object):
         :meth:`put` of it would write; ``(digest, object bytes)``.
         ``hashes``: its page hashes, for the delta tracker. Only for a
         version registered before the call: GC keeps it while the
-        version is pending (gc.py's cut-off).
+        version is pending (gc.py's cut-off). Until :meth:`add_uploaded`
+        or :meth:`drop_uploads` settles it, the persist may adopt it
+        (:meth:`sent_unchanged`).
         """
         self._check_length(index, data)
         d = chunks.digest(data)
         blob = self.repo.policy.encode(data, batch.rate() or
                                        self.repo.upload_bps)
-        batch.put(base.CHUNK, chunks.object_name(d), blob)
+        with self._ahead_cond:
+            self._flying[index] = (written, d, hashes)
+        try:
+            batch.put(base.CHUNK, chunks.object_name(d), blob)
+        except Exception:
+            self._settle({index: (d, 0, (written, hashes))}, durable=False)
+            raise
         return d, len(blob), (written, hashes)
 
     def add_uploaded(self, uploaded):
         """``{index: upload_ahead's result}`` are durable: a put of the
         same content links them (and :meth:`sent_unchanged` knows them).
         """
-        for index, (d, size, (written, hashes)) in uploaded.items():
-            self._ahead[d] = size
-            self._sent[index] = (written, d, hashes)
+        self._settle(uploaded, durable=True)
+
+    def drop_uploads(self, uploaded):
+        """``{index: upload_ahead's result}`` failed or were abandoned:
+        what the persist adopted of them, finish() puts itself.
+        """
+        self._settle(uploaded, durable=False)
+
+    def _settle(self, uploaded, durable):
+        with self._ahead_cond:
+            for index, (d, size, (written, hashes)) in uploaded.items():
+                if durable:
+                    self._ahead[d] = size
+                    self._sent[index] = (written, d, hashes)
+                if self._flying.get(index, (None, None))[1] == d:
+                    del self._flying[index]
+            self._ahead_cond.notify_all()
 
     def sent_unchanged(self, index, clock_of):
-        """The (digest, page hashes) sent ahead for chunk ``index`` if
-        its content then is the snapshot's: sent from its write at
-        ``clock_of(index)`` (the chunk's last write now, read after the
-        take; asked only for a chunk that was sent), which came before
-        the COMMIT. None: put() it.
+        """The (digest, page hashes) sent ahead for chunk ``index`` (or
+        being sent: the persist adopts an upload in flight rather than
+        send the chunk twice) if its content then is the snapshot's:
+        sent from its write at ``clock_of(index)`` (the chunk's last
+        write now, read after the take; asked only for a chunk that was
+        sent), which came before the COMMIT. None: put() it.
         """
-        sent = self._sent.get(index)
+        with self._ahead_cond:
+            sent = self._sent.get(index) or self._flying.get(index)
         if sent is None or self.commit_clock is None:
             return None
         clock = clock_of(index)
@@ -314,14 +349,18 @@ class Commit(object):
             return None
         return sent[1], sent[2]
 
-    def put_sent(self, index, chunk_digest, hashes):
-        """Link chunk ``index`` to the object sent ahead under
-        ``chunk_digest`` (sent_unchanged), without reading or hashing it
-        again; staged whole in the tracker.
+    def put_sent(self, index, chunk_digest, hashes, data):
+        """Link chunk ``index`` (its bytes: ``data``) to the object sent
+        ahead under ``chunk_digest`` (sent_unchanged), without hashing
+        it again; staged whole in the tracker. One still in flight is
+        settled by finish().
         """
-        self._ahead_bytes += self._ahead[chunk_digest]
-        self.ahead_used += 1
-        self.ahead_unhashed += 1
+        with self._ahead_cond:
+            size = self._ahead.get(chunk_digest)
+            if size is None:
+                self._adopted[index] = (chunk_digest, data)
+        if size is not None:
+            self._count_linked(size)
         if self.tracker is not None:
             # No hashes: forgotten, so no delta is made on a stale one.
             self.tracker.stage(index, None if hashes is None else
@@ -329,6 +368,38 @@ class Commit(object):
         self._changes[index] = chunk_digest
         self._tick()
         return chunk_digest
+
+    def _settle_adopted(self):
+        """Wait for the uploads the persist adopted in flight; put those
+        that did not become durable.
+        """
+        deadline = time.monotonic() + ADOPTED_WAIT_SECONDS
+        with self._ahead_cond:
+            while any(self._flying.get(i, (None, None))[1] == d
+                      for i, (d, _) in self._adopted.items()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    LOG.warning('version %d of %s: uploads ahead still in '
+                                'flight after %d s; put again',
+                                self.version, self.image_id,
+                                ADOPTED_WAIT_SECONDS)
+                    break
+                self._ahead_cond.wait(left)
+            adopted, self._adopted = self._adopted, {}
+        for index, (d, data) in sorted(adopted.items()):
+            with self._ahead_cond:
+                size = self._ahead.get(d)
+            if size is not None:
+                self._count_linked(size)
+            elif self._put_whole(data) != d:
+                raise exception.CommitAborted(
+                    'version %d of %s: chunk %d is not the content sent '
+                    'ahead for it' % (self.version, self.image_id, index))
+
+    def _count_linked(self, size):
+        self._ahead_bytes += size
+        self.ahead_used += 1
+        self.ahead_unhashed += 1
 
     def put_digest(self, index, chunk_digest):
         """Record chunk ``index`` as the object already stored under
@@ -384,6 +455,7 @@ class Commit(object):
         unpinned in between, nor be seen stable without its marks.
         """
         base_root = self._resolve_base()
+        self._settle_adopted()
         self._batch.wait()
         self.repo.record_upload(self._batch.rate())
         t = self.header.tree(self.repo.nodes)

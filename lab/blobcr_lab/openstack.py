@@ -733,7 +733,11 @@ class OpenStackStack:
             sections['DEFAULT'].update({
                 'backup_driver': 'cinder.backup.drivers.posix.'
                                  'PosixBackupDriver',
-                'backup_posix_path': self.path('backups')})
+                'backup_posix_path': self.path('backups'),
+                # Cinder's own zstd, not its zlib default: 0.55 s of CPU
+                # per GiB here against 5.1 s, and Tempest backs up 21
+                # one-GiB volumes on two cores.
+                'backup_compression_algorithm': 'zstd'})
             # cinder-backup's own host name (another file: CONF.host).
             agents.write_conf(self.path('cinder-backup.conf'), {
                 'DEFAULT': {'host': self.backup_host}})

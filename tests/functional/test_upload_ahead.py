@@ -24,6 +24,9 @@ micro Ceph cluster:
   aside) is not taken for the content that went ahead;
 * a chunk rewritten after it went ahead, or written all the time while
   it is read for the upload, is stored with its last content;
+* uploads in flight at the checkpoint are adopted: not put twice, the
+  version stable only once they are durable, and put by the persist if
+  they fail;
 * a randomized walk (replayable seeds) of writes, checkpoints and waits
   with a garbage collection running all along, gc_grace 0: every stable
   version reads back as the model says, also after a last collection.
@@ -313,6 +316,70 @@ def test_a_walk_with_gc_running_all_along(store, seed, monkeypatch):
     finally:
         stop.set()
         thread.join()
+        assert a.close(30)
+
+
+class HeldUploads(object):
+    """Holds the uploader threads' chunk puts until :meth:`release`
+    (``fail=True``: they then fail instead of being written).
+    """
+
+    def __init__(self, backend, monkeypatch):
+        self.held = []
+        self._lock = threading.Lock()
+        submit = backend._submit_put
+
+        def held(kind, name, data, callback):
+            if not threading.current_thread().name.startswith(
+                    'blobcr-ahead'):
+                return submit(kind, name, data, callback)
+            with self._lock:
+                self.held.append((kind, name, data, callback))
+        self._submit = submit
+        monkeypatch.setattr(backend, '_submit_put', held)
+
+    def release(self, fail=False):
+        with self._lock:
+            held, self.held = self.held, []
+        for kind, name, data, callback in held:
+            if fail:
+                callback(OSError(5, 'Input/output error (test)'))
+            else:
+                self._submit(kind, name, data, callback)
+        return len(held)
+
+
+@pytest.mark.parametrize('fail', [False, True], ids=['durable', 'failed'])
+def test_a_checkpoint_adopts_the_uploads_in_flight(store, monkeypatch,
+                                                   fail):
+    """Every chunk's upload is in flight (held) when the checkpoint
+    comes: the persist does not put them again, and the version is not
+    stable before they are durable; if they fail, it puts them itself.
+    """
+    repo, image_id, _ = store
+    puts = PersistPuts(repo.backend, monkeypatch)
+    uploads = HeldUploads(repo.backend, monkeypatch)
+    a = _attach(store)
+    try:
+        content = os.urandom(NCHUNKS * CHUNK)
+        a.write(0, content)
+        _wait(lambda: len(uploads.held) == NCHUNKS, what='the uploads')
+        version, _, _ = a.checkpoint(wait=10)
+        time.sleep(0.5)
+        assert a.version_state(version) == 'pending'
+        assert puts.count == 0
+        assert uploads.release(fail=fail) == NCHUNKS
+        assert a.wait_persisted(60)
+        assert a.version_state(version) == 'stable'
+        assert _read_all(repo, image_id, version) == content
+        if fail:
+            assert puts.count == NCHUNKS
+            assert a.stats()['ahead_used'] == 0
+        else:
+            assert puts.count == 0, 'put %d chunks twice' % puts.count
+            assert a.stats()['ahead_used'] == NCHUNKS
+    finally:
+        uploads.release(fail=True)
         assert a.close(30)
 
 
