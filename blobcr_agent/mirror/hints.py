@@ -27,9 +27,12 @@ order), and every other image of the scope, on this host and (through
 others, fetches those of its own chunks in the background, through the
 image's fetch path: a chunk is fetched once, never over a write.
 
-A chunk an image got through a hint is not published again by it: the
-others had that hint already. Hints only cost bandwidth when wrong; an
-index outside the image is dropped.
+A chunk index leaves a host at most once per scope, sent by whichever
+of its images reads it first, and never once the host heard it (from
+one of its own images or from another host): the others had that hint
+already. So what a host receives grows with the chunks the group reads,
+not with the members or the hosts reading them. Hints only cost
+bandwidth when wrong; an index outside the image is dropped.
 """
 
 import collections
@@ -168,8 +171,7 @@ class Publisher(object):
             order = self.image.core.read_order()
         except Exception:
             return                  # closed under us
-        new = [c for c in order[self.sent:]
-               if c not in self.follower.hinted]
+        new = self.hub.claim(self.image.hint_scope, order[self.sent:])
         self.sent = len(order)
         for k in range(0, len(new), MAX_PER_MESSAGE):
             part = new[k:k + MAX_PER_MESSAGE]
@@ -191,9 +193,12 @@ class HintHub(object):
         self.remote = remote
         self._lock = threading.Lock()
         self._scopes = {}           # scope -> {image id: Follower}
+        # scope -> chunk indexes sent from or heard on this host
+        self._announced = {}
         self._publishers = {}       # image id -> Publisher
         self.remote_errors = 0
         self.remote_received = 0    # chunk indexes from other hosts
+        self.remote_messages = 0    # ... in that many messages
 
     def join(self, image):
         """Start following and publishing for ``image`` (its
@@ -217,14 +222,29 @@ class HintHub(object):
             follower = members.pop(image.id, None)
             if not members:
                 self._scopes.pop(image.hint_scope, None)
+                self._announced.pop(image.hint_scope, None)
         if follower is not None:
             follower.stop()
+
+    def claim(self, scope, chunks):
+        """Of ``chunks`` (first read here), those no image of
+        ``scope`` here sent or heard yet, now marked as sent.
+        """
+        with self._lock:
+            if scope not in self._scopes:
+                return []
+            announced = self._announced.setdefault(scope, set())
+            new = [c for c in dict.fromkeys(chunks) if c not in announced]
+            announced.update(new)
+        return new
 
     def _deliver(self, scope, chunks, skip=None):
         with self._lock:
             followers = [f for image_id, f in
                          self._scopes.get(scope, {}).items()
                          if image_id != skip]
+            if scope in self._scopes:
+                self._announced.setdefault(scope, set()).update(chunks)
         for follower in followers:
             follower.offer(chunks)
 
@@ -250,6 +270,7 @@ class HintHub(object):
             LOG.warning('malformed prefetch hints dropped')
             return 0
         self.remote_received += len(chunks)
+        self.remote_messages += 1
         self._deliver(scope, chunks)
         return len(chunks)
 
@@ -257,6 +278,7 @@ class HintHub(object):
         with self._lock:
             scopes = len(self._scopes)
         return {'scopes': scopes, 'remote_received': self.remote_received,
+                'remote_messages': self.remote_messages,
                 'remote_errors': self.remote_errors}
 
     def stats(self, image_id):

@@ -41,8 +41,9 @@ Why nothing can be lost:
   the journal puts every chunk again.
 
 Bytes: a chunk rewritten after it was sent is sent again once it has
-been quiet for 2, 4, then 8 rounds (MAX_RESENDS), or by the persist (the
-waste the paced benchmark counts); one the delta tracker would store as
+been quiet for 2, 4, then 8 rounds (MAX_RESENDS) when it went 1, 2, 3
+times in the last WINDOW rounds, or by the persist (the waste the paced
+benchmark counts); one the delta tracker would store as
 a delta (deltas.py) is left to the persist. The thread waits while a
 persist runs: the older version is safe first.
 """
@@ -67,14 +68,19 @@ LOG = logging.getLogger(__name__)
 BATCH = 8
 DEPTH = 4
 # A chunk rewritten after it was sent is sent again once quiet for 2, 4
-# and then 8 rounds (MAX_RESENDS): a guest that rewrites one chunk more
-# often than that costs 3 sends of it per checkpoint, not one per
-# rewrite, and a chunk quiet for 8 rounds goes again however often it
-# went before. With 32 rounds (3.2 s), the first checkpoint after a long
-# epoch of rewrites sent almost nothing ahead: what was written in its
-# last 3 s waited. Small rewrites of a chunk stored before are left to
-# the persist's deltas anyway (_page_hashes).
+# and then 8 rounds (MAX_RESENDS) when it went 1, 2, 3 times in the last
+# WINDOW rounds: a guest that rewrites one chunk more often than that
+# costs about 3 sends of it per WINDOW, not one per rewrite, and a chunk
+# quiet for 8 rounds goes again however often it went before. Sends
+# older than WINDOW do not count: a writer that rewrites its disk once
+# every few seconds, for a long epoch without checkpoints, had its
+# chunks waiting 8 rounds each, and the first checkpoint after it had
+# 0.8 s of writes (100 chunks at 32 MiB/s) left to send. With waits of
+# up to 32 rounds (3.2 s), that checkpoint sent almost nothing ahead.
+# Small rewrites of a chunk stored before are left to the persist's
+# deltas anyway (_page_hashes).
 MAX_RESENDS = 3
+WINDOW = 32
 
 # Env override of [agent] upload_ahead_interval (benchmarks compare on
 # and off in one run): seconds, 0 off.
@@ -96,8 +102,10 @@ class UploadAhead(object):
         self.interval = interval
         self._stop = threading.Event()
         self._version = None        # the reservation being filled
-        # chunk -> (write clock of the content sent, sends) for it
+        # chunk -> (write clock of the content sent, the rounds of its
+        # last MAX_RESENDS sends)
         self._sent = {}
+        self._round = 0
         # the core's write clock at the last rounds, newest last
         self._clocks = collections.deque(maxlen=2 ** MAX_RESENDS + 1)
         self.chunks = 0             # chunks sent ahead
@@ -155,6 +163,7 @@ class UploadAhead(object):
         since = self._clocks[-1] if self._clocks else None
         clock, quiet, writes = image.core.quiet_dirty(since)
         self._clocks.append(clock)
+        self._round += 1
         commit = image.reserver.peek()
         if commit is None or since is None or image.persister.versions():
             return 0
@@ -186,14 +195,18 @@ class UploadAhead(object):
     def _due(self, index, written):
         """Chunk ``index``, last written at clock ``written`` and quiet
         for a round, is to be sent: never sent for this version, or
-        rewritten since and quiet for 2**k rounds after k sends.
+        rewritten since and quiet for 2**k rounds after k sends in the
+        last WINDOW rounds.
         """
         sent = self._sent.get(index)
         if sent is None:
             return True
         if sent[0] == written:
             return False
-        rounds = 2 ** min(sent[1], MAX_RESENDS)
+        recent = sum(1 for r in sent[1] if self._round - r < WINDOW)
+        if not recent:
+            return True
+        rounds = 2 ** min(recent, MAX_RESENDS)
         if rounds > len(self._clocks) - 1:
             return False
         # wrap-safe: written at or before the clock that many rounds ago
@@ -206,8 +219,9 @@ class UploadAhead(object):
         uploaded = {}
         try:
             for index, written in todo:
-                self._sent[index] = (written,
-                                     self._sent.get(index, (None, 0))[1] + 1)
+                sends = self._sent.get(index, (None, ()))[1]
+                self._sent[index] = (written, (sends + (self._round,))
+                                     [-MAX_RESENDS:])
                 data = os.pread(self._fd, image.header.chunk_len(index),
                                 index * image.chunk_size)
                 if _native.is_zero(data):

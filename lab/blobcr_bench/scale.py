@@ -441,6 +441,7 @@ def restart_lazy(cluster, repo, vms, args, trace, hints, log):
     hosts, every rank reading at its start time.
     """
     cluster.set_hints(hints)
+    heard = _hint_totals(cluster)
     clones, paths = {}, {}
     for vm in vms:
         clones[vm.index] = repo.clone(vm.image, vm.version).id
@@ -469,13 +470,29 @@ def restart_lazy(cluster, repo, vms, args, trace, hints, log):
             'hints_published': stats.get('hints_published', 0),
             'hint_messages': stats.get('hint_messages', 0),
             'sha256': r['sha256']})
-    remote = sum((cluster.status(h).get('hints') or {}).get(
-        'remote_received', 0) for h in cluster.hosts)
+    after = _hint_totals(cluster)
+    remote = sum(after[h][0] - heard[h][0] for h in after)
+    # Messages each host took in from the others: flat in hosts when a
+    # chunk index leaves one host once (mirror/hints.py).
+    messages = [after[h][1] - heard[h][1] for h in sorted(after)]
     for vm in vms:
         cluster.api.detach(cluster.name(vm.restart_host), clones[vm.index],
                            discard=True)
     return {'vms': per_vm, 'load': mode_load,
-            'remote_hints_received': remote}
+            'remote_hints_received': remote,
+            'hint_messages_received_per_host': messages}
+
+
+def _hint_totals(cluster):
+    """Per host name: (chunk indexes, messages) its agent's hub took
+    in from other hosts since it started.
+    """
+    out = {}
+    for h in cluster.hosts:
+        hub = cluster.status(h).get('hints') or {}
+        out[h.name] = (hub.get('remote_received', 0),
+                       hub.get('remote_messages', 0))
+    return out
 
 
 def restart_precopy(cluster, vms, args, trace, log):
@@ -614,6 +631,9 @@ def summarize(runs, args):
                     [v.get('blocking_read_bytes') for v in mvms]),
                 'moved_bytes_per_vm': _median(
                     [x['moved_bytes_per_vm'] for x in modes]),
+                'hint_messages_received_per_host': _tail(
+                    [x.get('hint_messages_received_per_host') or [None]
+                     for x in modes]),
                 'ops_per_s': _median([x['load'].get('ops_per_s')
                                       for x in modes]),
                 'read_mib_s': _median([x['load'].get('read_mib_s')

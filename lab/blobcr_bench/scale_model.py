@@ -22,7 +22,8 @@ Fitted from the runs (per VM, per global checkpoint or restart):
 * header compare-and-sets and the conflicts among them, against M (the
   group's index record is one object every member updates);
 * one compare-and-set's latency (measured on the same store);
-* hint messages a restarting VM publishes (each a fanout to every host);
+* hint messages a host takes in from the others during a restart
+  (each chunk index leaves one host once, and every host hears it);
 * with ``--cinder``, how much longer a Cinder group snapshot holds its
   members per member (the driver checkpoints them one after another).
 
@@ -223,6 +224,10 @@ def fit(runs, summary, args, cas_s=None, capacity=None):
             h['moved_bytes_per_vm'] for h in hinted)
         measured['hint_messages_per_vm'] = statistics.mean(
             v.get('hint_messages', 0) for h in hinted for v in h['vms'])
+        heard = [n for h in hinted
+                 for n in h.get('hint_messages_received_per_host') or ()]
+        if heard:
+            measured['hint_messages_per_host'] = statistics.median(heard)
         measured['restart_s'] = statistics.median(
             v['restart_s'] for h in hinted for v in h['vms'])
     holds = [(r['m'], r['cinder']['group_hold_ms']) for r in runs
@@ -278,7 +283,14 @@ def project(n, m, a=None):
             n * ops / (osds * a['osd_ops_per_s']),
             n * m['restart_read_bytes_per_vm'] / (1 << 20) /
             (osds * a['osd_mib_s']))
-    if m.get('hint_messages_per_vm') is not None:
+    if m.get('hint_messages_per_host') is not None:
+        # What a host hears grows with the chunks the group reads, not
+        # with the hosts (hints.py): hosts times what one heard.
+        deliveries = n * m['hint_messages_per_host']
+        out['hint_deliveries'] = int(deliveries)
+        parts['hint_fanout_s'] = deliveries / a['broker_deliveries_per_s']
+    elif m.get('hint_messages_per_vm') is not None:
+        # An older run's JSON: each VM's messages to every host.
         deliveries = n * m['hint_messages_per_vm'] * n
         out['hint_deliveries'] = int(deliveries)
         parts['hint_fanout_s'] = deliveries / a['broker_deliveries_per_s']

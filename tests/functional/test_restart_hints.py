@@ -197,3 +197,61 @@ def test_a_read_of_one_chunk_of_a_hinted_batch_waits_for_that_chunk(
         batch.join()
         reader.join()
         assert a.close(30)
+
+
+def test_a_chunk_goes_out_of_a_host_once_and_not_when_heard_first(
+        repo, tmp_path):
+    """Two hosts' hubs, each other's ``remote`` (in process: the RPC
+    cast between real agents is the scale benchmark test's), two members
+    on each. A chunk index leaves a host once, whichever of its members
+    reads it, and never from a host that heard it first: what a host
+    receives grows with the chunks read, not with the members or hosts
+    that read them.
+    """
+    rng = random.Random(11)
+    hubs = {'a': hints.HintHub(), 'b': hints.HintHub()}
+    hubs['a'].remote = lambda scope, chunks: hubs['b'].receive(scope, chunks)
+    hubs['b'].remote = lambda scope, chunks: hubs['a'].receive(scope, chunks)
+    members = {}
+    for name in ('a1', 'a2', 'b1', 'b2'):
+        image_id, _ = _member(repo, rng, 'rank-' + name, 'job-3')
+        members[name] = image_mod.AttachedImage(
+            repo, image_id, None, str(tmp_path / name),
+            hints=hubs[name[0]], readahead_chunks=0)
+
+    def flush_all():
+        for m in members.values():
+            m.hints._publishers[m.id].flush()
+
+    def published():
+        return sum(m.stats()['hints_published'] for m in members.values())
+    try:
+        order = rng.sample(range(NCHUNKS), NCHUNKS // 2)
+        for index in order:
+            members['a1'].read(index * CHUNK, CHUNK)
+        flush_all()
+        assert published() == len(order)
+        heard = hubs['b'].totals()['remote_messages']
+        assert heard >= 1
+        # The other member here, and both there, read the same chunks
+        # later: nothing more goes out.
+        for name in ('a2', 'b1', 'b2'):
+            for index in order:
+                members[name].read(index * CHUNK, CHUNK)
+        flush_all()
+        assert published() == len(order)
+        assert hubs['b'].totals()['remote_received'] == len(order)
+        assert hubs['b'].totals()['remote_messages'] == heard
+        assert hubs['a'].totals()['remote_received'] == 0
+        # A chunk first read there goes out of there once, to here.
+        extra = next(i for i in range(NCHUNKS) if i not in order)
+        for name in ('b2', 'b1'):
+            members[name].read(extra * CHUNK, CHUNK)
+        flush_all()
+        assert published() == len(order) + 1
+        assert hubs['a'].totals()['remote_received'] == 1
+        assert hubs['a'].totals()['remote_messages'] == 1
+        assert _wait(lambda: members['a1'].core.is_present(extra))
+    finally:
+        for m in members.values():
+            m.close(30)
