@@ -16,13 +16,25 @@
 """pbr packaging plus the native C core, built as a CPython extension."""
 
 import subprocess
+import sys
 
 import setuptools
 
 
 def pkg_config(flag, package='fuse3'):
-    out = subprocess.run(['pkg-config', flag, package], check=True,
-                         capture_output=True, text=True).stdout
+    """libfuse3's flags; none, with a warning, where pkg-config cannot
+    give them: metadata commands (``setup.py --name``, sdist) need no
+    libfuse3, and a build then stops at the first missing header.
+    """
+    try:
+        out = subprocess.run(['pkg-config', flag, package], check=True,
+                             capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        sys.stderr.write('warning: pkg-config %s %s failed (%s): building '
+                         'blobcr_agent._native needs libfuse3 and '
+                         'pkg-config (Debian: apt install libfuse3-dev '
+                         'pkg-config)\n' % (flag, package, e))
+        return []
     return [word[2:] for word in out.split()]
 
 
