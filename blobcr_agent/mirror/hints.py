@@ -83,7 +83,14 @@ def valid_chunks(chunks):
 
 
 class Follower(object):
-    """Fetches the chunks hinted to one image, oldest hint first."""
+    """Fetches the chunks hinted to one image, oldest hint first, once
+    its guest reads (:meth:`activate`: at its first read that waits for
+    the store, or the publisher's next look at its reads). Before that,
+    the image's prefetch would only slow down the members reading
+    first, whose restart is the group's (ranks start a little apart: at
+    M = 16 the first reader took 1.2-1.6 s, against 0.3-0.5 s without
+    hints, while 15 members not started yet fetched what it read).
+    """
 
     def __init__(self, image):
         self.image = image
@@ -91,6 +98,7 @@ class Follower(object):
         self.cond = threading.Condition()
         self.received = 0           # hinted indexes (stats)
         self.hinted = set()         # chunks this image fetched by hint
+        self.active = False         # its guest read
         self.stopped = False
         self.thread = threading.Thread(
             target=self._run, daemon=True,
@@ -106,9 +114,15 @@ class Follower(object):
                     self.received += 1
             self.cond.notify()
 
+    def activate(self):
+        with self.cond:
+            if not self.active:
+                self.active = True
+                self.cond.notify()
+
     def _take(self):
         with self.cond:
-            while not self.queue and not self.stopped:
+            while not (self.queue and self.active) and not self.stopped:
                 self.cond.wait()
             if self.stopped:
                 return None
@@ -171,6 +185,8 @@ class Publisher(object):
             order = self.image.core.read_order()
         except Exception:
             return                  # closed under us
+        if order:
+            self.follower.activate()
         new = self.hub.claim(self.image.hint_scope, order[self.sent:])
         self.sent = len(order)
         for k in range(0, len(new), MAX_PER_MESSAGE):

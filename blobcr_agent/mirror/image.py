@@ -344,6 +344,9 @@ class AttachedImage(object):
         (readahead.py), in the background.
         """
         self.readahead.missed(indices)
+        if self.hint_follower is not None:
+            # Its guest reads: the hints waiting for that go now.
+            self.hint_follower.activate()
         if self.fetch(indices, reason='read'):
             self.read_fetches += 1
 

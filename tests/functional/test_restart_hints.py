@@ -74,6 +74,12 @@ def test_members_restarting_together_prefetch_each_others_reads(
         assert lone.hint_scope is None
         # Scattered runs, as a restarting rank reads them.
         order = rng.sample(range(NCHUNKS), NCHUNKS // 2)
+        others = [i for i in range(NCHUNKS) if i not in order]
+        # The slow one's guest has started (a follower fetches for an
+        # image whose guest reads), at a chunk of its own.
+        first = others.pop()
+        slow.read(first * CHUNK, 1)
+        assert _wait(lambda: slow.hint_follower.active)
         for index in order:
             fast.read(index * CHUNK, CHUNK)
         assert _wait(lambda: slow.hint_follower.hinted >= set(order)), \
@@ -83,18 +89,18 @@ def test_members_restarting_together_prefetch_each_others_reads(
                 slow_content[index * CHUNK:(index + 1) * CHUNK]
         stats = slow.stats()
         assert stats['fetched_by'].get('hint') == len(order) * CHUNK
-        assert stats['fetched_by'].get('read', 0) == 0
+        assert stats['fetched_by'].get('read', 0) == CHUNK    # its first
         assert stats['hints_received'] >= len(order)
         assert fast.stats()['hints_published'] == len(order)
         # What the slow one got by hint it does not send back.
         slow.hints._publishers[slow.id].flush()
-        assert slow.stats()['hints_published'] == 0
+        assert slow.stats()['hints_published'] == 1     # its first read
         # Its own reads past the hints are published.
-        extra = next(i for i in range(NCHUNKS) if i not in order)
+        extra = others.pop()
         slow.read(extra * CHUNK, 1)
         assert _wait(lambda: fast.core.is_present(extra))
         assert lone.fetched_chunks == 0
-        assert not any(lone.core.is_present(i) for i in order)
+        assert not any(lone.core.is_present(i) for i in order + [first])
         # A forged or broken message is dropped whole.
         for bad in ('x', [1, 'a'], [-1], [True], list(range(5000))):
             assert hub.receive(slow.hint_scope, bad) == 0
@@ -129,6 +135,10 @@ def test_hinted_fetches_racing_guest_writes_lose_no_write(repo, tmp_path):
     model = bytearray(content)
     lock = threading.Lock()
     try:
+        # Its guest has started: its follower fetches.
+        slow.read(0, 1)
+        assert _wait(lambda: slow.hint_follower.active)
+
         def writer(k):
             wrng = random.Random(seed + k)
             for _ in range(40):
@@ -254,4 +264,34 @@ def test_a_chunk_goes_out_of_a_host_once_and_not_when_heard_first(
         assert _wait(lambda: members['a1'].core.is_present(extra))
     finally:
         for m in members.values():
+            m.close(30)
+
+
+def test_a_member_prefetches_once_its_guest_reads(repo, tmp_path):
+    """Hints for a member whose guest has not read yet wait in its
+    queue (its prefetch would only slow the members reading now); its
+    first read starts them, and they go ahead of its guest.
+    """
+    rng = random.Random(13)
+    hub = hints.HintHub()
+    members = [image_mod.AttachedImage(
+        repo, _member(repo, rng, 'rank-%d' % k, 'job-5')[0], None,
+        str(tmp_path / str(k)), hints=hub, readahead_chunks=0)
+        for k in range(2)]
+    first, later = members
+    try:
+        order = rng.sample(range(NCHUNKS), NCHUNKS // 2)
+        for index in order:
+            first.read(index * CHUNK, CHUNK)
+        first.hints._publishers[first.id].flush()
+        assert later.hint_follower.received == len(order)
+        time.sleep(0.3)
+        assert later.fetched_chunks == 0, 'prefetched before its guest read'
+        start = order[0]
+        later.read(start * CHUNK, 1)
+        assert _wait(lambda: later.hint_follower.hinted >= set(order[1:]))
+        assert later.stats()['fetched_by'].get('hint') == \
+            (len(order) - 1) * CHUNK
+    finally:
+        for m in members:
             m.close(30)

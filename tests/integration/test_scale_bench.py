@@ -73,7 +73,8 @@ def test_scale_two_hosts_four_vms(capsys, tmp_path, ceph_cluster,
     # The first rank has nobody ahead of it; the later ones do.
     assert sum(v['blocking_read_bytes'] for v in hinted[1:]) < \
         sum(v['blocking_read_bytes'] for v in lazy[1:])
-    assert all(v['fetched_by'].get('hint') for v in hinted[1:])
+    assert all(v['fetched_by'].get('hint') for v in hinted[1:]), \
+        [(v['fetched_by'], v['restart_s']) for v in hinted]
     assert run['restart']['hints']['load']['osd']['op_r'] > 0
     precopy = run['restart']['precopy']['moved_bytes_per_vm']
     assert run['restart']['hints']['moved_bytes_per_vm'] < precopy
