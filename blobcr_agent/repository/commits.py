@@ -340,7 +340,8 @@ class Commit(object):
         sent), which came before the COMMIT. None: put() it.
         """
         with self._ahead_cond:
-            sent = self._sent.get(index) or self._flying.get(index)
+            # One in flight is newer than one durable for the index.
+            sent = self._flying.get(index) or self._sent.get(index)
         if sent is None or self.commit_clock is None:
             return None
         clock = clock_of(index)

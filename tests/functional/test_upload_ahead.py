@@ -426,6 +426,33 @@ def test_a_checkpoint_adopts_the_uploads_in_flight(store, monkeypatch,
         assert a.close(30)
 
 
+def test_a_checkpoint_adopts_a_resend_in_flight(store, monkeypatch):
+    """A chunk that went, was rewritten and is going again (held) when
+    the checkpoint comes: the persist adopts the resend, not the older
+    content that is durable, and puts nothing itself.
+    """
+    repo, image_id, _ = store
+    puts = PersistPuts(repo.backend, monkeypatch)
+    a, first = _all_sent_ahead(store)
+    uploads = HeldUploads(repo.backend, monkeypatch)
+    try:
+        second = os.urandom(CHUNK)
+        a.write(5 * CHUNK, second)
+        _wait(lambda: len(uploads.held) == 1, what='the resend')
+        version, _, _ = a.checkpoint(wait=10)
+        time.sleep(0.3)
+        assert a.version_state(version) == 'pending'
+        assert uploads.release() == 1
+        assert a.wait_persisted(60)
+        assert a.version_state(version) == 'stable'
+        assert _read_all(repo, image_id, version) == \
+            first[:5 * CHUNK] + second + first[6 * CHUNK:]
+        assert puts.count == 0, 'put %d chunks itself' % puts.count
+    finally:
+        uploads.release(fail=True)
+        assert a.close(30)
+
+
 def test_uploads_that_fail_cost_nothing_but_speed(store, monkeypatch):
     """Every upload ahead fails (the store refuses them, the persist's
     puts pass): rounds back off, the checkpoint persists every chunk
