@@ -48,7 +48,11 @@ LOG = logging.getLogger(__name__)
 INTERVAL = 0.05         # seconds between two sends of one image
 PUBLISH_FOR = 900.0     # seconds after the attach: a restart is over
 MAX_PER_MESSAGE = 4096  # chunk indexes in one message
-BATCH = 16              # chunks one hinted fetch asks for
+# Chunks one hinted fetch asks for: 4, not 16, so that a follower's
+# backlog does not put 16 reads at once ahead of the first reader's
+# one-at-a-time reads on the OSDs (at M = 16 its restart went from
+# 0.40-0.46 s to 0.31-0.33 s, lazy's own first reader's time).
+BATCH = 4
 
 
 def scope_of(repo, header, number):
