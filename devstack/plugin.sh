@@ -109,6 +109,59 @@ function install_blobcr {
     fi
 }
 
+# --- the split bus ------------------------------------------------------------
+
+function blobcr_split_bus {
+    [[ $BLOBCR_SPLIT_BUS == True ]] && is_service_enabled rabbit
+}
+
+# blobcr_bus_url USER VHOST: devstack's transport URL, as USER (password
+# BLOBCR_BUS_PASSWORD) on VHOST.
+function blobcr_bus_url {
+    local python=${PYTHON:-python3}
+    "$python" - "$(get_transport_url)" "$1" "$BLOBCR_BUS_PASSWORD" "$2" <<'EOF_URL'
+import sys
+from urllib import parse
+url, user, password, vhost = sys.argv[1:]
+parts = parse.urlsplit(url)
+hosts = [h.rsplit('@', 1)[-1] for h in parts.netloc.split(',')]
+cred = '%s:%s@' % (parse.quote(user, ''), parse.quote(password, ''))
+print(parse.urlunsplit((parts.scheme, ','.join(cred + h for h in hosts),
+                        '/' + parse.quote(vhost, ''), parts.query, '')))
+EOF_URL
+}
+
+# blobcr_bus_user USER VHOST...: USER (its password set anew) with every
+# permission on each VHOST (made if missing).
+function blobcr_bus_user {
+    local user=$1 vhost
+    shift
+    if ! sudo rabbitmqctl list_users -q | awk '{print $1}' | grep -qxF "$user"; then
+        sudo rabbitmqctl add_user "$user" "$BLOBCR_BUS_PASSWORD"
+    fi
+    sudo rabbitmqctl change_password "$user" "$BLOBCR_BUS_PASSWORD"
+    for vhost in "$@"; do
+        if ! sudo rabbitmqctl list_vhosts -q | grep -qxF "$vhost"; then
+            sudo rabbitmqctl add_vhost "$vhost"
+        fi
+        sudo rabbitmqctl set_permissions -p "$vhost" "$user" '.*' '.*' '.*'
+    done
+}
+
+function configure_blobcr_bus {
+    local vhost=blobcr-$BLOBCR_AGENT_HOST
+    blobcr_bus_user "$vhost" "$vhost" blobcr-peer
+    blobcr_bus_user blobcr-control "$vhost"
+}
+
+# blobcr_bus_caller FILE SECTION OPTION: a caller of the agents (cinder-
+# volume, the listener) as the control user, each agent on its vhost.
+function blobcr_bus_caller {
+    local file=$1 section=$2 option=$3
+    iniset "$file" "$section" "$option" "$(blobcr_bus_url blobcr-control /)"
+    iniset "$file" blobcr_bus host_vhosts True
+}
+
 # configure_cinder_backend_blobcr NAME: the [NAME] section of cinder.conf.
 # lib/cinder lists NAME in enabled_backends and makes a volume type NAME
 # whose volume_backend_name is NAME.
@@ -123,6 +176,9 @@ function configure_cinder_backend_blobcr {
     iniset "$CINDER_CONF" "$be_name" blobcr_connection_type "$BLOBCR_CONNECTION_TYPE"
     if [[ -n $BLOBCR_CINDER_QUIESCE ]]; then
         iniset "$CINDER_CONF" "$be_name" blobcr_default_quiesce "$BLOBCR_CINDER_QUIESCE"
+    fi
+    if blobcr_split_bus; then
+        blobcr_bus_caller "$CINDER_CONF" "$be_name" blobcr_transport_url
     fi
 }
 
@@ -185,7 +241,14 @@ function configure_blobcr_agent {
     local conf=$BLOBCR_CONF
     rm -f "$conf"
     iniset "$conf" DEFAULT debug "$ENABLE_DEBUG_LOG_LEVEL"
-    iniset_rpc_backend blobcr "$conf"
+    if blobcr_split_bus; then
+        local user=blobcr-$BLOBCR_AGENT_HOST
+        iniset "$conf" DEFAULT transport_url "$(blobcr_bus_url "$user" "$user")"
+        iniset "$conf" blobcr_bus host_vhosts True
+        iniset "$conf" blobcr_bus peer_transport_url "$(blobcr_bus_url "$user" blobcr-peer)"
+    else
+        iniset_rpc_backend blobcr "$conf"
+    fi
     iniset "$conf" agent host "$BLOBCR_AGENT_HOST"
     iniset "$conf" agent state_path "$BLOBCR_STATE_DIR"
     iniset "$conf" agent mountpoint "$BLOBCR_MOUNTPOINT"
@@ -239,7 +302,11 @@ function configure_blobcr_listener {
     local conf=$BLOBCR_LISTENER_CONF
     rm -f "$conf"
     iniset "$conf" DEFAULT debug "$ENABLE_DEBUG_LOG_LEVEL"
-    iniset_rpc_backend blobcr "$conf"
+    if blobcr_split_bus; then
+        blobcr_bus_caller "$conf" DEFAULT transport_url
+    else
+        iniset_rpc_backend blobcr "$conf"
+    fi
     iniset "$conf" oslo_messaging_notifications transport_url "$(get_notification_url)"
     if is_service_enabled nova; then
         # Versioned notifications, with the volumes of each instance
@@ -297,6 +364,9 @@ function configure_blobcr {
         init_blobcr_ceph
     else
         sudo install -d -m 0700 "$BLOBCR_STORE_DIR"
+    fi
+    if blobcr_split_bus; then
+        configure_blobcr_bus
     fi
     configure_blobcr_agent
     if is_service_enabled blobcr-vendordata; then

@@ -18,7 +18,9 @@
 
 It mounts the mirror (attached images are raw files under
 ``[agent] mountpoint``/images), serves the RPC API on topic blobcr-agent
-(server = ``[agent] host``) when ``transport_url`` is set, the admin
+(server = ``[agent] host``) when ``transport_url`` is set, and its peer
+side (what agents ask each other) on topic blobcr-agent-peer, on
+``[blobcr_bus] peer_transport_url`` if set (rpc/bus.py), the admin
 socket of ``blobcr-manage`` (root and ``[agent] admin_group``) and, when
 a secret is configured, the guest checkpoint endpoint.
 
@@ -187,7 +189,7 @@ class Agent(object):
         # them) and connects to nothing yet.
         self.httpd = _start_proxy(self.conf, self.manager)
         if self.conf.agent.rpc_enabled:
-            self.rpc = rpc_server.get_server(self.conf, self.manager)
+            self.rpc = rpc_server.get_servers(self.conf, self.manager)
             # Connecting waits for the broker: the mount, the admin socket
             # and the guest endpoint do not.
             threading.Thread(target=self._start_rpc, daemon=True,
@@ -196,16 +198,19 @@ class Agent(object):
             LOG.warning('RPC off ([agent] rpc_enabled = false)')
 
     def _start_rpc(self):
-        self.rpc.start()
+        for server in self.rpc or ():
+            server.start()
         self._rpc_started.set()
 
     def _stop_rpc(self):
         # oslo.messaging orders stop() after start(), which retries the
         # broker forever: a server that never connected is just dropped.
-        rpc, self.rpc = self.rpc, None
-        if rpc is not None and self._rpc_started.is_set():
-            rpc.stop()
-            rpc.wait()
+        servers, self.rpc = self.rpc, None
+        if servers is not None and self._rpc_started.is_set():
+            for server in servers:
+                server.stop()
+            for server in servers:
+                server.wait()
 
     def stop(self, signum=None, frame=None):
         """Signal handler: the stop runs on its own thread so that FUSE

@@ -60,10 +60,15 @@ side. Version history of the API:
   checked against the group's index once per host and remembered, so
   that the members' checkpoints do not read the index on their ack
   path. Not sent to older agents, whose members read it as before.
+* 1.12 - the peer side: handoff, prepare_handoff and hints are also
+  served on topic ``blobcr-agent-peer`` (server = the host), on the bus
+  agents share (rpc/bus.py), and agents send them there once the cap
+  allows 1.12; the control topic keeps serving them for older agents.
 """
 
 TOPIC = 'blobcr-agent'
+PEER_TOPIC = 'blobcr-agent-peer'
 # Named in every target, so that callers whatever their own
 # control_exchange (cinder, nova) reach the agents.
 EXCHANGE = 'blobcr'
-VERSION = '1.11'
+VERSION = '1.12'

@@ -29,11 +29,14 @@ it in time answers ``exception.Busy`` (try again later) rather than
 letting the call time out while it still commits.
 """
 
+import threading
+
 from oslo_config import cfg
 import oslo_messaging as messaging
 
 from blobcr_agent import exception
 from blobcr_agent import rpc
+from blobcr_agent.rpc import bus
 from blobcr_agent.rpc import context
 
 # Remote errors of these modules are rebuilt as their own types.
@@ -74,7 +77,7 @@ def configured_version_cap(conf):
 
 
 def list_opts():
-    return [(UPGRADE_GROUP, upgrade_opts)]
+    return [(UPGRADE_GROUP, upgrade_opts)] + bus.list_opts()
 
 
 # Seconds a checkpoint call waits for its answer, unless told otherwise.
@@ -109,27 +112,70 @@ def _unrebuilt(error):
 
 
 class AgentAPI(object):
+    """Calls to blobcr-agents: the control side on each agent's own
+    queue (on its own virtual host with ``[blobcr_bus] host_vhosts``),
+    the peer side (handoff, hints) on the bus agents share (rpc/bus.py).
+    """
 
     def __init__(self, conf=None, transport_url=None, timeout=None,
                  version_cap=None):
         conf = conf or cfg.CONF
         if version_cap is None:
             version_cap = configured_version_cap(conf)
-        self.transport = messaging.get_rpc_transport(
-            conf, url=transport_url, allowed_remote_exmods=REMOTE_EXMODS)
-        target = messaging.Target(exchange=rpc.EXCHANGE, topic=rpc.TOPIC,
+        self._conf = conf
+        self._url = transport_url
+        self._timeout = timeout
+        self._cap = version_cap
+        self._vhost_format = bus.host_vhost_format(conf)
+        self._lock = threading.Lock()
+        self.transport = self._transport(transport_url)
+        self.client = self._client(self.transport, rpc.TOPIC)
+        # Per host vhost: (transport, client), made at the first call.
+        self._vhosts = {}
+        peer_url = bus.peer_url(conf, transport_url)
+        self.peer_transport = self.transport if peer_url == transport_url \
+            else self._transport(peer_url)
+        self.peer_client = self._client(self.peer_transport, rpc.PEER_TOPIC)
+
+    def _transport(self, url):
+        return messaging.get_rpc_transport(
+            self._conf, url=url, allowed_remote_exmods=REMOTE_EXMODS)
+
+    def _client(self, transport, topic):
+        target = messaging.Target(exchange=rpc.EXCHANGE, topic=topic,
                                   version=rpc.VERSION)
-        self.client = messaging.get_rpc_client(
-            self.transport, target, version_cap=version_cap,
-            timeout=timeout)
+        return messaging.get_rpc_client(
+            transport, target, version_cap=self._cap, timeout=self._timeout)
+
+    def client_for(self, host):
+        """The RPC client that reaches the control side of ``host``'s
+        agent.
+        """
+        if self._vhost_format is None:
+            return self.client
+        url = bus.host_url(self._conf, self._url, self._vhost_format, host)
+        with self._lock:
+            if url not in self._vhosts:
+                transport = self._transport(url)
+                self._vhosts[url] = (transport,
+                                     self._client(transport, rpc.TOPIC))
+            return self._vhosts[url][1]
+
+    def _peer_client(self, host):
+        """The peer side once every agent serves it (cap 1.12), else
+        the control side, as older agents are called.
+        """
+        if self.client.can_send_version('1.12'):
+            return self.peer_client
+        return self.client if host is None else self.client_for(host)
 
     def _call(self, host, method, rpc_timeout=None, api_version='1.0',
-              **kwargs):
+              peer=False, **kwargs):
         # timeout=None in prepare() would replace the client's timeout
         # (and fall back to rpc_response_timeout): pass it only if set.
         extra = {} if rpc_timeout is None else {'timeout': rpc_timeout}
-        cctxt = self.client.prepare(server=host, version=api_version,
-                                    **extra)
+        client = self._peer_client(host) if peer else self.client_for(host)
+        cctxt = client.prepare(server=host, version=api_version, **extra)
         try:
             return cctxt.call(context.outgoing(), method, **kwargs)
         except exception.BlobCRError as e:
@@ -323,8 +369,8 @@ class AgentAPI(object):
         (``{'running': True}``) after waiting ``wait`` s.
         """
         return self._call(host, 'handoff', api_version='1.6',
-                          rpc_timeout=rpc_timeout, image=image, dest=dest,
-                          wait=wait)
+                          rpc_timeout=rpc_timeout, peer=True, image=image,
+                          dest=dest, wait=wait)
 
     # -- 1.8 -----------------------------------------------------------------
 
@@ -336,7 +382,7 @@ class AgentAPI(object):
         """
         if not self.client.can_send_version('1.8'):
             return
-        cctxt = self.client.prepare(fanout=True, version='1.8')
+        cctxt = self._peer_client(None).prepare(fanout=True, version='1.8')
         cctxt.cast(context.outgoing(), 'hints', scope=scope, source=source,
                    chunks=list(chunks))
 
@@ -349,7 +395,7 @@ class AgentAPI(object):
         """
         if not self.client.can_send_version('1.10'):
             return False
-        cctxt = self.client.prepare(server=host, version='1.10')
+        cctxt = self._peer_client(host).prepare(server=host, version='1.10')
         cctxt.cast(context.outgoing(), 'prepare_handoff', image=image,
                    dest=dest)
         return True
@@ -367,4 +413,10 @@ class AgentAPI(object):
                           group=group, members=members, project=project)
 
     def cleanup(self):
-        self.transport.cleanup()
+        with self._lock:
+            transports = [t for t, _ in self._vhosts.values()]
+            self._vhosts = {}
+        if self.peer_transport is not self.transport:
+            transports.append(self.peer_transport)
+        for transport in [self.transport] + transports:
+            transport.cleanup()

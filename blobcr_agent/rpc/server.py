@@ -32,6 +32,7 @@ import oslo_messaging as messaging
 
 from blobcr_agent import exception
 from blobcr_agent import rpc
+from blobcr_agent.rpc import bus
 from blobcr_agent.rpc import context
 
 LOG = logging.getLogger(__name__)
@@ -72,13 +73,41 @@ def confined_export_path(export_dir, path, who):
     return real
 
 
-class AgentEndpoint(object):
-    """Every public method is an RPC call (API version: rpc.VERSION)."""
+class PeerEndpoint(object):
+    """What agents ask each other (the peer side, rpc/bus.py): every
+    public method is an RPC call.
+    """
 
     target = messaging.Target(version=rpc.VERSION)
 
-    def __init__(self, manager, export_dir=DEFAULT_EXPORT_DIR):
+    def __init__(self, manager):
         self.manager = manager
+
+    # -- 1.6: asked by a live migration's destination ----------------------
+
+    @_expected
+    def handoff(self, ctxt, image, dest, wait=0):
+        return self.manager.handoff(image, dest, wait=wait)
+
+    # -- 1.8 ---------------------------------------------------------------
+
+    def hints(self, ctxt, scope, source, chunks):
+        return self.manager.receive_hints(scope, source, chunks)
+
+    # -- 1.10 --------------------------------------------------------------
+
+    @_expected
+    def prepare_handoff(self, ctxt, image, dest):
+        return self.manager.prepare_handoff(image, dest)
+
+
+class AgentEndpoint(PeerEndpoint):
+    """Every public method is an RPC call (API version: rpc.VERSION): the
+    control side, and the peer side for agents older than 1.12.
+    """
+
+    def __init__(self, manager, export_dir=DEFAULT_EXPORT_DIR):
+        super().__init__(manager)
         self.export_dir = export_dir
 
     def _export_path(self, path):
@@ -91,10 +120,6 @@ class AgentEndpoint(object):
         return self.manager.attach(image, version=version, instance=instance,
                                    project=project, migrate_from=migrate_from,
                                    block_device=block_device)
-
-    @_expected
-    def handoff(self, ctxt, image, dest, wait=0):
-        return self.manager.handoff(image, dest, wait=wait)
 
     @_expected
     def detach(self, ctxt, image, discard=False, force=False,
@@ -218,28 +243,43 @@ class AgentEndpoint(object):
     def release(self, ctxt, image):
         return self.manager.release(image)
 
-    # -- 1.8 ---------------------------------------------------------------
 
-    def hints(self, ctxt, scope, source, chunks):
-        return self.manager.receive_hints(scope, source, chunks)
-
-    # -- 1.10 --------------------------------------------------------------
-
-    @_expected
-    def prepare_handoff(self, ctxt, image, dest):
-        return self.manager.prepare_handoff(image, dest)
+def _server(transport, topic, host, endpoint):
+    server = messaging.get_rpc_server(
+        transport, messaging.Target(exchange=rpc.EXCHANGE, topic=topic,
+                                    server=host),
+        [endpoint], executor='threading',
+        access_policy=messaging.DefaultRPCAccessPolicy,
+        serializer=context.RequestContextSerializer())
+    LOG.info('RPC server on topic %s, server %s', topic, host)
+    return server
 
 
 def get_server(conf, manager, transport=None):
-    """An RPC server (not started) for ``manager`` on this host."""
+    """The control side's RPC server (not started) for ``manager``."""
     transport = transport or messaging.get_rpc_transport(conf)
-    target = messaging.Target(exchange=rpc.EXCHANGE, topic=rpc.TOPIC,
-                              server=conf.agent.host)
-    endpoint = AgentEndpoint(manager, export_dir=conf.agent.export_dir)
-    server = messaging.get_rpc_server(
-        transport, target, [endpoint], executor='threading',
-        access_policy=messaging.DefaultRPCAccessPolicy,
-        serializer=context.RequestContextSerializer())
-    LOG.info('RPC server on topic %s, server %s', rpc.TOPIC,
-             conf.agent.host)
-    return server
+    return _server(transport, rpc.TOPIC, conf.agent.host,
+                   AgentEndpoint(manager, export_dir=conf.agent.export_dir))
+
+
+def get_peer_server(conf, manager, transport=None):
+    """The peer side's RPC server (not started): on ``transport``, or the
+    one [blobcr_bus] peer_transport_url names ([DEFAULT] transport_url
+    if unset).
+    """
+    if transport is None:
+        transport = messaging.get_rpc_transport(conf, url=bus.peer_url(conf))
+    return _server(transport, rpc.PEER_TOPIC, conf.agent.host,
+                   PeerEndpoint(manager))
+
+
+def get_servers(conf, manager):
+    """Both sides' RPC servers (not started) for ``manager``; one broker
+    connection when the peer side is on the same bus.
+    """
+    transport = messaging.get_rpc_transport(conf)
+    peer_url = bus.peer_url(conf)
+    peer_transport = transport if peer_url is None else \
+        messaging.get_rpc_transport(conf, url=peer_url)
+    return [get_server(conf, manager, transport),
+            get_peer_server(conf, manager, peer_transport)]

@@ -43,7 +43,7 @@ def wait_rpc(api, host, timeout=RPC_UP_TIMEOUT):
     """Wait until ``host``'s agent answers RPC (it connects to the broker
     in the background after it mounted); returns its status.
     """
-    cctxt = api.client.prepare(server=host, timeout=2)
+    cctxt = api.client_for(host).prepare(server=host, timeout=2)
     deadline = time.monotonic() + timeout
     while True:
         try:

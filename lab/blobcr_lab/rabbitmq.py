@@ -91,6 +91,10 @@ class RabbitMQBroker:
             return False
         return True
 
+    def ctl(self, *args, timeout=60):
+        """rabbitmqctl ``args`` against this broker; its output."""
+        return self._run("ctl", *args, timeout=timeout)
+
     @property
     def url(self):
         """The oslo.messaging transport url (``rabbit://...``)."""

@@ -34,7 +34,9 @@
 #
 # Environment: HARNESS_DIR, HARNESS_CALLS, HARNESS_BINDIR (devstack's
 # bin directory: the test venv's), HARNESS_TRANSPORT_URL (what
-# get_transport_url answers; devstack builds it from RABBIT_*), and the
+# get_transport_url answers; devstack builds it from RABBIT_*),
+# HARNESS_RABBIT_DIR (that broker's tools/rabbitmq.sh directory, for
+# rabbitmqctl, with the "rabbit" service enabled), and the
 # devstack globals the plugin reads (DEST, DATA_DIR, STACK_USER, ...).
 
 HARNESS_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -151,6 +153,16 @@ function get_notification_url {
 function iniset_rpc_backend {
     local file=$2 section=${3:-DEFAULT}
     iniset "$file" "$section" transport_url "$(get_transport_url)"
+}
+
+# rabbitmqctl against the test's broker (tools/rabbitmq.sh ctl), the one
+# HARNESS_TRANSPORT_URL names, in HARNESS_RABBIT_DIR. The harness's sudo
+# is a function too, so the plugin's "sudo rabbitmqctl" reaches this one.
+# shellcheck disable=SC2032
+function rabbitmqctl {
+    harness_record rabbitmqctl "$@"
+    # Not the shell's stdin: the test sends the shell its commands there.
+    "$HARNESS_LIB/../../tools/rabbitmq.sh" ctl "${HARNESS_RABBIT_DIR:?no broker of the test}" "$@" </dev/null
 }
 
 function create_service_user {

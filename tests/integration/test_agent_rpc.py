@@ -447,10 +447,10 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
                 call()
         assert list(capped.status(host)['attached']) == [image_id]
         assert 'UnsupportedVersion' not in agent_log(agent)
-        # Without a cap, 1.1 to 1.11 are served; the agent's dispatcher
+        # Without a cap, 1.1 to 1.12 are served; the agent's dispatcher
         # refuses newer versions.
         for version in ('1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7',
-                        '1.8', '1.9', '1.10', '1.11'):
+                        '1.8', '1.9', '1.10', '1.11', '1.12'):
             assert uncapped.client.prepare(server=host, version=version).call(
                 {}, 'status')['host'] == host
         assert uncapped.group_state(host, 'g', project='p1')['project'] == \
@@ -458,7 +458,7 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
         # oslo.messaging answers UnsupportedVersion, which the caller
         # gets as a RemoteError naming it (oslo_messaging.rpc.dispatcher
         # is not an allowed remote exception module).
-        for version in ('1.12', '2.0'):
+        for version in ('1.13', '2.0'):
             assert uncapped.client.can_send_version(version)
             with pytest.raises(oslo_messaging.RemoteError) as ei:
                 uncapped.client.prepare(server=host, version=version).call(
@@ -654,6 +654,7 @@ def test_calls_prepare_their_versions_and_timeouts():
     api = rpc_api.AgentAPI(transport_url='fake:///', timeout=60)
     try:
         api.client = RecordingClient()
+        api.peer_client = RecordingClient()
         api.checkpoint('h', 'disk')
         api.checkpoint('h', 'disk', rpc_timeout=900)
         api.checkpoint('h', 'disk', rpc_timeout=None)
@@ -682,9 +683,10 @@ def test_calls_prepare_their_versions_and_timeouts():
         api.prepare_handoff('h', 'disk', 'b')
         api.admit_group('h', 'g', 4, project='p')
         got = [(m, kw, sorted(a)) for m, kw, a in api.client.prepared]
+        peer = [(m, kw, sorted(a)) for m, kw, a in api.peer_client.prepared]
     finally:
         api.cleanup()
-    assert rpc.VERSION == '1.11'
+    assert rpc.VERSION == '1.12'
     checkpoint = ['group', 'image', 'members', 'quiesce']
     assert got == [
         # A checkpoint outlasts the agent's bounded wait (then Busy).
@@ -723,25 +725,27 @@ def test_calls_prepare_their_versions_and_timeouts():
         ('release', {'server': 'h', 'version': '1.5'}, ['image']),
         ('attach', {'server': 'h', 'version': '1.6'},
          ['image', 'instance', 'migrate_from', 'project', 'version']),
-        ('handoff', {'server': 'h', 'version': '1.6', 'timeout': 32},
-         ['dest', 'image', 'wait']),
         # 1.7: a detach that returns before its persist, a take-over.
         ('detach', {'server': 'h', 'version': '1.7'},
          ['background', 'discard', 'force', 'image']),
         ('take_over', {'server': 'h', 'version': '1.7'}, ['image', 'why']),
-        # 1.8: restart hints, a cast to every agent.
-        ('hints', {'fanout': True, 'version': '1.8'},
-         ['chunks', 'scope', 'source']),
         # 1.9: a loop device over the mirror file.
         ('attach', {'server': 'h', 'version': '1.9'},
          ['block_device', 'image', 'instance', 'migrate_from', 'project',
           'version']),
-        # 1.10: a migration began (a cast, no answer).
-        ('prepare_handoff', {'server': 'h', 'version': '1.10'},
-         ['dest', 'image']),
         # 1.11: a group's member count, checked once per host.
         ('admit_group', {'server': 'h', 'version': '1.11'},
          ['group', 'members', 'project'])]
+    # The peer side (1.12): what agents ask each other, on its own topic.
+    assert peer == [
+        ('handoff', {'server': 'h', 'version': '1.6', 'timeout': 32},
+         ['dest', 'image', 'wait']),
+        # 1.8: restart hints, a cast to every agent.
+        ('hints', {'fanout': True, 'version': '1.8'},
+         ['chunks', 'scope', 'source']),
+        # 1.10: a migration began (a cast, no answer).
+        ('prepare_handoff', {'server': 'h', 'version': '1.10'},
+         ['dest', 'image'])]
     assert rpc_api.CHECKPOINT_TIMEOUT >= 300
 
 

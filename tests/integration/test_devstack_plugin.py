@@ -55,6 +55,7 @@ import requests
 
 from blobcr_agent.rpc import api as rpc_api
 from blobcr_lab import agent_rpc
+from blobcr_lab import bus_split
 from blobcr_lab import openstack as stack_module
 from tests import devstack_harness as harness
 
@@ -224,16 +225,20 @@ def volume_service_state(admin, host):
 
 
 def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
-                                         openstack_cloud, cleanup_services):
+                                         rabbitmq_broker, openstack_cloud,
+                                         cleanup_services):
     stack = openstack_cloud
     work = str(tmp_path)
     cinder_host = 'devstack-cinder-' + uuid.uuid4().hex[:6]
     vendordata_port = stack_module.free_port()
+    # RabbitMQ on this host (devstack's "rabbit"): the split bus.
+    split = not rabbitmq_broker.external
     env = devstack_env(
         tmp_path, rabbitmq_url,
         ENABLED_SERVICES='c-vol,c-api,n-api,horizon,tempest,'
                          'blobcr-vendordata,blobcr-nova-listener,'
-                         'blobcr-cinder-sync',
+                         'blobcr-cinder-sync' + (',rabbit' if split else ''),
+        HARNESS_RABBIT_DIR=rabbitmq_broker.directory or '',
         # The stack's Keystone, its unversioned root as devstack names
         # it; the stack's Cinder user is devstack's "cinder" service user.
         KEYSTONE_SERVICE_URI=stack.auth_url.rsplit('/v3', 1)[0],
@@ -252,7 +257,7 @@ def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
     data = os.path.join(env['DATA_DIR'], 'blobcr')
     host = env['BLOBCR_AGENT_HOST']
     admin = stack.block_storage('admin')
-    api = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=30)
+    api = None
     volume_service = None
     type_id = None
     backend_host = '%s@%s' % (cinder_host, BACKEND)
@@ -274,12 +279,32 @@ def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
             status['backend'])
         assert mounted(os.path.join(data, 'mnt')) or mounted(
             os.path.join(data, 'mnt', 'versions'))
+        conf = read_conf(env['CINDER_CONF'])
+        if split:
+            # The agent on its own vhost as its own user; cinder-volume
+            # (and this test) as the control user, on each agent's vhost.
+            agent_conf = read_conf(os.path.join(env['BLOBCR_CONF_DIR'],
+                                                'blobcr.conf'))
+            assert agent_conf.get('DEFAULT', 'transport_url').endswith(
+                '/blobcr-%s' % host)
+            assert agent_conf.get('blobcr_bus', 'host_vhosts') == 'True'
+            control_url = conf.get(BACKEND, 'blobcr_transport_url')
+            assert conf.get('blobcr_bus', 'host_vhosts') == 'True'
+            api = bus_split.caller(control_url, 'blobcr-%(host)s')
+        else:
+            api = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=30)
         assert agent_rpc.wait_rpc(api, host)['host'] == host
+        if split:
+            queues = rabbitmq_broker.ctl(
+                'list_queues', '-p', 'blobcr-%s' % host, 'name', '-q',
+                '--no-table-headers').split()
+            assert 'blobcr-agent.%s' % host in queues, queues
+            assert 'blobcr-agent.%s' % host not in rabbitmq_broker.ctl(
+                'list_queues', 'name', '-q', '--no-table-headers').split()
 
         # -- stack.sh's "Launch Services": cinder-volume with the
         # generated cinder.conf joins the stack, and devstack's
         # create_volume_types makes type NAME for backend NAME.
-        conf = read_conf(env['CINDER_CONF'])
         assert conf.get('DEFAULT', 'enabled_backends') == BACKEND
         section = dict(conf.items(BACKEND))
         assert section['volume_driver'] == \
@@ -372,7 +397,8 @@ def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
         if volume_service:
             volume_service.stop()
             remove_volume_service(env, backend_host)
-        api.cleanup()
+        if api is not None:
+            api.cleanup()
 
     pids = {service: harness.service_pid(work, service) for service in (
         'blobcr-agent', 'blobcr-vendordata', 'blobcr-nova-listener',

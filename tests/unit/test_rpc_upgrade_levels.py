@@ -26,6 +26,7 @@ import pytest
 from blobcr_agent import exception
 from blobcr_agent import rpc
 from blobcr_agent.rpc import api as rpc_api
+from blobcr_agent.rpc import bus
 
 
 def _conf(cap=None):
@@ -55,3 +56,32 @@ def test_a_cap_refuses_newer_calls_before_sending():
 def test_a_cap_this_release_cannot_mean_is_refused(bad):
     with pytest.raises(exception.InvalidInput, match='blobcr_agent'):
         rpc_api.AgentAPI(_conf(bad), transport_url='fake:/')
+
+
+def test_peer_calls_take_the_peer_topic_once_every_agent_serves_it():
+    new = rpc_api.AgentAPI(_conf(), transport_url='fake:/')
+    old = rpc_api.AgentAPI(_conf('1.11'), transport_url='fake:/')
+    for api, client, topic in ((new, new.peer_client, rpc.PEER_TOPIC),
+                               (old, old.client, rpc.TOPIC)):
+        assert api._peer_client('host-a') is client
+        assert client.target.topic == topic
+    assert new.client.target.topic == rpc.TOPIC
+
+
+def test_host_vhosts_give_each_agent_a_url_of_its_own():
+    conf = _conf()
+    bus.register(conf)
+    conf.set_override('host_vhosts', True, group=bus.GROUP)
+    conf.set_override('peer_transport_url', 'fake://u:p@h:1/peers',
+                      group=bus.GROUP)
+    api = rpc_api.AgentAPI(conf, transport_url='fake://u:p@h:1/x')
+    a, b = api.client_for('host-a'), api.client_for('host-b')
+    assert a is api.client_for('host-a') and a is not b
+    urls = sorted(api._vhosts)
+    assert urls == ['fake://u:p@h:1/blobcr-host-a',
+                    'fake://u:p@h:1/blobcr-host-b'], urls
+    assert api.peer_transport is not api.transport
+    api.cleanup()
+    # Without it, every host shares the caller's own client.
+    plain = rpc_api.AgentAPI(_conf(), transport_url='fake:/')
+    assert plain.client_for('host-a') is plain.client
