@@ -25,6 +25,17 @@
  * Python fetch function. The namespace is flat: one regular file per
  * attached image, named by its image id, added and removed from Python.
  *
+ * The kernel's FUSE connection can outlive the agent (agent.rst, "Agent
+ * restarts"): the service manager keeps a duplicate of /dev/fuse's
+ * descriptor, and the next agent builds its session on that descriptor
+ * instead of mounting. Its libfuse session has never seen the kernel's
+ * FUSE_INIT, which the kernel sends once per mount, so the first agent
+ * keeps those bytes and the next one replays them into its session:
+ * libfuse then negotiates what it negotiated the first time. Its reply
+ * carries a request id the kernel does not know, and the kernel drops
+ * it (ENOENT). The requests the dead agent had read but not answered
+ * are sent again by the kernel on FUSE_NOTIFY_RESEND (Linux 6.9).
+ *
  * Copyright BlobCR for OpenStack developers. Apache-2.0.
  */
 #define PY_SSIZE_T_CLEAN
@@ -32,7 +43,10 @@
 #include "mirror.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <linux/fuse.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -41,6 +55,14 @@
 
 #define MAX_ENTRIES 1024
 #define TIMEOUT 1.0
+/* The kernel's FUSE_INIT request: a header and at most 64 bytes today. */
+#define MAX_INIT 512
+/* enum fuse_notify_code's FUSE_NOTIFY_RESEND, newer than this system's
+ * linux/fuse.h. */
+#define NOTIFY_RESEND 7
+/* The request id the replayed FUSE_INIT carries: the kernel numbers its
+ * requests from 2 up, by 2, and never reaches this one. */
+#define REPLAY_UNIQUE (1ULL << 62)
 
 typedef struct {
     char name[128];
@@ -62,6 +84,10 @@ typedef struct {
     Entry *entries[MAX_ENTRIES];
     fuse_ino_t next_ino;
     time_t started;
+    int suspended;           /* requests wait for the process to end */
+    pthread_cond_t resume;   /* never signalled: see FuseLoop_suspend */
+    unsigned char init[MAX_INIT];   /* the kernel's FUSE_INIT, as read */
+    size_t init_len;
 } FuseLoop;
 
 /* ---- the entry table -------------------------------------------------- */
@@ -71,6 +97,10 @@ acquire(FuseLoop *fl, fuse_ino_t ino, const char *name)
 {
     Entry *found = NULL;
     pthread_mutex_lock(&fl->lock);
+    /* Suspended for a hand-over: the request stays unanswered, and the
+     * kernel sends it again to the next agent. */
+    while (fl->suspended)
+        pthread_cond_wait(&fl->resume, &fl->lock);
     for (int k = 0; k < MAX_ENTRIES && !found; k++) {
         Entry *e = fl->entries[k];
         if (e && (name ? strcmp(e->name, name) == 0 : e->ino == ino))
@@ -428,7 +458,10 @@ static const struct fuse_lowlevel_ops loop_ops = {
     .open = op_open,
     .read = op_read,
     .write = op_write,
-    .flush = op_ok,
+    /* No flush: the kernel then stops sending FLUSH at each close (the
+     * first one gets ENOSYS), so a close never waits for the agent; a
+     * process closing a descriptor of an image while the agent
+     * restarts (every fork's child does, before its exec) would hang. */
     .release = op_ok,
     .fsync = op_fsync,
 };
@@ -449,21 +482,81 @@ loop_thread(void *arg)
     return NULL;
 }
 
+/* A fresh mount: read the kernel's FUSE_INIT (its first request),
+ * keep its bytes for a later agent, and answer it. 0 or -1. */
+static int
+first_init(FuseLoop *fl)
+{
+    struct fuse_buf fbuf;
+    struct fuse_in_header *h;
+    int res;
+    memset(&fbuf, 0, sizeof fbuf);
+    res = fuse_session_receive_buf(fl->se, &fbuf);
+    h = fbuf.mem;
+    if (res <= 0 || (size_t)res < sizeof *h || (size_t)res > MAX_INIT ||
+            h->opcode != FUSE_INIT) {
+        free(fbuf.mem);
+        return -1;
+    }
+    memcpy(fl->init, fbuf.mem, (size_t)res);
+    fl->init_len = (size_t)res;
+    fuse_session_process_buf(fl->se, &fbuf);
+    free(fbuf.mem);
+    return 0;
+}
+
+/* A taken-over connection: replay the FUSE_INIT the first agent kept.
+ * 0 or -1. */
+static int
+replay_init(FuseLoop *fl)
+{
+    struct fuse_buf fbuf;
+    struct fuse_in_header *h = (struct fuse_in_header *)fl->init;
+    if (fl->init_len < sizeof *h || h->len != fl->init_len ||
+            h->opcode != FUSE_INIT)
+        return -1;
+    h->unique = REPLAY_UNIQUE;
+    memset(&fbuf, 0, sizeof fbuf);
+    fbuf.mem = fl->init;
+    fbuf.size = fl->init_len;
+    fuse_session_process_buf(fl->se, &fbuf);
+    return 0;
+}
+
 static int
 FuseLoop_init(FuseLoop *fl, PyObject *args, PyObject *kw)
 {
+    static char *kwlist[] = {"mountpoint", "fd", "init", NULL};
     const char *mountpoint;
     char *argv[] = {"blobcr", "-o",
                     "allow_other,default_permissions,fsname=blobcr", NULL};
     struct fuse_args fargs = FUSE_ARGS_INIT(3, argv);
-    if (!PyArg_ParseTuple(args, "s:FuseLoop", &mountpoint))
+    char device[32];
+    int fd = -1, mine = -1, failed;
+    Py_buffer init = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|iy*:FuseLoop", kwlist,
+                                     &mountpoint, &fd, &init))
         return -1;
     if (fl->se) {
+        PyBuffer_Release(&init);
         PyErr_SetString(PyExc_RuntimeError, "already mounted");
         return -1;
     }
+    if (fd >= 0 && (init.len < (Py_ssize_t)sizeof(struct fuse_in_header) ||
+                    init.len > MAX_INIT)) {
+        PyBuffer_Release(&init);
+        PyErr_SetString(PyExc_ValueError,
+                        "taking over needs the connection's FUSE_INIT");
+        return -1;
+    }
+    if (fd >= 0) {
+        memcpy(fl->init, init.buf, (size_t)init.len);
+        fl->init_len = (size_t)init.len;
+    }
+    PyBuffer_Release(&init);
     pthread_mutex_init(&fl->lock, NULL);
     pthread_cond_init(&fl->idle, NULL);
+    pthread_cond_init(&fl->resume, NULL);
     fl->next_ino = FUSE_ROOT_ID + 1;
     fl->started = time(NULL);
     fl->se = fuse_session_new(&fargs, &loop_ops, sizeof loop_ops, fl);
@@ -471,33 +564,125 @@ FuseLoop_init(FuseLoop *fl, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_OSError, "fuse_session_new failed");
         return -1;
     }
-    if (fuse_session_mount(fl->se, mountpoint) != 0) {
+    if (fd >= 0) {
+        /* The session closes its descriptor: it gets a copy. */
+        mine = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        snprintf(device, sizeof device, "/dev/fd/%d", mine);
+        failed = mine < 0 || fuse_session_mount(fl->se, device) != 0;
+        if (failed && mine >= 0)
+            close(mine);
+        if (!failed && replay_init(fl) != 0) {
+            fuse_session_destroy(fl->se);      /* closes mine */
+            fl->se = NULL;
+            PyErr_SetString(PyExc_ValueError, "not a FUSE_INIT request");
+            return -1;
+        }
+    } else {
+        failed = fuse_session_mount(fl->se, mountpoint) != 0;
+        if (!failed && first_init(fl) != 0) {
+            fuse_session_unmount(fl->se);
+            fuse_session_destroy(fl->se);
+            fl->se = NULL;
+            PyErr_Format(PyExc_OSError, "no FUSE_INIT on %s", mountpoint);
+            return -1;
+        }
+    }
+    if (failed) {
         fuse_session_destroy(fl->se);
         fl->se = NULL;
         PyErr_Format(PyExc_OSError, "cannot mount FUSE on %s", mountpoint);
         return -1;
     }
-    if (pthread_create(&fl->thread, NULL, loop_thread, fl) != 0) {
-        fuse_session_unmount(fl->se);
-        fuse_session_destroy(fl->se);
-        fl->se = NULL;
-        PyErr_SetString(PyExc_OSError, "cannot start the FUSE loop");
-        return -1;
-    }
-    fl->running = 1;
     return 0;
 }
 
 static PyObject *
-FuseLoop_add(FuseLoop *fl, PyObject *args)
+FuseLoop_start(FuseLoop *fl, PyObject *noargs)
 {
+    if (!fl->se || fl->running) {
+        PyErr_SetString(PyExc_RuntimeError, "not mounted, or started");
+        return NULL;
+    }
+    if (pthread_create(&fl->thread, NULL, loop_thread, fl) != 0) {
+        PyErr_SetString(PyExc_OSError, "cannot start the FUSE loop");
+        return NULL;
+    }
+    fl->running = 1;
+    Py_RETURN_NONE;
+}
+
+/* The descriptor and the FUSE_INIT a later agent takes over with. */
+static PyObject *
+FuseLoop_device(FuseLoop *fl, PyObject *noargs)
+{
+    if (!fl->se) {
+        PyErr_SetString(PyExc_RuntimeError, "not mounted");
+        return NULL;
+    }
+    return Py_BuildValue("iy#", fuse_session_fd(fl->se),
+                         (const char *)fl->init, (Py_ssize_t)fl->init_len);
+}
+
+/* Ask the kernel for every request read by an earlier agent and never
+ * answered: they come again, to this loop. */
+static PyObject *
+FuseLoop_resend(FuseLoop *fl, PyObject *noargs)
+{
+    struct fuse_out_header h;
+    ssize_t n;
+    if (!fl->se) {
+        PyErr_SetString(PyExc_RuntimeError, "not mounted");
+        return NULL;
+    }
+    memset(&h, 0, sizeof h);
+    h.len = sizeof h;
+    h.error = NOTIFY_RESEND;
+    n = write(fuse_session_fd(fl->se), &h, sizeof h);
+    if (n != (ssize_t)sizeof h)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+
+/* Before a hand-over: from now on requests wait unanswered until the
+ * process ends (the next agent gets them again); returns once those
+ * being served are done, so the mirror cores can be closed. */
+static PyObject *
+FuseLoop_suspend(FuseLoop *fl, PyObject *noargs)
+{
+    int busy;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&fl->lock);
+    fl->suspended = 1;
+    do {
+        busy = 0;
+        for (int k = 0; k < MAX_ENTRIES; k++)
+            if (fl->entries[k] && fl->entries[k]->inflight)
+                busy = 1;
+        if (busy)
+            pthread_cond_wait(&fl->idle, &fl->lock);
+    } while (busy);
+    pthread_mutex_unlock(&fl->lock);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+FuseLoop_add(FuseLoop *fl, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"name", "mirror", "fetch", "gate", "ino", NULL};
     const char *name;
     PyObject *mirror, *fetch_fn, *gate_fn = Py_None;
+    unsigned long long ino = 0;
     Entry *e;
     int slot = -1;
-    if (!PyArg_ParseTuple(args, "sO!O|O:add", &name, &MirrorType, &mirror,
-                          &fetch_fn, &gate_fn))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO!O|OK:add", kwlist, &name,
+                                     &MirrorType, &mirror, &fetch_fn,
+                                     &gate_fn, &ino))
         return NULL;
+    if (ino != 0 && ino <= FUSE_ROOT_ID) {
+        PyErr_SetString(PyExc_ValueError, "bad inode number");
+        return NULL;
+    }
     if (strlen(name) >= sizeof e->name || strchr(name, '/')) {
         PyErr_SetString(PyExc_ValueError, "bad file name");
         return NULL;
@@ -517,7 +702,8 @@ FuseLoop_add(FuseLoop *fl, PyObject *args)
     }
     pthread_mutex_lock(&fl->lock);
     for (int k = 0; k < MAX_ENTRIES; k++) {
-        if (fl->entries[k] && strcmp(fl->entries[k]->name, name) == 0) {
+        if (fl->entries[k] && (strcmp(fl->entries[k]->name, name) == 0 ||
+                               fl->entries[k]->ino == ino)) {
             slot = -2;
             break;
         }
@@ -525,7 +711,11 @@ FuseLoop_add(FuseLoop *fl, PyObject *args)
             slot = k;
     }
     if (slot >= 0) {
-        e->ino = fl->next_ino++;
+        /* A given number (the one an earlier agent gave it, which the
+         * kernel still uses) or the next one. */
+        e->ino = ino ? ino : fl->next_ino;
+        if (e->ino >= fl->next_ino)
+            fl->next_ino = e->ino + 1;
         fl->entries[slot] = e;
     }
     pthread_mutex_unlock(&fl->lock);
@@ -538,7 +728,7 @@ FuseLoop_add(FuseLoop *fl, PyObject *args)
                                                      : "too many images");
         return NULL;
     }
-    Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(e->ino);
 }
 
 static PyObject *
@@ -599,7 +789,9 @@ FuseLoop_ungate(FuseLoop *fl, PyObject *args)
 static PyObject *
 FuseLoop_stop(FuseLoop *fl, PyObject *noargs)
 {
-    if (fl->running) {
+    /* Suspended: its threads wait for the process to end, and the
+     * connection is the next agent's. */
+    if (fl->running && !fl->suspended) {
         Py_BEGIN_ALLOW_THREADS
         fuse_session_exit(fl->se);
         fuse_session_unmount(fl->se);    /* wakes the loop's threads */
@@ -628,9 +820,21 @@ FuseLoop_dealloc(FuseLoop *fl)
 }
 
 static PyMethodDef FuseLoop_methods[] = {
-    {"add", (PyCFunction)FuseLoop_add, METH_VARARGS,
-     "add(name, mirror, fetch[, gate]): serve an attached image as a "
-     "file; with a gate, every request passes it until ungate()."},
+    {"add", (PyCFunction)(void (*)(void))FuseLoop_add,
+     METH_VARARGS | METH_KEYWORDS,
+     "add(name, mirror, fetch[, gate][, ino]): serve an attached image as "
+     "a file (inode ino, else the next free one), returns its inode; with "
+     "a gate, every request passes it until ungate()."},
+    {"start", (PyCFunction)FuseLoop_start, METH_NOARGS,
+     "Start serving requests (add the images first)."},
+    {"device", (PyCFunction)FuseLoop_device, METH_NOARGS,
+     "(fd, init): the /dev/fuse descriptor and the FUSE_INIT bytes a "
+     "later agent takes the connection over with."},
+    {"resend", (PyCFunction)FuseLoop_resend, METH_NOARGS,
+     "Have the kernel send again what an earlier agent left unanswered."},
+    {"suspend", (PyCFunction)FuseLoop_suspend, METH_NOARGS,
+     "Leave every further request unanswered (for the next agent); "
+     "returns once those being served are done."},
     {"ungate", (PyCFunction)FuseLoop_ungate, METH_VARARGS,
      "ungate(name): requests go straight to the core from now on."},
     {"remove", (PyCFunction)FuseLoop_remove, METH_VARARGS,
@@ -646,8 +850,9 @@ static PyTypeObject FuseLoopType = {
     .tp_basicsize = sizeof(FuseLoop),
     .tp_dealloc = (destructor)FuseLoop_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "FuseLoop(mountpoint): attached images on a libfuse3 "
-              "multi-threaded low-level loop.",
+    .tp_doc = "FuseLoop(mountpoint[, fd, init]): attached images on a "
+              "libfuse3 multi-threaded low-level loop; mounts at mountpoint, "
+              "or takes over the connection of fd (see device()).",
     .tp_methods = FuseLoop_methods,
     .tp_init = (initproc)FuseLoop_init,
     .tp_new = PyType_GenericNew,
@@ -659,5 +864,9 @@ blobcr_fuseloop_register(PyObject *module)
     if (PyType_Ready(&FuseLoopType) < 0)
         return -1;
     Py_INCREF(&FuseLoopType);
+    /* A connection is taken over only by the libfuse that made it. */
+    if (PyModule_AddStringConstant(module, "LIBFUSE_VERSION",
+                                   fuse_pkgversion()) < 0)
+        return -1;
     return PyModule_AddObject(module, "FuseLoop", (PyObject *)&FuseLoopType);
 }

@@ -93,10 +93,11 @@ def agent_factory(tmp_path):
     """Start real blobcr-agent processes on a store (and settings)."""
     made = []
 
-    def factory(backend, settings=None):
+    def factory(backend, settings=None, **kwargs):
         workdir = tmp_path / ('agent-%d' % len(made))
         workdir.mkdir()
-        agent = agents.AgentProcess(str(workdir), backend, settings)
+        agent = agents.AgentProcess(str(workdir), backend, settings,
+                                    **kwargs)
         made.append(agent)
         return agent.start()
     yield factory

@@ -178,10 +178,17 @@ class Agent(object):
             # Other hosts' agents: the handoff of a live migration (an
             # incoming image re-attached by recover() asks it too).
             self.manager.set_peers(rpc_api.AgentAPI(self.conf))
-        # Loop devices an earlier agent left over its (dead) mount go;
-        # the images re-attached get new ones behind the same links once
-        # the mount serves (run()).
-        self._had_devices = self.manager.loops.recover()
+        # images/'s connection, if the service manager kept it: then
+        # the guests' open files and loop devices go on as they were.
+        stored = sdnotify.listen_fds()
+        taken_over = self.manager.mirror.claim_connection(stored)
+        for fds in stored.values():
+            for fd in fds:
+                os.close(fd)
+        # Loop devices an earlier agent left over its dead mount go; the
+        # images re-attached get new ones behind the same links once the
+        # mount serves (run()).
+        self._had_devices = self.manager.loops.recover(keep=taken_over)
         self.manager.mirror.recover()
         self.manager.collector.start()
         self.manager.protector.start()
@@ -244,6 +251,15 @@ class Agent(object):
                             image_id)
         finally:
             mirror.close_timeout = 0
+            if mirror.can_hand_over():
+                # The service manager keeps images/'s connection: the
+                # guests wait for the next agent instead of failing.
+                LOG.info('leaving %s/images to the next agent',
+                         mirror.mountpoint)
+                mirror.hand_over()
+                if not self._run_done.wait(UNMOUNT_GRACE):
+                    mirror.abort()
+                return
             self.manager.loops.release_all()
             # Unmounting ends the FUSE loop in run() once no file is open
             # on the mount; a VM may still have its disk open.

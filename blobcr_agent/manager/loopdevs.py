@@ -28,8 +28,10 @@ names a device by a link of the agent's, ``<state_path>/devices/<image>``,
 never by its number: loop numbers are reused, and a number recorded by
 Nova (its connection_info) could one day name another volume's device.
 
-After an agent restart or a SIGKILL, the FUSE connection died with the
-agent before it, so its devices serve nothing: the next agent releases
+After an agent restart or a SIGKILL whose FUSE connection a service
+manager kept (mirror/connection.py), the devices serve on: the next
+agent keeps them. Without it, the connection died with the agent
+before it, so its devices serve nothing: the next agent releases
 them (one that a guest still holds open is freed by the kernel when the
 guest closes it, and is never handed out before) and removes their
 links; once the mirror re-attached those images it sets up new devices
@@ -193,16 +195,23 @@ class LoopDevices(object):
                     LOG.error('image %s: loop device %s: %s', image,
                               known['device'], e)
 
-    def recover(self):
+    def recover(self, keep=False):
         """At start, before the mirror re-attaches anything: release the
         devices an earlier agent left over its dead mount (recorded, or
         set up and killed before the record) and remove their links.
         Returns the images that had one (restore() gives them new ones).
+        With ``keep`` (the mount's connection was taken over, so they
+        still serve), the recorded devices that still back their mirror
+        file stay as they are.
         """
         had = set()
         seen = set()
         released = 0
         with self._lock:
+            if keep:
+                self._keep_live()
+                self.released_at_start = 0
+                return had
             for image, known in sorted(self.devices.items()):
                 had.add(image)
                 seen.add(known['device'])
@@ -233,6 +242,27 @@ class LoopDevices(object):
                         os.unlink(os.path.join(self.links_dir, name))
         self.released_at_start = released
         return had
+
+    def _keep_live(self):
+        backing = dict(_all_loops())
+        for image, known in sorted(self.devices.items()):
+            if backing.get(known['device']) != os.path.join(
+                    self.images_dir, image):
+                LOG.error('image %s: loop device %s no longer backs its '
+                          'mirror file: forgotten', image, known['device'])
+                self._unlink(image)
+                del self.devices[image]
+                self._save()
+        for device, path in backing.items():
+            if path.startswith(self.images_dir + os.sep) and \
+                    device not in {k['device'] for k in
+                                   self.devices.values()}:
+                # Set up by an agent killed before it recorded it: left
+                # alone (releasing it could wait on the mount, which has
+                # no server yet); the next start without a kept mount
+                # releases it.
+                LOG.warning('loop device %s over %s is not recorded: left '
+                            'alone', device, path)
 
     def restore(self, images, path_of):
         """After the mirror re-attached: a new device behind the same

@@ -35,11 +35,11 @@ import time
 import pyfuse3
 import trio
 
-from blobcr_agent import _native
 from blobcr_agent import control
 from blobcr_agent import crashpoint
 from blobcr_agent import exception
 from blobcr_agent.mirror import cache
+from blobcr_agent.mirror import connection
 from blobcr_agent.mirror import fs
 from blobcr_agent.mirror import handoff
 from blobcr_agent.mirror import hints
@@ -120,6 +120,11 @@ class MirrorService(object):
         self.detaching = {}
         self.busy_detach_timeout = 45.0
         os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
+        # images/'s FUSE connection, kept across restarts (connection.py).
+        self.kept = connection.KeptConnection(
+            os.path.join(self.mountpoint, 'images'), self.cache_dir)
+        # Set by hand_over(): run() ends, the connection stays.
+        self._handing_over = False
 
     # -- operations ----------------------------------------------------
 
@@ -133,6 +138,15 @@ class MirrorService(object):
         return os.path.exists(os.path.join(self.cache_dir, image_id,
                                            cache.META))
 
+    def claim_connection(self, stored):
+        """At start, before recover(): take over images/'s connection if
+        the service manager kept it (``stored``: sdnotify.listen_fds()).
+        True if so: guests' open files go on working.
+        """
+        if self.io_loop != 'native':
+            return False
+        return self.kept.claim(stored)
+
     def recover(self):
         """Re-attach every image mirrored here before a restart; this
         resumes (or fails) the persists that were in flight. An image
@@ -140,6 +154,8 @@ class MirrorService(object):
         last checkpoint are only there): attaching it again retries.
         """
         for image_id in sorted(os.listdir(self.cache_dir)):
+            if image_id.startswith('.'):
+                continue                # connection.SESSION, not an image
             if image_id.endswith(REMOVED):
                 # A removal a kill cut short (_remove_tree).
                 shutil.rmtree(os.path.join(self.cache_dir, image_id),
@@ -318,6 +334,7 @@ class MirrorService(object):
             with self._lock:
                 if self.native_loop is not None:
                     self.native_loop.remove(attached.id)    # no more I/O
+                    self.kept.forget(attached.id)
             try:
                 if not background:
                     attached.wait_persisted()
@@ -474,12 +491,11 @@ class MirrorService(object):
     def _serve(self, attached):
         if self.native_loop is not None:
             incoming = attached.incoming
-            if incoming is not None and not incoming.done.is_set():
-                self.native_loop.add(attached.id, attached.core,
-                                     attached.fetch_missed, incoming.gate)
-            else:
-                self.native_loop.add(attached.id, attached.core,
-                                     attached.fetch_missed)
+            gate = incoming.gate if incoming is not None and \
+                not incoming.done.is_set() else None
+            self.native_loop.add(attached.id, attached.core,
+                                 attached.fetch_missed, gate,
+                                 ino=self.kept.inode(attached.id))
 
     @property
     def fuse_mountpoint(self):
@@ -508,13 +524,23 @@ class MirrorService(object):
         native = self.io_loop == 'native'
         if native:
             images = os.path.join(self.mountpoint, 'images')
-            for path in (images, self.fuse_mountpoint):
+            taken_over = self.kept.taken_over
+            # A kept connection has no server until its loop starts: not
+            # to be looked at before (a stat would wait for it).
+            for path in ([] if taken_over else [images]) + \
+                    [self.fuse_mountpoint]:
                 _clear_stale_mount(path)
                 os.makedirs(path, exist_ok=True)
-            self.native_loop = _native.FuseLoop(images)
+            self.native_loop = self.kept.open_loop()
             with self._lock:
+                # Every image the kernel may ask about is served before
+                # the first request is read.
                 for attached in self.attached.values():
                     self._serve(attached)
+            self.native_loop.start()
+            if taken_over:
+                # What the dead agent had read and not answered.
+                self.native_loop.resend()
         try:
             delay = REMOUNT_DELAY
             first = True
@@ -534,6 +560,7 @@ class MirrorService(object):
                 delay = min(delay * 2, REMOUNT_DELAY_MAX)
         finally:
             if self.native_loop is not None:
+                # Suspended by hand_over(): nothing to stop.
                 self.native_loop.stop()
             for attached in list(self.attached.values()) + \
                     list(self.detaching.values()):
@@ -565,7 +592,7 @@ class MirrorService(object):
                 return False
             # Not os.stat(): this thread serves the mount and is not
             # looping yet, so a GETATTR to it would never be answered.
-            self._connections = _fuse_connections(self._mounts())
+            self._connections = connection.connections(self._mounts())
             if ready:
                 ready()
             trio.run(pyfuse3.main)
@@ -588,45 +615,41 @@ class MirrorService(object):
         it.
         """
         self._stopping.set()
+        self.kept.release()
         for path in self._mounts():
             subprocess.run(['fusermount3', '-u', '-z', path], check=False,
                            capture_output=True)
+
+    def can_hand_over(self):
+        """Whether a service manager keeps images/'s connection for the
+        next agent (connection.py).
+        """
+        return self.native_loop is not None and self.kept.stored
+
+    def hand_over(self):
+        """Stop, leaving images/ mounted and its connection to the next
+        agent: requests from now on wait for it; run() returns once those
+        being served are done and versions/ is unmounted.
+        """
+        self._stopping.set()
+        self._handing_over = True
+        self.native_loop.suspend()
+        subprocess.run(['fusermount3', '-u', '-z', self.fuse_mountpoint],
+                       check=False, capture_output=True)
 
     def abort(self):
         """Abort the FUSE connections, so that run() returns even though
         processes (VMs) still have images open: their I/O fails from now
         on. What they wrote is in the cache and is served again after a
-        restart.
+        restart. After hand_over(), versions/ only.
         """
         self._stopping.set()
-        if not os.listdir(FUSECTL):
-            subprocess.run(['mount', '-t', 'fusectl', 'none', FUSECTL],
-                           check=False, capture_output=True)
+        kept = connection.connections([os.path.join(self.mountpoint,
+                                                    'images')]) \
+            if self._handing_over else []
         for conn in getattr(self, '_connections', []):
-            try:
-                with open(os.path.join(FUSECTL, str(conn), 'abort'),
-                          'w') as f:
-                    f.write('1')
-            except OSError as e:
-                LOG.error('cannot abort FUSE connection %d: %s', conn, e)
-
-
-FUSECTL = '/sys/fs/fuse/connections'
-
-
-def _fuse_connections(paths):
-    """The FUSE connection ids (device minors) of the mounts at ``paths``,
-    read from /proc/self/mountinfo.
-    """
-    wanted = {os.path.normpath(p) for p in paths}     # no lstat()
-    found = []
-    with open('/proc/self/mountinfo') as f:
-        for line in f:
-            fields = line.split()
-            mountpoint = fields[4].encode().decode('unicode_escape')
-            if mountpoint in wanted:
-                found.append(int(fields[2].split(':')[1]))
-    return found
+            if conn not in kept:
+                connection.abort(conn)
 
 
 def _clear_stale_mount(path):

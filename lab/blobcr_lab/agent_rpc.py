@@ -43,14 +43,20 @@ def wait_rpc(api, host, timeout=RPC_UP_TIMEOUT):
     """Wait until ``host``'s agent answers RPC (it connects to the broker
     in the background after it mounted); returns its status.
     """
-    cctxt = api.client_for(host).prepare(server=host, timeout=2)
+    client = api.client_for(host)
     deadline = time.monotonic() + timeout
+    # A call sent before the agent's queue is bound is dropped by the
+    # broker and only its timeout ends it: probe briefly first, then
+    # longer (an agent that is up but busy answers late).
+    probe = 0.25
     while True:
         try:
-            return cctxt.call({}, 'status')
+            return client.prepare(server=host, timeout=probe).call(
+                {}, 'status')
         except oslo_messaging.MessagingTimeout:
             if time.monotonic() > deadline:
                 raise
+            probe = min(probe * 2, 2.0)
 
 
 def collect_garbage(api, host, timeout=120):

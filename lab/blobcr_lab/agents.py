@@ -29,6 +29,7 @@ import time
 from blobcr_agent import control
 from blobcr_agent.manager import loopdevs
 from blobcr_agent.mirror import client
+from blobcr_lab import fdstore
 
 
 # sun_path holds 108 bytes with its terminating NUL.
@@ -41,7 +42,7 @@ class ServiceProcess(object):
     module = None
     client_class = control.Client
 
-    def __init__(self, workdir, args, pid_namespace=False):
+    def __init__(self, workdir, args, pid_namespace=False, fd_store=False):
         self.workdir = workdir
         # In a PID namespace of its own, with its own /proc and mount
         # namespace (``unshare --pid --fork --mount-proc``), as services
@@ -65,12 +66,21 @@ class ServiceProcess(object):
                          '--kill-child'] + self.args
         self.proc = None
         self.client = None
+        # A service manager's descriptor store, as systemd's with
+        # FileDescriptorStoreMax= (etc/systemd/blobcr-agent.service).
+        if fd_store and pid_namespace:
+            raise ValueError('a descriptor store needs the service\'s PID')
+        self.fd_store = fdstore.FdStore() if fd_store else None
 
     def start(self, timeout=60):
         if os.path.exists(self.control):
             os.unlink(self.control)
-        self.proc = subprocess.Popen(self.args, stdout=self.log,
-                                     stderr=self.log)
+        args, pass_fds, env = self.args, (), None
+        if self.fd_store is not None:
+            args, pass_fds = self.fd_store.wrap(self.args)
+            env = self.fd_store.env()
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log,
+                                     env=env, pass_fds=pass_fds)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -157,6 +167,15 @@ class ServiceProcess(object):
         self.proc.kill()
         self.proc.wait()
 
+    def restart(self, signum, timeout=60):
+        """``signum`` (SIGTERM or SIGKILL), wait for the exit, start
+        again, as a service manager's restart: nothing cleaned between.
+        """
+        self._close_client()
+        self.send_signal(signum)
+        self.proc.wait(timeout)
+        return self.start(timeout)
+
     def stop(self, timeout=60):
         """SIGTERM and wait; returns the exit status."""
         return stop_all([self], timeout)[0]
@@ -180,6 +199,15 @@ class ServiceProcess(object):
             self.proc.kill()
             self.proc.wait()
         self._unmount()
+        self._forget()
+
+    def _forget(self):
+        """The manager forgets the service: a kept connection ends with
+        its mount (already unmounted) and its stored descriptor.
+        """
+        if self.fd_store is not None:
+            self.fd_store.close()
+            self.fd_store = fdstore.FdStore()
 
 
 def stop_all(services, timeout=60):
@@ -196,6 +224,7 @@ def stop_all(services, timeout=60):
     for service in services:
         if service.proc is not None and service not in stopping:
             service._unmount()          # killed: its dead mounts
+            service._forget()
     return [None if s.proc is None else s.proc.returncode for s in services]
 
 
@@ -222,8 +251,9 @@ class AgentProcess(ServiceProcess):
 
     module = 'blobcr_agent.cmd.agent'
 
-    def __init__(self, workdir, backend, settings=None, pid_namespace=False):
-        super().__init__(workdir, [], pid_namespace)
+    def __init__(self, workdir, backend, settings=None, pid_namespace=False,
+                 fd_store=False):
+        super().__init__(workdir, [], pid_namespace, fd_store)
         self.state_path = os.path.join(self.workdir, 'state')
         conf = store_conf(backend)
         conf.setdefault('agent', {}).update(

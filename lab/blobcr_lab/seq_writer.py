@@ -24,10 +24,12 @@ last write synced before the snapshot was asked for.
 """
 
 import hashlib
+import mmap
 import os
 import random
 import struct
 import threading
+import time
 
 BLOCK = 64 * 1024
 
@@ -113,3 +115,73 @@ class SeqWriter(object):
                                  '%d): %d blocks differ, first %s'
                                  % (cut, len(bad), bad[:5]))
         return cut
+
+
+class VerifyingWriter(SeqWriter):
+    """A SeqWriter that also reads back, after each write, a block it
+    wrote before and checks it, and times every write and read: what a
+    guest's disk does, and how long it ever waited. With ``direct``
+    (a block device, as a guest's loop device is opened), O_DIRECT.
+    I/O errors are counted, not fatal: a test says how many there were.
+    """
+
+    def __init__(self, path, blocks, seed=0, direct=False):
+        super().__init__(path, blocks, seed)
+        self.direct = direct
+        self.io_errors = []         # (when, OSError)
+        self.mismatches = []        # (block, expected seq, read seq)
+        self.longest = 0.0          # the longest single write or read
+        self.waits = []             # (start, seconds) of those over 0.5 s
+        self._latest = {}           # block -> newest seq written there
+        self._buf = mmap.mmap(-1, BLOCK)     # page-aligned, for O_DIRECT
+
+    def _run(self):
+        flags = os.O_RDWR | (os.O_DIRECT if self.direct else 0)
+        fd = os.open(self.path, flags)
+        try:
+            while not self._stop.is_set():
+                try:
+                    self.write_one(fd)
+                    self._check_one(fd)
+                except OSError as e:
+                    self.io_errors.append((time.monotonic(), e))
+                    time.sleep(0.05)
+        finally:
+            os.close(fd)
+
+    def _timed(self, op, *args):
+        start = time.monotonic()
+        try:
+            return op(*args)
+        finally:
+            took = time.monotonic() - start
+            self.longest = max(self.longest, took)
+            if took > 0.5:
+                self.waits.append((start, took))
+
+    def write_one(self, fd):
+        seq = len(self.log) + 1
+        block = self.rng.randrange(self.blocks)
+        self._buf[:] = block_data(seq)
+        self._timed(os.pwrite, fd, self._buf, block * BLOCK)
+        self._timed(os.fdatasync, fd)
+        with self._lock:
+            self.log.append((seq, block))
+            self.synced = seq
+            self._latest[block] = seq
+
+    def _check_one(self, fd):
+        block = self.rng.choice(list(self._latest))
+        got = self._timed(os.preadv, fd, [self._buf], block * BLOCK)
+        seq = struct.unpack_from('<Q', self._buf)[0]
+        if got != BLOCK or self._buf[:] != block_data(self._latest[block]):
+            self.mismatches.append((block, self._latest[block], seq))
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(120)
+        return self
+
+    def written(self):
+        with self._lock:
+            return len(self.log)

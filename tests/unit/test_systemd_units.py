@@ -84,6 +84,9 @@ def test_the_agent_notifies_and_keeps_the_hosts_mounts():
                                  'blobcr-agent.service'))['Service']
     assert service['Type'] == 'notify'
     assert service['Restart'] == 'on-failure'
+    # systemd keeps images/'s FUSE connection for the next agent
+    # (mirror/connection.py stores one descriptor).
+    assert int(service['FileDescriptorStoreMax']) >= 1
     # Its stop drains persists for [agent] shutdown_timeout first.
     assert int(service['TimeoutStopSec']) > 300
     assert not set(NAMESPACING) & set(service)

@@ -1,0 +1,192 @@
+# Copyright 2026 The BlobCR for OpenStack Authors
+#
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""The FUSE connection of ``images/``, kept across agent restarts.
+
+Guests' disks are files on ``images/``. The kernel's FUSE connection of
+that mount lives as long as some process holds its /dev/fuse descriptor,
+so the agent hands a duplicate of it to its service manager's file
+descriptor store (sd_notify's FDSTORE=1; systemd with
+``FileDescriptorStoreMax=``). The next agent, after a SIGTERM or a
+SIGKILL alike, gets it back (LISTEN_FDS) and serves the same connection:
+guests see a pause, not an error. It also needs what the kernel said
+when the mount was made (FUSE_INIT, see native/fuseloop.c) and the inode
+number each image's file had, which the kernel goes on using: both are
+kept in ``.fuse-session.json`` in the mirror's cache directory.
+
+Without a store (no $NOTIFY_SOCKET, or a manager that keeps nothing) a
+dead agent's mount is dead: the next agent aborts it, and clears it.
+"""
+
+import base64
+import logging
+import os
+import subprocess
+import threading
+
+from blobcr_agent import _native
+from blobcr_agent import exception
+from blobcr_agent import jsonfile
+from blobcr_agent import sdnotify
+
+LOG = logging.getLogger(__name__)
+
+FDNAME = 'blobcr-images'
+SESSION = '.fuse-session.json'
+FUSECTL = '/sys/fs/fuse/connections'
+
+
+def connections(paths):
+    """The FUSE connection ids (device minors) of the mounts at ``paths``,
+    read from /proc/self/mountinfo (never stat: a mount whose server is
+    gone but whose connection is kept would not answer).
+    """
+    wanted = {os.path.normpath(p) for p in paths}
+    found = []
+    with open('/proc/self/mountinfo') as f:
+        for line in f:
+            fields = line.split()
+            mountpoint = fields[4].encode().decode('unicode_escape')
+            fstype = fields[fields.index('-') + 1]
+            if mountpoint in wanted and fstype.startswith('fuse'):
+                found.append(int(fields[2].split(':')[1]))
+    return found
+
+
+def abort(conn):
+    """Abort FUSE connection ``conn``: its requests fail from now on."""
+    if not os.listdir(FUSECTL):
+        subprocess.run(['mount', '-t', 'fusectl', 'none', FUSECTL],
+                       check=False, capture_output=True)
+    try:
+        with open(os.path.join(FUSECTL, str(conn), 'abort'), 'w') as f:
+            f.write('1')
+    except OSError as e:
+        LOG.error('cannot abort FUSE connection %d: %s', conn, e)
+
+
+class KeptConnection(object):
+    """The connection of the mount at ``path`` and what taking it over
+    needs, saved in ``cache_dir``.
+    """
+
+    def __init__(self, path, cache_dir):
+        self.path = path
+        self.state_path = os.path.join(cache_dir, SESSION)
+        self._state = {'inodes': {}}
+        self._next_ino = 2
+        self._fd = None
+        self._stored = False
+        self._lock = threading.Lock()
+
+    @property
+    def taken_over(self):
+        return self._fd is not None
+
+    @property
+    def stored(self):
+        """Whether a service manager keeps the connection."""
+        return self._stored
+
+    def claim(self, stored):
+        """At start, before anything touches the mount: take the stored
+        descriptor (``stored``, sdnotify.listen_fds()) if it is the
+        connection still mounted at ``path``. True if this agent takes
+        it over. Otherwise a connection left there is aborted, so that
+        it can be cleared without hanging.
+        """
+        fds = stored.pop(FDNAME, [])
+        try:
+            state = jsonfile.load(self.state_path, 'FUSE session')
+        except exception.CorruptObject as e:
+            LOG.error('%s', e)
+            state = {}
+        mounted = connections([self.path])
+        # The same connection, and the same libfuse: the replayed
+        # FUSE_INIT must negotiate what the first one did.
+        if fds and mounted and state.get('conn') == mounted[-1] and \
+                state.get('init') and \
+                state.get('libfuse') == _native.LIBFUSE_VERSION:
+            self._fd = fds.pop(0)
+            self._state = state
+            self._state.setdefault('inodes', {})
+            self._next_ino = max(self._state['inodes'].values(),
+                                 default=1) + 1
+            LOG.info('taking over FUSE connection %d of %s (%d image '
+                     'file(s))', mounted[-1], self.path,
+                     len(self._state['inodes']))
+        for fd in fds:
+            os.close(fd)
+        if self._fd is None:
+            for conn in mounted:
+                LOG.warning('FUSE connection %d at %s cannot be taken over '
+                            '(no stored descriptor, another connection or '
+                            'another libfuse): aborting it', conn, self.path)
+                abort(conn)
+        return self.taken_over
+
+    def open_loop(self):
+        """The native loop of ``path``: on the kept connection, or on a
+        new mount. Not serving yet (add the images, then start()).
+        """
+        if self._fd is not None:
+            try:
+                loop = _native.FuseLoop(
+                    self.path, fd=self._fd,
+                    init=base64.b64decode(self._state['init']))
+            finally:
+                os.close(self._fd)
+                self._fd = None
+            self._stored = True
+            return loop
+        loop = _native.FuseLoop(self.path)
+        fd, init = loop.device()
+        with self._lock:
+            self._state = {'inodes': {}, 'init': base64.b64encode(
+                init).decode(), 'conn': connections([self.path])[-1],
+                'libfuse': _native.LIBFUSE_VERSION}
+            self._next_ino = 2
+            jsonfile.save(self.state_path, self._state)
+        # After the session file: a stored descriptor always has its
+        # FUSE_INIT on disk.
+        self._stored = sdnotify.notify_fds(
+            [fd], 'FDSTORE=1', 'FDNAME=' + FDNAME)
+        if not self._stored:
+            LOG.info('no file descriptor store: guests\' disks on %s will '
+                     'fail if this agent dies', self.path)
+        return loop
+
+    def inode(self, image_id):
+        """The inode number of ``image_id``'s file: the one the kernel
+        knows it by if it had one, else a new one, saved before the
+        kernel can learn it.
+        """
+        with self._lock:
+            inodes = self._state['inodes']
+            if image_id not in inodes:
+                inodes[image_id] = self._next_ino
+                self._next_ino += 1
+                jsonfile.save(self.state_path, self._state)
+            return inodes[image_id]
+
+    def forget(self, image_id):
+        with self._lock:
+            if self._state['inodes'].pop(image_id, None) is not None:
+                jsonfile.save(self.state_path, self._state)
+
+    def release(self):
+        """A real stop: the store lets the descriptor go."""
+        if self._stored:
+            sdnotify.notify('FDSTOREREMOVE=1', 'FDNAME=' + FDNAME)
+            self._stored = False
