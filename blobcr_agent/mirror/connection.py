@@ -32,6 +32,7 @@ dead agent's mount is dead: the next agent aborts it, and clears it.
 import base64
 import logging
 import os
+import struct
 import subprocess
 import threading
 
@@ -45,6 +46,25 @@ LOG = logging.getLogger(__name__)
 FDNAME = 'blobcr-images'
 SESSION = '.fuse-session.json'
 FUSECTL = '/sys/fs/fuse/connections'
+# linux/fuse.h: FUSE_INIT's flags say that flags2 is set; flags2's bit 7
+# is FUSE_HAS_RESEND (1 << 39), protocol 7.40, Linux 6.9.
+FUSE_INIT_EXT = 1 << 30
+FUSE_HAS_RESEND_FLAGS2 = 1 << 7
+FUSE_IN_HEADER = 40
+
+
+def kernel_resends(init):
+    """Whether the kernel that sent FUSE_INIT ``init`` sends again, on
+    request, what a dead server had read and not answered. Without it a
+    connection taken over would keep those requests waiting forever:
+    it is not kept at all.
+    """
+    if len(init) < FUSE_IN_HEADER + 20:
+        return False
+    major, minor, _readahead, flags, flags2 = struct.unpack_from(
+        '<5I', init, FUSE_IN_HEADER)
+    return major == 7 and minor >= 40 and bool(flags & FUSE_INIT_EXT) and \
+        bool(flags2 & FUSE_HAS_RESEND_FLAGS2)
 
 
 def connections(paths):
@@ -160,8 +180,13 @@ class KeptConnection(object):
             jsonfile.save(self.state_path, self._state)
         # After the session file: a stored descriptor always has its
         # FUSE_INIT on disk.
-        self._stored = sdnotify.notify_fds(
-            [fd], 'FDSTORE=1', 'FDNAME=' + FDNAME)
+        if kernel_resends(init):
+            self._stored = sdnotify.notify_fds(
+                [fd], 'FDSTORE=1', 'FDNAME=' + FDNAME)
+        else:
+            LOG.warning('this kernel does not resend FUSE requests (Linux '
+                        '6.9 does): the connection of %s is not kept',
+                        self.path)
         if not self._stored:
             LOG.info('no file descriptor store: guests\' disks on %s will '
                      'fail if this agent dies', self.path)

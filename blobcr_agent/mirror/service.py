@@ -540,7 +540,12 @@ class MirrorService(object):
             self.native_loop.start()
             if taken_over:
                 # What the dead agent had read and not answered.
-                self.native_loop.resend()
+                try:
+                    self.native_loop.resend()
+                except OSError as e:
+                    LOG.error('the kernel refused to resend what the '
+                              'previous agent left unanswered (%s): those '
+                              'requests wait until the mount goes', e)
         try:
             delay = REMOUNT_DELAY
             first = True
