@@ -511,13 +511,15 @@ static int
 replay_init(FuseLoop *fl)
 {
     struct fuse_buf fbuf;
-    struct fuse_in_header *h = (struct fuse_in_header *)fl->init;
+    unsigned char copy[MAX_INIT];
+    struct fuse_in_header *h = (struct fuse_in_header *)copy;
+    memcpy(copy, fl->init, fl->init_len);
     if (fl->init_len < sizeof *h || h->len != fl->init_len ||
             h->opcode != FUSE_INIT)
         return -1;
     h->unique = REPLAY_UNIQUE;
     memset(&fbuf, 0, sizeof fbuf);
-    fbuf.mem = fl->init;
+    fbuf.mem = copy;
     fbuf.size = fl->init_len;
     fuse_session_process_buf(fl->se, &fbuf);
     return 0;
@@ -650,6 +652,10 @@ static PyObject *
 FuseLoop_suspend(FuseLoop *fl, PyObject *noargs)
 {
     int busy;
+    /* Kept alive to the end of the process: its threads wait on its
+     * lock, and a request may still come in to touch its table. */
+    if (!fl->suspended)
+        Py_INCREF(fl);
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&fl->lock);
     fl->suspended = 1;

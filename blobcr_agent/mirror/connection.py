@@ -32,6 +32,7 @@ dead agent's mount is dead: the next agent aborts it, and clears it.
 import base64
 import logging
 import os
+import select
 import struct
 import subprocess
 import threading
@@ -45,6 +46,9 @@ LOG = logging.getLogger(__name__)
 
 FDNAME = 'blobcr-images'
 SESSION = '.fuse-session.json'
+# What a taken-over loop must share with the one that made the mount,
+# beside libfuse: native/fuseloop.c's operations. Bumped when they change.
+FORMAT = 1
 FUSECTL = '/sys/fs/fuse/connections'
 # linux/fuse.h: FUSE_INIT's flags say that flags2 is set; flags2's bit 7
 # is FUSE_HAS_RESEND (1 << 39), protocol 7.40, Linux 6.9.
@@ -86,7 +90,11 @@ def connections(paths):
 
 def abort(conn):
     """Abort FUSE connection ``conn``: its requests fail from now on."""
-    if not os.listdir(FUSECTL):
+    try:
+        mounted = bool(os.listdir(FUSECTL))
+    except OSError:
+        mounted = False
+    if not mounted:
         subprocess.run(['mount', '-t', 'fusectl', 'none', FUSECTL],
                        check=False, capture_output=True)
     try:
@@ -102,13 +110,18 @@ class KeptConnection(object):
     """
 
     def __init__(self, path, cache_dir):
-        self.path = path
+        # As /proc/self/mountinfo names it: symbolic links resolved (not
+        # the mount itself, whose server may be gone).
+        self.path = os.path.join(
+            os.path.realpath(os.path.dirname(os.path.abspath(path))),
+            os.path.basename(path))
         self.state_path = os.path.join(cache_dir, SESSION)
-        self._state = {'inodes': {}}
-        self._next_ino = 2
+        self._state = {'inodes': {}, 'next': 2}
         self._fd = None
         self._stored = False
         self._lock = threading.Lock()
+        # open_loop() serves the kept connection (not a new mount).
+        self.adopted = False
 
     @property
     def taken_over(self):
@@ -123,32 +136,39 @@ class KeptConnection(object):
         """At start, before anything touches the mount: take the stored
         descriptor (``stored``, sdnotify.listen_fds()) if it is the
         connection still mounted at ``path``. True if this agent takes
-        it over. Otherwise a connection left there is aborted, so that
-        it can be cleared without hanging.
+        it over. Otherwise the store lets go of what it kept (which ends
+        that connection once nothing else holds it) and a connection
+        left at ``path`` is aborted, so that it can be cleared without
+        hanging.
         """
-        fds = stored.pop(FDNAME, [])
+        kept = stored.pop(FDNAME, [])
+        fds = [fd for fd in kept if _alive(fd)]
         try:
             state = jsonfile.load(self.state_path, 'FUSE session')
         except exception.CorruptObject as e:
             LOG.error('%s', e)
             state = {}
         mounted = connections([self.path])
-        # The same connection, and the same libfuse: the replayed
-        # FUSE_INIT must negotiate what the first one did.
-        if fds and mounted and state.get('conn') == mounted[-1] and \
-                state.get('init') and \
-                state.get('libfuse') == _native.LIBFUSE_VERSION:
-            self._fd = fds.pop(0)
+        # The same connection, the same libfuse and the same loop: the
+        # replayed FUSE_INIT must negotiate what the first one did.
+        if len(fds) == 1 and mounted and \
+                state.get('conn') == mounted[-1] and state.get('init') and \
+                state.get('libfuse') == _native.LIBFUSE_VERSION and \
+                state.get('format') == FORMAT:
+            self._fd = fds.pop()
             self._state = state
             self._state.setdefault('inodes', {})
-            self._next_ino = max(self._state['inodes'].values(),
-                                 default=1) + 1
+            self._state['next'] = max(
+                [state.get('next', 2)] +
+                [n + 1 for n in self._state['inodes'].values()])
             LOG.info('taking over FUSE connection %d of %s (%d image '
                      'file(s))', mounted[-1], self.path,
                      len(self._state['inodes']))
         for fd in fds:
             os.close(fd)
         if self._fd is None:
+            if kept:
+                sdnotify.notify('FDSTOREREMOVE=1', 'FDNAME=' + FDNAME)
             for conn in mounted:
                 LOG.warning('FUSE connection %d at %s cannot be taken over '
                             '(no stored descriptor, another connection or '
@@ -165,28 +185,48 @@ class KeptConnection(object):
                 loop = _native.FuseLoop(
                     self.path, fd=self._fd,
                     init=base64.b64decode(self._state['init']))
+                self._stored = self.adopted = True
+                return loop
+            except (OSError, ValueError) as e:
+                # Guests would wait for an agent that cannot serve them:
+                # they get errors instead, and a new mount serves.
+                LOG.error('cannot take over FUSE connection %s of %s (%s): '
+                          'aborting it and mounting afresh',
+                          self._state.get('conn'), self.path, e)
+                sdnotify.notify('FDSTOREREMOVE=1', 'FDNAME=' + FDNAME)
+                for conn in connections([self.path]):
+                    abort(conn)
+                subprocess.run(['fusermount3', '-u', '-z', self.path],
+                               check=False, capture_output=True)
+                os.makedirs(self.path, exist_ok=True)
             finally:
                 os.close(self._fd)
                 self._fd = None
-            self._stored = True
-            return loop
+        return self._mount()
+
+    def _mount(self):
         loop = _native.FuseLoop(self.path)
         fd, init = loop.device()
+        mounted = connections([self.path])
         with self._lock:
-            self._state = {'inodes': {}, 'init': base64.b64encode(
-                init).decode(), 'conn': connections([self.path])[-1],
-                'libfuse': _native.LIBFUSE_VERSION}
-            self._next_ino = 2
+            self._state = {'inodes': {}, 'next': 2, 'format': FORMAT,
+                           'init': base64.b64encode(init).decode(),
+                           'conn': mounted[-1] if mounted else None,
+                           'libfuse': _native.LIBFUSE_VERSION}
             jsonfile.save(self.state_path, self._state)
-        # After the session file: a stored descriptor always has its
-        # FUSE_INIT on disk.
-        if kernel_resends(init):
-            self._stored = sdnotify.notify_fds(
-                [fd], 'FDSTORE=1', 'FDNAME=' + FDNAME)
-        else:
+        # Only where a manager keeps descriptors (systemd 254 says how
+        # many in $FDSTORE; the unit sets it for older ones), and after
+        # the session file: a stored descriptor always has its FUSE_INIT
+        # on disk.
+        if not kernel_resends(init):
             LOG.warning('this kernel does not resend FUSE requests (Linux '
                         '6.9 does): the connection of %s is not kept',
                         self.path)
+        elif _store_size() > 0 and mounted:
+            # At most one, the current one, under the name.
+            sdnotify.notify('FDSTOREREMOVE=1', 'FDNAME=' + FDNAME)
+            self._stored = sdnotify.notify_fds(
+                [fd], 'FDSTORE=1', 'FDNAME=' + FDNAME)
         if not self._stored:
             LOG.info('no file descriptor store: guests\' disks on %s will '
                      'fail if this agent dies', self.path)
@@ -194,14 +234,15 @@ class KeptConnection(object):
 
     def inode(self, image_id):
         """The inode number of ``image_id``'s file: the one the kernel
-        knows it by if it had one, else a new one, saved before the
-        kernel can learn it.
+        knows it by if it had one, else one never given on this
+        connection (the kernel may still hold a detached image's), saved
+        before the kernel can learn it.
         """
         with self._lock:
             inodes = self._state['inodes']
             if image_id not in inodes:
-                inodes[image_id] = self._next_ino
-                self._next_ino += 1
+                inodes[image_id] = self._state['next']
+                self._state['next'] += 1
                 jsonfile.save(self.state_path, self._state)
             return inodes[image_id]
 
@@ -215,3 +256,23 @@ class KeptConnection(object):
         if self._stored:
             sdnotify.notify('FDSTOREREMOVE=1', 'FDNAME=' + FDNAME)
             self._stored = False
+
+
+def _alive(fd):
+    """Whether descriptor ``fd``'s FUSE connection was not aborted (a
+    dead one polls POLLERR); a dead one is closed.
+    """
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    if any(events & (select.POLLERR | select.POLLHUP | select.POLLNVAL)
+           for _fd, events in poller.poll(0)):
+        os.close(fd)
+        return False
+    return True
+
+
+def _store_size():
+    try:
+        return int(os.environ.get('FDSTORE', '0'))
+    except ValueError:
+        return 0

@@ -537,15 +537,17 @@ class MirrorService(object):
                 # the first request is read.
                 for attached in self.attached.values():
                     self._serve(attached)
-            self.native_loop.start()
-            if taken_over:
-                # What the dead agent had read and not answered.
+            if self.kept.adopted:
+                # What the dead agent had read and not answered: queued
+                # again before this loop reads anything, or a request it
+                # was serving would be served twice.
                 try:
                     self.native_loop.resend()
                 except OSError as e:
                     LOG.error('the kernel refused to resend what the '
                               'previous agent left unanswered (%s): those '
                               'requests wait until the mount goes', e)
+            self.native_loop.start()
         try:
             delay = REMOUNT_DELAY
             first = True
@@ -565,8 +567,11 @@ class MirrorService(object):
                 delay = min(delay * 2, REMOUNT_DELAY_MAX)
         finally:
             if self.native_loop is not None:
-                # Suspended by hand_over(): nothing to stop.
-                self.native_loop.stop()
+                if self.kept.stored:
+                    # hand_over(), or a failure: the connection stays
+                    # for the next agent, which answers what waits.
+                    self.native_loop.suspend()
+                self.native_loop.stop()         # suspended: nothing
             for attached in list(self.attached.values()) + \
                     list(self.detaching.values()):
                 attached.close(timeout=self.close_timeout)

@@ -98,7 +98,8 @@ class FdStore(object):
 
     def env(self):
         env = dict(os.environ)
-        env['NOTIFY_SOCKET'] = self.path
+        # As systemd 254 sets them for FileDescriptorStoreMax=4.
+        env.update(NOTIFY_SOCKET=self.path, FDSTORE='4')
         return env
 
     def close(self):
