@@ -32,6 +32,7 @@ import json
 import os
 import random
 import signal
+import socket
 import sys
 import threading
 import time
@@ -100,6 +101,7 @@ class World(object):
         self.nova_down = set()
         # {host: [[stopped at, resumed at or None, Event]]}
         self.paused = {}
+        self.killed_holders = set()
         self.storage = self._start('storage')
         self.compute = {self._start(role): None for role in COMPUTE}
         self.repo = repository.Repository(self.backend,
@@ -126,7 +128,12 @@ class World(object):
 
     def restart(self, host):
         """SIGKILL an agent and start it again."""
-        self.agents[host].kill()
+        agent = self.agents[host]
+        # As the store's GC lease names it (gc.lease_holder_name): a
+        # collection it was running keeps the lease until it expires.
+        self.killed_holders.add('%s:%d' % (
+            socket.gethostname(), 1 if agent.pid_namespace else agent.pid))
+        agent.kill()
         self._start(next(r for r, h in self.names.items() if h == host))
 
     def path(self, host, path):
