@@ -654,8 +654,7 @@ class MirrorService(object):
         restart. After hand_over(), versions/ only.
         """
         self._stopping.set()
-        kept = connection.connections([os.path.join(self.mountpoint,
-                                                    'images')]) \
+        kept = connection.connections([self.kept.path]) \
             if self._handing_over else []
         for conn in getattr(self, '_connections', []):
             if conn not in kept:
