@@ -44,6 +44,7 @@ import subprocess
 import uuid
 
 from blobcr_lab import openstack as stack_module
+from blobcr_lab import tempest_workers
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -212,10 +213,30 @@ def write_conf(stack, path, volume_type, backend_names, image_id,
         conf.write(f)
 
 
+def _worker_file(list_argv, workspace, env, concurrency, costs):
+    """The worker file that spreads the tests ``list_argv`` lists over
+    ``concurrency`` workers by the costs of the run named ``costs``.
+    """
+    listed = subprocess.run(
+        list_argv, cwd=workspace, env=env, text=True,
+        capture_output=True, timeout=300)
+    ids = [line for line in listed.stdout.splitlines()
+           if re.match(r'^[A-Za-z_][\w.]*\.\w+(\[.*\])?$', line)]
+    if listed.returncode or not ids:
+        raise TempestError('tempest run --list-tests failed (exit %d):\n%s%s'
+                           % (listed.returncode, listed.stdout[-4000:],
+                              listed.stderr[-4000:]))
+    bins = tempest_workers.plan(ids, concurrency,
+                                tempest_workers.load_costs(costs))
+    path = os.path.join(workspace, 'workers.yaml')
+    tempest_workers.write(path, bins)
+    return path
+
+
 def run(stack, workdir, regex=VOLUME_API, volume_type=None,
         backend_names=(), protocol='file', vendor='BlobCR for OpenStack',
         concurrency=2, timeout=1800, log=None, compute=None, image=None,
-        exclude=None):
+        exclude=None, costs=None):
     """Run Tempest's tests matching ``regex``; returns
     ``{'passed': n, 'skipped': n, 'failed': n, 'output': text}``.
 
@@ -223,6 +244,9 @@ def run(stack, workdir, regex=VOLUME_API, volume_type=None,
     (:func:`compute_settings`); None: no Nova.  ``image``: a raw disk
     file for Tempest's image (a guest that boots: it answers a detach),
     else IMAGE_SIZE zeros.  ``exclude``: Tempest's --exclude-regex.
+    ``costs``: the name of a run in tempest_costs.json, whose class
+    timings spread the classes over the ``concurrency`` workers
+    (:mod:`.tempest_workers`); None: stestr's own dealing.
     """
     tempest = os.path.join(venv(), 'bin', 'tempest')
     if not os.path.exists(tempest):
@@ -245,12 +269,16 @@ def run(stack, workdir, regex=VOLUME_API, volume_type=None,
                list(backend_names) or [volume_type], image_id, protocol,
                vendor, compute=compute)
     env = {k: v for k, v in os.environ.items() if not k.startswith('OS_')}
-    argv = [tempest, 'run', '--regex', regex, '--concurrency',
-            str(concurrency)]
+    selection = ['--regex', regex]
     if compute is None:
         exclude = '|'.join(filter(None, [exclude, NEEDS_NOVA]))
     if exclude:
-        argv += ['--exclude-regex', exclude]
+        selection += ['--exclude-regex', exclude]
+    argv = [tempest, 'run'] + selection + ['--concurrency', str(concurrency)]
+    if costs and concurrency > 1:
+        argv += ['--worker-file', _worker_file(
+            [tempest, 'run', '--list-tests'] + selection, workspace, env,
+            concurrency, costs)]
     proc = subprocess.run(
         argv, cwd=workspace, env=env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
