@@ -50,6 +50,7 @@ class Status(object):
                 'group_tags': self.tagger.status(),
                 'header_cas': {'writes': self.repo.cas_writes,
                                'conflicts': self.repo.cas_conflicts},
+                'key_writes': self.repo.key_writes,
                 'proxy': self.proxy_url,
                 'default_quiesce': self.default_quiesce,
                 'gc': self.collector.status(),

@@ -15,13 +15,14 @@
 """Group membership of checkpoints: the index, recorded after the ack.
 
 A member version carries its tag from the header write that registers
-it (mirror/image.py). What is left is the group's index record, which
-every member of the group updates (M writers on one object: they take
-turns, and lose races). A guest (the guest endpoint) or Cinder's group
-snapshot (over RPC, every member held still meanwhile) must not wait
-for it: the ack returns once the snapshot is taken; one thread per
-agent joins the index in the background, and the members of one group
-waiting together (on this host) take one compare-and-set between them.
+it (mirror/image.py). What is left is the group's index, which every
+member of the group joins (a key each, repository/groups.py: still a
+write on an object M hosts write to, queued behind the OSD's data
+writes). A guest (the guest endpoint) or Cinder's group snapshot (over
+RPC, every member held still meanwhile) must not wait for it: the ack
+returns once the snapshot is taken; one thread per agent joins the
+index in the background, and the members of one group waiting together
+(on this host) take one write between them.
 ``wait_stable`` of a version also waits for its index entry, and
 raises why it could not be recorded: Cinder's snapshot turns available
 with its group recorded.
@@ -62,6 +63,10 @@ class GroupTagger(object):
         # (group, project) -> member count of the indexes this agent read
         # or joined: groups.admit need not read them again.
         self.counts = {}
+        # (group, project) -> member count of the indexes this agent
+        # joined: made, with that count (unlike counts, which a
+        # coordinator's declaration fills before any index exists).
+        self._joined = {}
         self.errors = []            # the last few failures, for status
         self._failed = {}           # (image, version) -> why (bounded)
         self._thread = threading.Thread(target=self._run, daemon=True,
@@ -127,8 +132,11 @@ class GroupTagger(object):
             try:
                 groups.join(self.repo,
                             [image_id for image_id, _ in versions], group,
-                            members, project=project, creator=creator)
+                            members, project=project, creator=creator,
+                            made=self._joined.get((group, project)) ==
+                            members)
                 self.counts[(group, project)] = members
+                self._joined[(group, project)] = members
                 self.tagged += len(versions)
                 return
             except exception.BackendUnavailable as e:

@@ -22,10 +22,16 @@ the project from the instance's binding or its Nova domain metadata;
 operators name it). Callers with no project share one scope of their
 own, apart from every project's.
 
-Each group has an index record beside the image headers (``group.`` and
-a digest of project and id): its member count, project, creator and the
-ids of its member images, so that a poll reads the index and the
-members' headers, not every header of the repository. The tag on each
+Each group has an index beside the image headers (``group.`` and a
+digest of project and id), so that a poll reads the index and the
+members' headers, not every header of the repository. Its record, made
+once by the first member (an exclusive create: a second creator finds
+it and checks its count), holds the member count, project and creator;
+its members are keys of the record's key set (backends/base.py), one
+per image with the time it joined, added without compare-and-set: 16
+hosts joining at once write 16 times, not up to 16 times each behind
+one another's conflicts (issue 36). Indexes written before keep their
+image list in the record, read together with the keys. The tag on each
 member version (``{"id", "members", "project"}`` in its image header)
 stays the truth for states: a group is complete when every member's
 newest version in it is stable; a restart takes the newest complete
@@ -127,10 +133,21 @@ class GroupIndex(object):
 
 
 def _read_index(repo, group, project):
-    found = repo.backend.read_header(record_name(group, project))
+    name = record_name(group, project)
+    found = repo.backend.read_header(name)
     if found is None:
         return None
-    return GroupIndex.decoder(group, project)(found[0])
+    index = GroupIndex.decoder(group, project)(found[0])
+    keys = repo.backend.read_keys(name)
+    for image_id, joined in sorted(keys.items(), key=lambda kv: kv[1]):
+        if image_id not in index.images:
+            index.images.append(image_id)
+        try:
+            index.updated = max(index.updated or 0, float(joined))
+        except ValueError:
+            raise exception.CorruptObject('group index', name,
+                                          'bad join time of %s' % image_id)
+    return index
 
 
 def _refuse_count(index, group, members):
@@ -174,30 +191,34 @@ def member_tag(group, members, project=None):
 
 
 def join(repo, image_ids, group, members, project=None, creator=None,
-         index=None):
+         index=None, made=False):
     """List ``image_ids`` in the group's index (made by the first member;
     ``creator`` says who, for operators): before any of their versions
-    is tagged. ``index``, as :func:`admit` read it, saves the
-    compare-and-set when it lists them all already (a coordinator
-    listed every member first, or a retry).
+    is tagged. ``index``, as :func:`admit` read it, saves the writes
+    when it lists them all already (a coordinator listed every member
+    first, or a retry), and the create when it exists; so does
+    ``made``: this caller joined the index before, with this count.
     """
     if index is not None and index.members == members and \
             set(image_ids) <= set(index.images):
         return
+    if not made and (index is None or not index.members):
+        _make_index(repo, group, project, members, creator)
+    now = ('%.6f' % time.time()).encode()
+    repo.add_keys(record_name(group, project),
+                  {image_id: now for image_id in image_ids})
 
-    def add(found):
-        _refuse_count(found, group, members)
-        now = time.time()
-        if not found.members:
-            found.members, found.created = members, now
-            found.creator = creator
-        for image_id in image_ids:
-            if image_id not in found.images:
-                found.images.append(image_id)
-        found.updated = now
-    repo.update_record(record_name(group, project),
-                       GroupIndex.decoder(group, project), add,
-                       'index of group %s' % group)
+
+def _make_index(repo, group, project, members, creator):
+    """Create the group's record with ``members``; if another member
+    made it first, check that its count is ours.
+    """
+    now = time.time()
+    made = GroupIndex(group, project, members, creator, now, now)
+    try:
+        repo.create_record(record_name(group, project), made.to_bytes())
+    except exception.Conflict:
+        _refuse_count(_read_index(repo, group, project), group, members)
 
 
 def tag(repo, image, number, group, members, project=None, creator=None):

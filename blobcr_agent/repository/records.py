@@ -41,6 +41,7 @@ class Records(object):
     # increment lost between threads only makes them approximate).
     cas_writes = 0
     cas_conflicts = 0
+    key_writes = 0
 
     def _read(self, image_id):
         if '.' in image_id:
@@ -91,6 +92,22 @@ class Records(object):
                 time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
         raise exception.Conflict('%s keeps changing; gave up after %d tries'
                                  % (what, CAS_TRIES))
+
+    def create_record(self, name, data):
+        """Write a record beside the image headers once: Conflict if it
+        exists.
+        """
+        self.backend.write_header(name, data, None)
+        self.cas_writes += 1
+        crashpoint.reached('header')
+
+    def add_keys(self, name, entries):
+        """Add to the key set of record ``name`` (backends/base.py): no
+        compare-and-set, so never a conflict.
+        """
+        self.backend.add_keys(name, entries)
+        self.key_writes += 1
+        crashpoint.reached('header')
 
     def image(self, ref):
         """The header of an image named by id or by (unique) name."""

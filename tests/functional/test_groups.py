@@ -18,6 +18,8 @@ member's guest may see of its group, and where a job restart begins, on
 both backends.
 """
 
+import threading
+
 import pytest
 
 from blobcr_agent import exception
@@ -211,3 +213,76 @@ def test_admit_reads_a_known_count_once(repo, monkeypatch):
     reads.clear()
     assert groups.admit(repo, 'job-new', 2, 'p1', known=known) is None
     assert reads == []
+
+
+def _join_at_once(repo, counts, group):
+    """One image per entry of ``counts``, each joined by its own thread
+    with that member count, all released together; ``{image id: None
+    or the error}``.
+    """
+    images = [repo.create_image('rank-%d' % k, 4096).id
+              for k in range(len(counts))]
+    barrier = threading.Barrier(len(counts))
+    outcome = {}
+
+    def one(image_id, members):
+        barrier.wait(30)
+        try:
+            groups.join(repo, [image_id], group, members)
+            outcome[image_id] = None
+        except exception.BlobCRError as e:
+            outcome[image_id] = e
+    threads = [threading.Thread(target=one, args=(i, c))
+               for i, c in zip(images, counts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return images, outcome
+
+
+def test_members_joining_at_once_never_conflict(repo):
+    """The index's members are keys added without compare-and-set: 12
+    members joining together write once each, none retries, and the
+    record itself is made once.
+    """
+    before = repo.cas_writes, repo.cas_conflicts, repo.key_writes
+    images, outcome = _join_at_once(repo, [12] * 12, 'job-c')
+    assert outcome == dict.fromkeys(images)
+    assert (repo.cas_writes - before[0], repo.cas_conflicts - before[1],
+            repo.key_writes - before[2]) == (1, 0, 12)
+    index = groups._read_index(repo, 'job-c', None)
+    assert index.members == 12 and sorted(index.images) == sorted(images)
+
+
+def test_two_member_counts_at_once_admit_one(repo):
+    """Members racing with two counts: the count of whoever made the
+    index wins; every member with the other count is refused and not
+    listed.
+    """
+    counts = [6, 7] * 6
+    images, outcome = _join_at_once(repo, counts, 'job-r')
+    index = groups._read_index(repo, 'job-r', None)
+    assert index.members in (6, 7)
+    winners = {i for i, c in zip(images, counts) if c == index.members}
+    assert sorted(index.images) == sorted(winners)
+    for image_id, error in outcome.items():
+        if image_id in winners:
+            assert error is None
+        else:
+            assert isinstance(error, exception.InvalidInput)
+
+
+def test_an_index_written_before_keeps_its_members(repo):
+    """An index whose record lists its images (written by an older
+    agent) is read with the members that joined since.
+    """
+    a, _ = _member(repo, 'rank-0', 'job-o', 2)
+    old = groups._read_index(repo, 'job-o', None)
+    old.images = [a]
+    name = groups.record_name('job-o')
+    data, token = repo.backend.read_header(name)
+    repo.backend.write_header(name, old.to_bytes(), token)
+    b, _ = _member(repo, 'rank-1', 'job-o', 2)
+    assert groups._read_index(repo, 'job-o', None).images == [a, b]
+    assert groups.state(repo, 'job-o')['complete'] is True

@@ -21,7 +21,10 @@ Objects come in three kinds:
 * ``node``: packs of version-tree nodes, immutable, written whole, read by
   byte range;
 * ``header``: one small mutable object per image, changed only by
-  compare-and-set so that a version turns stable in one atomic step.
+  compare-and-set so that a version turns stable in one atomic step;
+  beside a header, a set of *keys* that writers add to without
+  compare-and-set (the members of a group's index: many hosts add to
+  it at once, and none should retry because another did).
 
 Writes of chunks and nodes go through a :class:`WriteBatch`: ``put`` may
 return before the object is durable, with a bounded number in flight, and
@@ -51,6 +54,17 @@ def check_name(name):
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise exception.InvalidInput('invalid object name %r' % (name,))
     return name
+
+
+MAX_KEY_VALUE = 256
+
+
+def check_key(key, value):
+    """A key of a header's key set and its value: refuse anything else."""
+    check_name(key)
+    if not isinstance(value, bytes) or len(value) > MAX_KEY_VALUE:
+        raise exception.InvalidInput('the value of key %s: at most %d bytes'
+                                     % (key, MAX_KEY_VALUE))
 
 
 class WriteBatch(object):
@@ -208,6 +222,21 @@ class ObjectBackend(metaclass=abc.ABCMeta):
     @abc.abstractmethod
     def list_headers(self):
         """Yield every header name."""
+
+    @abc.abstractmethod
+    def add_keys(self, name, entries):
+        """Add ``entries`` (``{key: bytes}``, keys valid object names,
+        values at most 256 bytes) to the key set of header ``name``,
+        which need not exist: one write whatever else is added at the
+        same time, so concurrent writers never retry on each other. A
+        key added again keeps one of its values. The set lives apart
+        from the header (its token does not change). Durable when it
+        returns.
+        """
+
+    @abc.abstractmethod
+    def read_keys(self, name):
+        """``{key: bytes}``: the key set of header ``name`` ({} if none)."""
 
     def recover(self):
         """Finish what a process killed inside a backend call left half

@@ -19,6 +19,7 @@ Layout under the root directory::
     chunk/ab/<name>     chunk objects, fanned out by the name's first byte
     node/ab/<name>      tree-node packs
     header/<name>       image headers: "<generation>\\n" + payload
+    keys/<name>/<key>   a header's key set: one file per key, its value
     lock/<name>         flock files serialising header compare-and-set
     tmp/                files being written, renamed into place when whole
     grave/<kind>.<uuid>.<name>   objects GC moved aside to delete them
@@ -87,7 +88,8 @@ class LocalBackend(base.ObjectBackend):
         super().__init__(max_in_flight)
         self.root = os.path.abspath(path)
         try:
-            for sub in ('chunk', 'node', 'header', 'lock', 'tmp', 'grave'):
+            for sub in ('chunk', 'node', 'header', 'keys', 'lock', 'tmp',
+                        'grave'):
                 os.makedirs(os.path.join(self.root, sub), exist_ok=True)
         except OSError as e:
             raise exception.BackendUnavailable(
@@ -453,6 +455,38 @@ class LocalBackend(base.ObjectBackend):
 
     def list_headers(self):
         return sorted(os.listdir(os.path.join(self.root, 'header')))
+
+    def add_keys(self, name, entries):
+        top = os.path.join(self.root, 'keys', base.check_name(name))
+        with self._writing('keys of %s' % name):
+            os.makedirs(top, exist_ok=True)
+        for key, value in entries.items():
+            base.check_key(key, value)
+            tmp = self._tmp_path()
+            with self._writing('key %s of %s' % (key, name), tmp):
+                with open(tmp, 'wb') as f:
+                    f.write(value)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, os.path.join(top, key))
+        if entries:
+            self._fsync_dir(top)
+            self._fsync_dir(os.path.dirname(top))
+
+    def read_keys(self, name):
+        top = os.path.join(self.root, 'keys', base.check_name(name))
+        try:
+            keys = os.listdir(top)
+        except FileNotFoundError:
+            return {}
+        found = {}
+        for key in keys:
+            try:
+                with open(os.path.join(top, key), 'rb') as f:
+                    found[key] = f.read()
+            except FileNotFoundError:
+                pass
+        return found
 
     @staticmethod
     def _fsync_dir(path):

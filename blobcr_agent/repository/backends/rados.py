@@ -515,17 +515,46 @@ class RadosBackend(base.ObjectBackend):
             except rados.Error as e:
                 raise self._error(base.HEADER, _INDEX, e)
 
+    def _keys_oid(self, name):
+        # Its own object: an omap write on the header would change the
+        # header's version, the token of its compare-and-set.
+        return 'keys.' + base.check_name(name)
+
+    def add_keys(self, name, entries):
+        for key, value in entries.items():
+            base.check_key(key, value)
+        if not entries:
+            return
+        with rados.WriteOpCtx() as op:
+            self._meta.set_omap(op, tuple(entries), tuple(entries.values()))
+            try:
+                self._meta.operate_write_op(op, self._keys_oid(name),
+                                            mtime=_now(), flags=FULL_TRY)
+            except rados.Error as e:
+                raise self._error(base.HEADER, name, e)
+
+    def read_keys(self, name):
+        return dict(self._omap(self._keys_oid(name), name))
+
     def list_headers(self):
-        names, start = [], ''
+        return [key for key, _ in self._omap(_INDEX, _INDEX)]
+
+    def _omap(self, oid, what):
+        """Every ``(key, value)`` of ``oid``'s omap, in pages; none if
+        the object does not exist.
+        """
+        found, start = [], ''
         while True:
             with rados.ReadOpCtx() as op:
                 it, _ = self._meta.get_omap_vals(op, start, '', 1024)
                 try:
-                    self._meta.operate_read_op(op, _INDEX)
+                    self._meta.operate_read_op(op, oid)
                 except rados.ObjectNotFound:
-                    return []
-                page = [key for key, _ in it]
-            names.extend(page)
+                    return found
+                except rados.Error as e:
+                    raise self._error(base.HEADER, what, e)
+                page = list(it)
+            found.extend(page)
             if len(page) < 1024:
-                return names
-            start = page[-1]
+                return found
+            start = page[-1][0]
