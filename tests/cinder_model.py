@@ -473,12 +473,16 @@ class Walk(cinder_model_overlap.Overlaps):
         expires (gc.LEASE_SECONDS): that collection is skipped (None),
         never a lease of a live agent.
         """
+        def killed_holds_it(busy):
+            return any('running in %s;' % holder in str(busy)
+                       for holder in self.world.killed_holders)
         try:
+            # Not waited for: it holds the lease until it expires.
             return agent_rpc.collect_garbage(self.world.api,
-                                             self.world.storage)
+                                             self.world.storage,
+                                             unless=killed_holds_it)
         except exception.Busy as e:
-            if not any('running in %s;' % holder in str(e)
-                       for holder in self.world.killed_holders):
+            if not killed_holds_it(e):
                 raise
             # Counted beside the steps: the summary shows how often.
             self.counts['gc_lease_of_a_killed_agent'] = \

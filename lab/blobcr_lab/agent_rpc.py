@@ -59,18 +59,20 @@ def wait_rpc(api, host, timeout=RPC_UP_TIMEOUT):
             probe = min(probe * 2, 2.0)
 
 
-def collect_garbage(api, host, timeout=120):
+def collect_garbage(api, host, timeout=120, unless=None):
     """GC now through ``host``'s agent, with no grace (the caller's
     writes are done). A store that collects by itself ([repository]
     gc_interval, the small backend's) may be collecting already: the
-    agent says Busy until that run ends, and this waits for it.
+    agent says Busy until that run ends, and this waits for it, unless
+    ``unless(busy)`` says that run will not end soon (its Busy raised
+    at once).
     """
     deadline = time.monotonic() + timeout
     while True:
         try:
             return api.gc(host, grace=0)
-        except exception.Busy:
-            if time.monotonic() > deadline:
+        except exception.Busy as e:
+            if time.monotonic() > deadline or (unless and unless(e)):
                 raise
             time.sleep(1)
 
