@@ -25,6 +25,7 @@ import logging
 import time
 
 from blobcr_agent import exception
+from blobcr_agent.mirror import hints
 
 LOG = logging.getLogger(__name__)
 
@@ -50,9 +51,14 @@ class Handoff(object):
         self.mirror.handoff_preparer = lambda source, image: \
             peers.prepare_handoff(source, image, self.host)
         if self.mirror.hints is not None:
-            # Restart hints go to every other host's agent too.
-            self.mirror.hints.remote = lambda scope, chunks: \
-                peers.publish_hints(scope, self.host, chunks)
+            # Restart hints go to the other hosts restarting members of
+            # the same group (listed in the store), or with agents older
+            # than 1.13 about, to every host.
+            self.mirror.hints.remote = lambda scope, chunks, hosts: \
+                peers.publish_hints(scope, self.host, chunks, hosts=hosts)
+            if peers.hints_to_listeners():
+                self.mirror.hints.listeners = hints.Listeners(self.repo,
+                                                              self.host)
 
     def receive_hints(self, scope, source, chunks):
         """Prefetch hints from ``source``'s agent (hints.py); its own

@@ -22,10 +22,19 @@ a little apart in time. An image attached from a version of a group
 checkpoint (or a clone's first version made from one) joins that
 group's *scope*. Every INTERVAL its publisher sends the chunks its guest
 read for the first time since the last send (the core's first-read
-order), and every other image of the scope, on this host and (through
-``HintHub.remote``: a fanout cast on the agents' RPC topic) on the
+order), and every other image of the scope, on this host and on the
 others, fetches those of its own chunks in the background, through the
 image's fetch path: a chunk is fetched once, never over a write.
+
+Hints go to the hosts that restart members of the scope, not to every
+host (:class:`Listeners`): a host joining a scope adds itself to the
+scope's listener keys in the store (one write, no compare-and-set), and
+a publishing host reads them at most every REFRESH seconds and casts to
+each (``HintHub.remote(scope, chunks, hosts)``). A host it finds that
+it has not sent to yet first gets everything it sent for the scope, so
+a member that attaches late misses nothing. With ``listeners``
+unset (agents older than API 1.13 on the bus), hints go as a fanout
+cast to every agent (``hosts`` None).
 
 A chunk index leaves a host at most once per scope, sent by whichever
 of its images reads it first, and never once the host heard it (from
@@ -36,6 +45,8 @@ bandwidth when wrong; an index outside the image is dropped.
 """
 
 import collections
+import hashlib
+import json
 import logging
 import threading
 import time
@@ -53,6 +64,7 @@ MAX_PER_MESSAGE = 4096  # chunk indexes in one message
 # one-at-a-time reads on the OSDs (at M = 16 its restart went from
 # 0.40-0.46 s to 0.31-0.35 s; in lazy mode it takes 0.26-0.31 s).
 BATCH = 4
+REFRESH = 0.5           # seconds between two reads of a scope's listeners
 
 
 def scope_of(repo, header, number):
@@ -193,6 +205,8 @@ class Publisher(object):
             self.follower.activate()
         new = self.hub.claim(self.image.hint_scope, order[self.sent:])
         self.sent = len(order)
+        if not new:
+            self.hub.refresh(self.image.hint_scope)
         for k in range(0, len(new), MAX_PER_MESSAGE):
             part = new[k:k + MAX_PER_MESSAGE]
             self.published += len(part)
@@ -204,14 +218,59 @@ class Publisher(object):
         self.thread.join()
 
 
-class HintHub(object):
-    """The scopes of the images attached here, and the way out to other
-    hosts: ``remote(scope, chunks)`` (None: this host only).
+class Listeners(object):
+    """The hosts restarting members of a scope, as keys beside the
+    group's index in the store: ``{digest of the host: {"host", "at"}}``
+    (a digest: a host name need not be a valid key). A key older than
+    PUBLISH_FOR is a restart that is over.
     """
 
-    def __init__(self, remote=None):
+    def __init__(self, repo, host):
+        self.repo = repo
+        self.host = host
+
+    @staticmethod
+    def record(scope):
+        return scope + '.hosts'
+
+    def listen(self, scope):
+        key = hashlib.sha256(self.host.encode()).hexdigest()[:32]
+        self.repo.add_keys(self.record(scope), {key: json.dumps(
+            {'host': self.host, 'at': time.time()}).encode()})
+
+    def hosts(self, scope):
+        """The other hosts listening to ``scope`` now."""
+        found = set()
+        since = time.time() - PUBLISH_FOR
+        for value in self.repo.backend.read_keys(
+                self.record(scope)).values():
+            try:
+                entry = json.loads(value)
+                host, at = entry['host'], float(entry['at'])
+            except (ValueError, KeyError, TypeError):
+                continue                # not ours to judge here
+            if at >= since and host != self.host and \
+                    isinstance(host, str):
+                found.add(host)
+        return found
+
+
+class HintHub(object):
+    """The scopes of the images attached here, and the way out to other
+    hosts: ``remote(scope, chunks, hosts)`` (None: this host only;
+    ``hosts`` None: every host), to the hosts ``listeners`` lists.
+    """
+
+    def __init__(self, remote=None, listeners=None):
         self.remote = remote
+        # Listeners: hints go to the hosts listed; None: to every host.
+        self.listeners = listeners
         self._lock = threading.Lock()
+        # scope -> (read at, hosts listening); scope -> hosts sent what
+        # the scope said from here; scope -> chunk indexes sent from here
+        self._heard_by = {}
+        self._sent_to = {}
+        self._said = {}
         self._scopes = {}           # scope -> {image id: Follower}
         # scope -> chunk indexes sent from or heard on this host
         self._announced = {}
@@ -226,8 +285,17 @@ class HintHub(object):
         """
         follower = Follower(image)
         with self._lock:
+            first = image.hint_scope not in self._scopes
             self._scopes.setdefault(image.hint_scope, {})[image.id] = \
                 follower
+        if first and self.listeners is not None and self.remote is not None:
+            try:
+                self.listeners.listen(image.hint_scope)
+            except Exception as e:
+                # Best effort: its guest's own reads fetch what it needs.
+                self.remote_errors += 1
+                LOG.warning('%s will hear no hints from other hosts: %s',
+                            image.id, e)
         self._publishers[image.id] = Publisher(self, image, follower)
         LOG.info('%s restarts from group scope %s: sharing its reads',
                  image.id, image.hint_scope)
@@ -243,6 +311,9 @@ class HintHub(object):
             if not members:
                 self._scopes.pop(image.hint_scope, None)
                 self._announced.pop(image.hint_scope, None)
+                self._heard_by.pop(image.hint_scope, None)
+                self._sent_to.pop(image.hint_scope, None)
+                self._said.pop(image.hint_scope, None)
         if follower is not None:
             follower.stop()
 
@@ -256,6 +327,7 @@ class HintHub(object):
             announced = self._announced.setdefault(scope, set())
             new = [c for c in dict.fromkeys(chunks) if c not in announced]
             announced.update(new)
+            self._said.setdefault(scope, set()).update(new)
         return new
 
     def _deliver(self, scope, chunks, skip=None):
@@ -270,16 +342,57 @@ class HintHub(object):
 
     def publish(self, scope, image_id, chunks):
         """``image_id``'s guest read ``chunks`` first: the others of the
-        scope here, then every other host, prefetch them.
+        scope here, then the other hosts of the scope, prefetch them.
         """
-        self._deliver(scope, chunks, skip=image_id)
-        if self.remote is not None:
-            try:
-                self.remote(scope, chunks)
-            except Exception as e:
-                self.remote_errors += 1
-                LOG.warning('hints of %s not sent to other hosts: %s',
-                            image_id, e)
+        if chunks:
+            self._deliver(scope, chunks, skip=image_id)
+        if self.remote is None:
+            return
+        try:
+            if self.listeners is None:
+                if chunks:
+                    self.remote(scope, chunks, None)
+                return
+            for hosts, part in self._routes(scope, chunks):
+                self.remote(scope, part, hosts)
+        except Exception as e:
+            self.remote_errors += 1
+            LOG.warning('hints of %s not sent to other hosts: %s',
+                        image_id, e)
+
+    def refresh(self, scope):
+        """Send what ``scope`` announced here to the hosts that started
+        listening since (a publisher whose guest read nothing new).
+        """
+        if self.remote is not None and self.listeners is not None:
+            self.publish(scope, None, [])
+
+    def _routes(self, scope, chunks):
+        """``[(hosts, chunk indexes)]`` that send ``chunks`` of
+        ``scope``: to the hosts sent to before, ``chunks``; to hosts
+        listening since, everything sent from here (``chunks`` too;
+        what this host heard, its sender sends them).
+        """
+        now = time.monotonic()
+        with self._lock:
+            read_at, hosts = self._heard_by.get(scope, (None, set()))
+        if read_at is None or now - read_at >= REFRESH:
+            hosts, read_at = self.listeners.hosts(scope), now
+        with self._lock:
+            if scope not in self._scopes:
+                return []
+            self._heard_by[scope] = (read_at, hosts)
+            sent_to = self._sent_to.setdefault(scope, set())
+            new = hosts - sent_to
+            old = hosts & sent_to
+            sent_to.update(new)
+            said = sorted(self._said.get(scope, ()))
+        routes = []
+        for targets, part in ((old, chunks), (new, said)):
+            if targets and part:
+                routes += [(sorted(targets), part[k:k + MAX_PER_MESSAGE])
+                           for k in range(0, len(part), MAX_PER_MESSAGE)]
+        return routes
 
     def receive(self, scope, chunks):
         """Hints from another host (an RPC cast); a bad message is

@@ -64,6 +64,11 @@ side. Version history of the API:
   served on topic ``blobcr-agent-peer`` (server = the host), on the bus
   agents share (rpc/bus.py), and agents send them there once the cap
   allows 1.12; the control topic keeps serving them for older agents.
+* 1.13 - no new call: an agent restarting members of a group lists its
+  host as a listener of the group's hints in the store, and hints go to
+  the hosts listed (a cast to each), not as a fanout to every agent.
+  Agents do so once the cap allows 1.13 (older ones list nothing and
+  would miss them); below it, the fanout as before.
 """
 
 TOPIC = 'blobcr-agent'
@@ -71,4 +76,4 @@ PEER_TOPIC = 'blobcr-agent-peer'
 # Named in every target, so that callers whatever their own
 # control_exchange (cinder, nova) reach the agents.
 EXCHANGE = 'blobcr'
-VERSION = '1.12'
+VERSION = '1.13'

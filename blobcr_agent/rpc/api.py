@@ -374,17 +374,28 @@ class AgentAPI(object):
 
     # -- 1.8 -----------------------------------------------------------------
 
-    def publish_hints(self, scope, source, chunks):
-        """Fanout cast to every agent: an image of ``source`` restarting
-        in hint ``scope`` read ``chunks`` first (mirror/hints.py). Not
-        sent while the version cap is below 1.8 (agents that would not
-        understand it).
+    def publish_hints(self, scope, source, chunks, hosts=None):
+        """Cast to the agents of ``hosts`` (None: a fanout cast to every
+        agent): an image of ``source`` restarting in hint ``scope`` read
+        ``chunks`` first (mirror/hints.py). Not sent while the version
+        cap is below 1.8 (agents that would not understand it).
         """
         if not self.client.can_send_version('1.8'):
             return
-        cctxt = self._peer_client(None).prepare(fanout=True, version='1.8')
-        cctxt.cast(context.outgoing(), 'hints', scope=scope, source=source,
-                   chunks=list(chunks))
+        client = self._peer_client(None)
+        targets = [dict(fanout=True)] if hosts is None else \
+            [dict(server=host) for host in hosts]
+        for target in targets:
+            client.prepare(version='1.8', **target).cast(
+                context.outgoing(), 'hints', scope=scope, source=source,
+                chunks=list(chunks))
+
+    def hints_to_listeners(self):
+        """Whether every agent lists itself as a listener of the scopes
+        it restarts members of (1.13), so that hints go to those hosts
+        only, not as a fanout.
+        """
+        return self.client.can_send_version('1.13')
 
     # -- 1.10 ----------------------------------------------------------------
 

@@ -721,7 +721,7 @@ def checks_of(runs, args):
             checks.require(
                 'hints received from other hosts per run with M > 1 (min)',
                 min(m['hints']['remote_hints_received'] for m in shared),
-                'hints crossed hosts through the RPC fanout')
+                'hints crossed hosts through RPC casts')
     if 'precopy' in args.modes:
         checks.require('pre-copied bytes per run (min)', min(
             sum(v['copied_bytes'] for v in m['precopy']['vms'])

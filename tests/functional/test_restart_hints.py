@@ -19,7 +19,9 @@ its own content (not the first's), and its guest then reads it without
 waiting for the repository. An image restarting from a version of no
 group, and hints that are not a list of chunk indexes, get nothing.
 
-The path between hosts (an RPC fanout cast) is run by the scale
+Between hosts, hints go to the hosts listed in the store as restarting
+members of the group, and a host listed late gets what was said before
+it came. The RPC casts between real agents are run by the scale
 benchmark's test (tests/integration/test_scale_bench.py).
 """
 
@@ -220,8 +222,10 @@ def test_a_chunk_goes_out_of_a_host_once_and_not_when_heard_first(
     """
     rng = random.Random(11)
     hubs = {'a': hints.HintHub(), 'b': hints.HintHub()}
-    hubs['a'].remote = lambda scope, chunks: hubs['b'].receive(scope, chunks)
-    hubs['b'].remote = lambda scope, chunks: hubs['a'].receive(scope, chunks)
+    hubs['a'].remote = lambda scope, chunks, hosts: \
+        hubs['b'].receive(scope, chunks)
+    hubs['b'].remote = lambda scope, chunks, hosts: \
+        hubs['a'].receive(scope, chunks)
     members = {}
     for name in ('a1', 'a2', 'b1', 'b2'):
         image_id, _ = _member(repo, rng, 'rank-' + name, 'job-3')
@@ -294,4 +298,72 @@ def test_a_member_prefetches_once_its_guest_reads(repo, tmp_path):
             (len(order) - 1) * CHUNK
     finally:
         for m in members:
+            m.close(30)
+
+
+def test_hints_go_to_the_hosts_of_the_group_only(repo, tmp_path,
+                                                 monkeypatch):
+    """Three hosts' hubs on one store, each listing itself when a member
+    of a scope attaches there (hints.Listeners); ``remote`` delivers to
+    the hosts it is given, in process. Host c restarts a member of
+    another group: it hears nothing of this one. Host b's member
+    attaches after a's guest read: b gets all of it at a's next look
+    (its publisher's refresh), then each new read once.
+    """
+    monkeypatch.setattr(hints, 'REFRESH', 0.0)
+    rng = random.Random(5)
+    hubs = {}
+    for name in 'abc':
+        hubs[name] = hints.HintHub(listeners=hints.Listeners(repo, name))
+    sent = []
+
+    def remote_of(source):
+        def remote(scope, chunks, hosts):
+            assert hosts is not None and source not in hosts
+            sent.append((source, tuple(hosts), len(chunks)))
+            for host in hosts:
+                hubs[host].receive(scope, chunks)
+        return remote
+    for name in 'abc':
+        hubs[name].remote = remote_of(name)
+    a_id, _ = _member(repo, rng, 'rank-a', 'job-l')
+    b_id, b_content = _member(repo, rng, 'rank-b', 'job-l')
+    c_id, _ = _member(repo, rng, 'rank-c', 'job-other')
+    members = {}
+    try:
+        for host, image_id in (('a', a_id), ('c', c_id)):
+            members[host] = image_mod.AttachedImage(
+                repo, image_id, None, str(tmp_path / host),
+                hints=hubs[host], readahead_chunks=0)
+        order = rng.sample(range(NCHUNKS), 10)
+        for index in order:
+            members['a'].read(index * CHUNK, CHUNK)
+        members['a'].hints._publishers[members['a'].id].flush()
+        # No other host restarts a member of job-l yet.
+        assert sent == []
+        members['b'] = image_mod.AttachedImage(
+            repo, b_id, None, str(tmp_path / 'b'), hints=hubs['b'],
+            readahead_chunks=0)
+        members['a'].hints._publishers[members['a'].id].flush()
+        assert sent == [('a', ('b',), len(order))]
+        assert hubs['b'].totals()['remote_received'] == len(order)
+        # b's guest reads; what it fetched by hint is its own content.
+        members['b'].read(order[0] * CHUNK, CHUNK)
+        assert _wait(lambda: all(members['b'].core.is_present(i)
+                                 for i in order))
+        index = order[1]
+        assert members['b'].read(index * CHUNK, CHUNK) == \
+            b_content[index * CHUNK:(index + 1) * CHUNK]
+        # A new first read on a goes to b alone, once.
+        extra = next(i for i in range(NCHUNKS) if i not in order)
+        members['a'].read(extra * CHUNK, CHUNK)
+        members['a'].hints._publishers[members['a'].id].flush()
+        assert sent[-1] == ('a', ('b',), 1)
+        # b said nothing of its own (it read what it heard): it sent
+        # nothing, not even back to a; c heard nothing.
+        assert [s for s in sent if s[0] != 'a'] == []
+        assert hubs['c'].totals()['remote_received'] == 0
+        assert hubs['c'].totals()['remote_messages'] == 0
+    finally:
+        for m in members.values():
             m.close(30)

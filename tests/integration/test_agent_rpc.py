@@ -447,10 +447,10 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
                 call()
         assert list(capped.status(host)['attached']) == [image_id]
         assert 'UnsupportedVersion' not in agent_log(agent)
-        # Without a cap, 1.1 to 1.12 are served; the agent's dispatcher
+        # Without a cap, 1.1 to 1.13 are served; the agent's dispatcher
         # refuses newer versions.
         for version in ('1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7',
-                        '1.8', '1.9', '1.10', '1.11', '1.12'):
+                        '1.8', '1.9', '1.10', '1.11', '1.12', '1.13'):
             assert uncapped.client.prepare(server=host, version=version).call(
                 {}, 'status')['host'] == host
         assert uncapped.group_state(host, 'g', project='p1')['project'] == \
@@ -458,7 +458,7 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
         # oslo.messaging answers UnsupportedVersion, which the caller
         # gets as a RemoteError naming it (oslo_messaging.rpc.dispatcher
         # is not an allowed remote exception module).
-        for version in ('1.13', '2.0'):
+        for version in ('1.14', '2.0'):
             assert uncapped.client.can_send_version(version)
             with pytest.raises(oslo_messaging.RemoteError) as ei:
                 uncapped.client.prepare(server=host, version=version).call(
@@ -679,6 +679,7 @@ def test_calls_prepare_their_versions_and_timeouts():
         api.detach('h', 'disk', background=True)
         api.take_over('h', 'disk', why='lost')
         api.publish_hints('scope', 'h', [3, 4])
+        api.publish_hints('scope', 'h', [5], hosts=['b', 'c'])
         api.attach('h', 'disk', instance='vm', block_device=True)
         api.prepare_handoff('h', 'disk', 'b')
         api.admit_group('h', 'g', 4, project='p')
@@ -686,7 +687,7 @@ def test_calls_prepare_their_versions_and_timeouts():
         peer = [(m, kw, sorted(a)) for m, kw, a in api.peer_client.prepared]
     finally:
         api.cleanup()
-    assert rpc.VERSION == '1.12'
+    assert rpc.VERSION == '1.13'
     checkpoint = ['group', 'image', 'members', 'quiesce']
     assert got == [
         # A checkpoint outlasts the agent's bounded wait (then Busy).
@@ -742,6 +743,11 @@ def test_calls_prepare_their_versions_and_timeouts():
          ['dest', 'image', 'wait']),
         # 1.8: restart hints, a cast to every agent.
         ('hints', {'fanout': True, 'version': '1.8'},
+         ['chunks', 'scope', 'source']),
+        # 1.13: to the hosts listening to the scope, a cast to each.
+        ('hints', {'server': 'b', 'version': '1.8'},
+         ['chunks', 'scope', 'source']),
+        ('hints', {'server': 'c', 'version': '1.8'},
          ['chunks', 'scope', 'source']),
         # 1.10: a migration began (a cast, no answer).
         ('prepare_handoff', {'server': 'h', 'version': '1.10'},
