@@ -271,6 +271,7 @@ class HintHub(object):
         self._heard_by = {}
         self._sent_to = {}
         self._said = {}
+        self._unlisted = set()      # scopes whose listeners could not be read
         self._scopes = {}           # scope -> {image id: Follower}
         # scope -> chunk indexes sent from or heard on this host
         self._announced = {}
@@ -377,7 +378,19 @@ class HintHub(object):
         with self._lock:
             read_at, hosts = self._heard_by.get(scope, (None, set()))
         if read_at is None or now - read_at >= REFRESH:
-            hosts, read_at = self.listeners.hosts(scope), now
+            read_at = now
+            try:
+                hosts = self.listeners.hosts(scope)
+                self._unlisted.discard(scope)
+            except Exception as e:
+                # The hosts known so far go on hearing; said once per
+                # outage, not at every look (20 a second).
+                self.remote_errors += 1
+                if scope not in self._unlisted:
+                    self._unlisted.add(scope)
+                    LOG.warning('hosts restarting members of %s not read '
+                                '(hints go to the %d known): %s', scope,
+                                len(hosts), e)
         with self._lock:
             if scope not in self._scopes:
                 return []

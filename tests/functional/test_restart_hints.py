@@ -367,3 +367,45 @@ def test_hints_go_to_the_hosts_of_the_group_only(repo, tmp_path,
     finally:
         for m in members.values():
             m.close(30)
+
+
+def test_a_store_that_cannot_list_the_hosts_keeps_those_known(
+        repo, tmp_path, monkeypatch, caplog):
+    """The listeners cannot be read any more (the store is down): the
+    hosts known go on hearing, the hub counts each failed look and says
+    so once, not at every look.
+    """
+    monkeypatch.setattr(hints, 'REFRESH', 0.0)
+    rng = random.Random(9)
+    hubs = {n: hints.HintHub(listeners=hints.Listeners(repo, n))
+            for n in 'ab'}
+    heard = []
+    hubs['a'].remote = lambda scope, chunks, hosts: heard.append(
+        (tuple(hosts), len(chunks)))
+    hubs['b'].remote = lambda scope, chunks, hosts: None
+    a_id, _ = _member(repo, rng, 'rank-a', 'job-d')
+    b_id, _ = _member(repo, rng, 'rank-b', 'job-d')
+    members = [image_mod.AttachedImage(repo, a_id, None, str(tmp_path / 'a'),
+                                       hints=hubs['a'], readahead_chunks=0),
+               image_mod.AttachedImage(repo, b_id, None, str(tmp_path / 'b'),
+                                       hints=hubs['b'], readahead_chunks=0)]
+    publisher = hubs['a']._publishers[a_id]
+    try:
+        members[0].read(0, CHUNK)
+        publisher.flush()
+        assert _wait(lambda: heard and heard[-1] == (('b',), 1))
+
+        def down(scope):
+            raise RuntimeError('store unreachable')
+        monkeypatch.setattr(hubs['a'].listeners, 'hosts', down)
+        caplog.clear()
+        for index in (1, 2, 3):
+            members[0].read(index * CHUNK, CHUNK)
+            publisher.flush()
+        assert _wait(lambda: sum(n for h, n in heard if h == ('b',)) == 4)
+        assert hubs['a'].totals()['remote_errors'] >= 3
+        said = [r for r in caplog.records if 'not read' in r.getMessage()]
+        assert len(said) == 1
+    finally:
+        for m in members:
+            m.close(30)
