@@ -399,7 +399,9 @@ class HintHub(object):
             new = hosts - sent_to
             old = hosts & sent_to
             sent_to.update(new)
-            said = sorted(self._said.get(scope, ()))
+            # Sorted only for a new host: this runs at every look (20 a
+            # second per image), and the set grows with the chunks read.
+            said = sorted(self._said.get(scope, ())) if new else []
         routes = []
         for targets, part in ((old, chunks), (new, said)):
             if targets and part:
