@@ -19,8 +19,9 @@
 # usage: tools/ceph-cluster.sh {start|stop|status|stop-osd N|start-osd N|wait-clean} DIR
 #
 # Environment:
-#   BLOBCR_CEPH_MON_PORT    mon port for a new cluster (default: 40789, or the
-#                           next free port above it)
+#   BLOBCR_CEPH_MON_PORT    mon port for a new cluster (default: the first
+#                           free port from BLOBCR_CEPH_MON_PORT_FIRST)
+#   BLOBCR_CEPH_MON_PORT_FIRST  first of the 100 ports searched (default 40789)
 #   BLOBCR_CEPH_OSD_SIZE    size of each sparse OSD block file (default 12 GiB;
 #                           sparse: only what is written takes disk space)
 #   BLOBCR_CEPH_TIMEOUT     bound in seconds for waits (default 120)
@@ -233,10 +234,13 @@ pick_port() {
         echo "$BLOBCR_CEPH_MON_PORT"
         return
     fi
-    for ((p = 40789; p < 40889; p++)); do
+    # Each lane of tools/run-tests.sh searches its own range: two
+    # clusters made at once would otherwise both see one port free.
+    local first=${BLOBCR_CEPH_MON_PORT_FIRST:-40789}
+    for ((p = first; p < first + 100; p++)); do
         port_free "$p" && { echo "$p"; return; }
     done
-    die "no free mon port in 40789-40888"
+    die "no free mon port in $first-$((first + 99))"
 }
 
 write_conf() { # FSID PORT

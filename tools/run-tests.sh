@@ -20,11 +20,55 @@
 # Before pytest, the mirror core's C stress test runs plain and under
 # ThreadSanitizer (tests/native/; gcc's libtsan2 comes with
 # build-essential, which install-deps.sh installs).
-# Extra arguments go to pytest, e.g. tools/run-tests.sh -k rados
+# pytest runs in two lanes at once: the tests on the session's OpenStack
+# stack (real services, TCG guests) leave a core idle much of the time,
+# and the unit, functional and light integration tests fill it. Each
+# lane has its own session fixtures (micro Ceph, RabbitMQ); the light
+# lane's output follows the stack lane's. BLOBCR_TEST_LANES=1 runs one
+# pytest.
+# Extra arguments go to pytest (to both lanes), e.g.
+# tools/run-tests.sh -k rados; "{lane}" in them becomes the lane's name,
+# e.g. --junitxml=/tmp/junit-{lane}.xml.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 bash tools/install-deps.sh
 .venv/bin/flake8 blobcr_agent blobcr_cinder blobcr_nova blobcr_guest python-blobcrclient blobcr-dashboard lab tests
 make -s -C tests/native check tsan OUT="$top/build/native-tests"
-exec .venv/bin/pytest -p no:cacheprovider --durations=15 tests "$@"
+pytest=(.venv/bin/pytest -p no:cacheprovider --durations=15)
+if [[ ${BLOBCR_TEST_LANES:-2} == 1 ]]; then
+    exec "${pytest[@]}" tests "${@//\{lane\}/all}"
+fi
+# Integration tests that need no OpenStack stack of the session (no
+# Keystone, Cinder or Nova fixture) run in the other lane, which would
+# otherwise end long before this one.
+light=(agent_rpc agent_volume_rpc backend_full bench_metadata bench_peers
+       bus_split ceph_faults checkpoint_under_load cinder_driver_start
+       cinder_model nova_listener rabbitmq scale_bench)
+light_paths=() heavy_ignores=()
+for name in "${light[@]}"; do
+    light_paths+=("tests/integration/test_$name.py")
+    heavy_ignores+=("--ignore=tests/integration/test_$name.py")
+done
+mkdir -p build
+lane_log=build/test-lane-light.log
+# Its own range of mon ports: both lanes may make a Ceph cluster at once.
+# (A background command of a script starts with SIGINT ignored; the
+# trap below needs it back.)
+(trap - INT
+ BLOBCR_CEPH_MON_PORT_FIRST=40889 exec "${pytest[@]}" tests/unit \
+     tests/functional "${light_paths[@]}" "${@//\{lane\}/light}") >"$lane_log" 2>&1 &
+lane=$!
+# Stopped with the script: SIGINT, so that pytest tears its fixtures
+# down (its Ceph cluster, its agents).
+trap 'kill -INT "$lane" 2>/dev/null' INT TERM
+echo "run-tests: the unit, functional and light integration tests run beside the stack's tests (output: $lane_log, shown at the end)"
+rc=0
+"${pytest[@]}" tests/integration "${heavy_ignores[@]}" \
+    "${@//\{lane\}/stack}" || rc=$?
+lane_rc=0
+wait "$lane" || lane_rc=$?
+echo "run-tests: the light lane (exit status $lane_rc):"
+cat "$lane_log"
+echo "run-tests: the stack's lane exit status $rc, the light lane's $lane_rc"
+((rc == 0 && lane_rc == 0))
