@@ -24,6 +24,8 @@ import shutil
 import tempfile
 import uuid
 
+from hypothesis import HealthCheck
+from hypothesis import settings
 import pytest
 
 from blobcr_agent.repository.backends import local
@@ -31,6 +33,13 @@ from blobcr_agent.repository import repository
 from blobcr_lab import agents
 
 BACKENDS = ['local', 'rados']
+
+# tools/run-tests.sh runs two lanes of tests at once on two cores: an
+# example of a property test may wait for the CPU, which is no bug
+# (hypothesis' default deadline, 200 ms, failed one so).
+settings.register_profile('blobcr', deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile('blobcr')
 
 # The session's RabbitMQ, Cinder hosts and guest image over the lab's
 # services: tests/lab_fixtures.py; real Keystone and Cinder
