@@ -291,7 +291,13 @@ def test_a_chunk_written_while_it_is_read_for_upload(store):
         a.write(CHUNK, os.urandom((NCHUNKS - 1) * CHUNK))
         thread = threading.Thread(target=writer)
         thread.start()
+        # The writer races the uploads until the quiet chunks went ahead
+        # (at least 0.5 s; on a loaded machine, more).
+        began = time.monotonic()
         time.sleep(0.5)
+        while a.uploader.chunks < NCHUNKS - 1 and \
+                time.monotonic() - began < 60:
+            time.sleep(0.05)
         stop.set()
         thread.join()
         before = a.uploader.chunks
