@@ -17,7 +17,7 @@
 # OpenStack's hacking rules), unit tests, functional tests on the local
 # store and on a real micro Ceph cluster (started on 127.0.0.1 by the test
 # session, stopped at its end), and integration tests (OSD failure).
-# Before pytest, the mirror core's C stress test runs plain and under
+# Beside pytest, the mirror core's C stress test runs plain and under
 # ThreadSanitizer (tests/native/; gcc's libtsan2 comes with
 # build-essential, which install-deps.sh installs).
 # pytest runs in two lanes at once: the tests on the session's OpenStack
@@ -34,23 +34,30 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 bash tools/install-deps.sh
 .venv/bin/flake8 blobcr_agent blobcr_cinder blobcr_nova blobcr_guest python-blobcrclient blobcr-dashboard lab tests
-make -s -C tests/native check tsan OUT="$top/build/native-tests"
 pytest=(.venv/bin/pytest -p no:cacheprovider --durations=15)
 if [[ ${BLOBCR_TEST_LANES:-2} == 1 ]]; then
+    make -s -C tests/native check tsan OUT="$top/build/native-tests"
     exec "${pytest[@]}" tests "${@//\{lane\}/all}"
 fi
+mkdir -p build
+# The native tests (C, a minute of CPU) beside the lanes: the session's
+# first minutes, starting services, leave CPU to spare.
+native_log=build/test-native.log
+make -s -C tests/native check tsan OUT="$top/build/native-tests" \
+    >"$native_log" 2>&1 &
+native=$!
 # Integration tests that need no OpenStack stack of the session (no
 # Keystone, Cinder or Nova fixture) run in the other lane, which would
 # otherwise end long before this one.
 light=(agent_rpc agent_volume_rpc backend_full bench_metadata bench_peers
        bus_split ceph_faults checkpoint_under_load cinder_driver_start
-       cinder_model nova_listener rabbitmq scale_bench)
+       cinder_model guest_vm guest_vm_checkpoint live_migration
+       nova_listener nova_metadata_route rabbitmq scale_bench)
 light_paths=() heavy_ignores=()
 for name in "${light[@]}"; do
     light_paths+=("tests/integration/test_$name.py")
     heavy_ignores+=("--ignore=tests/integration/test_$name.py")
 done
-mkdir -p build
 lane_log=build/test-lane-light.log
 # Its own range of mon ports: both lanes may make a Ceph cluster at once.
 # (A background command of a script starts with SIGINT ignored; the
@@ -61,14 +68,17 @@ lane_log=build/test-lane-light.log
 lane=$!
 # Stopped with the script: SIGINT, so that pytest tears its fixtures
 # down (its Ceph cluster, its agents).
-trap 'kill -INT "$lane" 2>/dev/null' INT TERM
+trap 'kill -INT "$lane" 2>/dev/null; kill "$native" 2>/dev/null' INT TERM
 echo "run-tests: the unit, functional and light integration tests run beside the stack's tests (output: $lane_log, shown at the end)"
 rc=0
 "${pytest[@]}" tests/integration "${heavy_ignores[@]}" \
     "${@//\{lane\}/stack}" || rc=$?
-lane_rc=0
+lane_rc=0 native_rc=0
 wait "$lane" || lane_rc=$?
+wait "$native" || native_rc=$?
+echo "run-tests: the native tests (exit status $native_rc):"
+cat "$native_log"
 echo "run-tests: the light lane (exit status $lane_rc):"
 cat "$lane_log"
-echo "run-tests: the stack's lane exit status $rc, the light lane's $lane_rc"
-((rc == 0 && lane_rc == 0))
+echo "run-tests: exit statuses: the stack's lane $rc, the light lane $lane_rc, the native tests $native_rc"
+((rc == 0 && lane_rc == 0 && native_rc == 0))
