@@ -39,7 +39,7 @@ import stat
 import struct
 import threading
 
-from blobcr_agent import exception
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

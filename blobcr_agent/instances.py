@@ -31,8 +31,8 @@ image id}`` with no projects) are read as one image.
 
 import threading
 
-from blobcr_agent import exception
 from blobcr_agent import jsonfile
+from blobcr_common import exception
 
 
 class InstanceTable(object):

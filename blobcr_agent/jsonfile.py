@@ -20,7 +20,7 @@ the old file or the new one.
 import json
 import os
 
-from blobcr_agent import exception
+from blobcr_common import exception
 
 
 def load(path, what):

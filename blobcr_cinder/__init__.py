@@ -16,7 +16,9 @@
 are versions), its options and blobcr-cinder-sync (the OSC commands are
 the client's, python-blobcrclient).
 
-May import: Cinder, oslo.*, the OpenStack clients and the agent's RPC
-client (blobcr_agent.rpc) with what it returns. Never imports the lab,
-the benchmarks or the tests (tests/unit/test_import_contract.py).
+May import: Cinder, oslo.*, the OpenStack clients and blobcr_common
+(the agent's RPC client and errors). Never imports the agent
+(blobcr_agent: cinder-volume's environment needs no C compiler, FUSE or
+libvirt), the lab, the benchmarks or the tests
+(tests/unit/test_import_contract.py).
 """

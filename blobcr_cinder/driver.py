@@ -54,13 +54,13 @@ import oslo_messaging as messaging
 from oslo_serialization import jsonutils
 from oslo_utils import units
 
-from blobcr_agent import exception as agent_exception
-from blobcr_agent.rpc import api as agent_api
 from blobcr_cinder import compute_hosts
 from blobcr_cinder import manage
 from blobcr_cinder import options
 from blobcr_cinder import refs
 from blobcr_cinder import specs
+from blobcr_common import exception as agent_exception
+from blobcr_common.rpc import api as agent_api
 
 LOG = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from cinder.volume import volume_utils
 from oslo_log import log as logging
 from oslo_utils import units
 
-from blobcr_agent import exception as agent_exception
 from blobcr_cinder import refs
 from blobcr_cinder import specs
+from blobcr_common import exception as agent_exception
 
 LOG = logging.getLogger(__name__)
 GiB = units.Gi

@@ -16,9 +16,9 @@
 
 from oslo_config import cfg
 
-from blobcr_agent.conf import agent as agent_conf
+from blobcr_common import rpc
 
-QUIESCE_MODES = tuple(mode for mode, _ in agent_conf.QUIESCE_CHOICES)
+QUIESCE_MODES = tuple(mode for mode, _ in rpc.QUIESCE_CHOICES)
 
 blobcr_opts = [
     cfg.StrOpt('blobcr_agent_host',
@@ -27,7 +27,7 @@ blobcr_opts = [
                     'delete, extend, snapshot, revert, image copies, '
                     'capacity). Unset: the host of this cinder-volume '
                     'service, which normally runs an agent beside it.'),
-    cfg.StrOpt('blobcr_default_quiesce', choices=agent_conf.QUIESCE_CHOICES,
+    cfg.StrOpt('blobcr_default_quiesce', choices=rpc.QUIESCE_CHOICES,
                help='How an attached volume\'s guest is held still while a '
                     'snapshot is taken, unless its volume type says '
                     '(extra spec blobcr:quiesce). Unset: the agent\'s '

@@ -17,8 +17,8 @@ listener, and the libvirt volume driver and os-brick connector of the
 'blobcr' connection type (blobcr-restart and its OSC command are the
 client's, python-blobcrclient).
 
-May import: oslo.*, keystonemiddleware and the agent's RPC
-client (blobcr_agent.rpc); it talks to Nova over its API and
-notifications. Never imports the lab, the benchmarks or
-the tests (tests/unit/test_import_contract.py).
+May import: oslo.*, keystonemiddleware and blobcr_common (the agent's
+RPC client, errors and instance tokens); it talks to Nova over its API
+and notifications. Never imports the agent (blobcr_agent), the lab, the
+benchmarks or the tests (tests/unit/test_import_contract.py).
 """

@@ -62,8 +62,8 @@ from oslo_config import cfg
 from oslo_log import log as oslo_log
 import oslo_messaging as messaging
 
-from blobcr_agent import exception as agent_exception
-from blobcr_agent.rpc import api as rpc_api
+from blobcr_common import exception as agent_exception
+from blobcr_common.rpc import api as rpc_api
 from blobcr_nova import listener_opts
 
 LOG = oslo_log.getLogger(__name__)

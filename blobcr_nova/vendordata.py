@@ -29,7 +29,7 @@ for the target named ``blobcr``::
 
 which is what the guest's ``blobcr-checkpoint`` reads there
 (blobcr_guest/config.py) and what the agent's checkpoint endpoint checks
-(blobcr_agent/proxy/auth.py, ``[proxy] host_secret`` = ``token_secret``).
+(blobcr_common/auth.py, ``[proxy] host_secret`` = ``token_secret``).
 
 Nova does not say which host runs the instance, so the endpoint is one
 URL for all: by default the metadata address, which each compute host's
@@ -64,9 +64,8 @@ from keystonemiddleware import auth_token
 from oslo_config import cfg
 from oslo_log import log as oslo_log
 
-from blobcr_agent import exception as agent_exception
-from blobcr_agent.proxy import auth
-from blobcr_agent.repository import groups
+from blobcr_common import auth
+from blobcr_common import exception as agent_exception
 from blobcr_nova import conf as nova_conf
 
 LOG = oslo_log.getLogger(__name__)
@@ -177,7 +176,7 @@ class VendordataApp(object):
         if project is None or project == '':
             raise RequestError(400, 'project-id is required')
         try:
-            groups.check_project(project)
+            auth.check_project(project)
         except agent_exception.InvalidInput as e:
             raise RequestError(400, str(e))
         LOG.info('vendordata: credentials of instance %s (project %s) for '

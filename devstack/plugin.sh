@@ -89,6 +89,8 @@ function install_blobcr_packages {
 }
 
 function install_blobcr {
+    # What the agent, the driver and the Nova side share: before them.
+    setup_develop "$BLOBCR_DIR/blobcr-common"
     setup_develop "$BLOBCR_DIR"
     # The client (openstack blobcr ..., blobcr-restart) and, with Horizon,
     # the panel: distributions of their own in the tree.

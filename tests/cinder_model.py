@@ -52,7 +52,7 @@ import time
 import types
 import uuid
 
-from blobcr_agent import exception
+from blobcr_common import exception
 from blobcr_lab import agent_rpc
 from blobcr_lab.guest_disk import GuestDisk
 from blobcr_lab import nova_attach

@@ -41,7 +41,7 @@ import uuid
 import pytest
 
 from blobcr_agent.repository.backends import local
-from blobcr_agent.rpc import api as rpc_api
+from blobcr_common.rpc import api as rpc_api
 from blobcr_lab import agent_rpc
 from blobcr_lab import agents
 from blobcr_lab.cinder_hosts import Hosts

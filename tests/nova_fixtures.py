@@ -36,7 +36,7 @@ import uuid
 
 import pytest
 
-from blobcr_agent.rpc import api as rpc_api
+from blobcr_common.rpc import api as rpc_api
 from blobcr_lab import agent_rpc
 from blobcr_lab import agents
 from blobcr_lab import guest_vm

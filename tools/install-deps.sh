@@ -63,6 +63,9 @@ if [ ! -x "$venv/bin/python" ]; then
     /usr/bin/python3 -m venv "$venv"
     "$venv/bin/pip" install -q --upgrade pip
 fi
+# What the agent, the Cinder driver and the Nova side share (pure Python),
+# a distribution of its own, before what requires it.
+"$venv/bin/pip" install -q -e "$top/blobcr-common"
 "$venv/bin/pip" install -q -r "$top/requirements.txt" \
     -r "$top/test-requirements.txt"
 # Editable install: builds blobcr_agent/_native from native/ in place.

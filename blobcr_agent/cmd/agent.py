@@ -42,15 +42,15 @@ from oslo_log import log as logging
 
 from blobcr_agent import conf as blobcr_conf
 from blobcr_agent import control
-from blobcr_agent import exception
 from blobcr_agent import manager as manager_mod
 from blobcr_agent.manager import loopdevs
-from blobcr_agent.proxy import auth
 from blobcr_agent.proxy import server as proxy_server
 from blobcr_agent.repository import repository
-from blobcr_agent.rpc import api as rpc_api
 from blobcr_agent.rpc import server as rpc_server
 from blobcr_agent import sdnotify
+from blobcr_common import auth
+from blobcr_common import exception
+from blobcr_common.rpc import api as rpc_api
 
 CONF = blobcr_conf.CONF
 LOG = logging.getLogger(__name__)

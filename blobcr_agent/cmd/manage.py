@@ -45,12 +45,12 @@ from oslo_log import log as logging
 
 from blobcr_agent import conf as blobcr_conf
 from blobcr_agent import control
-from blobcr_agent import exception
 from blobcr_agent import progress
 from blobcr_agent.repository import gc
 from blobcr_agent.repository import repository
 from blobcr_agent.repository import scrub
 from blobcr_agent.repository import treeview
+from blobcr_common import exception
 
 CONF = blobcr_conf.CONF
 LOG = logging.getLogger(__name__)

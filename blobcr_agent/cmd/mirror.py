@@ -33,10 +33,10 @@ from oslo_log import log as logging
 
 from blobcr_agent import conf as blobcr_conf
 from blobcr_agent.conf import agent as agent_conf
-from blobcr_agent import exception
 from blobcr_agent.mirror import image as image_mod
 from blobcr_agent.mirror import service as service_mod
 from blobcr_agent.repository import repository
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

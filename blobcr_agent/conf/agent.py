@@ -18,6 +18,8 @@ import socket
 
 from oslo_config import cfg
 
+from blobcr_common import rpc
+
 agent_group = cfg.OptGroup(
     'agent', title='Per-host agent',
     help='The blobcr-agent daemon of a compute host: its mirror, its RPC '
@@ -29,14 +31,6 @@ DEFAULT_COW_SPILL_MB = 1024
 # 0.05 s: on the paced benchmark the checkpoint had about 12 chunks left
 # to send against 20 at 0.1 s (peers-issue34-paced.json).
 DEFAULT_UPLOAD_AHEAD_INTERVAL = 0.05
-
-# How a guest is held still during a checkpoint, with what each does (the
-# Cinder backend's blobcr_default_quiesce offers the same).
-QUIESCE_CHOICES = [
-    ('none', 'not at all: the guest synced itself (a guest checkpoint)'),
-    ('fsfreeze', 'qemu-guest-agent freezes the file systems'),
-    ('suspend', 'libvirt pauses the domain (the BlobCR paper\'s choice)'),
-]
 
 agent_opts = [
     cfg.StrOpt('host', default=socket.gethostname(),
@@ -157,7 +151,7 @@ agent_opts = [
                       'rounds (by how often it went in the last 32), or '
                       'by the persist. Only in selective-cow. 0: send '
                       'chunks only after the checkpoint.'),
-    cfg.StrOpt('quiesce', default='suspend', choices=QUIESCE_CHOICES,
+    cfg.StrOpt('quiesce', default='suspend', choices=rpc.QUIESCE_CHOICES,
                help='How the guest is held still while a checkpoint is '
                     'taken, unless the request says otherwise: none (the '
                     'guest synced itself), fsfreeze (qemu-guest-agent) or '

@@ -41,7 +41,7 @@ import threading
 import time
 from xml.etree import ElementTree
 
-from blobcr_agent import exception
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 # Nova's libvirt metadata (nova/virt/libvirt/config.py), versions 1.0+.
@@ -50,7 +50,7 @@ NOVA_NAMESPACE = 'http://openstack.org/xmlns/libvirt/nova/'
 QUIESCE_MODES = ('none', 'fsfreeze', 'suspend')
 
 # Kept for callers that import it from here: it lives in
-# blobcr_agent.exception so that RPC callers get it as its own type.
+# blobcr_common.exception so that RPC callers get it as its own type.
 QuiesceFailed = exception.QuiesceFailed
 
 # libvirt keepalive: a dead daemon or a cut connection is noticed after

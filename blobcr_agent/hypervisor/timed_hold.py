@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 
-from blobcr_agent import exception
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 MAX_TIMEOUT = 600

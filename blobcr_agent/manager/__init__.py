@@ -36,7 +36,6 @@ import os
 import threading
 import time
 
-from blobcr_agent import exception
 from blobcr_agent.hypervisor import domains
 from blobcr_agent.hypervisor import timed_hold
 from blobcr_agent import instances as instances_mod
@@ -50,6 +49,7 @@ from blobcr_agent.manager.status import Status
 from blobcr_agent.manager import tagger as tagger_mod
 from blobcr_agent.manager.volumes import Volumes
 from blobcr_agent.mirror import service as service_mod
+from blobcr_common import exception
 
 # Every operation that RPC and the admin socket expose.
 OPERATIONS = ('attach', 'detach', 'checkpoint', 'state', 'wait_stable',

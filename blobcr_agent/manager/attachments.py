@@ -23,9 +23,9 @@ checkpoint exist (unless discarded).
 
 import logging
 
-from blobcr_agent import exception
 from blobcr_agent import instances as instances_mod
-from blobcr_agent.repository import groups
+from blobcr_common import auth
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class Attachments(object):
         header = self.repo.image(image)
         if project is not None and instance is None:
             raise exception.InvalidInput('a project goes with an instance')
-        groups.check_project(project)
+        auth.check_project(project)
         if instance is not None:
             # Refused before attaching, as InstanceTable.bind would.
             instances_mod.check_instance(instance)

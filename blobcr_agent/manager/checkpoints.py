@@ -27,9 +27,9 @@ checkpoint (a direct call) or after the ack (tagger.py).
 import logging
 import time
 
-from blobcr_agent import exception
 from blobcr_agent.hypervisor import domains
 from blobcr_agent.repository import groups
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ import logging
 import threading
 import time
 
-from blobcr_agent import exception
 from blobcr_agent.repository import gc
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ to one host is never handed to another.
 import logging
 import time
 
-from blobcr_agent import exception
 from blobcr_agent.mirror import hints
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

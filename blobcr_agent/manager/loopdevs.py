@@ -52,8 +52,8 @@ import struct
 import subprocess
 import threading
 
-from blobcr_agent import exception
 from blobcr_agent import jsonfile
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ without a project.
 import logging
 import time
 
-from blobcr_agent import exception
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

@@ -40,8 +40,8 @@ import logging
 import threading
 import time
 
-from blobcr_agent import exception
 from blobcr_agent.repository import groups
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

@@ -30,10 +30,10 @@ same header update).
 import os
 import time
 
-from blobcr_agent import exception
 from blobcr_agent.repository import gc
 from blobcr_agent.repository import image as image_mod
 from blobcr_agent.repository import treeview
+from blobcr_common import exception
 
 
 class Volumes(object):

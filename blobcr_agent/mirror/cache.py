@@ -48,9 +48,9 @@ import os
 import shutil
 
 from blobcr_agent import _native
-from blobcr_agent import exception
 from blobcr_agent.mirror import persister
 from blobcr_agent.repository import image as image_mod
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

@@ -38,9 +38,9 @@ import subprocess
 import threading
 
 from blobcr_agent import _native
-from blobcr_agent import exception
 from blobcr_agent import jsonfile
 from blobcr_agent import sdnotify
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

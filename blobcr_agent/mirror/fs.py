@@ -46,8 +46,8 @@ import stat
 import pyfuse3
 import trio
 
-from blobcr_agent import exception
 from blobcr_agent.mirror import image as image_mod
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

@@ -46,7 +46,6 @@ import time
 
 from blobcr_agent import _native
 from blobcr_agent import crashpoint
-from blobcr_agent import exception
 from blobcr_agent.mirror import cache
 from blobcr_agent.mirror import hints as hints_mod
 from blobcr_agent.mirror import persister as persister_mod
@@ -57,6 +56,7 @@ from blobcr_agent.mirror import reserve as reserve_mod
 from blobcr_agent.mirror import upload_ahead as upload_ahead_mod
 from blobcr_agent.repository import deltas
 from blobcr_agent.repository import image as image_mod
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

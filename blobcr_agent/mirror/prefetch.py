@@ -25,7 +25,7 @@ fetched twice, and never over a write: see mc_install).
 import logging
 import threading
 
-from blobcr_agent import exception
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

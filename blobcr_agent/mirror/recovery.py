@@ -32,13 +32,13 @@ import logging
 import os
 import socket
 
-from blobcr_agent import exception
 from blobcr_agent.mirror import persister as persister_mod
 from blobcr_agent.repository.backends import base
 from blobcr_agent.repository import chunks
 from blobcr_agent.repository import deltas
 from blobcr_agent.repository import identity
 from blobcr_agent.repository import image as image_mod
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

@@ -37,13 +37,13 @@ import trio
 
 from blobcr_agent import control
 from blobcr_agent import crashpoint
-from blobcr_agent import exception
 from blobcr_agent.mirror import cache
 from blobcr_agent.mirror import connection
 from blobcr_agent.mirror import fs
 from blobcr_agent.mirror import handoff
 from blobcr_agent.mirror import hints
 from blobcr_agent.mirror import image as image_mod
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 # Seconds before mounting versions/ again after its loop ended, doubling

@@ -57,9 +57,9 @@ import sys
 import threading
 import time
 
-from blobcr_agent import exception
 from blobcr_agent.hypervisor import domains
 from blobcr_agent.repository import groups
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

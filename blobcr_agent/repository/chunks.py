@@ -37,9 +37,9 @@ import time
 
 import zstandard
 
-from blobcr_agent import exception
 from blobcr_agent.repository.backends import base
 from blobcr_agent.repository import deltas
+from blobcr_common import exception
 
 RAW = 0
 ZSTD = 1

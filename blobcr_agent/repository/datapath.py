@@ -27,10 +27,10 @@ import os
 import tempfile
 
 from blobcr_agent import _native
-from blobcr_agent import exception
 from blobcr_agent.repository.backends import base
 from blobcr_agent.repository import chunks
 from blobcr_agent.repository import deltas
+from blobcr_common import exception
 
 _UPLOAD_SMOOTHING = 0.3
 _DELTA_GROUP = 64

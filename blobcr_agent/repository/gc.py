@@ -62,12 +62,12 @@ import socket
 import threading
 import time
 
-from blobcr_agent import exception
 from blobcr_agent.repository.backends import base
 from blobcr_agent.repository import deltas
 from blobcr_agent.repository import identity
 from blobcr_agent.repository import image as image_mod
 from blobcr_agent.repository import tree
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

@@ -55,11 +55,11 @@ import json
 import re
 import time
 
-from blobcr_agent import exception
 from blobcr_agent.repository import image as image_mod
+from blobcr_common import auth
+from blobcr_common import exception
 
 GROUP_ID = re.compile(r'^[A-Za-z0-9_.-]{1,64}$')
-PROJECT_ID = re.compile(r'^[A-Za-z0-9_.:-]{1,64}$')
 MAX_MEMBERS = 100000
 RECORD_PREFIX = 'group.'
 
@@ -70,13 +70,6 @@ def check(group, members):
     if type(members) is not int or not 1 <= members <= MAX_MEMBERS:
         raise exception.InvalidInput('members: a number from 1 to %d'
                                      % MAX_MEMBERS)
-
-
-def check_project(project):
-    if project is not None and (not isinstance(project, str) or
-                                not PROJECT_ID.match(project)):
-        raise exception.InvalidInput(
-            'project: 1-64 letters, digits, . _ : -')
 
 
 def record_name(group, project=None):
@@ -173,7 +166,7 @@ def admit(repo, group, members, project=None, known=None, declare=False):
     meanwhile with another count is refused when the index is joined.
     """
     check(group, members)
-    check_project(project)
+    auth.check_project(project)
     if known is not None and known.get((group, project)) == members:
         return None
     index = _read_index(repo, group, project)
@@ -236,7 +229,7 @@ def tag_many(repo, versions, group, members, project=None, creator=None):
     of one host), then each version's.
     """
     check(group, members)
-    check_project(project)
+    auth.check_project(project)
     join(repo, [image_id for image_id, _ in versions], group, members,
          project, creator)
     for image_id, number in versions:
@@ -262,7 +255,7 @@ def state(repo, group, project=None):
     for operators; the newest version per member image counts. Keyed by
     image id: names are not unique.
     """
-    check_project(project)
+    auth.check_project(project)
     index = _read_index(repo, group, project)
     versions = {}
     for image_id in index.images if index else ():
@@ -329,7 +322,7 @@ def newest_complete(repo, prefix='', project=None):
     """The id of the newest complete group of ``project`` whose id
     starts with ``prefix``, or None: where a restart of the job begins.
     """
-    check_project(project)
+    auth.check_project(project)
     for index in indexes(repo, project):
         if index.group.startswith(prefix) and \
                 state(repo, index.group, project)['complete']:

@@ -34,7 +34,7 @@ import os
 import socket
 import time
 
-from blobcr_agent import exception
+from blobcr_common import exception
 
 
 def process_identity(pid=None):

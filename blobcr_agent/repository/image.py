@@ -31,8 +31,8 @@ import dataclasses
 import json
 import typing
 
-from blobcr_agent import exception
 from blobcr_agent.repository import tree
+from blobcr_common import exception
 
 FORMAT = 1
 

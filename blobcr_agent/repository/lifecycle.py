@@ -26,11 +26,11 @@ import logging
 import time
 import uuid
 
-from blobcr_agent import exception
 from blobcr_agent.repository import identity
 from blobcr_agent.repository import image as image_mod
 from blobcr_agent.repository.records import CAS_TRIES
 from blobcr_agent.repository import tree
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

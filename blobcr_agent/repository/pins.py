@@ -25,10 +25,10 @@ the writer is gone or silent for ``pending_timeout``).
 import logging
 import socket
 
-from blobcr_agent import exception
 from blobcr_agent.repository.identity import pin_record
 from blobcr_agent.repository.identity import same_pin
 from blobcr_agent.repository import image as image_mod
+from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ import array
 import hashlib
 import zlib
 
-from blobcr_agent import exception
 from blobcr_agent.repository.backends import base
+from blobcr_common import exception
 
 
 class Profiles(object):

@@ -26,8 +26,8 @@ import random
 import time
 
 from blobcr_agent import crashpoint
-from blobcr_agent import exception
 from blobcr_agent.repository import image as image_mod
+from blobcr_common import exception
 
 CAS_TRIES = 100
 

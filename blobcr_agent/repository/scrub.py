@@ -17,9 +17,9 @@
 import dataclasses
 import typing
 
-from blobcr_agent import exception
 from blobcr_agent.repository.backends import base
 from blobcr_agent.repository import chunks
+from blobcr_common import exception
 
 
 @dataclasses.dataclass

@@ -37,8 +37,8 @@ import uuid
 import zlib
 
 from blobcr_agent import _native
-from blobcr_agent import exception
 from blobcr_agent.repository.backends import base
+from blobcr_common import exception
 
 SLOT = 32
 EMPTY = bytes(SLOT)

@@ -30,10 +30,10 @@ import time
 
 import oslo_messaging as messaging
 
-from blobcr_agent import exception
-from blobcr_agent import rpc
-from blobcr_agent.rpc import bus
-from blobcr_agent.rpc import context
+from blobcr_common import exception
+from blobcr_common import rpc
+from blobcr_common.rpc import bus
+from blobcr_common.rpc import context
 
 LOG = logging.getLogger(__name__)
 

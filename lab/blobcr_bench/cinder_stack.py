@@ -43,9 +43,9 @@ import tempfile
 import uuid
 
 from blobcr_agent.repository.backends import rados
-from blobcr_agent.rpc import api as rpc_api
 from blobcr_bench import cinder as bench_cinder
 from blobcr_bench import rbd_common as bench_rbd
+from blobcr_common.rpc import api as rpc_api
 from blobcr_lab import agent_rpc
 from blobcr_lab import agents
 from blobcr_lab import ceph as ceph_mod

@@ -60,8 +60,8 @@ import mmap
 import os
 import time
 
-from blobcr_agent.rpc import api as rpc_api
 from blobcr_bench import common
+from blobcr_common.rpc import api as rpc_api
 from blobcr_lab import agent_rpc
 from blobcr_lab import agents
 from blobcr_lab import rabbitmq

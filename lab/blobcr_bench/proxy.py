@@ -35,8 +35,8 @@ import statistics
 import time
 import uuid
 
-from blobcr_agent.proxy import auth
 from blobcr_bench import common
+from blobcr_common import auth
 from blobcr_lab import agents
 from blobcr_lab import rabbitmq
 
@@ -72,7 +72,7 @@ class _Endpoint(object):
 
 
 def run(repo, backend_args, args, log):
-    from blobcr_agent.rpc import api as rpc_api
+    from blobcr_common.rpc import api as rpc_api
     nchunks = args.size // CHUNK
     header = repo.create_image('bench-proxy', nchunks * CHUNK,
                                chunk_size=CHUNK)

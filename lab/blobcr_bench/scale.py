@@ -63,11 +63,11 @@ import statistics
 import subprocess
 import time
 
-from blobcr_agent.rpc import api as rpc_api
 from blobcr_bench import common
 from blobcr_bench import scale_cinder
 from blobcr_bench import scale_model
 from blobcr_bench import scale_vm
+from blobcr_common.rpc import api as rpc_api
 from blobcr_lab import agent_rpc
 from blobcr_lab import agents
 from blobcr_lab import ceph

@@ -24,7 +24,7 @@ import uuid
 
 import oslo_messaging
 
-from blobcr_agent import exception
+from blobcr_common import exception
 
 RPC_UP_TIMEOUT = 60
 

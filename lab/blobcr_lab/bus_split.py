@@ -25,8 +25,8 @@ broker never meet each other's vhosts and users.
 import secrets
 import urllib.parse
 
-from blobcr_agent.rpc import api as rpc_api
-from blobcr_agent.rpc import bus
+from blobcr_common.rpc import api as rpc_api
+from blobcr_common.rpc import bus
 
 ALL = ('.*', '.*', '.*')
 

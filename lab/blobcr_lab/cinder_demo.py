@@ -32,7 +32,7 @@ import sys
 import time
 
 from blobcr_agent.repository.backends import local
-from blobcr_agent.rpc import api as rpc_api
+from blobcr_common.rpc import api as rpc_api
 from blobcr_lab import agent_rpc
 from blobcr_lab import agents
 from blobcr_lab import cinder_hosts

@@ -24,7 +24,7 @@ import io
 import json
 import threading
 
-from blobcr_agent.proxy import auth
+from blobcr_common import auth
 from blobcr_lab import guest_vm
 from blobcr_nova import vendordata
 

@@ -32,10 +32,10 @@ import os
 import random
 import sys
 
-from blobcr_agent import exception
 from blobcr_agent.mirror import image as image_mod
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository as repo_mod
+from blobcr_common import exception
 
 BLOCK = 4096
 CHUNK = 4 * BLOCK

@@ -33,12 +33,12 @@ import textwrap
 
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import gc
 from blobcr_agent.repository import identity
 from blobcr_agent.repository import image as image_mod
 from blobcr_agent.repository import repository
+from blobcr_common import exception
 
 WRITER = r'''
 import sys

@@ -39,10 +39,10 @@ import pytest
 
 from blobcr_agent.cmd import manage as manage_cmd
 from blobcr_agent import control
-from blobcr_agent import exception
-from blobcr_agent.proxy import auth
 from blobcr_agent.repository import repository
 from blobcr_agent.repository import scrub
+from blobcr_common import auth
+from blobcr_common import exception
 from blobcr_lab import agents
 
 CHUNK = 64 * 1024

@@ -24,12 +24,12 @@ import sys
 
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent.repository.backends import base
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import chunks
 from blobcr_agent.repository import scrub
 from blobcr_agent.repository import tree
+from blobcr_common import exception
 
 
 def _overwrite(backend, kind, name, data):

@@ -41,12 +41,12 @@ from hypothesis import settings
 from hypothesis import stateful
 from hypothesis import strategies as st
 
-from blobcr_agent import exception
 from blobcr_agent.repository.backends import base
 from blobcr_agent.repository import chunks
 from blobcr_agent.repository import deltas
 from blobcr_agent.repository import gc
 from blobcr_agent.repository import repository
+from blobcr_common import exception
 
 PAGE = deltas.PAGE
 CHUNK = 16 * PAGE

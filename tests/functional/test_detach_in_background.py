@@ -34,8 +34,8 @@ import time
 
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent.repository import repository
+from blobcr_common import exception
 from blobcr_lab import agents
 
 MiB = 1024 * 1024

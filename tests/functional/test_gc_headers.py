@@ -22,9 +22,9 @@ import sys
 
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent.repository import gc
 from blobcr_agent.repository import image as image_mod
+from blobcr_common import exception
 
 CHUNK = 4096
 

@@ -22,8 +22,8 @@ import threading
 
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent.repository import groups
+from blobcr_common import exception
 
 
 def _member(repo, name, group, members, state='stable', project=None):

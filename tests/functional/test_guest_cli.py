@@ -29,9 +29,9 @@ import time
 
 import pytest
 
-from blobcr_agent.proxy import auth
 from blobcr_agent.repository import groups
 from blobcr_agent.repository import repository
+from blobcr_common import auth
 from blobcr_lab.agent_rpc import committed
 
 CHUNK = 64 * 1024

@@ -30,11 +30,11 @@ import time
 
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent import manager as manager_mod
 from blobcr_agent.mirror import cache
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
+from blobcr_common import exception
 from tests.functional.test_mirror_handoff import _pread
 from tests.functional.test_mirror_handoff import _pwrite
 from tests.functional.test_mirror_handoff import serve

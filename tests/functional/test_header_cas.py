@@ -22,7 +22,7 @@ ioctx that ran it.
 
 import threading
 
-from blobcr_agent import exception
+from blobcr_common import exception
 
 THREADS = 12
 INCREMENTS = 15

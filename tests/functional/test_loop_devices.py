@@ -38,10 +38,10 @@ import time
 
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent.manager import loopdevs
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
+from blobcr_common import exception
 
 CHUNK = 64 * 1024
 SIZE = 16 * CHUNK

@@ -33,12 +33,12 @@ import random
 
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent.mirror import handoff
 from blobcr_agent.mirror import image as image_mod
 from blobcr_agent.mirror import persister as persister_mod
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
+from blobcr_common import exception
 from tests.functional.test_agent import fill
 # The image (NCHUNKS of CHUNK bytes) and the persists held at a gate.
 from tests.functional.test_mirror_pipeline import CHUNK

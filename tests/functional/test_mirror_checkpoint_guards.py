@@ -34,10 +34,10 @@ import time
 
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent.mirror import image as image_mod
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
+from blobcr_common import exception
 
 CHUNK = 64 * 1024
 NCHUNKS = 16

@@ -31,9 +31,9 @@ import uuid
 
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent.mirror import cache
 from blobcr_agent.repository import repository
+from blobcr_common import exception
 from tests.functional import test_agent
 
 CHUNK = 64 * 1024

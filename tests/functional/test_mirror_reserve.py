@@ -42,11 +42,11 @@ import time
 import pytest
 
 from blobcr_agent import _native
-from blobcr_agent import exception
 from blobcr_agent.mirror import image as image_mod
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import gc
 from blobcr_agent.repository import repository
+from blobcr_common import exception
 
 CHUNK = 64 * 1024
 NCHUNKS = 16

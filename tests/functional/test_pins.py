@@ -27,10 +27,10 @@ import sys
 
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import gc
 from blobcr_agent.repository import repository
+from blobcr_common import exception
 
 CHUNK = 64 * 1024
 NCHUNKS = 32

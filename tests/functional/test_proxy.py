@@ -33,11 +33,11 @@ import time
 
 import pytest
 
-from blobcr_agent import exception
-from blobcr_agent.proxy import auth
 from blobcr_agent.proxy import server as proxy_server
 from blobcr_agent.repository import groups
 from blobcr_agent.repository import repository
+from blobcr_common import auth
+from blobcr_common import exception
 from blobcr_lab.agent_rpc import committed
 
 CHUNK = 64 * 1024

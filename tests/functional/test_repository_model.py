@@ -37,10 +37,10 @@ from hypothesis import settings
 from hypothesis import stateful
 from hypothesis import strategies as st
 
-from blobcr_agent import exception
 from blobcr_agent.repository.backends import base
 from blobcr_agent.repository import gc
 from blobcr_agent.repository import repository
+from blobcr_common import exception
 
 CHUNK = 512
 EXAMPLES = os.environ.get('BLOBCR_HYPOTHESIS_EXAMPLES')

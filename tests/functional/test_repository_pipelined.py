@@ -19,7 +19,7 @@ one is stable, it fails if the predecessor fails, and it can be resumed.
 
 import pytest
 
-from blobcr_agent import exception
+from blobcr_common import exception
 
 CHUNK = 4096
 

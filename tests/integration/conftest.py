@@ -21,7 +21,7 @@ import pytest
 
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
-from blobcr_agent.rpc import api as rpc_api
+from blobcr_common.rpc import api as rpc_api
 from blobcr_lab import agent_rpc
 
 CHUNK = 64 * 1024

@@ -29,11 +29,11 @@ import oslo_messaging
 from oslo_messaging._drivers import common as rpc_common
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent.repository.backends import base as backends_base
-from blobcr_agent import rpc
-from blobcr_agent.rpc import api as rpc_api
 from blobcr_agent.rpc import server as rpc_server
+from blobcr_common import exception
+from blobcr_common import rpc
+from blobcr_common.rpc import api as rpc_api
 from blobcr_lab.agent_rpc import agent_log
 from blobcr_lab.agent_rpc import committed
 from blobcr_lab.agent_rpc import host_name

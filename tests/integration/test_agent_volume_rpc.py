@@ -26,7 +26,7 @@ import random
 
 import pytest
 
-from blobcr_agent import exception
+from blobcr_common import exception
 from tests.functional.test_agent import CHUNK
 from tests.functional.test_agent import expected as apply
 from tests.functional.test_agent import fill as write_at  # same CHUNK

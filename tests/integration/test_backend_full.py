@@ -41,13 +41,13 @@ import uuid
 
 import pytest
 
-from blobcr_agent import exception
-from blobcr_agent.proxy import auth
 from blobcr_agent.repository.backends import base
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import gc
 from blobcr_agent.repository import repository
 from blobcr_agent.repository import scrub
+from blobcr_common import auth
+from blobcr_common import exception
 from blobcr_lab.agent_rpc import committed
 
 CHUNK = 64 * 1024

@@ -22,7 +22,7 @@ import uuid
 import kombu
 import pytest
 
-from blobcr_agent import exception
+from blobcr_common import exception
 from blobcr_lab import agent_rpc
 from blobcr_lab import bus_split
 

@@ -31,7 +31,7 @@ import uuid
 
 import pytest
 
-from blobcr_agent.rpc import api as rpc_api
+from blobcr_common.rpc import api as rpc_api
 from blobcr_lab import agent_rpc
 from blobcr_lab.nova_attach import as_nova
 from blobcr_lab.nova_attach import Attachment

@@ -38,7 +38,7 @@ import uuid
 
 import pytest
 
-from blobcr_agent.rpc import api as rpc_api
+from blobcr_common.rpc import api as rpc_api
 from blobcr_lab import agent_rpc
 from blobcr_lab import nova_attach
 from blobcr_lab.nova_attach import Attachment

@@ -34,7 +34,7 @@ import subprocess
 
 import pytest
 
-from blobcr_agent.rpc import api as rpc_api
+from blobcr_common.rpc import api as rpc_api
 from blobcr_lab.nova_attach import Attachment
 from blobcr_lab.nova_attach import size_of
 from blobcr_lab.nova_attach import write_at

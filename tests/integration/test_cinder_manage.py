@@ -29,7 +29,7 @@ import uuid
 
 import pytest
 
-from blobcr_agent.rpc import api as rpc_api
+from blobcr_common.rpc import api as rpc_api
 from blobcr_lab import agents
 from blobcr_lab.nova_attach import Attachment
 from blobcr_lab.nova_attach import write_at

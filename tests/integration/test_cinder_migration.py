@@ -31,8 +31,8 @@ import os
 import random
 import time
 
-from blobcr_agent import exception as agent_exception
-from blobcr_agent.rpc import api as rpc_api
+from blobcr_common import exception as agent_exception
+from blobcr_common.rpc import api as rpc_api
 from blobcr_lab.nova_attach import Attachment
 from tests.integration.test_cinder_driver import create_snapshot
 from tests.integration.test_cinder_driver import create_volume

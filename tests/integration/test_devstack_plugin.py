@@ -53,7 +53,7 @@ import uuid
 import pytest
 import requests
 
-from blobcr_agent.rpc import api as rpc_api
+from blobcr_common.rpc import api as rpc_api
 from blobcr_lab import agent_rpc
 from blobcr_lab import bus_split
 from blobcr_lab import openstack as stack_module

@@ -33,8 +33,8 @@ import pathlib
 import subprocess
 import time
 
-from blobcr_agent.proxy import auth
 from blobcr_agent.repository import repository
+from blobcr_common import auth
 from blobcr_lab.agent_rpc import committed
 from blobcr_lab import agents
 from blobcr_lab import guest_vm

@@ -47,7 +47,7 @@ import pytest
 
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
-from blobcr_agent.rpc import api as rpc_api
+from blobcr_common.rpc import api as rpc_api
 from blobcr_lab import agent_rpc
 from blobcr_lab import agents as lab_agents
 from blobcr_lab import guest_vm

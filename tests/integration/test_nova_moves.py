@@ -49,7 +49,7 @@ import uuid
 import libvirt
 import pytest
 
-from blobcr_agent.rpc import api as rpc_api
+from blobcr_common.rpc import api as rpc_api
 from blobcr_lab import agent_rpc
 from tests.integration import test_nova_flows as flows
 from tests.integration import test_nova_real as real

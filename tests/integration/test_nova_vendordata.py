@@ -36,9 +36,9 @@ import uuid
 import pytest
 import requests
 
-from blobcr_agent.proxy import auth
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
+from blobcr_common import auth
 from blobcr_guest import client as guest_client
 from blobcr_guest import config as guest_config
 from blobcr_guest import exception as guest_exception

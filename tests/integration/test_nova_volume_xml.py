@@ -35,9 +35,9 @@ import uuid
 from xml.etree import ElementTree
 
 
-from blobcr_agent.proxy import auth
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
+from blobcr_common import auth
 from blobcr_lab.agent_rpc import committed
 from blobcr_lab import agents
 from blobcr_lab import guest_vm

@@ -23,9 +23,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent.repository import chunks
 from blobcr_agent.repository import deltas
+from blobcr_common import exception
 
 PAGE = deltas.PAGE
 

@@ -19,8 +19,8 @@ import os
 
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent.repository import chunks
+from blobcr_common import exception
 
 
 def test_nothing_is_compressed_before_the_upload_speed_is_known():

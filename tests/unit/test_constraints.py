@@ -27,14 +27,14 @@ TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 FILES = ['requirements.txt', 'test-requirements.txt',
          'service-requirements.txt', 'python-blobcrclient/requirements.txt',
-         'blobcr-dashboard/requirements.txt']
+         'blobcr-dashboard/requirements.txt', 'blobcr-common/requirements.txt']
 # OpenStack's services, pinned by series in service-requirements.txt (the
 # upper constraints hold libraries only, as OpenStack's do).
 SERVICES = {'keystone', 'cinder', 'glance', 'nova', 'openstack-placement',
             'horizon'}
 # This project's own packages (installed from the tree).
 OWN = {'python-blobcrclient', 'blobcr-openstack', 'blobcr-dashboard',
-       'blobcr-lab'}
+       'blobcr-lab', 'blobcr-common'}
 
 
 def _lines(path):

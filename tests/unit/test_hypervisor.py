@@ -22,9 +22,9 @@ import uuid
 
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent.hypervisor import domains
 from blobcr_agent import manager
+from blobcr_common import exception
 
 libvirt = pytest.importorskip('libvirt')
 RUNNING, PAUSED = libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_PAUSED
@@ -228,7 +228,7 @@ def test_nested_holds_in_one_thread(hypervisor):
 
 def test_quiesce_failed_is_an_agent_exception():
     assert domains.QuiesceFailed is exception.QuiesceFailed
-    assert exception.QuiesceFailed.__module__ == 'blobcr_agent.exception'
+    assert exception.QuiesceFailed.__module__ == 'blobcr_common.exception'
 
 
 # -- libvirt errors -----------------------------------------------------------

@@ -24,6 +24,11 @@ not on a host that lacks the imported code.
 - The agent imports no Cinder, Nova or Horizon code, nor the packages
   that wrap them.
 - The guest side uses the standard library only: it runs inside VMs.
+- blobcr_common (the agent's RPC API and client, its errors, instance
+  tokens) uses the standard library and oslo.* only; the Cinder driver
+  and the Nova side import it, never the agent (blobcr_agent: its C
+  core, FUSE and libvirt), so that cinder-volume's and Nova's
+  environments install them without those.
 - The agent's distribution (setup.cfg) ships its product packages only;
   the client (python-blobcrclient) and the Horizon panel
   (blobcr-dashboard) are distributions of their own that import none of
@@ -44,9 +49,10 @@ TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 AGENT_DISTRIBUTION = ('blobcr_agent', 'blobcr_cinder', 'blobcr_nova',
                       'blobcr_guest')
+COMMON = os.path.join('blobcr-common', 'blobcr_common')
 CLIENT = os.path.join('python-blobcrclient', 'blobcrclient')
 DASHBOARD = os.path.join('blobcr-dashboard', 'blobcr_dashboard')
-PRODUCT = AGENT_DISTRIBUTION + (CLIENT, DASHBOARD)
+PRODUCT = AGENT_DISTRIBUTION + (COMMON, CLIENT, DASHBOARD)
 LAB = os.path.join('lab', 'blobcr_lab')
 BENCH = os.path.join('lab', 'blobcr_bench')
 OPENSTACK_SIDE = ('cinder', 'nova', 'os_brick', 'horizon', 'django',
@@ -118,7 +124,22 @@ def test_parts_import_only_what_is_below_them(part, folders):
 
 
 def test_the_agent_imports_nothing_from_the_openstack_side():
-    assert violations(('blobcr_agent',), OPENSTACK_SIDE) == []
+    assert violations(('blobcr_agent', COMMON), OPENSTACK_SIDE) == []
+
+
+def test_the_common_part_needs_oslo_only():
+    allowed = set(sys.stdlib_module_names) | {
+        'blobcr_common', 'oslo_config', 'oslo_context', 'oslo_messaging'}
+    found = ['%s:%d imports %s' % (os.path.relpath(path, TOP), line, name)
+             for path in _python_files(COMMON)
+             for line, name in imports_of(path) if name not in allowed]
+    assert found == []
+
+
+def test_the_cinder_and_nova_sides_need_nothing_of_the_agent():
+    assert violations(('blobcr_cinder', 'blobcr_nova'),
+                      ('blobcr_agent', 'pyfuse3', 'trio', 'libvirt',
+                       'zstandard')) == []
 
 
 @pytest.mark.parametrize('folder,above', [
@@ -164,6 +185,8 @@ def test_the_client_and_the_panel_need_nothing_of_the_agent():
      ('pyfuse3', 'trio', 'libvirt-python', 'zstandard', 'blobcr-openstack')),
     ('blobcr-dashboard', ('blobcr_dashboard',),
      ('pyfuse3', 'trio', 'libvirt-python', 'zstandard', 'blobcr-openstack')),
+    ('blobcr-common', ('blobcr_common',),
+     ('pyfuse3', 'trio', 'libvirt-python', 'zstandard', 'blobcr-openstack')),
 ])
 def test_each_distribution_ships_its_own_packages(distribution, packages,
                                                   forbidden):
@@ -182,6 +205,9 @@ def test_each_distribution_ships_its_own_packages(distribution, packages,
 
 
 @pytest.mark.parametrize('distribution,must_hold', [
+    ('blobcr-common', ('blobcr_common/rpc/api.py',
+                       'blobcr_common/exception.py',
+                       'blobcr_common/auth.py')),
     ('python-blobcrclient', ('blobcrclient/osc/plugin.py',
                              'blobcrclient/restart.py')),
     ('blobcr-dashboard', (
@@ -190,8 +216,8 @@ def test_each_distribution_ships_its_own_packages(distribution, packages,
         'blobcr_dashboard/locale/django.pot',
         'blobcr_dashboard/enabled/_1375_project_blobcr_checkpoints.py')),
 ])
-def test_client_and_panel_build_as_pure_wheels(distribution, must_hold,
-                                               tmp_path):
+def test_pure_distributions_build_as_pure_wheels(distribution, must_hold,
+                                                  tmp_path):
     """Built as pip builds them (no C compiler involved): a pure
     Python wheel holding the panel's templates, static files and
     catalogue.

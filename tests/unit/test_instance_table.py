@@ -21,8 +21,8 @@ import json
 
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent import instances
+from blobcr_common import exception
 
 
 def test_an_instance_uses_several_images_in_attach_order(tmp_path):

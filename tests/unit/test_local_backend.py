@@ -25,10 +25,10 @@ import time
 
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import chunks
 from blobcr_agent.repository import repository
+from blobcr_common import exception
 
 
 @pytest.fixture

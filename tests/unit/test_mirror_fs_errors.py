@@ -28,8 +28,8 @@ import pyfuse3
 import pytest
 import trio
 
-from blobcr_agent import exception
 from blobcr_agent.mirror import fs
+from blobcr_common import exception
 
 
 class _Repository(object):

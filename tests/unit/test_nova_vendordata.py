@@ -31,7 +31,7 @@ import threading
 
 import pytest
 
-from blobcr_agent.proxy import auth
+from blobcr_common import auth
 from blobcr_guest import config as guest_config
 from blobcr_nova import vendordata
 

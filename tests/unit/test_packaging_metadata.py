@@ -14,7 +14,7 @@
 
 """The agent's distribution as a packager meets it: its metadata without
 libfuse3's pkg-config, and a requirement for every library the agent
-imports.
+(and blobcr-common, which it requires) imports.
 """
 
 import ast
@@ -25,6 +25,7 @@ import sys
 
 from packaging import requirements
 from packaging import utils
+import pytest
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -61,15 +62,20 @@ def _imports(package):
     return names
 
 
-def test_every_library_the_agent_imports_is_required():
-    with open(os.path.join(TOP, 'requirements.txt')) as f:
+@pytest.mark.parametrize('distribution,package', [
+    ('.', 'blobcr_agent'),
+    ('blobcr-common', 'blobcr_common'),
+])
+def test_every_library_a_distribution_imports_is_required(distribution,
+                                                          package):
+    with open(os.path.join(TOP, distribution, 'requirements.txt')) as f:
         required = {utils.canonicalize_name(requirements.Requirement(
             line.strip()).name) for line in f if line.strip() and
             not line.startswith('#')}
     dists = importlib.metadata.packages_distributions()
     missing = []
-    for name in sorted(_imports('blobcr_agent') - set(
-            sys.stdlib_module_names) - NOT_FROM_PYPI - {'blobcr_agent'}):
+    for name in sorted(_imports(os.path.join(distribution, package)) - set(
+            sys.stdlib_module_names) - NOT_FROM_PYPI - {package}):
         owners = {utils.canonicalize_name(d) for d in dists.get(name, ())}
         if not owners & required:
             missing.append('%s (from %s)' % (name, sorted(owners)))

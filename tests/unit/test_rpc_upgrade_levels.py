@@ -23,10 +23,10 @@ from oslo_config import cfg
 import oslo_messaging
 import pytest
 
-from blobcr_agent import exception
-from blobcr_agent import rpc
-from blobcr_agent.rpc import api as rpc_api
-from blobcr_agent.rpc import bus
+from blobcr_common import exception
+from blobcr_common import rpc
+from blobcr_common.rpc import api as rpc_api
+from blobcr_common.rpc import bus
 
 
 def _conf(cap=None):

@@ -24,9 +24,9 @@ import types
 
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent.hypervisor import timed_hold
 from blobcr_agent import manager
+from blobcr_common import exception
 from tests.unit.test_hypervisor import hypervisor  # noqa: F401 (fixture)
 from tests.unit.test_hypervisor import PAUSED
 from tests.unit.test_hypervisor import RUNNING

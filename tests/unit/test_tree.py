@@ -19,9 +19,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 import pytest
 
-from blobcr_agent import exception
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import tree
+from blobcr_common import exception
 
 digests = st.one_of(st.none(), st.binary(min_size=32, max_size=32).filter(
     any))

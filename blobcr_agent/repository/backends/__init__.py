@@ -16,7 +16,7 @@
 
 import importlib
 
-from blobcr_agent import exception
+from blobcr_common import exception
 
 BACKENDS = {
     'local': 'blobcr_agent.repository.backends.local.LocalBackend',

@@ -38,7 +38,7 @@ import re
 import threading
 import time
 
-from blobcr_agent import exception
+from blobcr_common import exception
 
 CHUNK = 'chunk'
 NODE = 'node'

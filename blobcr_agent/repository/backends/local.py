@@ -39,7 +39,7 @@ its place (a live object is never lost; garbage comes back, and the next
 GC deletes it again).
 
 A write the file system refuses with ENOSPC or EDQUOT raises
-:class:`~blobcr_agent.exception.BackendFull`, and its tmp file is
+:class:`~blobcr_common.exception.BackendFull`, and its tmp file is
 removed at once: a full store keeps no partial objects.
 """
 
@@ -55,8 +55,8 @@ import threading
 import time
 import uuid
 
-from blobcr_agent import exception
 from blobcr_agent.repository.backends import base
+from blobcr_common import exception
 
 _libc = ctypes.CDLL(ctypes.util.find_library('c'), use_errno=True)
 

@@ -27,7 +27,7 @@ Every write carries LIBRADOS_OPERATION_FULL_TRY. Without it librados
 holds a write to a full pool (or one over its quota) until the pool has
 room again or ``rados_osd_op_timeout`` runs out; with it the OSD answers
 at once: ENOSPC when the cluster is full, EDQUOT when the pool is over
-its quota. Both become :class:`~blobcr_agent.exception.BackendFull`.
+its quota. Both become :class:`~blobcr_common.exception.BackendFull`.
 Writes that do not grow the pool (deletes, same-size rewrites) still
 succeed on a full pool, so garbage collection can free space.
 
@@ -47,8 +47,8 @@ import queue
 import threading
 import time
 
-from blobcr_agent import exception
 from blobcr_agent.repository.backends import base
+from blobcr_common import exception
 
 try:
     import rados

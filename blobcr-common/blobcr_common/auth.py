@@ -33,13 +33,25 @@ import hashlib
 import hmac
 import re
 
+from blobcr_common import exception
+
 INSTANCE_ID = re.compile(r'[\x20-\x7e]{1,64}')
+# A project id scopes group ids and images (Keystone's are 32 hex digits).
+PROJECT_ID = re.compile(r'^[A-Za-z0-9_.:-]{1,64}$')
 
 
 def sign(secret, instance_id):
     """The HMAC-SHA256 of an instance id, in hex."""
     return hmac.new(secret.encode(), instance_id.encode(),
                     hashlib.sha256).hexdigest()
+
+
+def check_project(project):
+    """Raise InvalidInput unless ``project`` is None or a project id."""
+    if project is not None and (not isinstance(project, str) or
+                                not PROJECT_ID.match(project)):
+        raise exception.InvalidInput(
+            'project: 1-64 letters, digits, . _ : -')
 
 
 def _header(headers, name):

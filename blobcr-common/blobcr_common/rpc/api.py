@@ -20,7 +20,7 @@
 
 Every call names the host whose agent serves it. Calls raise
 oslo_messaging.MessagingTimeout when that agent does not answer, and
-the agent's own errors (``blobcr_agent.exception``) otherwise.
+the agent's own errors (``blobcr_common.exception``) otherwise.
 
 A checkpoint may wait for the image's previous persist before it is
 taken: its call waits ``rpc_timeout`` (CHECKPOINT_TIMEOUT, 300 s, by
@@ -34,13 +34,16 @@ import threading
 from oslo_config import cfg
 import oslo_messaging as messaging
 
-from blobcr_agent import exception
-from blobcr_agent import rpc
-from blobcr_agent.rpc import bus
-from blobcr_agent.rpc import context
+from blobcr_common import exception
+from blobcr_common import rpc
+from blobcr_common.rpc import bus
+from blobcr_common.rpc import context
 
 # Remote errors of these modules are rebuilt as their own types.
-REMOTE_EXMODS = ['blobcr_agent.exception']
+REMOTE_EXMODS = ['blobcr_common.exception']
+# Where agents before blobcr-common raised the same errors from: their
+# errors reach this client as RemoteError, turned back by _unrebuilt.
+LEGACY_EXMODS = ('blobcr_agent.exception',)
 
 # Rolling upgrades, as Nova's and Cinder's [upgrade_levels]: callers
 # (cinder-volume, the Nova listener, agents calling their peers) send no
@@ -104,7 +107,8 @@ def _unrebuilt(error):
     last = (error.traceback or [''])[-1]
     if not (isinstance(cls, type) and
             issubclass(cls, exception.BlobCRError) and
-            last.startswith('%s.%s:' % (exception.__name__, cls.__name__))):
+            any(last.startswith('%s.%s:' % (module, cls.__name__))
+                for module in (exception.__name__,) + LEGACY_EXMODS)):
         return None
     clean = cls.__new__(cls)
     Exception.__init__(clean, str(error.value).split('\n', 1)[0])
