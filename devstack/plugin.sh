@@ -92,6 +92,11 @@ function install_blobcr {
     # What the agent, the driver and the Nova side share: before them.
     setup_develop "$BLOBCR_DIR/blobcr-common"
     setup_develop "$BLOBCR_DIR"
+    # The driver, the Nova side and the guest side (its tools for guests
+    # the plugin's tests boot): pure Python distributions of their own.
+    setup_develop "$BLOBCR_DIR/blobcr-cinder"
+    setup_develop "$BLOBCR_DIR/blobcr-nova"
+    setup_develop "$BLOBCR_DIR/blobcr-guest"
     # The client (openstack blobcr ..., blobcr-restart) and, with Horizon,
     # the panel: distributions of their own in the tree.
     setup_develop "$BLOBCR_DIR/python-blobcrclient"

@@ -70,6 +70,11 @@ fi
     -r "$top/test-requirements.txt"
 # Editable install: builds blobcr_agent/_native from native/ in place.
 "$venv/bin/pip" install -q -e "$top"
+# The Cinder driver, the Nova side and the guest side: distributions of
+# their own, pure Python, without the agent (cinder-volume's and Nova's
+# environments need no C compiler, libfuse3 or libvirt-python for them).
+"$venv/bin/pip" install -q -e "$top/blobcr-cinder" -e "$top/blobcr-nova" \
+    -e "$top/blobcr-guest"
 # The lab and the benchmarks (blobcr-demo, blobcr-bench), a distribution
 # of their own (lab/setup.cfg): cloud hosts install the product alone.
 "$venv/bin/pip" install -q -e "$top/lab"

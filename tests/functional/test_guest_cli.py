@@ -32,11 +32,13 @@ import pytest
 from blobcr_agent.repository import groups
 from blobcr_agent.repository import repository
 from blobcr_common import auth
+import blobcr_guest
 from blobcr_lab.agent_rpc import committed
 
 CHUNK = 64 * 1024
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+# The directory holding the guest package (its distribution's).
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(
+    blobcr_guest.__file__)))
 COMMAND = os.path.join(os.path.dirname(sys.executable), 'blobcr-checkpoint')
 SETTINGS = {'proxy': {'host_secret': 'host-secret',
                       'metadata_proxy_shared_secret': 'neutron-secret',

@@ -527,7 +527,12 @@ def check_recorded(work, env):
     names = [c[0] for c in recorded]
     assert ('define_plugin', 'blobcr') in recorded
     assert ('enable_service', 'blobcr-agent') in recorded
-    assert ('setup_develop', harness.TREE) in recorded
+    # Each distribution of the tree, what the others require first.
+    develop = [c[1] for c in recorded if c[0] == 'setup_develop']
+    assert develop[:5] == [os.path.join(harness.TREE, 'blobcr-common'),
+                           harness.TREE] + [
+        os.path.join(harness.TREE, name)
+        for name in ('blobcr-cinder', 'blobcr-nova', 'blobcr-guest')]
     assert ('setup_develop', os.path.join(harness.TREE,
                                           'python-blobcrclient')) in recorded
     assert ('create_service_user', 'blobcr') in recorded

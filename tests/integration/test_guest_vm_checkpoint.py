@@ -112,7 +112,7 @@ def _files(token, forged_token):
     return {'/etc/blobcr/guest.json': config(token),
             '/etc/blobcr/forged.json': config(forged_token),
             '/usr/lib/python3/dist-packages/blobcr_guest':
-            pathlib.Path(TOP, 'blobcr_guest')}
+            pathlib.Path(TOP, 'blobcr-guest', 'blobcr_guest')}
 
 
 def _boot(name, disk, uri, image_dir, port, files, scenario, workdir):

@@ -339,7 +339,7 @@ def test_guest_boots_from_the_disk_nova_describes_and_checkpoints(
             'blobcr-nova', path, session_libvirt.uri, base_dir=guest_image,
             files={'/scenario.sh': SCENARIO,
                    '/usr/lib/python3/dist-packages/blobcr_guest':
-                   pathlib.Path(TOP, 'blobcr_guest')},
+                   pathlib.Path(TOP, 'blobcr-guest', 'blobcr_guest')},
             metadata_port=front.port, workdir=str(tmp_path / 'vm'),
             disk_xml=out['disks'][0]['xml'])
         with vm:

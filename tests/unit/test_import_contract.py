@@ -47,12 +47,15 @@ import pytest
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
-AGENT_DISTRIBUTION = ('blobcr_agent', 'blobcr_cinder', 'blobcr_nova',
-                      'blobcr_guest')
+AGENT_DISTRIBUTION = ('blobcr_agent',)
+CINDER = os.path.join('blobcr-cinder', 'blobcr_cinder')
+NOVA = os.path.join('blobcr-nova', 'blobcr_nova')
+GUEST = os.path.join('blobcr-guest', 'blobcr_guest')
 COMMON = os.path.join('blobcr-common', 'blobcr_common')
 CLIENT = os.path.join('python-blobcrclient', 'blobcrclient')
 DASHBOARD = os.path.join('blobcr-dashboard', 'blobcr_dashboard')
-PRODUCT = AGENT_DISTRIBUTION + (COMMON, CLIENT, DASHBOARD)
+PRODUCT = AGENT_DISTRIBUTION + (COMMON, CINDER, NOVA, GUEST, CLIENT,
+                                DASHBOARD)
 LAB = os.path.join('lab', 'blobcr_lab')
 BENCH = os.path.join('lab', 'blobcr_bench')
 OPENSTACK_SIDE = ('cinder', 'nova', 'os_brick', 'horizon', 'django',
@@ -137,7 +140,7 @@ def test_the_common_part_needs_oslo_only():
 
 
 def test_the_cinder_and_nova_sides_need_nothing_of_the_agent():
-    assert violations(('blobcr_cinder', 'blobcr_nova'),
+    assert violations((CINDER, NOVA),
                       ('blobcr_agent', 'pyfuse3', 'trio', 'libvirt',
                        'zstandard')) == []
 
@@ -167,7 +170,7 @@ def test_the_agent_layers_import_downwards(folder, above):
 def test_the_guest_side_uses_the_standard_library_only():
     allowed = set(sys.stdlib_module_names) | {'blobcr_guest'}
     found = ['%s:%d imports %s' % (os.path.relpath(path, TOP), line, name)
-             for path in _python_files('blobcr_guest')
+             for path in _python_files(GUEST)
              for line, name in imports_of(path) if name not in allowed]
     assert found == []
 
@@ -186,6 +189,12 @@ def test_the_client_and_the_panel_need_nothing_of_the_agent():
     ('blobcr-dashboard', ('blobcr_dashboard',),
      ('pyfuse3', 'trio', 'libvirt-python', 'zstandard', 'blobcr-openstack')),
     ('blobcr-common', ('blobcr_common',),
+     ('pyfuse3', 'trio', 'libvirt-python', 'zstandard', 'blobcr-openstack')),
+    ('blobcr-cinder', ('blobcr_cinder',),
+     ('pyfuse3', 'trio', 'libvirt-python', 'zstandard', 'blobcr-openstack')),
+    ('blobcr-nova', ('blobcr_nova',),
+     ('pyfuse3', 'trio', 'libvirt-python', 'zstandard', 'blobcr-openstack')),
+    ('blobcr-guest', ('blobcr_guest',),
      ('pyfuse3', 'trio', 'libvirt-python', 'zstandard', 'blobcr-openstack')),
 ])
 def test_each_distribution_ships_its_own_packages(distribution, packages,
@@ -208,6 +217,10 @@ def test_each_distribution_ships_its_own_packages(distribution, packages,
     ('blobcr-common', ('blobcr_common/rpc/api.py',
                        'blobcr_common/exception.py',
                        'blobcr_common/auth.py')),
+    ('blobcr-cinder', ('blobcr_cinder/driver.py',)),
+    ('blobcr-nova', ('blobcr_nova/vendordata.py',
+                     'blobcr_nova/brick_connector.py')),
+    ('blobcr-guest', ('blobcr_guest/cli.py', 'blobcr_guest/__main__.py')),
     ('python-blobcrclient', ('blobcrclient/osc/plugin.py',
                              'blobcrclient/restart.py')),
     ('blobcr-dashboard', (
@@ -217,7 +230,7 @@ def test_each_distribution_ships_its_own_packages(distribution, packages,
         'blobcr_dashboard/enabled/_1375_project_blobcr_checkpoints.py')),
 ])
 def test_pure_distributions_build_as_pure_wheels(distribution, must_hold,
-                                                  tmp_path):
+                                                 tmp_path):
     """Built as pip builds them (no C compiler involved): a pure
     Python wheel holding the panel's templates, static files and
     catalogue.
