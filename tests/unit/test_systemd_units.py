@@ -16,7 +16,8 @@
 verify`` (this machine's PID 1 is not systemd, so none is started here;
 the agent's readiness notification is tested in
 tests/functional/test_agent.py). Each unit's ExecStart names a console
-script of setup.cfg, which verify finds in this venv's bin.
+script of the agent's, the Cinder side's or the Nova side's setup.cfg,
+which verify finds in this venv's bin.
 """
 
 import configparser
@@ -50,10 +51,15 @@ def _unit(path):
 
 
 def _console_scripts():
-    setup = configparser.ConfigParser()
-    setup.read(os.path.join(TOP, 'setup.cfg'))
-    return {line.split('=')[0].strip() for line in
-            setup['entry_points']['console_scripts'].splitlines() if line}
+    """Every console script of the tree's product distributions."""
+    found = set()
+    for distribution in ('.', 'blobcr-cinder', 'blobcr-nova'):
+        setup = configparser.ConfigParser()
+        setup.read(os.path.join(TOP, distribution, 'setup.cfg'))
+        found |= {line.split('=')[0].strip() for line in
+                  setup['entry_points']['console_scripts'].splitlines()
+                  if line}
+    return found
 
 
 def test_every_service_has_a_unit():
