@@ -1,0 +1,140 @@
+# Copyright 2026 The BlobCR for OpenStack Authors
+#
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""cinder-volume from a virtualenv of its own, as an operator installs
+the driver: Cinder from PyPI and the wheels of blobcr-common and
+blobcr-cinder, nothing of the agent (blobcr_lab/service_venvs.py). That
+cinder-volume joins the session's stack as another backend host, whose
+driver calls the session's real agents, and serves volumes, snapshots
+and clones through the real API.
+
+Opt-in (``BLOBCR_SEPARATE_VENVS=1``): the venv takes minutes to build
+the first time (Cinder and its libraries from PyPI); it is kept under
+``build/service-venvs`` for later runs.
+"""
+
+import os
+import subprocess
+import time
+import uuid
+
+import pytest
+
+import blobcr_lab
+from blobcr_lab import agents
+from blobcr_lab import cinder_hosts as cinder_hosts_module
+from blobcr_lab import openstack as stack_module
+from blobcr_lab import service_venvs
+
+pytestmark = pytest.mark.skipif(
+    not os.environ.get('BLOBCR_SEPARATE_VENVS'),
+    reason='builds a venv with Cinder from PyPI: set BLOBCR_SEPARATE_VENVS=1')
+
+# What cinder-volume's environment must do without.
+AGENT_ONLY = ['blobcr_agent', 'blobcr_agent._native', 'pyfuse3', 'trio',
+              'libvirt', 'zstandard']
+
+
+@pytest.fixture(scope='module')
+def cinder_volume_bin(tmp_path_factory):
+    log = str(tmp_path_factory.mktemp('venv') / 'build.log')
+    return service_venvs.service_venv(
+        os.path.join(blobcr_lab.SOURCE, 'build', 'service-venvs'),
+        'cinder==29.*', ['blobcr-common', 'blobcr-cinder'], log)
+
+
+def test_the_driver_runs_from_cinder_volumes_own_venv(
+        cinder_volume_bin, openstack_cloud, cinder_hosts, tmp_path):
+    stack = openstack_cloud
+    # Nothing of the agent there; the driver and Cinder import.
+    assert service_venvs.importable(cinder_volume_bin, AGENT_ONLY) == []
+    assert service_venvs.importable(cinder_volume_bin, [
+        'blobcr_cinder.driver', 'blobcr_common.rpc.api', 'cinder']) == [
+        'blobcr_cinder.driver', 'blobcr_common.rpc.api', 'cinder']
+
+    # Another backend host: the session's local store and agents, under
+    # a backend name of its own, so that its volumes go to this service.
+    hosts = cinder_hosts['local']
+    name = 'blobcr-venv-%s' % uuid.uuid4().hex[:6]
+    section = dict(cinder_hosts_module.backend_section(hosts),
+                   volume_backend_name=name)
+    conf = str(tmp_path / 'cinder-venv.conf')
+    host = 'venv-%s' % name
+    agents.write_conf(conf, {'DEFAULT': {'host': host,
+                                         'enabled_backends': name},
+                             name: section})
+    service = stack_module.ServiceProcess(
+        'cinder-volume-venv',
+        [os.path.join(cinder_volume_bin, 'cinder-volume'), '--config-file',
+         stack.path('cinder.conf'), '--config-file', conf],
+        dict(os.environ, PATH=cinder_volume_bin + os.pathsep +
+             os.environ.get('PATH', '')),
+        str(tmp_path / 'cinder-volume-venv.log')).start()
+    admin = stack.block_storage('admin')
+    type_id = None
+    try:
+        deadline = time.monotonic() + 120
+        while not any(
+                s['binary'] == 'cinder-volume' and s['state'] == 'up' and
+                s['host'] == '%s@%s' % (host, name) for s in admin.get(
+                    '/os-services', timeout=5).json()['services']):
+            service.check_running()
+            assert time.monotonic() < deadline, stack_module.tail(
+                service.log)
+            time.sleep(1)
+        # The scheduler knows its pool (a create fails with "No valid
+        # backend" until it does).
+        while not any(pool['name'].startswith('%s@%s' % (host, name))
+                      for pool in admin.get('/scheduler-stats/get_pools',
+                                            timeout=10).json()['pools']):
+            assert time.monotonic() < deadline, 'no pool of %s' % name
+            time.sleep(1)
+        type_id = admin.post('/types', json={'volume_type': {
+            'name': name, 'extra_specs': {
+                'volume_backend_name': name}}}).json()['volume_type']['id']
+        volume = stack.openstack('volume', 'create', '--size', '1',
+                                 '--type', name, name)
+        stack.wait_status('volume', volume['id'], 'available', timeout=120)
+        shown = stack.openstack('volume', 'show', volume['id'],
+                                user='admin')
+        assert shown['os-vol-host-attr:host'].startswith(
+            '%s@%s' % (host, name)), shown
+        snapshot = stack.openstack('volume', 'snapshot', 'create',
+                                   '--volume', volume['id'], name + '-s')
+        stack.wait_status('snapshot', snapshot['id'], 'available',
+                          timeout=120)
+        clone = stack.openstack('volume', 'create', '--snapshot',
+                                snapshot['id'], '--size', '1',
+                                name + '-c')
+        stack.wait_status('volume', clone['id'], 'available', timeout=120)
+        for kind, resource in (('volume', clone), ('snapshot', snapshot),
+                               ('volume', volume)):
+            command = ['volume'] if kind == 'volume' else ['volume',
+                                                           'snapshot']
+            stack.openstack(*command, 'delete', resource['id'], json=False)
+            stack.wait_status(kind, resource['id'], 'deleted', timeout=120)
+        # The driver in that venv did the work: its log says so.
+        with open(service.log, errors='replace') as f:
+            log = f.read()
+        assert 'BlobCRDriver' in log and ' ERROR ' not in log, log[-3000:]
+    finally:
+        if type_id:
+            admin.delete('/types/%s' % type_id, raise_exc=False)
+        service.stop()
+        # Its service record goes too: later tests see the stack's own.
+        subprocess.run([os.path.join(stack_module.BIN, 'cinder-manage'),
+                        '--config-file', stack.path('cinder.conf'),
+                        'service', 'remove', 'cinder-volume',
+                        '%s@%s' % (host, name)], capture_output=True,
+                       timeout=120)
