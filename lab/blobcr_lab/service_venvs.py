@@ -131,9 +131,11 @@ def importable(bindir, names):
             '        continue\n'
             '    found.append(name)\n'
             'print(json.dumps(found))\n')
-    out = subprocess.run([os.path.join(bindir, 'python'), '-c', code] +
-                         list(names), capture_output=True, text=True,
-                         timeout=300)
+    # Isolated (-I: no PYTHONPATH, no current directory on the path) and
+    # from /: a source tree there would lend its packages.
+    out = subprocess.run([os.path.join(bindir, 'python'), '-I', '-c',
+                          code] + list(names), capture_output=True,
+                         text=True, timeout=300, cwd='/')
     if out.returncode:
         raise VenvError('python in %s failed:\n%s' % (bindir, out.stderr))
     return json.loads(out.stdout.strip().splitlines()[-1])
