@@ -42,7 +42,8 @@ class ServiceProcess(object):
     module = None
     client_class = control.Client
 
-    def __init__(self, workdir, args, pid_namespace=False, fd_store=False):
+    def __init__(self, workdir, args, pid_namespace=False, fd_store=False,
+                 command=None):
         self.workdir = workdir
         # In a PID namespace of its own, with its own /proc and mount
         # namespace (``unshare --pid --fork --mount-proc``), as services
@@ -60,7 +61,10 @@ class ServiceProcess(object):
             atexit.register(shutil.rmtree, short, True)
             self.control = os.path.join(short, 'control.sock')
         self.log = open(os.path.join(self.workdir, 'service.log'), 'ab')
-        self.args = [sys.executable, '-m', self.module] + list(args)
+        # command: the service's console script from another install
+        # (blobcr_lab/service_venvs.py), not this venv's module.
+        self.args = list(command or [sys.executable, '-m', self.module]) + \
+            list(args)
         if pid_namespace:
             self.args = ['unshare', '--pid', '--fork', '--mount-proc',
                          '--kill-child'] + self.args
@@ -252,8 +256,8 @@ class AgentProcess(ServiceProcess):
     module = 'blobcr_agent.cmd.agent'
 
     def __init__(self, workdir, backend, settings=None, pid_namespace=False,
-                 fd_store=False):
-        super().__init__(workdir, [], pid_namespace, fd_store)
+                 fd_store=False, command=None):
+        super().__init__(workdir, [], pid_namespace, fd_store, command)
         self.state_path = os.path.join(self.workdir, 'state')
         conf = store_conf(backend)
         conf.setdefault('agent', {}).update(

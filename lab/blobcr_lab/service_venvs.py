@@ -86,8 +86,9 @@ def build_wheels(distributions, directory, log):
 
 def service_venv(directory, service, distributions, log):
     """A virtualenv under ``directory`` with ``service`` (a requirement,
-    e.g. ``cinder==29.*``) and the wheels of ``distributions``; its bin
-    directory. Made again only when its inputs change.
+    e.g. ``cinder==29.*``, or None) and the wheels of ``distributions``
+    (``.`` is the agent's, at the tree's top); its bin directory. Made
+    again only when its inputs change.
     """
     pins = constraints()
     key = hashlib.sha256(json.dumps(
@@ -105,7 +106,8 @@ def service_venv(directory, service, distributions, log):
     with open(constraint_file, 'w') as f:
         f.write('\n'.join(pins) + '\n')
     _run([os.path.join(bindir, 'pip'), 'install', '-q', '-c',
-          constraint_file, service] + wheels, log, 1800)
+          constraint_file] + ([service] if service else []) + wheels, log,
+         1800)
     open(os.path.join(venv, 'ready'), 'w').close()
     return bindir
 

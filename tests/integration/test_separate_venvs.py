@@ -12,12 +12,17 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""cinder-volume from a virtualenv of its own, as an operator installs
-the driver: Cinder from PyPI and the wheels of blobcr-common and
-blobcr-cinder, nothing of the agent (blobcr_lab/service_venvs.py). That
-cinder-volume joins the session's stack as another backend host, whose
-driver calls the session's real agents, and serves volumes, snapshots
-and clones through the real API.
+"""The product's distributions installed as an operator installs them,
+each into a virtualenv of its own (blobcr_lab/service_venvs.py):
+
+- cinder-volume's: Cinder from PyPI and the wheels of blobcr-common and
+  blobcr-cinder, nothing of the agent. That cinder-volume joins the
+  session's stack as another backend host, whose driver calls the
+  session's real agents, and serves volumes, snapshots and clones
+  through the real API.
+- the agent's: the wheels of blobcr-common and of the agent (its C core
+  built by pip). That blobcr-agent serves RPC on the session's bus, and
+  a volume attached through it takes a checkpoint the store holds.
 
 Opt-in (``BLOBCR_SEPARATE_VENVS=1``): the venv takes minutes to build
 the first time (Cinder and its libraries from PyPI); it is kept under
@@ -32,6 +37,7 @@ import uuid
 import pytest
 
 import blobcr_lab
+from blobcr_lab import agent_rpc
 from blobcr_lab import agents
 from blobcr_lab import cinder_hosts as cinder_hosts_module
 from blobcr_lab import openstack as stack_module
@@ -41,17 +47,62 @@ pytestmark = pytest.mark.skipif(
     not os.environ.get('BLOBCR_SEPARATE_VENVS'),
     reason='builds a venv with Cinder from PyPI: set BLOBCR_SEPARATE_VENVS=1')
 
+CHUNK = 64 * 1024
 # What cinder-volume's environment must do without.
 AGENT_ONLY = ['blobcr_agent', 'blobcr_agent._native', 'pyfuse3', 'trio',
               'libvirt', 'zstandard']
 
 
-@pytest.fixture(scope='module')
-def cinder_volume_bin(tmp_path_factory):
+def _venv(tmp_path_factory, service, distributions):
     log = str(tmp_path_factory.mktemp('venv') / 'build.log')
     return service_venvs.service_venv(
         os.path.join(blobcr_lab.SOURCE, 'build', 'service-venvs'),
-        'cinder==29.*', ['blobcr-common', 'blobcr-cinder'], log)
+        service, distributions, log)
+
+
+@pytest.fixture(scope='module')
+def cinder_volume_bin(tmp_path_factory):
+    return _venv(tmp_path_factory, 'cinder==29.*',
+                 ['blobcr-common', 'blobcr-cinder'])
+
+
+@pytest.fixture(scope='module')
+def agent_bin(tmp_path_factory):
+    return _venv(tmp_path_factory, None, ['blobcr-common', '.'])
+
+
+def test_the_agent_runs_from_its_own_venv(agent_bin, local_store, api,
+                                          agent_factory, rabbitmq_url,
+                                          export_dir):
+    # Its own code, C core included; nothing of Cinder, Nova or the lab.
+    assert service_venvs.importable(agent_bin, [
+        'blobcr_agent._native', 'pyfuse3', 'blobcr_common.rpc.api']) == [
+        'blobcr_agent._native', 'pyfuse3', 'blobcr_common.rpc.api']
+    assert service_venvs.importable(agent_bin, [
+        'cinder', 'nova', 'blobcr_cinder', 'blobcr_nova', 'blobcr_lab']) \
+        == []
+    repo = local_store
+    base = os.urandom(4 * CHUNK)
+    image_id = repo.create_image('venv-disk', len(base)).id
+    repo.commit(image_id, {i: base[i * CHUNK:(i + 1) * CHUNK]
+                           for i in range(4)})
+    host = agent_rpc.host_name('venv')
+    agent = agent_factory(repo.backend, agent_rpc.rpc_settings(
+        rabbitmq_url, host, export_dir=str(export_dir)),
+        command=[os.path.join(agent_bin, 'blobcr-agent')])
+    assert agent.args[0] == os.path.join(agent_bin, 'blobcr-agent')
+    assert agent_rpc.wait_rpc(api, host)['host'] == host
+    attached = api.attach(host, 'venv-disk', instance='vm-venv')
+    written = os.urandom(CHUNK)
+    with open(attached['path'], 'r+b') as f:
+        f.seek(CHUNK)
+        f.write(written)
+    done = api.checkpoint(host, image_id)
+    assert api.wait_stable(host, image_id, done['version'],
+                           timeout=60) == 'stable'
+    assert repo.read(image_id, done['version'], 0, len(base)) == \
+        base[:CHUNK] + written + base[2 * CHUNK:]
+    api.detach(host, image_id)
 
 
 def test_the_driver_runs_from_cinder_volumes_own_venv(
