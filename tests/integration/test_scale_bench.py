@@ -73,7 +73,12 @@ def test_scale_two_hosts_four_vms(capsys, tmp_path, ceph_cluster,
     # The first rank has nobody ahead of it; the later ones do.
     assert sum(v['blocking_read_bytes'] for v in hinted[1:]) < \
         sum(v['blocking_read_bytes'] for v in lazy[1:])
-    assert all(v['fetched_by'].get('hint') for v in hinted[1:]), \
+    # The first member on a host may be done before the other hosts see
+    # that host listed for the group's hints (they look every
+    # hints.REFRESH s): a rehearsal with two test lanes on two cores
+    # had one done in 0.43 s with none. The later ones on each host
+    # (ranks 2 and 3, on hosts already listed) must have some.
+    assert all(v['fetched_by'].get('hint') for v in hinted[2:]), \
         [(v['fetched_by'], v['restart_s']) for v in hinted]
     assert run['restart']['hints']['load']['osd']['op_r'] > 0
     precopy = run['restart']['precopy']['moved_bytes_per_vm']
