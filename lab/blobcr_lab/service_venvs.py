@@ -17,7 +17,7 @@ the OpenStack service from PyPI and the wheels built from this tree's
 distributions, nothing else of the tree (no agent, no C core, no
 libfuse3 or libvirt-python).
 
-``service_venv(directory, service, distributions)`` builds it (or reuses
+``service_venv(directory, requirements, distributions)`` builds it (or reuses
 the one made from the same inputs) and returns its bin directory; the
 service's version and its libraries' are the project venv's (``pip
 freeze``, as constraints), so that the two differ only by what BlobCR
@@ -84,15 +84,17 @@ def build_wheels(distributions, directory, log):
     return wheels
 
 
-def service_venv(directory, service, distributions, log):
-    """A virtualenv under ``directory`` with ``service`` (a requirement,
-    e.g. ``cinder==29.*``, or None) and the wheels of ``distributions``
-    (``.`` is the agent's, at the tree's top); its bin directory. Made
-    again only when its inputs change.
+def service_venv(directory, requirements, distributions, log):
+    """A virtualenv under ``directory`` with ``requirements`` from PyPI
+    (the service and what its host adds, e.g. ``['cinder==29.*',
+    'psycopg2-binary']``; may be empty) and the wheels of
+    ``distributions`` (``.`` is the agent's, at the tree's top); its bin
+    directory. Made again only when its inputs change.
     """
     pins = constraints()
     key = hashlib.sha256(json.dumps(
-        [service, distributions, pins, _tree_state(distributions)]).encode()
+        [requirements, distributions, pins,
+         _tree_state(distributions)]).encode()
     ).hexdigest()[:16]
     venv = os.path.join(directory, 'venv-%s' % key)
     bindir = os.path.join(venv, 'bin')
@@ -106,8 +108,7 @@ def service_venv(directory, service, distributions, log):
     with open(constraint_file, 'w') as f:
         f.write('\n'.join(pins) + '\n')
     _run([os.path.join(bindir, 'pip'), 'install', '-q', '-c',
-          constraint_file] + ([service] if service else []) + wheels, log,
-         1800)
+          constraint_file] + list(requirements) + wheels, log, 1800)
     open(os.path.join(venv, 'ready'), 'w').close()
     return bindir
 

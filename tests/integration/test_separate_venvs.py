@@ -53,22 +53,23 @@ AGENT_ONLY = ['blobcr_agent', 'blobcr_agent._native', 'pyfuse3', 'trio',
               'libvirt', 'zstandard']
 
 
-def _venv(tmp_path_factory, service, distributions):
+def _venv(tmp_path_factory, requirements, distributions):
     log = str(tmp_path_factory.mktemp('venv') / 'build.log')
     return service_venvs.service_venv(
         os.path.join(blobcr_lab.SOURCE, 'build', 'service-venvs'),
-        service, distributions, log)
+        requirements, distributions, log)
 
 
 @pytest.fixture(scope='module')
 def cinder_volume_bin(tmp_path_factory):
-    return _venv(tmp_path_factory, 'cinder==29.*',
+    # Cinder and the driver of its database (the stack's PostgreSQL).
+    return _venv(tmp_path_factory, ['cinder==29.*', 'psycopg2-binary'],
                  ['blobcr-common', 'blobcr-cinder'])
 
 
 @pytest.fixture(scope='module')
 def agent_bin(tmp_path_factory):
-    return _venv(tmp_path_factory, None, ['blobcr-common', '.'])
+    return _venv(tmp_path_factory, [], ['blobcr-common', '.'])
 
 
 def test_the_agent_runs_from_its_own_venv(agent_bin, local_store, api,
