@@ -71,8 +71,9 @@ lane=$!
 trap 'kill -INT "$lane" 2>/dev/null; kill "$native" 2>/dev/null' INT TERM
 echo "run-tests: the unit, functional and light integration tests run beside the stack's tests (output: $lane_log, shown at the end)"
 rc=0
+stack_log=build/test-lane-stack.log
 "${pytest[@]}" tests/integration "${heavy_ignores[@]}" \
-    "${@//\{lane\}/stack}" || rc=$?
+    "${@//\{lane\}/stack}" 2>&1 | tee "$stack_log" || rc=$?
 lane_rc=0 native_rc=0
 wait "$lane" || lane_rc=$?
 wait "$native" || native_rc=$?
@@ -81,4 +82,30 @@ cat "$native_log"
 echo "run-tests: the light lane (exit status $lane_rc):"
 cat "$lane_log"
 echo "run-tests: exit statuses: the stack's lane $rc, the light lane $lane_rc, the native tests $native_rc"
-((rc == 0 && lane_rc == 0 && native_rc == 0))
+((native_rc == 0)) || exit 1
+# A test that failed beside the other lane runs again alone, once: some
+# depend on timing that two lanes on two cores can stretch. One that
+# passes alone is named here (load-sensitive: a test to fix); one that
+# fails again fails the run, as does a lane that failed with no test
+# named (a crash, an error at collection). Status 5: the arguments
+# deselected every test of that lane.
+failed=()
+for lane_status in "$rc:$stack_log" "$lane_rc:$lane_log"; do
+    status=${lane_status%%:*} log=${lane_status#*:}
+    ((status == 0 || status == 5)) && continue
+    mapfile -t named < <(sed -nE 's/^(FAILED|ERROR) (tests\/[^ ]+).*/\2/p' \
+        "$log" | sort -u)
+    if ((${#named[@]} == 0)); then
+        echo "run-tests: a lane failed (status $status, $log) without a failed test to run again"
+        exit 1
+    fi
+    failed+=("${named[@]}")
+done
+((${#failed[@]} == 0)) && exit 0
+echo "run-tests: running alone the ${#failed[@]} test(s) that failed beside the other lane: ${failed[*]}"
+again=0
+"${pytest[@]}" "${failed[@]}" "${@//\{lane\}/again}" || again=$?
+if ((again == 0)); then
+    echo "run-tests: LOAD-SENSITIVE: failed beside the other lane, passed alone: ${failed[*]}"
+fi
+exit "$again"
