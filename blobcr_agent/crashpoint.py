@@ -15,8 +15,9 @@
 """Numbered crash points at the agent's durable-state writes, for tests.
 
 Each write that changes what a restart finds (the mirror's meta.json,
-a line of the persist journal, an image header's compare-and-set, the
-removal of a detached mirror's cache) calls
+a line of the persist journal, a delta pack handed to the store, an
+image header's compare-and-set, the removal of a detached mirror's
+cache) calls
 ``reached(site)`` once it is done. Unless the environment asks for it,
 that is one test of a module constant. With ``BLOBCR_CRASH_AT=SITE:N``
 the process SIGKILLs itself when it passes SITE for the N-th time: what
@@ -37,7 +38,7 @@ import threading
 _AT = os.environ.get('BLOBCR_CRASH_AT')
 _COUNTS_FILE = os.environ.get('BLOBCR_CRASH_COUNTS')
 ENABLED = bool(_AT or _COUNTS_FILE)
-SITES = ('meta', 'journal', 'header', 'cache-removed')
+SITES = ('meta', 'journal', 'pack', 'header', 'cache-removed')
 
 _lock = threading.Lock()
 _passed = {}

@@ -67,6 +67,10 @@ def main(argv=None):
                         help='[repository] delta_max_fraction: persist a '
                              'chunk as a delta when at most this fraction '
                              'of it changed (0: whole chunks only)')
+    parser.add_argument('--delta-pack-kb', type=int,
+                        help='[repository] delta_pack_max_kb: pack a '
+                             'version\'s deltas into objects of at most '
+                             'this many KiB (0: each alone, with a link)')
     parser.add_argument('--in-order', action='store_true',
                         help='persist chunks in index order instead of the '
                              'adaptive order')
@@ -91,6 +95,9 @@ def main(argv=None):
     try:
         if args.delta_max_fraction is not None:
             conf.set_override('delta_max_fraction', args.delta_max_fraction,
+                              'repository')
+        if args.delta_pack_kb is not None:
+            conf.set_override('delta_pack_max_kb', args.delta_pack_kb,
                               'repository')
         repo = repository.Repository.from_conf(conf)
     except (exception.BlobCRError, cfg.Error, ValueError) as e:

@@ -51,6 +51,15 @@ repository_opts = [
                       'at most this fraction of the chunk. A delta costs a '
                       'second object read when the chunk is fetched. 0: '
                       'always whole chunks.'),
+    cfg.IntOpt('delta_pack_max_kb', default=4096, min=0,
+               help='The deltas of a version are packed into objects of at '
+                    'most this many KiB, written as they fill: under '
+                    'scattered small writes a version is then a few '
+                    'objects, not two per chunk (a delta and its link). '
+                    'A pack stays while any of its deltas is live; the '
+                    'writer moves what is left of a sparse pack into its '
+                    'next one. 0: every delta an object of its own, with '
+                    'a link object.'),
     cfg.IntOpt('max_in_flight', default=32, min=1,
                help='Object writes or reads kept in flight at once.'),
     cfg.IntOpt('pack_max_bytes', default=1024 * 1024, min=65536,

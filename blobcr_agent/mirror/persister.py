@@ -83,6 +83,13 @@ class Persister(object):
         self._thread = None
         self.ahead_used = 0     # chunks linked to objects sent ahead
         self.ahead_unhashed = 0     # ... known unchanged, not hashed
+        # Objects the stable versions put (chunks, delta packs, node
+        # packs), their deltas in packs, the packs, and the entries
+        # moved out of sparse packs (repository/chunkpacks.py).
+        self.objects_put = 0
+        self.deltas_packed = 0
+        self.delta_packs = 0
+        self.pack_moved = 0
 
     def versions(self):
         """Version numbers in flight, oldest first."""
@@ -176,6 +183,11 @@ class Persister(object):
         self.tracker.stable()
         self.ahead_used += pending.ahead_used
         self.ahead_unhashed += pending.ahead_unhashed
+        self.objects_put += pending.objects_put
+        entries, packs = pending.packed
+        self.deltas_packed += entries - pending.compacted
+        self.delta_packs += packs
+        self.pack_moved += pending.compacted
         # Stable from here on: what follows must not fail it. A crash
         # before the metadata says so is recovered (recovery.py adopts a
         # version the repository has as stable).

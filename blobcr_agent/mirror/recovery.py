@@ -34,6 +34,7 @@ import socket
 
 from blobcr_agent.mirror import persister as persister_mod
 from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import chunkpacks
 from blobcr_agent.repository import chunks
 from blobcr_agent.repository import deltas
 from blobcr_agent.repository import identity
@@ -277,9 +278,13 @@ def _durable(repo, chunk_digest, since):
     """
     if chunk_digest is None:
         return True
+    # A packed delta (chunkpacks.py) is there once its pack is: a pack
+    # is put whole.
+    name = chunkpacks.pack_of(chunk_digest) \
+        if chunkpacks.is_ref(chunk_digest) \
+        else chunks.object_name(chunk_digest)
     try:
-        _, mtime = repo.backend.stat(base.CHUNK,
-                                     chunks.object_name(chunk_digest))
+        _, mtime = repo.backend.stat(base.CHUNK, name)
     except exception.ObjectNotFound:
         return False
     return mtime >= since - 1
@@ -287,8 +292,11 @@ def _durable(repo, chunk_digest, since):
 
 def _durable_link(repo, delta, over, since):
     """A delta is kept whole only with its link (GC keeps its base
-    through it): the same test as :func:`_durable`, on the link.
+    through it): the same test as :func:`_durable`, on the link. A
+    packed delta's pack lists its base itself.
     """
+    if chunkpacks.is_ref(delta):
+        return True
     try:
         _, mtime = repo.backend.stat(base.CHUNK,
                                      deltas.link_name(delta, over))

@@ -38,6 +38,7 @@ import time
 import zstandard
 
 from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import chunkpacks
 from blobcr_agent.repository import deltas
 from blobcr_common import exception
 
@@ -159,23 +160,34 @@ def _payload(name, blob, limit):
                                   'unknown codec %d' % codec)
 
 
-def decode(name, blob, chunk_len, load_base=None, _depth=0):
-    """Return the raw content of a chunk object, checking its name.
-
-    A delta needs ``load_base(name)``: the object bytes of its base
-    (whole, or a delta in turn, at most deltas.MAX_DEPTH deep).
+def value_name(value):
+    """The object name of a leaf value, or None for a pack reference
+    (chunkpacks.py), whose entry has no name of its own to check.
     """
+    return None if chunkpacks.is_ref(value) else object_name(value)
+
+
+def decode(name, blob, chunk_len, load_base=None, _depth=0):
+    """Return the raw content of a chunk object, checking its name
+    (None: an entry of a pack, checked by its reference's crc32 when
+    read, and by its content digest if a delta).
+
+    A delta needs ``load_base(value)``: the object bytes of its base
+    (its digest, or a pack reference; whole, or a delta in turn, at
+    most deltas.MAX_DEPTH deep).
+    """
+    label = name or 'a packed entry'
     if not blob:
-        raise exception.CorruptObject(base.CHUNK, name, 'empty object')
+        raise exception.CorruptObject(base.CHUNK, label, 'empty object')
     if blob[0] == DELTA:
         data = _decode_delta(name, blob, chunk_len, load_base, _depth)
     else:
-        data = _payload(name, blob, chunk_len)
+        data = _payload(label, blob, chunk_len)
         if not 0 < len(data) <= chunk_len:
             raise exception.CorruptObject(
-                base.CHUNK, name,
+                base.CHUNK, label,
                 '%d bytes, expected %d' % (len(data), chunk_len))
-        if object_name(digest(data)) != name:
+        if name is not None and object_name(digest(data)) != name:
             raise exception.CorruptObject(base.CHUNK, name,
                                           'content does not match its hash')
     if len(data) < chunk_len:
@@ -186,34 +198,35 @@ def decode(name, blob, chunk_len, load_base=None, _depth=0):
 
 
 def _decode_delta(name, blob, chunk_len, load_base, depth):
+    label = name or 'a packed delta'
     try:
         over, content, length, bitmap, payload = deltas.unpack(blob)
     except ValueError as e:
-        raise exception.CorruptObject(base.CHUNK, name, str(e))
+        raise exception.CorruptObject(base.CHUNK, label, str(e))
     if length > chunk_len:
         raise exception.CorruptObject(
-            base.CHUNK, name, '%d bytes, expected %d' % (length, chunk_len))
+            base.CHUNK, label, '%d bytes, expected %d' % (length, chunk_len))
     pages = deltas.bitmap_pages(bitmap, length)
-    raw = _payload(name, payload, len(pages) * deltas.PAGE)
-    if deltas.delta_name(over, content, length, bitmap, raw).hex() != name:
+    raw = _payload(label, payload, len(pages) * deltas.PAGE)
+    if name is not None and deltas.delta_name(
+            over, content, length, bitmap, raw).hex() != name:
         raise exception.CorruptObject(base.CHUNK, name,
                                       'delta does not match its hash')
     if load_base is None:
-        raise exception.CorruptObject(base.CHUNK, name,
+        raise exception.CorruptObject(base.CHUNK, label,
                                       'a delta read without its base')
     if depth >= deltas.MAX_DEPTH:
         raise exception.CorruptObject(
-            base.CHUNK, name, 'more than %d deltas deep' % deltas.MAX_DEPTH)
-    over_name = object_name(over)
-    over_data = decode(over_name, load_base(over_name), chunk_len,
+            base.CHUNK, label, 'more than %d deltas deep' % deltas.MAX_DEPTH)
+    over_data = decode(value_name(over), load_base(over), chunk_len,
                        load_base, depth + 1)
     try:
         data = deltas.apply(over_data, length, pages, raw)
     except ValueError as e:
-        raise exception.CorruptObject(base.CHUNK, name, str(e))
+        raise exception.CorruptObject(base.CHUNK, label, str(e))
     if digest(data) != content:
         raise exception.CorruptObject(
-            base.CHUNK, name,
+            base.CHUNK, label,
             'rebuilt over %s, it does not match its content hash'
-            % over_name)
+            % chunkpacks.describe(over))
     return data

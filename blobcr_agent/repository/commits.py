@@ -30,6 +30,7 @@ import time
 
 from blobcr_agent import _native
 from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import chunkpacks
 from blobcr_agent.repository import chunks
 from blobcr_agent.repository import deltas
 from blobcr_agent.repository.identity import pin_record
@@ -189,6 +190,10 @@ class Commit(object):
         self._expected = {}
         self.tracker = None
         self._batch = repo.backend.batch()
+        # Deltas go into packs (chunkpacks.py), unless packing is off.
+        self._packs = chunkpacks.PackWriter(
+            self._batch, repo.delta_pack_max_bytes) \
+            if repo.delta_pack_max_bytes else None
         self._heartbeat = time.monotonic()
         self._stored = 0
         # digest -> object bytes: durable, sent before this version's
@@ -204,6 +209,10 @@ class Commit(object):
         # The mirror's write clock just before its COMMIT: content sent
         # with an earlier clock, unchanged since, is the snapshot's.
         self.commit_clock = None
+        # index -> the pack reference a compaction moved on from
+        self._moved = {}
+        self.compacted = 0          # entries moved (their count)
+        self.objects_put = 0        # chunks, packs and node packs: finish()
         self.ahead_used = 0         # chunks linked to those, not put
         self.ahead_unhashed = 0     # ... without reading them again
         self._ahead_bytes = 0
@@ -260,8 +269,24 @@ class Commit(object):
             return d
         blob = self.repo.policy.encode(
             data, self._batch.rate() or self.repo.upload_bps)
+        if chunkpacks.PackWriter.must_pack(d):
+            # A digest that would read as a pack reference (one in 2**64).
+            return self._pack_writer().append(blob)
         self._batch.put(base.CHUNK, chunks.object_name(d), blob)
         return d
+
+    @property
+    def packed(self):
+        """``(entries, packs)`` this commit put into delta packs."""
+        if self._packs is None:
+            return 0, 0
+        return self._packs.entries, self._packs.packs
+
+    def _pack_writer(self):
+        if self._packs is None:
+            self._packs = chunkpacks.PackWriter(self._batch,
+                                                chunkpacks.DEFAULT_MAX_BYTES)
+        return self._packs
 
     def _put_tracked(self, index, data):
         hashes = deltas.page_hashes(data)
@@ -273,9 +298,14 @@ class Commit(object):
             d, blob = chunks.encode_delta(
                 self.repo.policy, over, data, pages,
                 self._batch.rate() or self.repo.upload_bps)
-            # The link keeps the base once no version holds it.
-            self._batch.put(base.CHUNK, deltas.link_name(d, over), b'\x01')
-            self._batch.put(base.CHUNK, chunks.object_name(d), blob)
+            if self._packs is not None:
+                # The pack's index keeps the base once no version holds it.
+                d = self._packs.append(blob, over)
+            else:
+                # So does the link of a delta stored alone.
+                self._batch.put(base.CHUNK, deltas.link_name(d, over),
+                                b'\x01')
+                self._batch.put(base.CHUNK, chunks.object_name(d), blob)
             tracked = deltas.Tracked(d, over, depth, hashes, prior.anchor,
                                      prior.anchor_hashes)
         else:
@@ -457,6 +487,9 @@ class Commit(object):
         """
         base_root = self._resolve_base()
         self._settle_adopted()
+        if self._packs is not None:
+            self._compact()
+            self._packs.close()
         self._batch.wait()
         self.repo.record_upload(self._batch.rate())
         t = self.header.tree(self.repo.nodes)
@@ -468,6 +501,7 @@ class Commit(object):
         writer.close()
         nodes.wait()
         stored = self._batch.bytes + nodes.bytes + self._ahead_bytes
+        self.objects_put = self._batch.objects + nodes.objects
 
         def mutate(header):
             header.check_epoch(self.epoch)
@@ -492,11 +526,50 @@ class Commit(object):
                  len(self._changes), writer.nodes, stored)
         return self.version
 
+    def _compact(self):
+        """Move the entries the writer's newest version still holds in
+        its sparse packs (chunkpacks.py) into this version's pack, so
+        that the old packs go once older versions do. Best effort: what
+        cannot be read stays where it is.
+        """
+        if self.tracker is None:
+            return
+        moves = {i: t for i, t in self.tracker.sparse(
+            chunkpacks.COMPACT_BELOW) if i not in self._changes}
+        if not moves:
+            return
+        entries = {}
+        for ref, entry in chunkpacks.load_many(
+                self.repo.backend, {t.name for t in moves.values()}):
+            if isinstance(entry, Exception):
+                LOG.warning('version %d of %s: %s not moved: %s',
+                            self.version, self.image_id,
+                            chunkpacks.describe(ref), entry)
+            else:
+                entries[ref] = entry
+        for index, tracked in sorted(moves.items()):
+            entry = entries.get(tracked.name)
+            if entry is None:
+                continue
+            ref = self._packs.append(entry, tracked.base)
+            self._moved[index] = tracked.name
+            self.compacted += 1
+            self._changes[index] = ref
+            self.tracker.stage(index, tracked._replace(name=ref))
+
     def _check_expected(self, t, base_root):
         """A delta's anchor is kept by the base version (or by a link
         of its delta there) only if the base holds what the writer
         remembered: otherwise fail, and the writer stores whole chunks.
+        An entry moved by compaction over a base that no longer holds
+        it is left out (the base's chunk stays).
         """
+        for index, old in sorted(self._moved.items()):
+            found = t.lookup(base_root, index) if base_root else None
+            if found != old:
+                del self._changes[index], self._moved[index]
+                self.tracker.stage(index, None)
+                self.compacted -= 1
         for index, name in sorted(self._expected.items()):
             found = t.lookup(base_root, index) if base_root else None
             if found != name:

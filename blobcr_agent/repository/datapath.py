@@ -28,6 +28,7 @@ import tempfile
 
 from blobcr_agent import _native
 from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import chunkpacks
 from blobcr_agent.repository import chunks
 from blobcr_agent.repository import deltas
 from blobcr_common import exception
@@ -57,13 +58,29 @@ class DataPaths(object):
         d = t.lookup(root, index)
         if d is None:
             return bytes(length)
-        name = chunks.object_name(d)
-        return chunks.decode(name, self.backend.get(base.CHUNK, name),
+        return chunks.decode(chunks.value_name(d), self.load_base(d),
                              length, self.load_base)
 
-    def load_base(self, name):
-        """The object bytes of a delta's base (chunks.decode)."""
-        return self.backend.get(base.CHUNK, name)
+    def load_base(self, value):
+        """The object bytes of a leaf value: a chunk's digest, or a pack
+        reference (chunkpacks.py); a delta's base (chunks.decode).
+        """
+        if chunkpacks.is_ref(value):
+            return chunkpacks.load(self.backend, value)
+        return self.backend.get(base.CHUNK, chunks.object_name(value))
+
+    def load_many(self, values, max_size):
+        """Yield ``(value, object bytes or exception)`` for leaf values,
+        many reads in flight.
+        """
+        refs = [v for v in values if chunkpacks.is_ref(v)]
+        names = {chunks.object_name(v): v for v in values
+                 if not chunkpacks.is_ref(v)}
+        if refs:
+            yield from chunkpacks.load_many(self.backend, refs)
+        for name, blob in self.backend.get_many(base.CHUNK, list(names),
+                                                max_size):
+            yield names[name], blob
 
     def read(self, ref, number, offset, length, pinned=False):
         """Bytes ``[offset, offset+length)`` of a stable version (with
@@ -96,56 +113,56 @@ class DataPaths(object):
         else:
             # A few chunks of a big image: look them up, do not walk it.
             found = ((i, t.lookup(root, i)) for i in sorted(indices))
-        by_name = {}
+        by_value = {}
         for index, d in found:
             if d is not None:
-                by_name.setdefault(chunks.object_name(d), []).append(index)
+                by_value.setdefault(d, []).append(index)
         # Deltas wait for their bases, fetched in further rounds per
         # group of deltas (all in flight at once, memory bounded).
         deltas_waiting = []
-        for name, blob in self.backend.get_many(
-                base.CHUNK, list(by_name), self.max_object_size(header)):
+        for value, blob in self.load_many(list(by_value),
+                                          self.max_object_size(header)):
             if isinstance(blob, Exception):
                 raise blob
             if chunks.is_delta(blob):
-                deltas_waiting.append((name, blob))
+                deltas_waiting.append((value, blob))
                 if len(deltas_waiting) >= _DELTA_GROUP:
                     yield from self._fetch_deltas(header, deltas_waiting,
-                                                  by_name)
+                                                  by_value)
                     deltas_waiting = []
                 continue
-            first = by_name[name][0]
-            data = chunks.decode(name, blob, header.chunk_len(first))
-            for index in by_name[name]:
+            first = by_value[value][0]
+            data = chunks.decode(chunks.value_name(value), blob,
+                                 header.chunk_len(first))
+            for index in by_value[value]:
                 yield index, data
         if deltas_waiting:
-            yield from self._fetch_deltas(header, deltas_waiting, by_name)
+            yield from self._fetch_deltas(header, deltas_waiting, by_value)
 
     @staticmethod
     def max_object_size(header):
         # A delta of every page: its header, bitmap and codec bytes on top.
         return header.chunk_size + 128 + header.chunk_size // 32768
 
-    def _fetch_deltas(self, header, waiting, by_name):
+    def _fetch_deltas(self, header, waiting, by_value):
         blobs = dict(waiting)
-        need = {chunks.object_name(deltas.base_of(blob))
-                for _, blob in waiting}
+        need = {deltas.base_of(blob) for _, blob in waiting} - set(blobs)
         while need:
             got = []
-            for name, blob in self.backend.get_many(
-                    base.CHUNK, sorted(need), self.max_object_size(header)):
+            for value, blob in self.load_many(sorted(need),
+                                              self.max_object_size(header)):
                 if isinstance(blob, Exception):
                     raise blob
-                blobs[name] = blob
+                blobs[value] = blob
                 got.append(blob)
             # A base that is a delta in turn: one round deeper.
-            need = {chunks.object_name(deltas.base_of(blob))
+            need = {deltas.base_of(blob)
                     for blob in got if chunks.is_delta(blob)} - set(blobs)
-        for name, blob in waiting:
-            first = by_name[name][0]
-            data = chunks.decode(name, blob, header.chunk_len(first),
-                                 blobs.__getitem__)
-            for index in by_name[name]:
+        for value, blob in waiting:
+            first = by_value[value][0]
+            data = chunks.decode(chunks.value_name(value), blob,
+                                 header.chunk_len(first), blobs.__getitem__)
+            for index in by_value[value]:
                 yield index, data
 
     def stored_chunks(self, header, number):

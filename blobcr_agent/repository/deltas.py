@@ -58,6 +58,8 @@ import re
 import struct
 import threading
 
+from blobcr_agent.repository import chunkpacks
+
 PAGE = 4096
 HASH_BYTES = 16
 MAX_DEPTH = 3
@@ -219,6 +221,8 @@ class Tracker(object):
         self.max_entries = max(max_bytes // self.ENTRY_BYTES, 0)
         self._known = collections.OrderedDict()
         self._staged = {}
+        # pack -> the entries this writer's stable versions put there
+        self._pack_entries = {}
         self._lock = threading.Lock()
         self.deltas_stored = 0      # in stable versions
 
@@ -242,14 +246,42 @@ class Tracker(object):
                 if tracked is not None:
                     self._known[index] = tracked
                     self.deltas_stored += tracked.base is not None
+                    if chunkpacks.is_ref(tracked.name):
+                        pack = chunkpacks.pack_of(tracked.name)
+                        self._pack_entries[pack] = \
+                            self._pack_entries.get(pack, 0) + 1
             self._staged.clear()
             while len(self._known) > self.max_entries:
                 self._known.popitem(last=False)
+            live = self._live_per_pack()
+            for pack in [p for p in self._pack_entries if p not in live]:
+                del self._pack_entries[pack]
+
+    def _live_per_pack(self):
+        live = collections.Counter()
+        for tracked in self._known.values():
+            if chunkpacks.is_ref(tracked.name):
+                live[chunkpacks.pack_of(tracked.name)] += 1
+        return live
+
+    def sparse(self, below):
+        """``[(index, Tracked)]`` of the entries the newest version
+        holds in packs of this writer's where fewer than ``below`` of
+        the entries it put there are still held (chunkpacks.py).
+        """
+        with self._lock:
+            live = self._live_per_pack()
+            thin = {p for p, n in live.items()
+                    if n < below * self._pack_entries.get(p, 0)}
+            return [(i, t) for i, t in self._known.items()
+                    if chunkpacks.is_ref(t.name) and
+                    chunkpacks.pack_of(t.name) in thin]
 
     def forget(self):
         with self._lock:
             self._known.clear()
             self._staged.clear()
+            self._pack_entries.clear()
 
     def __len__(self):
         return len(self._known)

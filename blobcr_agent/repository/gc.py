@@ -27,7 +27,8 @@ Mark and sweep, safe while other processes COMMIT, CLONE and PIN:
    walked once.
    A delta's base (and the link naming both) is live with the delta,
    and so on down its chain (deltas.py): the links are read from the
-   listing of the chunks.
+   listing of the chunks. A delta pack (chunkpacks.py) referenced by a
+   leaf is live whole, and so are the bases its index lists.
 3. Sweep: delete chunk objects and node packs that were not marked *and*
    were last written before the cut-off. The cut-off is the GC start, or
    the start of the oldest pending version if earlier, minus a grace for
@@ -63,6 +64,7 @@ import threading
 import time
 
 from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import chunkpacks
 from blobcr_agent.repository import deltas
 from blobcr_agent.repository import identity
 from blobcr_agent.repository import image as image_mod
@@ -81,8 +83,10 @@ class Report(object):
     versions_failed: int = 0
     live_chunks: int = 0
     live_packs: int = 0
+    live_delta_packs: int = 0
     chunks_deleted: int = 0
     packs_deleted: int = 0
+    delta_packs_deleted: int = 0
     links_deleted: int = 0
     bytes_freed: int = 0
     headers_deleted: int = 0
@@ -274,16 +278,19 @@ def collect(repo, grace=None, pending_timeout=None):
     cutoff -= grace
     live_packs = {tree.pack_name(ref) for ref in seen_nodes}
     chunk_names = list(repo.backend.list(base.CHUNK))
-    live_chunks, live_links = _with_bases(
-        {d.hex() for d in live_digests}, chunk_names)
+    live_chunks, live_links, live_delta_packs = _live_closure(
+        repo, live_digests, chunk_names)
     report.live_chunks = len(live_chunks)
     report.live_packs = len(live_packs)
+    report.live_delta_packs = len(live_delta_packs)
 
     for kind, names, pattern, live, counter in (
             (base.CHUNK, chunk_names, _CHUNK_NAME, live_chunks,
              'chunks_deleted'),
             (base.CHUNK, chunk_names, _LINK_NAME, live_links,
              'links_deleted'),
+            (base.CHUNK, chunk_names, chunkpacks.NAME, live_delta_packs,
+             'delta_packs_deleted'),
             (base.NODE, list(repo.backend.list(base.NODE)), _PACK_NAME,
              live_packs, 'packs_deleted')):
         for name in names:
@@ -309,25 +316,45 @@ def collect(repo, grace=None, pending_timeout=None):
     return report
 
 
-def _with_bases(live, chunk_names):
-    """The live chunk names with the bases of the live deltas among
-    them, down their chains (deltas.py: a link object names a delta and
-    its base), and those links.
+def _live_closure(repo, live, chunk_names):
+    """``(chunk names, link names, delta pack names)`` that must stay
+    for the leaf values ``live`` (digests and pack references): the
+    objects they name, and down each delta's chain its base with what
+    keeps it. A delta stored alone names its base in its link object
+    (deltas.py), listed in ``chunk_names``; a delta pack's index lists
+    the bases of all its entries (chunkpacks.py), and a live pack stays
+    whole. Either kind of base may be either kind of value. A pack whose
+    index cannot be read stops the collection: what its deltas need is
+    unknown.
     """
     bases_of = {}
     for name in chunk_names:
         link = deltas.parse_link(name)
         if link is not None:
             bases_of.setdefault(link[0], []).append((name, link[1]))
-    chunks_kept, links_kept = set(live), set()
+    chunks_kept, links_kept, packs_kept = set(), set(), set()
     todo = list(live)
     while todo:
-        for link, over in bases_of.get(todo.pop(), ()):
+        value = todo.pop()
+        if chunkpacks.is_ref(value):
+            pack = chunkpacks.pack_of(value)
+            if pack in packs_kept:
+                continue
+            packs_kept.add(pack)
+            try:
+                todo.extend(chunkpacks.read_bases(repo.backend, pack))
+            except exception.ObjectNotFound:
+                LOG.warning('gc: delta pack %s is referenced but missing',
+                            pack)
+            continue
+        name = value.hex()
+        if name in chunks_kept:
+            continue
+        chunks_kept.add(name)
+        for link, over in bases_of.get(name, ()):
             links_kept.add(link)
-            if over not in chunks_kept:
-                chunks_kept.add(over)
-                todo.append(over)
-    return chunks_kept, links_kept
+            todo.append(bytes.fromhex(over))
+    return chunks_kept, links_kept, packs_kept
 
 
 LEASE = 'gc'

@@ -45,6 +45,7 @@ are freed by the first GC after the last pin is released.
 import threading
 
 from blobcr_agent.repository import backends
+from blobcr_agent.repository import chunkpacks
 from blobcr_agent.repository import chunks
 from blobcr_agent.repository.commits import Commit  # noqa: F401 (facade)
 from blobcr_agent.repository.commits import Commits
@@ -62,9 +63,11 @@ class Repository(Records, Lifecycle, Commits, Pins, DataPaths, Profiles):
     def __init__(self, backend, chunk_size=256 * 1024, fanout=64,
                  compression='auto', compression_level=1,
                  pack_max_bytes=1 << 20, node_cache_bytes=64 << 20,
-                 pending_timeout=3600, gc_grace=60, delta_max_fraction=0.5):
+                 pending_timeout=3600, gc_grace=60, delta_max_fraction=0.5,
+                 delta_pack_max_bytes=chunkpacks.DEFAULT_MAX_BYTES):
         self.backend = backend
         self.delta_max_fraction = delta_max_fraction
+        self.delta_pack_max_bytes = delta_pack_max_bytes
         self.chunk_size = chunk_size
         self.fanout = fanout
         self.pack_max_bytes = pack_max_bytes
@@ -90,7 +93,8 @@ class Repository(Records, Lifecycle, Commits, Pins, DataPaths, Profiles):
                    pack_max_bytes=r.pack_max_bytes,
                    node_cache_bytes=r.node_cache_mb << 20,
                    pending_timeout=r.pending_timeout, gc_grace=r.gc_grace,
-                   delta_max_fraction=r.delta_max_fraction)
+                   delta_max_fraction=r.delta_max_fraction,
+                   delta_pack_max_bytes=r.delta_pack_max_kb << 10)
 
     def close(self):
         self.backend.close()

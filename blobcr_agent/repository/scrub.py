@@ -18,6 +18,7 @@ import dataclasses
 import typing
 
 from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import chunkpacks
 from blobcr_agent.repository import chunks
 from blobcr_common import exception
 
@@ -59,14 +60,17 @@ def verify(repo, ref, number=None, progress=None):
         report.problems.append(Problem(
             base.NODE, ref[:16].hex(), '%d-%d' % (first, last), str(error)))
 
-    by_name = {}
+    by_value = {}
     for index, d in t.items(v.root_ref, on_node_error=node_error):
-        by_name.setdefault(chunks.object_name(d), []).append(index)
+        by_value.setdefault(d, []).append(index)
     if progress:
-        progress.start(sum(len(i) for i in by_name.values()))
-    for name, blob in repo.backend.get_many(base.CHUNK, list(by_name),
-                                            repo.max_object_size(header)):
-        indices = by_name[name]
+        progress.start(sum(len(i) for i in by_value.values()))
+    # Packed deltas (chunkpacks.py) are read by reference, their crc32
+    # checked, and named by pack and offset.
+    for value, blob in repo.load_many(list(by_value),
+                                      repo.max_object_size(header)):
+        indices = by_value[value]
+        name = chunks.value_name(value)
         try:
             if isinstance(blob, Exception):
                 raise blob
@@ -76,7 +80,8 @@ def verify(repo, ref, number=None, progress=None):
             report.bytes_checked += len(blob) * len(indices)
         except exception.BlobCRError as e:
             report.problems.append(Problem(
-                base.CHUNK, name, ','.join(str(i) for i in indices[:8]) +
+                base.CHUNK, name or chunkpacks.describe(value),
+                ','.join(str(i) for i in indices[:8]) +
                 (',...' if len(indices) > 8 else ''), str(e)))
         report.chunks_checked += len(indices)
         if progress:

@@ -277,6 +277,8 @@ def new_mirror(workdir, backend_args, args, name='mirror'):
                  agent_conf.DEFAULT_UPLOAD_AHEAD_INTERVAL))]
     if getattr(args, 'delta_max_fraction', None) is not None:
         extra += ['--delta-max-fraction', str(args.delta_max_fraction)]
+    if getattr(args, 'delta_pack_kb', None) is not None:
+        extra += ['--delta-pack-kb', str(args.delta_pack_kb)]
     return agents.MirrorProcess(path, backend_args, extra)
 
 

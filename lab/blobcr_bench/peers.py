@@ -119,9 +119,13 @@ SMALL_WRITE = 4096
 # ahead_*: chunks sent ahead of a checkpoint (mirror/upload_ahead.py),
 # their bytes, those the persists linked instead of putting them, and of
 # those, the ones known unchanged since (not hashed again).
+# objects_put, deltas_packed, delta_packs, pack_moved: what the persists
+# put (repository/chunkpacks.py).
 COUNTERS = checkpoint.COUNTERS + ('deltas_stored', 'ahead_chunks',
                                   'ahead_bytes', 'ahead_used',
-                                  'ahead_unhashed')
+                                  'ahead_unhashed', 'objects_put',
+                                  'deltas_packed', 'delta_packs',
+                                  'pack_moved')
 SUN_PATH = 108          # a Unix socket's path, its NUL included
 
 
@@ -172,6 +176,10 @@ def add_arguments(p, size_type=int):
     p.add_argument('--delta-max-fraction', type=float, default=None,
                    help='BlobCR\'s [repository] delta_max_fraction (0: '
                         'whole chunks only; default: the option\'s)')
+    p.add_argument('--delta-pack-kb', type=int, default=None,
+                   help='BlobCR\'s [repository] delta_pack_max_kb (0: '
+                        'each delta an object with a link; default: the '
+                        'option\'s)')
     p.add_argument('--seed', type=int, default=42)
     p.add_argument('--plot', help='write a PNG of the results here')
 
@@ -837,15 +845,23 @@ def check_cow(checks, name, runs):
                    'copy-on-write did not run there')
 
 
-def check_deltas(checks, name, runs):
+def check_deltas(checks, name, runs, packed):
     """Small writes into a used disk: BlobCR stored sub-chunk deltas,
-    in every run.
+    in every run, and with ``packed``, in delta packs.
     """
     checks.require('%s/random4k: deltas stored per run (min)' % name,
                    min(r['counters']['deltas_stored'] for r in runs),
                    '4 KiB writes into chunks full of data must be stored '
                    'as deltas (repository/deltas.py) in every run; a run '
                    'stored none')
+    if packed:
+        checks.require('%s/random4k: deltas put in packs per run (min)'
+                       % name,
+                       min(r['counters']['deltas_packed'] for r in runs),
+                       'with [repository] delta_pack_max_kb on, a '
+                       'version\'s deltas go into delta packs '
+                       '(repository/chunkpacks.py) in every run; a run '
+                       'packed none')
 
 
 def run(args, log, open_repository):
@@ -918,6 +934,7 @@ def run(args, log, open_repository):
            'random_writes': args.random_writes,
            'prefill': args.prefill,
            'delta_max_fraction': args.delta_max_fraction,
+           'delta_pack_kb': args.delta_pack_kb,
            'iterations': args.iterations, 'runs': args.runs,
            'granularity': args.granularity,
            'peers': {n: (peers[n].describe()
@@ -958,7 +975,7 @@ def run(args, log, open_repository):
                if r is not None]
         if n.startswith('blobcr') and r4k and args.prefill and \
                 args.delta_max_fraction != 0:
-            check_deltas(checks, n, r4k)
+            check_deltas(checks, n, r4k, args.delta_pack_kb != 0)
     out['checks'] = checks.as_list()
     if args.plot:
         plot(out, args.plot)

@@ -40,6 +40,7 @@ NCHUNKS = 8
 ROUNDS = 3
 GROUP = {'id': 'crash-sweep', 'members': 1, 'project': None}
 UPLOAD_AHEAD = 0.005
+PACK_BYTES = (0, 9000)
 
 
 def marks(r):
@@ -104,6 +105,9 @@ def main(directory, image_id):
             # checkpoint: its persist links what went ahead (round 1:
             # later rounds' one-page changes are left to deltas).
             time.sleep(6 * UPLOAD_AHEAD)
+            # Deltas in packs of about two (several per version, put
+            # while the journal grows), or alone with links.
+            repo.delta_pack_max_bytes = PACK_BYTES[r % 2]
             image.checkpoint(wait=30, **marks(r))
     image.wait_persisted(60)
     # For the sweep: whether a persist linked chunks sent ahead.

@@ -13,8 +13,8 @@
 #    under the License.
 
 """A SIGKILL after every durable-state write of the agent, one by one
-(blobcr_agent/crashpoint.py: meta.json, the persist journal, image
-header compare-and-sets), in a mirror taking pipelined checkpoints
+(blobcr_agent/crashpoint.py: meta.json, the persist journal, delta
+packs, image header compare-and-sets), in a mirror taking pipelined checkpoints
 (tests/functional/crashpoint_child.py). After each, the image is
 attached again (recovery resumes, adopts or gives up what was in
 flight) and:
@@ -30,7 +30,9 @@ flight) and:
 
 The rounds after the first change one page per chunk, so their
 versions are persisted as sub-chunk deltas (journal lines with an
-anchor, links). The native core's own state writes are swept by
+anchor): alone with links in one round, in several packs in another
+(a journal line then names a pack entry, durable once its pack is).
+The native core's own state writes are swept by
 tests/native (make crash). The local store, real files, no FUSE.
 """
 
@@ -42,6 +44,7 @@ import sys
 from blobcr_agent import crashpoint
 from blobcr_agent.mirror import image as image_mod
 from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import chunkpacks
 from blobcr_agent.repository import deltas
 from blobcr_agent.repository import image as repo_image
 from tests.functional import crashpoint_child as child
@@ -134,9 +137,12 @@ def test_a_kill_after_any_durable_write_leaves_consistent_cuts(tmp_path):
     # The rounds after the first are persisted as deltas: the journal
     # lines and recovery paths of deltas are swept too.
     repo = child.repo_at(directory)
-    links = [n for n in repo.backend.list(base.CHUNK) if deltas.parse_link(n)]
+    names = list(repo.backend.list(base.CHUNK))
     repo.close()
-    assert links, 'no delta was persisted'
+    assert [n for n in names if deltas.parse_link(n)], \
+        'no delta was persisted alone'
+    assert len([n for n in names if chunkpacks.NAME.match(n)]) >= 2, \
+        'no version had several delta packs'
     # Chunks sent ahead of a checkpoint (upload_ahead.py) were linked by
     # its persist: the sweep crosses that path too.
     assert 'ahead_used 0' not in done.stdout and 'ahead_used' in \

@@ -27,7 +27,10 @@ and GC. After every step each stable version reads back byte for byte
 through both read paths; after every GC the chunk objects left are
 exactly the live versions' objects, the bases of the live deltas
 among them down their chains (read from the objects themselves, not
-from GC's links) and their links.
+from GC's links) and their links. Deltas are stored alone with links
+or in packs (chunkpacks.py), switched during a walk, and packs left
+sparse are compacted: a live pack stays whole with the bases its index
+lists.
 
 BLOBCR_HYPOTHESIS_EXAMPLES sets the number of examples (default 150 on
 the local store, 40 on Ceph). Hypothesis prints the failing sequence;
@@ -40,8 +43,10 @@ import random
 from hypothesis import settings
 from hypothesis import stateful
 from hypothesis import strategies as st
+import pytest
 
 from blobcr_agent.repository.backends import base
+from blobcr_agent.repository import chunkpacks
 from blobcr_agent.repository import chunks
 from blobcr_agent.repository import deltas
 from blobcr_agent.repository import gc
@@ -52,6 +57,7 @@ PAGE = deltas.PAGE
 CHUNK = 16 * PAGE
 EXAMPLES = os.environ.get('BLOBCR_HYPOTHESIS_EXAMPLES')
 DEFAULT_EXAMPLES = {'local': 150, 'rados': 40}
+COMPACT_BELOW = chunkpacks.COMPACT_BELOW
 
 # Arbitrary pages come from a drawn seed: drawing 4 KiB of bytes each
 # would overrun Hypothesis's per-example buffer after two pages.
@@ -83,13 +89,30 @@ def deltas_machine(backend_factory):
             self.versions = {}                     # number -> bytes
             self.tracker = deltas.Tracker(1 << 20)
             self.deltas_written = 0
+            self.packed = 0                        # of those, in packs
+            self.compacted = 0                     # entries moved
+            # Packs are moved on once they lose one entry: a 4-chunk
+            # image never reaches the default's fraction.
+            chunkpacks.COMPACT_BELOW = 1.0
             self.deepest = 0
             # Chunks another writer committed since the tracker learnt
             # them: a delta over them must be refused.
             self.stale = set()
 
         def teardown(self):
+            chunkpacks.COMPACT_BELOW = COMPACT_BELOW
             self.repo.close()
+
+        @stateful.rule(pack_bytes=st.sampled_from([0, 9000, 1 << 20]),
+                       compact_below=st.sampled_from([COMPACT_BELOW, 1.0]))
+        def switch_packing(self, pack_bytes, compact_below):
+            """Deltas alone with links (0), in packs of about two, or
+            in one pack per version; moved on from packs that lost one
+            entry, or at the default's fraction. Versions of every
+            format then share the chains.
+            """
+            self.repo.delta_pack_max_bytes = pack_bytes
+            chunkpacks.COMPACT_BELOW = compact_below
 
         def _chunk(self, index):
             return bytes(self.view[index * CHUNK:(index + 1) * CHUNK])
@@ -126,6 +149,7 @@ def deltas_machine(backend_factory):
                 tracked = self.tracker.staged(index)
                 if tracked is not None and tracked.base is not None:
                     self.deltas_written += 1
+                    self.packed += chunkpacks.is_ref(tracked.name)
                     self.deepest = max(self.deepest, tracked.depth)
 
         def _expected(self):
@@ -151,6 +175,7 @@ def deltas_machine(backend_factory):
                 pending = self.repo.begin_commit(self.image)
                 self._put_dirty(pending)
                 number = pending.finish()
+            self.compacted += pending.compacted
             self.tracker.stable()
             self.stale -= self.dirty
             self.versions[number] = expected
@@ -203,18 +228,27 @@ def deltas_machine(backend_factory):
             live = set()
             for number in self.versions:
                 root = header.stable_version(number).root_ref
-                live.update(d.hex() for _, d in t.items(root))
-            expected = set(live)
+                live.update(d for _, d in t.items(root))
+            expected, seen = set(), set()
             todo = list(live)
             while todo:         # down each delta's chain of bases
-                name = todo.pop()
-                blob = self.repo.backend.get(base.CHUNK, name)
+                value = todo.pop()
+                if value in seen:
+                    continue
+                seen.add(value)
+                if chunkpacks.is_ref(value):
+                    # A live pack stays whole, with every entry's base.
+                    pack = chunkpacks.pack_of(value)
+                    expected.add(pack)
+                    todo.extend(chunkpacks.read_bases(self.repo.backend,
+                                                      pack))
+                    continue
+                expected.add(value.hex())
+                blob = self.repo.backend.get(base.CHUNK, value.hex())
                 if chunks.is_delta(blob):
                     over = deltas.base_of(blob)
-                    expected.add(deltas.link_name(bytes.fromhex(name), over))
-                    if over.hex() not in expected:
-                        expected.add(over.hex())
-                        todo.append(over.hex())
+                    expected.add(deltas.link_name(value, over))
+                    todo.append(over)
             stored = set(self.repo.backend.list(base.CHUNK))
             assert stored == expected, (
                 'lost: %s, orphans: %s' % (sorted(expected - stored),
@@ -238,12 +272,14 @@ def deltas_machine(backend_factory):
 def test_deltas_match_model(backend_factory, backend_kind):
     examples = int(EXAMPLES or DEFAULT_EXAMPLES[backend_kind])
     machine = deltas_machine(backend_factory)
-    written, depths = [], []
+    written, depths, packed, compacted = [], [], [], []
     teardown = machine.teardown
 
     def count(self):
         written.append(self.deltas_written)
         depths.append(self.deepest)
+        packed.append(self.packed)
+        compacted.append(self.compacted)
         teardown(self)
     machine.teardown = count
     # Ceph gets few examples (each costs seconds): drawn the same way
@@ -270,40 +306,69 @@ def test_deltas_match_model(backend_factory, backend_kind):
     # tenth, not a sixth.)
     print('deltas written per example:', written)
     print('deepest chain per example:', depths)
+    print('packed deltas per example:', packed)
+    print('entries compacted per example:', compacted)
     assert sum(1 for n in written if n) >= max(1, examples // 10), written
+    # Both formats, and the compaction, are only checked where drawn.
+    assert sum(packed) and sum(packed) < sum(written), (packed, written)
+    assert sum(compacted), compacted
     assert max(depths) == deltas.MAX_DEPTH, depths
 
 
-def test_a_chain_outlives_the_versions_of_its_bases(backend_factory):
+def _commit_chunk0(repo, image, tracker, content):
+    """A version whose chunk 0 is ``content``, tracked; its number."""
+    pending = repo.begin_commit(image)
+    pending.track(tracker)
+    pending.put(0, bytes(content))
+    number = pending.finish()
+    tracker.stable()
+    return number
+
+
+@pytest.mark.parametrize('formats', ['packed', 'alone', 'mixed'])
+def test_a_chain_outlives_the_versions_of_its_bases(backend_factory,
+                                                    formats):
     """The longest chain a writer makes, every version under its newest
-    deleted, GC: the newest still reads, through every base.
+    deleted, GC: the newest still reads, through every base. Its deltas
+    are in packs, alone with links, or both along the chain (GC then
+    follows a link to a pack reference and a pack's index to a delta
+    alone).
     """
+    mib = 1 << 20
+    packing = {'packed': [mib] * 6, 'alone': [0] * 6,
+               'mixed': [0, 0, mib, 0, mib, 0]}[formats]
     repo = repository.Repository(backend_factory(), chunk_size=CHUNK,
                                  fanout=3, gc_grace=0)
     try:
         image = repo.create_image('img', CHUNK).id
         tracker = deltas.Tracker(1 << 20)
         content = bytearray(random.Random(7).randbytes(CHUNK))
-        numbers, depths, contents = [], [], []
+        numbers, depths, contents, refs = [], [], [], []
         # Whole, then one new page per version: from the third on, each
         # differs from the anchor in more than twice what it changed, so
         # it goes one deeper, until the chain is full.
         for step in range(deltas.MAX_DEPTH + 3):
             if step:
                 content[step * PAGE] ^= 0xff
+            repo.delta_pack_max_bytes = packing[step]
             pending = repo.begin_commit(image)
             pending.track(tracker)
             pending.put(0, bytes(content))
             numbers.append(pending.finish())
             tracker.stable()
             depths.append(tracker.get(0).depth)
+            refs.append(chunkpacks.is_ref(tracker.get(0).name))
             contents.append(bytes(content))
         assert depths == [0, 1, 1] + list(range(2, deltas.MAX_DEPTH + 1)) + \
             [1], depths
+        assert refs == [bool(p and d) for p, d in zip(packing, depths)]
         deepest = depths.index(deltas.MAX_DEPTH)
         repo.obsolete(image, [n for k, n in enumerate(numbers)
                               if k != deepest])
-        gc.collect(repo, grace=-2, pending_timeout=0)
+        report = gc.collect(repo, grace=-2, pending_timeout=0)
+        # The chain: the deepest and the versions it goes down through.
+        assert report.live_delta_packs == \
+            sum(refs[deepest - deltas.MAX_DEPTH + 1:deepest + 1]), report
         assert repo.read(image, numbers[deepest], 0, CHUNK) == \
             contents[deepest]
     finally:

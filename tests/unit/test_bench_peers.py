@@ -169,19 +169,22 @@ def test_checks_hold_per_run_not_summed():
     other runs, summed, would pass.
     """
     good = _run([1], 10)
-    good['counters'] = {'cow_copies': 5, 'waits': 0, 'deltas_stored': 3}
+    good['counters'] = {'cow_copies': 5, 'waits': 0, 'deltas_stored': 3,
+                        'deltas_packed': 3}
     bad = _run([1], 10)
     bad['checkpoints'][0]['pause_ms'] = None
-    bad['counters'] = {'cow_copies': 0, 'waits': 0, 'deltas_stored': 0}
+    bad['counters'] = {'cow_copies': 0, 'waits': 0, 'deltas_stored': 0,
+                       'deltas_packed': 0}
     checks = common.Checks()
     peers.check(checks, 'blobcr-ceph', 'checkpoint', [good, bad])
     peers.check_cow(checks, 'blobcr-ceph', [good, bad])
-    peers.check_deltas(checks, 'blobcr-ceph', [good, bad])
+    peers.check_deltas(checks, 'blobcr-ceph', [good, bad], packed=True)
     assert {c['what'] for c in checks.failed} == {
         'blobcr-ceph/checkpoint: checkpoints the application wrote '
         'through, per run (min)',
         'blobcr-ceph/checkpoint: cow_copies + waits per run (min)',
-        'blobcr-ceph/random4k: deltas stored per run (min)'}
+        'blobcr-ceph/random4k: deltas stored per run (min)',
+        'blobcr-ceph/random4k: deltas put in packs per run (min)'}
 
 
 def test_workloads_write_fixed_distinct_offsets():
