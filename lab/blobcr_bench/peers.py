@@ -740,6 +740,10 @@ def aggregate(peer, runs):
         'run_s': common.summary([r['run_s'] for r in runs]),
         'baseline_s': common.summary([r['baseline_s'] for r in runs]),
         'durable_s': common.summary([c['durable_s'] for c in cps]),
+        # Time to durable per MiB stored: what objects (not bytes) cost
+        # shows as a workload of small deltas above one of whole chunks.
+        'durable_s_per_stored_mib': common.summary(
+            [_per_mib(c['durable_s'], c['stored_bytes']) for c in cps], 4),
         'stored_bytes_per_checkpoint': common.summary(
             [c['stored_bytes'] for c in cps], 0),
         'copied_bytes_per_checkpoint': common.summary(
@@ -761,6 +765,9 @@ def aggregate(peer, runs):
                   'pause_ms': [c['pause_ms'] for c in r['checkpoints']],
                   'pause_to_durable_ms': [c['pause_to_durable_ms']
                                           for c in r['checkpoints']],
+                  'durable_s': [None if c['durable_s'] is None else
+                                round(c['durable_s'], 3)
+                                for c in r['checkpoints']],
                   'stored_bytes': [c['stored_bytes'] for c in
                                    r['checkpoints']],
                   'restart_s': round(r['restart_s'], 3),
@@ -976,10 +983,46 @@ def run(args, log, open_repository):
         if n.startswith('blobcr') and r4k and args.prefill and \
                 args.delta_max_fraction != 0:
             check_deltas(checks, n, r4k, args.delta_pack_kb != 0)
+    out['small_writes_per_stored_mib'] = small_writes_cost(out)
     out['checks'] = checks.as_list()
     if args.plot:
         plot(out, args.plot)
     return out
+
+
+def _per_mib(seconds, stored_bytes):
+    if seconds is None or not stored_bytes:
+        return None
+    return seconds / (stored_bytes / (1 << 20))
+
+
+def small_writes_cost(out):
+    """Per peer run on both: random4k's time to durable per stored MiB
+    over the checkpoint workload's (medians of the run's checkpoints),
+    per run and their median; 1.0 means scattered 4 KiB writes cost
+    what whole-chunk rewrites cost per byte kept.
+    """
+    both = {}
+    wl = out['workloads']
+    if 'checkpoint' not in wl or 'random4k' not in wl:
+        return both
+    for n, small in wl['random4k']['peers'].items():
+        whole = wl['checkpoint']['peers'].get(n)
+        if whole is None:
+            continue
+        per_run = []
+        for a, b in zip(small['runs'], whole['runs']):
+            per_run.append(common.ratio(
+                _median_per_mib(a), _median_per_mib(b)))
+        both[n] = {'per_run': per_run,
+                   'median': _median([r for r in per_run
+                                      if r is not None])}
+    return both
+
+
+def _median_per_mib(run):
+    return _median([_per_mib(d, s) for d, s in zip(run['durable_s'],
+                                                   run['stored_bytes'])])
 
 
 def plot(result, path):

@@ -209,3 +209,28 @@ def test_the_paced_workload_writes_on_a_schedule_with_data_of_its_own():
     args.paced_mib_s = 0
     with pytest.raises(SystemExit):
         peers.workloads(args)
+
+
+def test_small_writes_cost_per_stored_mib_run_by_run():
+    """random4k's time to durable per stored MiB over the checkpoint
+    workload's, paired by run; a peer on one workload only is left out.
+    """
+    mib = 1 << 20
+
+    def peer(durable, stored):
+        return {'runs': [{'durable_s': d, 'stored_bytes': s}
+                         for d, s in zip(durable, stored)]}
+    out = {'workloads': {
+        'checkpoint': {'peers': {
+            'blobcr-ceph': peer([[2.0, 4.0, 3.0], [1.0]],
+                                [[100 * mib] * 3, [100 * mib]]),
+            'rbd-snap': peer([[1.0]], [[mib]])}},
+        'random4k': {'peers': {
+            'blobcr-ceph': peer([[0.5, 0.6, None], [0.3]],
+                                [[10 * mib] * 3, [10 * mib]])}}}}
+    got = peers.small_writes_cost(out)
+    # run 1: 0.055 s/MiB against 0.03; run 2: 0.03 against 0.01
+    assert got == {'blobcr-ceph': {'per_run': [1.833, 3.0],
+                                   'median': 2.4165}}
+    del out['workloads']['random4k']
+    assert peers.small_writes_cost(out) == {}
