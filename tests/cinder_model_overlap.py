@@ -60,7 +60,7 @@ import threading
 import time
 import types
 
-from blobcr_agent.manager import loopdevs
+from blobcr_agent.privileged import loop as privileged_loop
 from blobcr_lab.guest_disk import GuestDisk
 from tests import history
 
@@ -442,7 +442,7 @@ def local_connection(walk):
     volume.content[at:at + len(data)] = data
     walk.terminate(volume, {'host': host})
     volume.detach_record()
-    if os.path.lexists(device) or loopdevs.identity(loop) is not None:
+    if os.path.lexists(device) or privileged_loop.identity(loop) is not None:
         raise AssertionError('%s (%s) still set up after the detach'
                              % (device, loop))
     walk.verify_all()

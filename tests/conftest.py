@@ -19,9 +19,12 @@ The Ceph cluster is real: one mon, one mgr and three bluestore OSDs on
 stopped at the end. Set BLOBCR_CEPH_DIR to reuse a running one.
 """
 
+import functools
 import os
+import pwd
 import shutil
 import tempfile
+import types
 import uuid
 
 from hypothesis import HealthCheck
@@ -97,13 +100,72 @@ def repo(backend_factory):
                                  fanout=4, gc_grace=0)
 
 
+# The agent's own user (tools/agent-user.sh makes it).
+AGENT_USER = os.environ.get('BLOBCR_AGENT_USER', 'blobcr')
+
+
+@pytest.fixture
+def user_space():
+    """A directory for an agent that runs as its own user: its workdir
+    and store go there (pytest's directories are root's, mode 0700).
+    ``own(path)`` gives a tree made here by root to that user.
+    """
+    try:
+        pw = pwd.getpwnam(AGENT_USER)
+    except KeyError:
+        pytest.fail('no user %r: bash tools/agent-user.sh .venv makes it'
+                    % AGENT_USER)
+    path = tempfile.mkdtemp(prefix='blobcr-user-')
+    os.chmod(path, 0o755)
+
+    def own(top):
+        for parent, dirs, files in os.walk(top):
+            for name in [parent] + [os.path.join(parent, n)
+                                    for n in dirs + files]:
+                os.lchown(name, pw.pw_uid, pw.pw_gid)
+    space = types.SimpleNamespace(user=AGENT_USER, path=path, own=own,
+                                  kwargs={'under': path, 'user': AGENT_USER})
+    space.local_agent = functools.partial(_local_agent, space)
+    yield space
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(params=['root', 'unprivileged'])
+def agent_place(request, tmp_path):
+    """Where and as whom a test's agent runs: as root in the test's
+    directory, or as its own user, root's work going through its
+    privileged daemon (blobcr_agent/privileged). ``kwargs`` are
+    agent_factory's.
+    """
+    if request.param == 'unprivileged':
+        return request.getfixturevalue('user_space')
+    place = types.SimpleNamespace(user=None, path=str(tmp_path),
+                                  own=lambda top: None, kwargs={})
+    place.local_agent = functools.partial(_local_agent, place)
+    return place
+
+
+def _local_agent(place, factory, settings=None, **kwargs):
+    """An agent of ``factory`` (agent_factory) placed at ``place``, on a
+    local store there (``agent.backend``).
+    """
+    backend = local.LocalBackend(os.path.join(place.path, 'store'))
+    place.own(backend.root)
+    agent = factory(backend, settings, **dict(place.kwargs, **kwargs))
+    agent.backend = backend
+    return agent
+
+
 @pytest.fixture
 def agent_factory(tmp_path):
-    """Start real blobcr-agent processes on a store (and settings)."""
+    """Start real blobcr-agent processes on a store (and settings); with
+    ``under`` (a user_space's path), their workdirs go there.
+    """
     made = []
 
-    def factory(backend, settings=None, **kwargs):
-        workdir = tmp_path / ('agent-%d' % len(made))
+    def factory(backend, settings=None, under=None, **kwargs):
+        workdir = (tmp_path if under is None else
+                   type(tmp_path)(under)) / ('agent-%d' % len(made))
         workdir.mkdir()
         agent = agents.AgentProcess(str(workdir), backend, settings,
                                     **kwargs)

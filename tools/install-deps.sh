@@ -92,6 +92,8 @@ for so in /usr/lib/python3/dist-packages/rbd.cpython-*.so; do
 done
 "$venv/bin/python" -c 'import rados, rbd, blobcr_agent._native' \
     || { echo "install-deps: the rados or rbd binding or the C core does not load" >&2; exit 1; }
+# The agent's own user, for the tests that run it unprivileged.
+bash "$top/tools/agent-user.sh" "$venv"
 bash "$top/tools/install-openstack.sh" "$venv"
 # Tempest and cinder-tempest-plugin, in a virtualenv of their own.
 bash "$top/tools/install-tempest.sh"

@@ -44,6 +44,7 @@ from blobcr_agent import conf as blobcr_conf
 from blobcr_agent import control
 from blobcr_agent import manager as manager_mod
 from blobcr_agent.manager import loopdevs
+from blobcr_agent import privileged
 from blobcr_agent.proxy import server as proxy_server
 from blobcr_agent.repository import repository
 from blobcr_agent.rpc import server as rpc_server
@@ -320,6 +321,7 @@ def main(argv=None):
     # Before any thread starts: they inherit it.
     loopdevs.become_io_flusher()
     try:
+        privileged.start()
         agent = Agent(CONF)
         agent.start()
     except (exception.BlobCRError, cfg.Error, OSError) as e:

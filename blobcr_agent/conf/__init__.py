@@ -19,7 +19,16 @@ needs that) and listed by :func:`list_opts` for the sample-config
 generator (``tox -e genconfig``).
 """
 
+import warnings
+
 from oslo_config import cfg
+
+with warnings.catch_warnings():
+    # oslo.privsep imports eventlet where it is installed (to see whether
+    # it monkey-patched), and eventlet warns that it is deprecated as it
+    # loads: nothing of BlobCR uses eventlet.
+    warnings.simplefilter('ignore')
+    from oslo_privsep import priv_context
 
 from blobcr_agent.conf import agent
 from blobcr_agent.conf import repository
@@ -27,6 +36,9 @@ from blobcr_agent.conf import repository
 CONF = cfg.CONF
 
 _MODULES = [repository, agent]
+# oslo.privsep's options of the agent's privileged daemon
+# (blobcr_agent/privileged), registered by its context.
+PRIVILEGED_SECTION = 'blobcr_agent_privileged'
 
 for _module in _MODULES:
     _module.register_opts(CONF)
@@ -46,4 +58,5 @@ def list_opts():
     result = []
     for module in _MODULES:
         result.extend(module.list_opts())
+    result.append((PRIVILEGED_SECTION, priv_context.OPTS))
     return result

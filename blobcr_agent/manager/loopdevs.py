@@ -44,15 +44,14 @@ error, never released or reused.
 
 import ctypes
 import errno
-import fcntl
 import json
 import logging
 import os
-import struct
 import subprocess
 import threading
 
 from blobcr_agent import jsonfile
+from blobcr_agent.privileged import loop as privileged_loop
 from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
@@ -63,11 +62,6 @@ PR_GET_IO_FLUSHER = 58
 # What reading a loop device's status gives when its backing file is on
 # a FUSE mount whose daemon died.
 DEAD_MOUNT_ERRORS = (errno.ENOTCONN, errno.ECONNABORTED, errno.EIO)
-# linux/loop.h: struct loop_info64 and the ioctl that reads it; the one
-# that detaches a device ("losetup -d").
-LOOP_GET_STATUS64 = 0x4C05
-LOOP_CLR_FD = 0x4C01
-LOOP_INFO64 = struct.Struct('=QQQQQIIII64s64s32s2Q')
 
 
 class LoopDevices(object):
@@ -104,7 +98,8 @@ class LoopDevices(object):
         with self._lock:
             known = self.devices.get(image)
             if known and backing_file(known['device']) == path and \
-                    identity(known['device']) == known.get('backing'):
+                    privileged_loop.identity(known['device']) == \
+                    known.get('backing'):
                 return self._link(image, known['device'])
             if known:
                 self._release(image, known)
@@ -112,10 +107,9 @@ class LoopDevices(object):
                 raise exception.BackendUnavailable(
                     'the agent is stopping: no loop device for image %s'
                     % image)
-            device = _losetup('--find', '--show', '--direct-io=on',
-                              path).strip()
+            device = privileged_loop.attach(path)
             self.devices[image] = {'device': device, 'file': path,
-                                   'backing': identity(device)}
+                                   'backing': privileged_loop.identity(device)}
             self._save()
             LOG.info('image %s: loop device %s over %s', image, device, path)
             return self._link(image, device)
@@ -159,7 +153,7 @@ class LoopDevices(object):
         # mount it was on died with an agent.
         device, path = known['device'], known['file']
         try:
-            found = identity(device)
+            found = privileged_loop.identity(device)
         except OSError as e:
             if e.errno not in DEAD_MOUNT_ERRORS or not _names_file_of(
                     device, path):
@@ -176,7 +170,7 @@ class LoopDevices(object):
                 % (device, image, backing_file(device), path, device))
         self._unlink(image)
         if found is not None:
-            _detach(device)
+            privileged_loop.detach(device)
             LOG.info('image %s: loop device %s released', image, device)
         del self.devices[image]
         self._save()
@@ -231,7 +225,7 @@ class LoopDevices(object):
                 # detaches it at the last close): not counted twice.
                 if device not in seen and \
                         path.startswith(self.images_dir + os.sep):
-                    _detach(device)
+                    privileged_loop.detach(device)
                     LOG.warning('loop device %s over %s was left by an '
                                 'earlier agent: released', device, path)
                     released += 1
@@ -308,44 +302,6 @@ def become_io_flusher():
 
 def is_io_flusher():
     return ctypes.CDLL(None).prctl(PR_GET_IO_FLUSHER, 0, 0, 0, 0) == 1
-
-
-def identity(device):
-    """(device, inode) of the file ``device`` loops over, as the kernel
-    recorded them when it was set up (LOOP_GET_STATUS64); None if the
-    device is free.
-    """
-    try:
-        fd = os.open(device, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        info = fcntl.ioctl(fd, LOOP_GET_STATUS64, bytes(LOOP_INFO64.size))
-    except OSError as e:
-        if e.errno == errno.ENXIO:
-            return None
-        raise
-    finally:
-        os.close(fd)
-    lo_device, lo_inode = LOOP_INFO64.unpack(info)[:2]
-    return [lo_device, lo_inode]
-
-
-def _detach(device):
-    """What ``losetup -d`` does, without a process: a detach sits on a
-    live migration's handoff (manager/handoff.py), where starting
-    losetup cost tens of milliseconds. A device still open (the paused
-    guest's) is detached by the kernel at its last close.
-    """
-    try:
-        fd = os.open(device, os.O_RDONLY)
-        try:
-            fcntl.ioctl(fd, LOOP_CLR_FD, 0)
-        finally:
-            os.close(fd)
-    except OSError as e:
-        raise exception.BackendUnavailable('cannot detach loop device %s: '
-                                           '%s' % (device, e))
 
 
 def _names_file_of(device, path):

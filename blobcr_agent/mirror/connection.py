@@ -39,6 +39,7 @@ import threading
 
 from blobcr_agent import _native
 from blobcr_agent import jsonfile
+from blobcr_agent.privileged import fuse
 from blobcr_agent import sdnotify
 from blobcr_common import exception
 
@@ -49,7 +50,6 @@ SESSION = '.fuse-session.json'
 # What a taken-over loop must share with the one that made the mount,
 # beside libfuse: native/fuseloop.c's operations. Bumped when they change.
 FORMAT = 1
-FUSECTL = '/sys/fs/fuse/connections'
 # linux/fuse.h: FUSE_INIT's flags say that flags2 is set; flags2's bit 7
 # is FUSE_HAS_RESEND (1 << 39), protocol 7.40, Linux 6.9.
 FUSE_INIT_EXT = 1 << 30
@@ -72,36 +72,9 @@ def kernel_resends(init):
 
 
 def connections(paths):
-    """The FUSE connection ids (device minors) of the mounts at ``paths``,
-    read from /proc/self/mountinfo (never stat: a mount whose server is
-    gone but whose connection is kept would not answer).
-    """
+    """The FUSE connection ids (device minors) of the mounts at ``paths``."""
     wanted = {os.path.normpath(p) for p in paths}
-    found = []
-    with open('/proc/self/mountinfo') as f:
-        for line in f:
-            fields = line.split()
-            mountpoint = fields[4].encode().decode('unicode_escape')
-            fstype = fields[fields.index('-') + 1]
-            if mountpoint in wanted and fstype.startswith('fuse'):
-                found.append(int(fields[2].split(':')[1]))
-    return found
-
-
-def abort(conn):
-    """Abort FUSE connection ``conn``: its requests fail from now on."""
-    try:
-        mounted = bool(os.listdir(FUSECTL))
-    except OSError:
-        mounted = False
-    if not mounted:
-        subprocess.run(['mount', '-t', 'fusectl', 'none', FUSECTL],
-                       check=False, capture_output=True)
-    try:
-        with open(os.path.join(FUSECTL, str(conn), 'abort'), 'w') as f:
-            f.write('1')
-    except OSError as e:
-        LOG.error('cannot abort FUSE connection %d: %s', conn, e)
+    return [conn for conn, path in fuse.mounts() if path in wanted]
 
 
 class KeptConnection(object):
@@ -173,7 +146,7 @@ class KeptConnection(object):
                 LOG.warning('FUSE connection %d at %s cannot be taken over '
                             '(no stored descriptor, another connection or '
                             'another libfuse): aborting it', conn, self.path)
-                abort(conn)
+                fuse.abort(conn)
         return self.taken_over
 
     def open_loop(self):
@@ -195,7 +168,7 @@ class KeptConnection(object):
                           self._state.get('conn'), self.path, e)
                 sdnotify.notify('FDSTOREREMOVE=1', 'FDNAME=' + FDNAME)
                 for conn in connections([self.path]):
-                    abort(conn)
+                    fuse.abort(conn)
                 subprocess.run(['fusermount3', '-u', '-z', self.path],
                                check=False, capture_output=True)
                 os.makedirs(self.path, exist_ok=True)

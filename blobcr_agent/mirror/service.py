@@ -43,6 +43,7 @@ from blobcr_agent.mirror import fs
 from blobcr_agent.mirror import handoff
 from blobcr_agent.mirror import hints
 from blobcr_agent.mirror import image as image_mod
+from blobcr_agent.privileged import fuse
 from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
@@ -658,7 +659,7 @@ class MirrorService(object):
             if self._handing_over else []
         for conn in getattr(self, '_connections', []):
             if conn not in kept:
-                connection.abort(conn)
+                fuse.abort(conn)
 
 
 def _clear_stale_mount(path):

@@ -19,6 +19,7 @@ the demo and tests.
 import atexit
 import configparser
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import time
 
+from blobcr_agent import conf as blobcr_conf
 from blobcr_agent import control
 from blobcr_agent.manager import loopdevs
 from blobcr_agent.mirror import client
@@ -65,9 +67,9 @@ class ServiceProcess(object):
         # (blobcr_lab/service_venvs.py), not this venv's module.
         self.args = list(command or [sys.executable, '-m', self.module]) + \
             list(args)
-        if pid_namespace:
-            self.args = ['unshare', '--pid', '--fork', '--mount-proc',
-                         '--kill-child'] + self.args
+        self.wrapper = ['unshare', '--pid', '--fork', '--mount-proc',
+                        '--kill-child'] if pid_namespace else []
+        self.args = self.wrapper + self.args
         self.proc = None
         self.client = None
         # A service manager's descriptor store, as systemd's with
@@ -256,8 +258,9 @@ class AgentProcess(ServiceProcess):
     module = 'blobcr_agent.cmd.agent'
 
     def __init__(self, workdir, backend, settings=None, pid_namespace=False,
-                 fd_store=False, command=None):
+                 fd_store=False, command=None, user=None):
         super().__init__(workdir, [], pid_namespace, fd_store, command)
+        self.user = user
         self.state_path = os.path.join(self.workdir, 'state')
         conf = store_conf(backend)
         conf.setdefault('agent', {}).update(
@@ -267,8 +270,32 @@ class AgentProcess(ServiceProcess):
         for section, values in (settings or {}).items():
             conf.setdefault(section, {}).update(values)
         self.conffile = os.path.join(self.workdir, 'blobcr.conf')
+        if user:
+            self._run_as(user, conf)
         write_conf(self.conffile, conf)
         self.args += ['--config-file', self.conffile]
+
+    def _run_as(self, user, conf):
+        """Run the agent as ``user`` (made by tools/agent-user.sh), as
+        etc/systemd/blobcr-agent.service does with User=: its own
+        directories become the user's; its configuration stays root's
+        (the privileged daemon trusts it); the privileged daemon starts
+        through sudo, whose rule the same script wrote.
+        """
+        pw = pwd.getpwnam(user)
+        helper = os.path.join(os.path.dirname(sys.executable),
+                              'privsep-helper')
+        conf.setdefault(blobcr_conf.PRIVILEGED_SECTION, {}).update(
+            helper_command='sudo %s --config-file %s'
+            % (helper, self.conffile))
+        for path in (self.workdir, os.path.dirname(self.control)):
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+        if self.fd_store is not None:
+            self.fd_store.allow(pw.pw_uid)
+        at = len(self.wrapper)
+        self.args = self.args[:at] + [
+            'setpriv', '--reuid', str(pw.pw_uid), '--regid',
+            str(pw.pw_gid), '--init-groups', '--'] + self.args[at:]
 
     # An agent SIGKILLed (by a test, or here when it does not stop in
     # time) leaves its loop devices for the next agent to release: at a

@@ -96,6 +96,13 @@ class FdStore(object):
                  ','.join(map(str, fds)), ':'.join(names), '--'] +
                 list(args), tuple(fds))
 
+    def allow(self, uid):
+        """Let user ``uid`` notify the store (its service runs as it), as
+        systemd's notify socket lets a unit's User=.
+        """
+        os.chown(self.dir, uid, -1)
+        os.chown(self.path, uid, -1)
+
     def env(self):
         env = dict(os.environ)
         # As systemd 254 sets them for FileDescriptorStoreMax=4.

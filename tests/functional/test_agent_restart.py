@@ -32,6 +32,7 @@ import time
 import pytest
 
 from blobcr_agent.mirror import connection
+from blobcr_agent.privileged import fuse
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
 from blobcr_lab import seq_writer
@@ -53,9 +54,10 @@ def _progress(writers, count):
         time.sleep(0.05)
 
 
-def test_guests_see_a_pause_not_an_error(tmp_path, agent_factory):
-    backend = local.LocalBackend(str(tmp_path / 'store'))
-    agent = agent_factory(backend, {
+def test_guests_see_a_pause_not_an_error(agent_place, agent_factory):
+    # As root, and as the agent's own user: fusermount3's mount, taken
+    # over all the same, dead connections aborted by the daemon.
+    agent = agent_place.local_agent(agent_factory, {
         'agent': {'quiesce': 'none'},
         'repository': {'chunk_size': str(CHUNK)}}, fd_store=True)
     agent.fd_store.wait_for(connection.FDNAME)
@@ -98,7 +100,7 @@ def test_guests_see_a_pause_not_an_error(tmp_path, agent_factory):
             # I/O nobody answers would hang the session: it fails now.
             for conn in connection.connections(
                     [os.path.join(agent.mount, 'images')]):
-                connection.abort(conn)
+                fuse.abort(conn)
         for writer in writers:
             writer.stop()
     with open(agent.log.name, errors='replace') as f:
@@ -124,7 +126,7 @@ def test_guests_see_a_pause_not_an_error(tmp_path, agent_factory):
     # The restarted agent's mirror checkpoints what the guest wrote.
     version = call('checkpoint', image=image)['version']
     assert call('wait_stable', image=image, version=version) == 'stable'
-    repo = repository.Repository(local.LocalBackend(backend.root),
+    repo = repository.Repository(local.LocalBackend(agent.backend.root),
                                  chunk_size=CHUNK)
     try:
         assert repo.read(image, version, 0, SIZE) == \
@@ -142,16 +144,15 @@ def test_guests_see_a_pause_not_an_error(tmp_path, agent_factory):
 
 
 @pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGKILL])
-def test_without_a_store_a_restart_still_comes_up(tmp_path, agent_factory,
-                                                  signum):
+def test_without_a_store_a_restart_still_comes_up(agent_place,
+                                                  agent_factory, signum):
     """No descriptor store: the dead mount is aborted and cleared by the
     next agent, which serves the image again (guests holding the old
     file get errors, as agent.rst says).
     """
-    backend = local.LocalBackend(str(tmp_path / 'store'))
-    agent = agent_factory(backend, {'agent': {'quiesce': 'none'},
-                                    'repository': {'chunk_size':
-                                                   str(CHUNK)}})
+    agent = agent_place.local_agent(agent_factory, {
+        'agent': {'quiesce': 'none'},
+        'repository': {'chunk_size': str(CHUNK)}})
     image = agent.client.call('create_image', name='v', size=SIZE)['id']
     path = agent.client.call('attach', image=image)['path']
     with open(path, 'r+b') as f:
@@ -163,16 +164,15 @@ def test_without_a_store_a_restart_still_comes_up(tmp_path, agent_factory,
         assert f.read(4096) == b'kept' * 1024
 
 
-def test_a_connection_that_cannot_be_taken_over_is_replaced(tmp_path,
-                                                            agent_factory):
+def test_a_connection_that_cannot_be_taken_over_is_replaced(
+        agent_place, agent_factory):
     """A kept connection the next agent cannot serve (here: its saved
     FUSE_INIT is not one) is aborted and the agent mounts afresh: the
     guests' open files fail instead of waiting forever, and the image
     reads again on the new mount.
     """
-    backend = local.LocalBackend(str(tmp_path / 'store'))
-    agent = agent_factory(backend, {'agent': {'quiesce': 'none'}},
-                          fd_store=True)
+    agent = agent_place.local_agent(
+        agent_factory, {'agent': {'quiesce': 'none'}}, fd_store=True)
     agent.fd_store.wait_for(connection.FDNAME)
     image = agent.client.call('create_image', name='v', size=SIZE)['id']
     path = agent.client.call('attach', image=image)['path']

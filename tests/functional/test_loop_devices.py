@@ -39,7 +39,7 @@ import time
 import pytest
 
 from blobcr_agent.manager import loopdevs
-from blobcr_agent.repository.backends import local
+from blobcr_agent.privileged import loop as privileged_loop
 from blobcr_agent.repository import repository
 from blobcr_common import exception
 
@@ -51,11 +51,12 @@ pytestmark = pytest.mark.skipif(not os.path.exists('/dev/loop-control'),
 
 
 @pytest.fixture
-def agent(tmp_path, agent_factory):
-    backend = local.LocalBackend(str(tmp_path / 'store'))
-    a = agent_factory(backend, {'agent': {'quiesce': 'none'},
-                                'repository': {'chunk_size': str(CHUNK)}})
-    a.backend = backend
+def agent(agent_place, agent_factory):
+    # As root, and as its own user with the devices set up and released
+    # by its privileged daemon.
+    a = agent_place.local_agent(agent_factory, {
+        'agent': {'quiesce': 'none'},
+        'repository': {'chunk_size': str(CHUNK)}})
     yield a
     # A test that failed with an agent down leaves its devices: the lab
     # releases them at the stop (by the record the agent keeps), never
@@ -149,7 +150,7 @@ def test_after_a_kill_the_link_names_a_new_device_over_the_volume(agent):
     try:
         agent.kill()
         # Still set up, over a file of the dead mount.
-        assert loopdevs.identity(device) is not None
+        assert privileged_loop.identity(device) is not None
         agent.start()
         # Restored once the mount serves, beside the other requests.
         deadline = time.monotonic() + 30
@@ -174,7 +175,7 @@ def test_after_a_kill_the_link_names_a_new_device_over_the_volume(agent):
     finally:
         os.close(held)
     # Freed once its last user closed it.
-    assert loopdevs.identity(device) is None
+    assert privileged_loop.identity(device) is None
 
 
 def test_a_device_another_process_took_is_left_alone(agent, tmp_path):
