@@ -20,10 +20,9 @@
 #   - user_allow_other in /etc/fuse.conf, so that a mount made through
 #     fusermount3 by that user lets root (QEMU, losetup) in;
 #   - a sudoers rule that lets it start the privileged daemon from the
-#     virtualenv VENV (oslo.privsep's privsep-helper). The lab's
-#     configuration files vary per test, so this rule leaves the
-#     arguments open; install.rst gives the rule of a real host, which
-#     names its one configuration file.
+#     virtualenv VENV through blobcr-privsep-helper, which takes no
+#     argument but a root-owned configuration file, the context and the
+#     socket path (the lab's configuration files vary per test).
 #   bash tools/agent-user.sh VENV
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -46,8 +45,8 @@ fi
 # reads it (no dot in the name).
 rule=/etc/sudoers.d/blobcr-agent-$(echo -n "$venv" | md5sum | cut -c1-12)
 staged=$(mktemp)
-echo "$user ALL=(root) NOPASSWD: $venv/bin/privsep-helper *" > "$staged"
+echo "$user ALL=(root) NOPASSWD: $venv/bin/blobcr-privsep-helper" > "$staged"
 visudo -cqf "$staged"
 install -m 0440 "$staged" "$rule"
 rm -f "$staged"
-echo "agent-user: $user may start $venv/bin/privsep-helper ($rule)" >&2
+echo "agent-user: $user may start $venv/bin/blobcr-privsep-helper ($rule)" >&2

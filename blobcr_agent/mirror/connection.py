@@ -74,7 +74,7 @@ def kernel_resends(init):
 def connections(paths):
     """The FUSE connection ids (device minors) of the mounts at ``paths``."""
     wanted = {os.path.normpath(p) for p in paths}
-    return [conn for conn, path in fuse.mounts() if path in wanted]
+    return [conn for conn, path, _source in fuse.mounts() if path in wanted]
 
 
 class KeptConnection(object):

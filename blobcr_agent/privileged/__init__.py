@@ -78,10 +78,3 @@ def start():
             'cannot start the privileged daemon (%s): is privsep-helper '
             'allowed to this user by sudoers ([%s] helper_command)?'
             % (e, SECTION))
-
-
-def images_dir():
-    """The one directory whose files the daemon may loop over: the
-    configured mount's ``images/``, symbolic links resolved.
-    """
-    return os.path.realpath(os.path.join(CONF.agent.mountpoint, 'images'))

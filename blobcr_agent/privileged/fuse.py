@@ -28,22 +28,48 @@ from blobcr_common import exception
 LOG = logging.getLogger(__name__)
 
 FUSECTL = '/sys/fs/fuse/connections'
+# The mirror's mounts' fsname (mirror/service.py, native/fuseloop.c).
+SOURCE = 'blobcr'
 
 
 def mounts():
-    """(connection id, mount point) of every FUSE mount this process
-    sees, from /proc/self/mountinfo (never stat: a mount whose server is
-    gone but whose connection is kept would not answer).
+    """(connection id, mount point, source) of every FUSE mount this
+    process sees, from /proc/self/mountinfo (never stat: a mount whose
+    server is gone but whose connection is kept would not answer). Its
+    paths are the kernel's: no symbolic link in them.
     """
     found = []
     with open('/proc/self/mountinfo') as f:
         for line in f:
             fields = line.split()
-            fstype = fields[fields.index('-') + 1]
-            if fstype.startswith('fuse'):
+            dash = fields.index('-')
+            if fields[dash + 1].startswith('fuse'):
                 found.append((int(fields[2].split(':')[1]),
-                              fields[4].encode().decode('unicode_escape')))
+                              fields[4].encode().decode('unicode_escape'),
+                              fields[dash + 2]))
     return found
+
+
+def images_mount():
+    """(path, st_dev) of this agent's images mount: a FUSE mount named
+    ``blobcr`` right at the configured ``<mountpoint>/images``. Matched
+    on mountinfo's path, never by resolving a link: the agent's user
+    owns the directories on the way, and could point them elsewhere.
+    """
+    path = os.path.normpath(os.path.join(privileged.CONF.agent.mountpoint,
+                                         'images'))
+    found = [conn for conn, where, source in mounts()
+             if where == path and source == SOURCE]
+    if not found:
+        raise exception.InvalidInput(
+            'no BlobCR FUSE mount at %s ([agent] mountpoint must name it '
+            'without symbolic links)' % path)
+    return path, os.makedev(0, found[-1])
+
+
+def live_connection(conn):
+    """Whether FUSE connection ``conn`` exists (mounted or not)."""
+    return os.path.isdir(os.path.join(FUSECTL, str(conn)))
 
 
 def abort(conn):
@@ -55,13 +81,14 @@ def abort(conn):
 
 @privileged.default.entrypoint
 def _abort_own_connection(conn):
-    top = os.path.realpath(privileged.CONF.agent.mountpoint)
-    if not isinstance(conn, int) or not any(
-            found == conn and (path == top or path.startswith(top + os.sep))
-            for found, path in mounts()):
+    top = os.path.normpath(privileged.CONF.agent.mountpoint)
+    if type(conn) is not int or not any(
+            found == conn and source == SOURCE and
+            (path == top or path.startswith(top + os.sep))
+            for found, path, source in mounts()):
         raise exception.InvalidInput(
-            'FUSE connection %r is not mounted under %s: not aborted'
-            % (conn, top))
+            'FUSE connection %r is not a BlobCR mount under %s: not '
+            'aborted' % (conn, top))
     return _abort(conn)
 
 

@@ -24,6 +24,7 @@ import errno
 import fcntl
 import os
 import re
+import stat
 import struct
 import subprocess
 
@@ -36,6 +37,17 @@ from blobcr_common import exception
 LOOP_GET_STATUS64 = 0x4C05
 LOOP_CLR_FD = 0x4C01
 LOOP_INFO64 = struct.Struct('=QQQQQIIII64s64s32s2Q')
+# struct loop_config: fd, block_size, loop_info64, 8 reserved u64; the
+# ioctl that sets a device up from it in one step, the control device's
+# that finds a free one, and the flag of direct I/O.
+LOOP_CONFIG_HEAD = struct.Struct('=II')
+LOOP_CONFIG_TAIL = 64
+LOOP_CONFIGURE = 0x4C0A
+LOOP_CTL_GET_FREE = 0x4C82
+LO_FLAGS_DIRECT_IO = 16
+# What reading a loop device's status gives when its backing file is on
+# a FUSE connection that died.
+DEAD_FUSE = (errno.ENOTCONN, errno.ECONNABORTED)
 LOOP_DEVICE = re.compile(r'/dev/loop[0-9]+\Z')
 
 
@@ -68,24 +80,70 @@ def identity(device):
 
 
 # -- the entry points: what an unprivileged agent may ask ---------------
+# Each works on descriptors it opened and checked itself, never on a path
+# or device name twice: the agent's user owns the directories on the way
+# and serves the mount's files.
 
 @privileged.default.entrypoint
 def _attach_image_file(path):
-    return _losetup_attach(_image_file(path))
+    images, dev = fuse.images_mount()
+    name = os.path.basename(path) if isinstance(path, str) else ''
+    if not isinstance(path, str) or name in ('', '.', '..') or \
+            os.path.normpath(os.path.dirname(path)) != images:
+        raise exception.InvalidInput(
+            '%r is not a file of %s: no loop device over it'
+            % (path, images))
+    top = os.open(images, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW |
+                  os.O_CLOEXEC)
+    try:
+        if os.fstat(top).st_dev != dev:
+            raise exception.InvalidInput(
+                '%s is not the BlobCR mount any more' % images)
+        fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=top)
+    finally:
+        os.close(top)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_dev != dev:
+            raise exception.InvalidInput(
+                '%s is not a regular file of the BlobCR mount' % path)
+        return _configure(fd, path)
+    finally:
+        os.close(fd)
 
 
 @privileged.default.entrypoint
 def _detach_image_device(device):
     _check_device(device)
-    backing = _backing_file(device)
-    if backing is None:
+    try:
+        fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
         return None
-    if os.path.dirname(backing) != privileged.images_dir() and not \
-            _on_detached_mount(device, backing):
-        raise exception.InvalidInput(
-            'loop device %s loops over %s, not over a file of %s: not '
-            'detached' % (device, backing, privileged.images_dir()))
-    return _clear(device)
+    try:
+        try:
+            found = _read_status(fd)
+        except OSError as e:
+            # Its backing file's attributes cannot be read: a file of a
+            # FUSE connection that died, named as it was (the mount is
+            # still there) or from the root of a mount detached since
+            # ("/<image>"). It serves nothing any more.
+            if e.errno not in DEAD_FUSE or not _dead_image_name(
+                    _backing_file(device) or ''):
+                raise
+        else:
+            if found is None:
+                return None
+            if not _ours(found[0]):
+                raise exception.InvalidInput(
+                    'loop device %s does not loop over a file of this '
+                    'agent\'s mount: not detached' % device)
+        fcntl.ioctl(fd, LOOP_CLR_FD, 0)
+    except OSError as e:
+        raise exception.BackendUnavailable('cannot detach loop device %s: '
+                                           '%s' % (device, e))
+    finally:
+        os.close(fd)
 
 
 @privileged.default.entrypoint
@@ -95,24 +153,6 @@ def _loop_identity(device):
 
 
 # -- checks -------------------------------------------------------------
-
-def _image_file(path):
-    """``path`` if it is a regular file right in the images directory."""
-    name = os.path.basename(path)
-    parent = os.path.realpath(os.path.dirname(os.path.abspath(path)))
-    if parent != privileged.images_dir() or name in ('', '.', '..'):
-        raise exception.InvalidInput(
-            '%s is not a file of %s: no loop device over it'
-            % (path, privileged.images_dir()))
-    full = os.path.join(parent, name)
-    try:
-        st = os.lstat(full)
-    except OSError as e:
-        raise exception.InvalidInput('%s: %s' % (full, e.strerror))
-    if not (st.st_mode & 0o170000) == 0o100000:
-        raise exception.InvalidInput('%s is not a regular file' % full)
-    return full
-
 
 def _check_device(device):
     if not isinstance(device, str) or not LOOP_DEVICE.match(device):
@@ -129,21 +169,25 @@ def _backing_file(device):
         return None
 
 
-def _on_detached_mount(device, backing):
-    """Whether ``backing`` is how the kernel names a file of a FUSE
-    mount detached since (from that mount's root: "/<image>"), on a
-    connection no longer mounted anywhere: what an agent that died
-    leaves. A file of a block device's filesystem never qualifies.
+def _dead_image_name(backing):
+    images = os.path.normpath(os.path.join(
+        privileged.CONF.agent.mountpoint, 'images'))
+    return backing.count('/') == 1 or os.path.dirname(backing) == images
+
+
+def _ours(backing_dev):
+    """Whether a file on device ``backing_dev`` is this agent's: on its
+    images mount, or on a FUSE connection that is mounted nowhere any
+    more (what an agent that died leaves behind it).
     """
-    if backing.count('/') != 1:
-        return False
-    found = _status(device)
-    if found is None:
-        return False
-    major, minor = os.major(found[0]), os.minor(found[0])
-    if major != 0:
-        return False
-    return minor not in {conn for conn, _path in fuse.mounts()}
+    try:
+        if backing_dev == fuse.images_mount()[1]:
+            return True
+    except exception.InvalidInput:
+        pass                        # not mounted now: a restart
+    conn = os.minor(backing_dev)
+    return os.major(backing_dev) == 0 and fuse.live_connection(conn) and \
+        conn not in {found for found, _path, _source in fuse.mounts()}
 
 
 # -- the operations -----------------------------------------------------
@@ -176,16 +220,53 @@ def _clear(device):
 
 def _status(device):
     try:
-        fd = os.open(device, os.O_RDONLY)
+        fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    try:
+        return _read_status(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_status(fd):
+    """[device, inode] of the backing file of the loop device open as
+    ``fd``; None if it is free.
+    """
     try:
         info = fcntl.ioctl(fd, LOOP_GET_STATUS64, bytes(LOOP_INFO64.size))
     except OSError as e:
         if e.errno == errno.ENXIO:
             return None
         raise
-    finally:
-        os.close(fd)
     lo_device, lo_inode = LOOP_INFO64.unpack(info)[:2]
     return [lo_device, lo_inode]
+
+
+def _configure(fd, path):
+    """A free loop device over the open file ``fd`` (direct I/O), as
+    ``losetup --find --direct-io=on`` sets it up, without a path to
+    resolve again; its name.
+    """
+    info = LOOP_INFO64.pack(0, 0, 0, 0, 0, 0, 0, 0, LO_FLAGS_DIRECT_IO,
+                            os.fsencode(path)[:63], b'', b'', 0, 0)
+    config = LOOP_CONFIG_HEAD.pack(fd, 0) + info + bytes(LOOP_CONFIG_TAIL)
+    control = os.open('/dev/loop-control', os.O_RDWR | os.O_CLOEXEC)
+    try:
+        # Another process may take the free device first: ask again.
+        for _attempt in range(32):
+            number = fcntl.ioctl(control, LOOP_CTL_GET_FREE)
+            device = '/dev/loop%d' % number
+            loop = os.open(device, os.O_RDWR | os.O_CLOEXEC)
+            try:
+                fcntl.ioctl(loop, LOOP_CONFIGURE, config)
+                return device
+            except OSError as e:
+                if e.errno != errno.EBUSY:
+                    raise exception.BackendUnavailable(
+                        'cannot set up %s over %s: %s' % (device, path, e))
+            finally:
+                os.close(loop)
+    finally:
+        os.close(control)
+    raise exception.BackendUnavailable('no free loop device for %s' % path)

@@ -278,13 +278,16 @@ class AgentProcess(ServiceProcess):
     def _run_as(self, user, conf):
         """Run the agent as ``user`` (made by tools/agent-user.sh), as
         etc/systemd/blobcr-agent.service does with User=: its own
-        directories become the user's; its configuration stays root's
-        (the privileged daemon trusts it); the privileged daemon starts
-        through sudo, whose rule the same script wrote.
+        directories become the user's; its configuration stays root's,
+        beside the workdir, in a directory of root's (the privileged
+        daemon reads it, and blobcr-privsep-helper refuses a file the
+        user could replace); the daemon starts through sudo, whose rule
+        the same script wrote.
         """
         pw = pwd.getpwnam(user)
+        self.conffile = self.workdir.rstrip(os.sep) + '.conf'
         helper = os.path.join(os.path.dirname(sys.executable),
-                              'privsep-helper')
+                              'blobcr-privsep-helper')
         conf.setdefault(blobcr_conf.PRIVILEGED_SECTION, {}).update(
             helper_command='sudo %s --config-file %s'
             % (helper, self.conffile))

@@ -12,11 +12,15 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""Run as the agent's user, with the agent's configuration: ask the
-agent's privileged daemon for what a compromised agent might, and print
-what each request got, as JSON ({case: "allowed" or the error's class}).
+"""Run as the agent's user, with a configuration the agent could be
+given: ask that configuration's privileged daemon for what a
+compromised agent might, and print what each request got, as JSON
+({case: "allowed" or the error's class}).
 
-    python privsep_forger.py CONFIG_FILE ROOT_LOOP_DEVICE OUTSIDE_FILE
+    python privsep_forger.py CONFIG_FILE CASES_JSON
+
+CASES_JSON: [[case, entry point, argument], ...], the entry point one of
+attach, detach, identity, abort.
 """
 
 import json
@@ -28,30 +32,19 @@ from blobcr_agent import privileged
 from blobcr_agent.privileged import fuse
 from blobcr_agent.privileged import loop
 
+ENTRY_POINTS = {'attach': loop._attach_image_file,
+                'detach': loop._detach_image_device,
+                'identity': loop._loop_identity,
+                'abort': fuse._abort_own_connection}
+
 
 def main():
-    config, device, outside = sys.argv[1:4]
+    config, cases = sys.argv[1], json.loads(sys.argv[2])
     conf.CONF(['--config-file', config], project='blobcr')
-    images = os.path.join(conf.CONF.agent.mountpoint, 'images')
-    cases = {
-        'attach a system file': (loop._attach_image_file, '/etc/shadow'),
-        'attach a file outside images/': (loop._attach_image_file, outside),
-        'attach through ..': (loop._attach_image_file,
-                              os.path.join(images, '..', '..',
-                                           os.path.basename(outside))),
-        'attach images/ itself': (loop._attach_image_file, images),
-        'detach a device of root': (loop._detach_image_device, device),
-        'detach a disk': (loop._detach_image_device, '/dev/vda'),
-        'detach a forged name': (loop._detach_image_device,
-                                 '/dev/loop0 /dev/vda'),
-        'read a disk': (loop._loop_identity, '/dev/vda'),
-        'abort a connection not ours': (fuse._abort_own_connection, 999999),
-        'abort with a string': (fuse._abort_own_connection, '1'),
-    }
     got = {}
-    for case, (call, arg) in cases.items():
+    for case, entry_point, arg in cases:
         try:
-            call(arg)
+            ENTRY_POINTS[entry_point](arg)
             got[case] = 'allowed'
         except Exception as e:
             got[case] = type(e).__name__

@@ -28,6 +28,8 @@ import sys
 
 import pytest
 
+from blobcr_agent.mirror import connection
+
 
 SIZE = 1 << 20
 # linux/capability.h.
@@ -96,33 +98,131 @@ def test_the_agent_holds_nothing_and_its_daemon_two_capabilities(agent,
                               % os.path.basename(device))
 
 
-def test_forged_requests_to_the_daemon_are_refused(agent, user_space,
-                                                   tmp_path):
-    """What the agent's user could ask its daemon, were it compromised:
-    every request outside this agent's images and devices is refused,
-    and root's own loop device stays attached.
+def _as_user(user_space, argv, **kwargs):
+    return subprocess.run(
+        ['setpriv', '--reuid', user_space.user, '--regid', user_space.user,
+         '--init-groups', '--'] + argv, capture_output=True, text=True,
+        timeout=120, **kwargs)
+
+
+def _forge(user_space, conffile, cases):
+    """What the daemon of ``conffile`` answered each of ``cases``
+    (privsep_forger.py), asked as the agent's user.
     """
+    done = _as_user(user_space, [sys.executable, FORGER, conffile,
+                                 json.dumps(cases)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got.pop('uid') != 0
+    return got
+
+
+def _loop_over(path):
+    return subprocess.run(['losetup', '--find', '--show', str(path)],
+                          check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _backing(device):
+    with open('/sys/block/%s/loop/backing_file'
+              % os.path.basename(device)) as f:
+        return f.read().strip()
+
+
+def test_forged_requests_to_the_daemon_are_refused(agent, user_space,
+                                                   agent_factory, tmp_path):
+    """What the agent's user could ask its daemon, were it compromised:
+    every request outside this agent's images and devices is refused;
+    root's loop devices and another BlobCR mount are left as they were.
+    """
+    images = os.path.join(agent.mount, 'images')
     outside = os.path.join(agent.workdir, 'outside.raw')
     with open(outside, 'wb') as f:
         f.truncate(SIZE)
+    # Root's loop devices: over a file of a disk's file system, and over
+    # a file of a tmpfs detached since (named "/x", major 0, like a dead
+    # agent's FUSE file).
     backing = tmp_path / 'root.raw'
     backing.write_bytes(bytes(SIZE))
-    device = subprocess.run(['losetup', '--find', '--show', str(backing)],
-                            check=True, capture_output=True,
-                            text=True).stdout.strip()
+    shm = tmp_path / 'shm'
+    shm.mkdir()
+    subprocess.run(['mount', '-t', 'tmpfs', 'none', str(shm)], check=True)
+    (shm / 'x').write_bytes(bytes(SIZE))
+    devices = [_loop_over(backing), _loop_over(shm / 'x')]
+    subprocess.run(['umount', '-l', str(shm)], check=True)
+    # Another BlobCR mount, root's agent's: its connection.
+    other = agent_factory(agent.backend, {'agent': {'quiesce': 'none'}})
+    image = other.client.call('create_image', name='o', size=SIZE)['id']
+    other_file = other.client.call('attach', image=image)['path']
+    other_conn, = connection.connections([os.path.dirname(other_file)])
+    # The agent's user points a directory it owns at /etc, as it could
+    # with its own mnt/images once unmounted; a configuration of root's
+    # names it.
+    fake = os.path.join(user_space.path, 'fake')
+    os.makedirs(fake)
+    os.symlink('/etc', os.path.join(fake, 'images'))
+    user_space.own(fake)
+    fake_conf = os.path.join(user_space.path, 'fake.conf')
+    with open(agent.conffile) as f:
+        text = f.read().replace(agent.mount, fake)
+    with open(fake_conf, 'w') as f:
+        f.write(text)
     try:
-        done = subprocess.run(
-            ['setpriv', '--reuid', user_space.user, '--regid',
-             user_space.user, '--init-groups', '--', sys.executable,
-             FORGER, agent.conffile, device, outside],
-            capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr[-3000:]
-        got = json.loads(done.stdout.splitlines()[-1])
-        with open('/sys/block/%s/loop/backing_file'
-                  % os.path.basename(device)) as f:
-            assert f.read().strip() == str(backing)
+        got = _forge(user_space, agent.conffile, [
+            ['attach a system file', 'attach', '/etc/shadow'],
+            ['attach a file beside images/', 'attach', outside],
+            ['attach through ..', 'attach', os.path.join(
+                images, '..', '..', os.path.basename(outside))],
+            ['attach images/ itself', 'attach', images],
+            ['attach with a list', 'attach', [images, 'x']],
+            ['attach a file of another mount', 'attach', other_file],
+            ['detach a device of root', 'detach', devices[0]],
+            ['detach root\'s on a detached tmpfs', 'detach', devices[1]],
+            ['detach a disk', 'detach', '/dev/vda'],
+            ['detach a forged name', 'detach', '/dev/loop0 /dev/vda'],
+            ['read a disk', 'identity', '/dev/vda'],
+            ['abort another BlobCR mount', 'abort', other_conn],
+            ['abort a connection of nobody', 'abort', 999999],
+            ['abort with a string', 'abort', str(other_conn)],
+        ])
+        got.update(_forge(user_space, fake_conf, [
+            ['attach through a linked images/', 'attach',
+             os.path.join(fake, 'images', 'shadow')]]))
+        assert [_backing(d) for d in devices] == [str(backing), '/x']
+        with open(other_file, 'rb') as f:
+            assert f.read(4096) == bytes(4096)      # still served
     finally:
-        subprocess.run(['losetup', '--detach', device], check=False)
-    assert got.pop('uid') != 0
-    assert got == {case: "InvalidInput" for case in got}, got
-    assert len(got) == 10
+        for device in devices:
+            subprocess.run(['losetup', '--detach', device], check=False)
+    assert got == {case: 'InvalidInput' for case in got}, got
+    assert len(got) == 15
+
+
+def test_the_helper_takes_no_argument_of_the_users_choosing(agent,
+                                                            user_space):
+    """sudo lets the agent's user run blobcr-privsep-helper with any
+    arguments: the helper itself refuses all but its own, and a
+    configuration file the user could write.
+    """
+    helper = os.path.join(os.path.dirname(sys.executable),
+                          'blobcr-privsep-helper')
+    planted = os.path.join(user_space.path, 'planted')
+    own_conf = os.path.join(agent.workdir, 'mine.conf')
+    with open(agent.conffile) as f, open(own_conf, 'w') as g:
+        g.write(f.read())
+    user_space.own(own_conf)
+    sock = ['--privsep_context', 'blobcr_agent.privileged.default',
+            '--privsep_sock_path', os.path.join(agent.workdir,
+                                                'privsep.sock')]
+    for args in (['--config-file', agent.conffile, '--log-file', planted]
+                 + sock,
+                 ['--config-file', agent.conffile, '--config-file',
+                  own_conf] + sock,
+                 ['--config-file', own_conf] + sock,
+                 ['--config-file', agent.conffile, '--privsep_context',
+                  'os_brick.privileged.default', '--privsep_sock_path',
+                  '/tmp/x/privsep.sock']):
+        done = _as_user(user_space, ['sudo', '-n', helper] + args)
+        assert done.returncode == 2 and 'refused' in done.stderr, \
+            (args, done.returncode, done.stderr[-2000:])
+    assert not os.path.exists(planted)
