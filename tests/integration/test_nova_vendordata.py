@@ -93,9 +93,12 @@ print(json.dumps(out))
 '''
 
 
-def run_nova(conf, instances=(), signatures=()):
+def run_nova(conf, instances=(), signatures=(), python=sys.executable):
+    """What Nova's own code (``python``'s Nova) makes of ``instances``'
+    vendordata and of metadata-proxy ``signatures``.
+    """
     proc = subprocess.run(
-        [sys.executable, '-c', NOVA_SCRIPT], capture_output=True, text=True,
+        [python, '-c', NOVA_SCRIPT], capture_output=True, text=True,
         timeout=120, input=json.dumps({
             'conf': conf, 'instances': list(instances),
             'signatures': [list(s) for s in signatures]}))
@@ -191,7 +194,11 @@ class VendordataService(object):
     command) with its own configuration file, stopped by its pid.
     """
 
-    def __init__(self, directory, stack, user, endpoint_url):
+    def __init__(self, directory, stack, user, endpoint_url, command=None):
+        # command: the console script of another install
+        # (test_separate_venvs.py), not this venv's module.
+        self.command = command or [sys.executable, '-m',
+                                   'blobcr_nova.vendordata']
         self.port = stack_module.free_port()
         self.url = 'http://127.0.0.1:%d/' % self.port
         self.conffile = os.path.join(directory, 'nova-vendordata.conf')
@@ -214,8 +221,8 @@ class VendordataService(object):
     def start(self, timeout=60):
         with open(self.logfile, 'ab') as log:
             self.proc = subprocess.Popen(
-                [sys.executable, '-m', 'blobcr_nova.vendordata',
-                 '--config-file', self.conffile], stdin=subprocess.DEVNULL,
+                self.command + ['--config-file', self.conffile],
+                stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)
         deadline = time.monotonic() + timeout

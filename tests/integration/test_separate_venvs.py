@@ -23,6 +23,13 @@ each into a virtualenv of its own (blobcr_lab/service_venvs.py):
 - the agent's: the wheels of blobcr-common and of the agent (its C core
   built by pip). That blobcr-agent serves RPC on the session's bus, and
   a volume attached through it takes a checkpoint the store holds.
+- nova-compute's: Nova from PyPI and the wheels of blobcr-common and
+  blobcr-nova. Its blobcr-vendordata answers Nova's own vendordata code
+  (run with that venv's Nova), and a guest checkpoints with the
+  credentials Nova hands it.
+- Horizon's: Horizon from PyPI and the wheels of python-blobcrclient and
+  blobcr-dashboard. The panel's view tests pass there, under Django's
+  test runner.
 
 Opt-in (``BLOBCR_SEPARATE_VENVS=1``): the venv takes minutes to build
 the first time (Cinder and its libraries from PyPI); it is kept under
@@ -30,6 +37,7 @@ the first time (Cinder and its libraries from PyPI); it is kept under
 """
 
 import os
+import re
 import subprocess
 import time
 import uuid
@@ -42,6 +50,8 @@ from blobcr_lab import agents
 from blobcr_lab import cinder_hosts as cinder_hosts_module
 from blobcr_lab import openstack as stack_module
 from blobcr_lab import service_venvs
+from tests.integration import test_nova_vendordata as vendordata
+from tests.integration.test_nova_vendordata import identities  # noqa
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get('BLOBCR_SEPARATE_VENVS'),
@@ -65,6 +75,18 @@ def cinder_volume_bin(tmp_path_factory):
     # Cinder and the driver of its database (the stack's PostgreSQL).
     return _venv(tmp_path_factory, ['cinder==29.*', 'psycopg2-binary'],
                  ['blobcr-common', 'blobcr-cinder'])
+
+
+@pytest.fixture(scope='module')
+def nova_bin(tmp_path_factory):
+    return _venv(tmp_path_factory, ['nova==34.*'],
+                 ['blobcr-common', 'blobcr-nova'])
+
+
+@pytest.fixture(scope='module')
+def horizon_bin(tmp_path_factory):
+    return _venv(tmp_path_factory, ['horizon==27.*'],
+                 ['python-blobcrclient', 'blobcr-dashboard'])
 
 
 @pytest.fixture(scope='module')
@@ -190,3 +212,70 @@ def test_the_driver_runs_from_cinder_volumes_own_venv(
                         'service', 'remove', 'cinder-volume',
                         '%s@%s' % (host, name)], capture_output=True,
                        timeout=120)
+
+
+def test_the_nova_side_runs_from_novas_own_venv(nova_bin, openstack_cloud,
+                                                identities,  # noqa: F811
+                                                tmp_path):
+    # Nova and the Nova side; nothing of the agent, Cinder or the lab.
+    assert service_venvs.importable(
+        nova_bin, AGENT_ONLY + ['cinder', 'blobcr_cinder', 'blobcr_lab']) \
+        == []
+    nova_side = ['nova.api.metadata.vendordata_dynamic',
+                 'blobcr_nova.vendordata', 'blobcr_nova.listener',
+                 'blobcr_nova.brick_connector', 'blobcr_nova.libvirt_volume']
+    assert service_venvs.importable(nova_bin, nova_side) == nova_side
+    users, projects = identities
+    host = vendordata.Host(str(tmp_path), projects).start()
+    service = None
+    try:
+        service = vendordata.VendordataService(
+            str(tmp_path), openstack_cloud, users['blobcr'], host.url,
+            command=[os.path.join(nova_bin, 'blobcr-vendordata')]).start()
+        conf = vendordata.nova_conf(str(tmp_path / 'nova.conf'),
+                                    openstack_cloud, service.url,
+                                    user=users['nova'])
+        out = vendordata.run_nova(
+            conf, [{'uuid': host.instances['A'],
+                    'project': host.projects['A'], 'hostname': 'vm-a'}],
+            python=os.path.join(nova_bin, 'python'))
+        document, = out['vendordata']
+        assert document['blobcr']['instance_id'] == host.instances['A'], \
+            document
+        guest = vendordata.guest_of(document, tmp_path)
+        before = host.committed('A')
+        taken = guest.checkpoint(sync=False)
+        assert guest.wait_stable(taken.version, timeout=60) == 'stable'
+        assert host.committed('A') == before + [taken.version]
+    finally:
+        if service is not None:
+            assert service.stop() == 0, service.log()
+        host.stop()
+
+
+def test_the_panel_runs_from_horizons_own_venv(horizon_bin):
+    assert service_venvs.importable(
+        horizon_bin, AGENT_ONLY + ['cinder', 'nova', 'blobcr_cinder',
+                                   'blobcr_nova', 'blobcr_lab']) == []
+    panel = ['openstack_dashboard', 'blobcr_dashboard.enabled',
+             'blobcrclient.osc.plugin']
+    assert service_venvs.importable(horizon_bin, panel) == panel
+    # The view tests of the tree, the panel and client from the wheels
+    # (the tree's top holds neither package: they sit one level down).
+    env = dict(os.environ, PYTHONWARNINGS='ignore')
+    env.pop('DJANGO_SETTINGS_MODULE', None)
+    done = subprocess.run(
+        [os.path.join(horizon_bin, 'python'), '-m', 'django', 'test',
+         '--noinput', '--settings=tests.dashboard.settings',
+         'tests.dashboard.views_tests'],
+        cwd=blobcr_lab.SOURCE, env=env, capture_output=True, text=True,
+        timeout=900)
+    assert done.returncode == 0, done.stderr[-6000:]
+    ran = re.search(r'Ran (\d+) test', done.stderr)
+    assert ran and int(ran.group(1)) > 0, done.stderr[-3000:]
+    where = subprocess.run(
+        [os.path.join(horizon_bin, 'python'), '-c',
+         'import blobcr_dashboard; print(blobcr_dashboard.__file__)'],
+        cwd=blobcr_lab.SOURCE, capture_output=True, text=True, check=True)
+    assert where.stdout.startswith(os.path.dirname(horizon_bin)), \
+        where.stdout
