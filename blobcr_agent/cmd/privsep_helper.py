@@ -21,12 +21,13 @@ argument of that user's choosing beyond what the daemon needs:
         --privsep_sock_path DIR/privsep.sock
 
 The daemon's checks read the configuration (the mount point it guards,
-its capabilities), so FILE (default /etc/blobcr/blobcr.conf) must be
-root's and writable by root alone, and so must every directory on its
-path (a root-owned sticky directory such as /tmp passes: nobody else
-can rename root's entries there). Any other argument, a second
-configuration file, or a log file, is refused: a sudoers rule cannot
-say that much by itself.
+its capabilities, its logging), so FILE (default
+/etc/blobcr/blobcr.conf) must be a file of /etc/blobcr, root's and
+writable by root alone, with one link, in directories that are root's
+alone all the way up: not a file whose contents another user chose (a
+/proc file of a process it started, a link it made). Any other
+argument, a second configuration file, or a log file, is refused: a
+sudoers rule cannot say that much by itself.
 """
 
 import os
@@ -34,7 +35,8 @@ import stat
 import sys
 
 CONTEXT = 'blobcr_agent.privileged.default'
-DEFAULT_CONFIG = '/etc/blobcr/blobcr.conf'
+CONFIG_DIR = '/etc/blobcr'
+DEFAULT_CONFIG = CONFIG_DIR + '/blobcr.conf'
 SOCKET_NAME = 'privsep.sock'
 
 
@@ -64,11 +66,14 @@ def parse(argv):
 
 
 def check_root_only(path):
-    """Refused unless ``path`` and every directory above it are root's
-    and writable by nobody else (sticky directories aside).
+    """Refused unless ``path`` is a regular file of CONFIG_DIR with one
+    link, and it and every directory above it are root's and writable
+    by nobody else.
     """
-    if not os.path.isabs(path) or os.path.normpath(path) != path:
-        raise Refused('%r is not an absolute, normal path' % path)
+    if not isinstance(path, str) or path.startswith('//') or \
+            os.path.normpath(path) != path or \
+            not path.startswith(CONFIG_DIR + os.sep):
+        raise Refused('%r is not a file of %s' % (path, CONFIG_DIR))
     here = path
     while True:
         try:
@@ -77,15 +82,16 @@ def check_root_only(path):
             raise Refused('%s: %s' % (here, e.strerror))
         if stat.S_ISLNK(st.st_mode):
             raise Refused('%s is a symbolic link' % here)
-        if here == path and not stat.S_ISREG(st.st_mode):
-            raise Refused('%s is not a regular file' % here)
-        sticky_dir = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
-        if st.st_uid != 0 or (st.st_mode & 0o022 and not sticky_dir):
+        if here == path and (not stat.S_ISREG(st.st_mode) or
+                             st.st_nlink != 1):
+            raise Refused('%s is not a regular file with one link' % here)
+        if st.st_uid != 0 or st.st_mode & 0o022:
             raise Refused('%s is not root\'s alone (uid %d, mode %o)'
                           % (here, st.st_uid, stat.S_IMODE(st.st_mode)))
-        if here == '/':
+        parent = os.path.dirname(here)
+        if parent == here:
             return
-        here = os.path.dirname(here)
+        here = parent
 
 
 def main(argv=None):

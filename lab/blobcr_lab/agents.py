@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
 from blobcr_agent import conf as blobcr_conf
 from blobcr_agent import control
@@ -34,6 +35,9 @@ from blobcr_agent.mirror import client
 from blobcr_lab import fdstore
 
 
+# Where an unprivileged agent's configuration goes (AgentProcess's
+# _run_as): blobcr-privsep-helper reads none from elsewhere.
+LAB_CONFIG_DIR = '/etc/blobcr/lab'
 # sun_path holds 108 bytes with its terminating NUL.
 SOCKET_PATH_MAX = 107
 
@@ -279,13 +283,15 @@ class AgentProcess(ServiceProcess):
         """Run the agent as ``user`` (made by tools/agent-user.sh), as
         etc/systemd/blobcr-agent.service does with User=: its own
         directories become the user's; its configuration stays root's,
-        beside the workdir, in a directory of root's (the privileged
-        daemon reads it, and blobcr-privsep-helper refuses a file the
-        user could replace); the daemon starts through sudo, whose rule
-        the same script wrote.
+        under /etc/blobcr (the privileged daemon reads it, and
+        blobcr-privsep-helper takes no file from elsewhere); the daemon
+        starts through sudo, whose rule the same script wrote.
         """
         pw = pwd.getpwnam(user)
-        self.conffile = self.workdir.rstrip(os.sep) + '.conf'
+        os.makedirs(LAB_CONFIG_DIR, mode=0o755, exist_ok=True)
+        self.conffile = os.path.join(LAB_CONFIG_DIR, 'agent-%s.conf'
+                                     % uuid.uuid4().hex)
+        atexit.register(_remove, self.conffile)
         helper = os.path.join(os.path.dirname(sys.executable),
                               'blobcr-privsep-helper')
         conf.setdefault(blobcr_conf.PRIVILEGED_SECTION, {}).update(
@@ -321,6 +327,13 @@ class AgentProcess(ServiceProcess):
     def proxy_port(self):
         with open(os.path.join(self.state_path, 'proxy.port')) as f:
             return int(f.read())
+
+
+def _remove(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def store_conf(backend):

@@ -29,6 +29,7 @@ import sys
 import pytest
 
 from blobcr_agent.mirror import connection
+from blobcr_lab import agents
 
 
 SIZE = 1 << 20
@@ -162,7 +163,8 @@ def test_forged_requests_to_the_daemon_are_refused(agent, user_space,
     os.makedirs(fake)
     os.symlink('/etc', os.path.join(fake, 'images'))
     user_space.own(fake)
-    fake_conf = os.path.join(user_space.path, 'fake.conf')
+    fake_conf = os.path.join(agents.LAB_CONFIG_DIR, 'fake-%d.conf'
+                             % os.getpid())
     with open(agent.conffile) as f:
         text = f.read().replace(agent.mount, fake)
     with open(fake_conf, 'w') as f:
@@ -192,6 +194,7 @@ def test_forged_requests_to_the_daemon_are_refused(agent, user_space,
         with open(other_file, 'rb') as f:
             assert f.read(4096) == bytes(4096)      # still served
     finally:
+        os.unlink(fake_conf)
         for device in devices:
             subprocess.run(['losetup', '--detach', device], check=False)
     assert got == {case: 'InvalidInput' for case in got}, got
@@ -201,8 +204,8 @@ def test_forged_requests_to_the_daemon_are_refused(agent, user_space,
 def test_the_helper_takes_no_argument_of_the_users_choosing(agent,
                                                             user_space):
     """sudo lets the agent's user run blobcr-privsep-helper with any
-    arguments: the helper itself refuses all but its own, and a
-    configuration file the user could write.
+    arguments: the helper itself refuses all but its own, and any
+    configuration file but root's own under /etc/blobcr.
     """
     helper = os.path.join(os.path.dirname(sys.executable),
                           'blobcr-privsep-helper')
@@ -219,6 +222,12 @@ def test_the_helper_takes_no_argument_of_the_users_choosing(agent,
                  ['--config-file', agent.conffile, '--config-file',
                   own_conf] + sock,
                  ['--config-file', own_conf] + sock,
+                 # Root's files whose contents a user can choose (a
+                 # process's command line), or outside /etc/blobcr.
+                 ['--config-file', '/proc/%d/cmdline' % os.getpid()] + sock,
+                 ['--config-file', '/etc/hostname'] + sock,
+                 ['--config-file', '/' + agent.conffile] + sock,
+                 ['--config-file=' + agent.conffile] + sock,
                  ['--config-file', agent.conffile, '--privsep_context',
                   'os_brick.privileged.default', '--privsep_sock_path',
                   '/tmp/x/privsep.sock']):
