@@ -15,13 +15,14 @@
 """What an unprivileged agent asks root for, through oslo.privsep.
 
 The agent runs as a user of its own (doc/source/agent.rst, "Privileges").
-Three things need root: setting up and detaching the loop devices that
+Four things need root: setting up and detaching the loop devices that
 stock Nova attaches (manager/loopdevs.py), reading what a loop device
 loops over, and aborting a dead FUSE connection. Each is an entry point
-here that checks, in the privileged daemon and against the daemon's own
-configuration (the file its sudoers rule names, which the agent's user
-cannot write), that it touches only this agent's mount: never a path,
-device or connection the caller merely names.
+(loop.py, fuse.py) that checks, in the privileged daemon and against
+the daemon's own configuration (root's, under /etc/blobcr: see
+cmd/privsep_helper.py) and the kernel's view, that it touches only this
+agent's mount: never a path, device or connection the caller merely
+names.
 
 Mounting needs none of it: libfuse mounts through the setuid fusermount3
 when it is not root (``user_allow_other`` in /etc/fuse.conf lets guests'

@@ -50,14 +50,19 @@ def mounts():
     return found
 
 
+def images_path():
+    """The configured ``<mountpoint>/images``, normalized, not resolved."""
+    return os.path.normpath(os.path.join(privileged.CONF.agent.mountpoint,
+                                         'images'))
+
+
 def images_mount():
     """(path, st_dev) of this agent's images mount: a FUSE mount named
     ``blobcr`` right at the configured ``<mountpoint>/images``. Matched
     on mountinfo's path, never by resolving a link: the agent's user
     owns the directories on the way, and could point them elsewhere.
     """
-    path = os.path.normpath(os.path.join(privileged.CONF.agent.mountpoint,
-                                         'images'))
+    path = images_path()
     found = [conn for conn, where, source in mounts()
              if where == path and source == SOURCE]
     if not found:

@@ -170,9 +170,8 @@ def _backing_file(device):
 
 
 def _dead_image_name(backing):
-    images = os.path.normpath(os.path.join(
-        privileged.CONF.agent.mountpoint, 'images'))
-    return backing.count('/') == 1 or os.path.dirname(backing) == images
+    return backing.count('/') == 1 or \
+        os.path.dirname(backing) == fuse.images_path()
 
 
 def _ours(backing_dev):
