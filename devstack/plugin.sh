@@ -138,6 +138,12 @@ print(parse.urlunsplit((parts.scheme, ','.join(cred + h for h in hosts),
 EOF_URL
 }
 
+function blobcr_bus_vhost {
+    if ! sudo rabbitmqctl list_vhosts -q | grep -qxF "$1"; then
+        sudo rabbitmqctl add_vhost "$1"
+    fi
+}
+
 # blobcr_bus_user USER VHOST...: USER (its password set anew) with every
 # permission on each VHOST (made if missing).
 function blobcr_bus_user {
@@ -148,16 +154,26 @@ function blobcr_bus_user {
     fi
     sudo rabbitmqctl change_password "$user" "$BLOBCR_BUS_PASSWORD"
     for vhost in "$@"; do
-        if ! sudo rabbitmqctl list_vhosts -q | grep -qxF "$vhost"; then
-            sudo rabbitmqctl add_vhost "$vhost"
-        fi
+        blobcr_bus_vhost "$vhost"
         sudo rabbitmqctl set_permissions -p "$vhost" "$user" '.*' '.*' '.*'
     done
 }
 
+# blobcr_bus_peer USER HOST: USER's permissions on the peer vhost, as the
+# authenticated peer side wants them (blobcr_common.rpc.bus
+# peer_permissions): declare and read HOST's own two queues, publish
+# through the default exchange only.
+function blobcr_bus_peer {
+    local user=$1 host=$2 own python=${PYTHON:-python3}
+    own="^$("$python" -c 'import re, sys; print(re.escape(sys.argv[1]))' "blobcr-peer.$host")(\\.reply)?\$"
+    blobcr_bus_vhost blobcr-peer
+    sudo rabbitmqctl set_permissions -p blobcr-peer "$user" "$own" '^amq\.default$' "$own"
+}
+
 function configure_blobcr_bus {
     local vhost=blobcr-$BLOBCR_AGENT_HOST
-    blobcr_bus_user "$vhost" "$vhost" blobcr-peer
+    blobcr_bus_user "$vhost" "$vhost"
+    blobcr_bus_peer "$vhost" "$BLOBCR_AGENT_HOST"
     blobcr_bus_user blobcr-control "$vhost"
 }
 
@@ -253,6 +269,8 @@ function configure_blobcr_agent {
         iniset "$conf" DEFAULT transport_url "$(blobcr_bus_url "$user" "$user")"
         iniset "$conf" blobcr_bus host_vhosts True
         iniset "$conf" blobcr_bus peer_transport_url "$(blobcr_bus_url "$user" blobcr-peer)"
+        # The broker tells each agent which host calls (user_id).
+        iniset "$conf" blobcr_bus authenticated_peers True
     else
         iniset_rpc_backend blobcr "$conf"
     fi

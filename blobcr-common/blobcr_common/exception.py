@@ -80,6 +80,12 @@ class BackendFull(BackendUnavailable):
     """
 
 
+class NotAuthorized(BlobCRError):
+    """The calling host may not ask this (a peer call about another
+    host than the one the broker says sent it).
+    """
+
+
 class Busy(BlobCRError):
     """The operation cannot start now (a persist or another checkpoint
     of the same image is under way); nothing was done: try again.

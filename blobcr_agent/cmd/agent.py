@@ -20,7 +20,8 @@ It mounts the mirror (attached images are raw files under
 ``[agent] mountpoint``/images), serves the RPC API on topic blobcr-agent
 (server = ``[agent] host``) when ``transport_url`` is set, and its peer
 side (what agents ask each other) on topic blobcr-agent-peer, on
-``[blobcr_bus] peer_transport_url`` if set (rpc/bus.py), the admin
+``[blobcr_bus] peer_transport_url`` if set (rpc/bus.py; with
+``authenticated_peers``, rpc/peer_bus.py instead), the admin
 socket of ``blobcr-manage`` (root and ``[agent] admin_group``) and, when
 a secret is configured, the guest checkpoint endpoint.
 
@@ -51,7 +52,6 @@ from blobcr_agent.rpc import server as rpc_server
 from blobcr_agent import sdnotify
 from blobcr_common import auth
 from blobcr_common import exception
-from blobcr_common.rpc import api as rpc_api
 
 CONF = blobcr_conf.CONF
 LOG = logging.getLogger(__name__)
@@ -176,9 +176,11 @@ class Agent(object):
                 manager_mod.OPERATIONS))
         self._admin_inode = os.stat(self.conf.agent.admin_socket).st_ino
         if self.conf.agent.rpc_enabled:
-            # Other hosts' agents: the handoff of a live migration (an
-            # incoming image re-attached by recover() asks it too).
-            self.manager.set_peers(rpc_api.AgentAPI(self.conf))
+            # Made now, started once the mount serves (nothing connects
+            # yet). Other hosts' agents: the handoff of a live migration
+            # (an incoming image re-attached by recover() asks it too).
+            self.rpc = rpc_server.get_servers(self.conf, self.manager)
+            self.manager.set_peers(rpc_server.peers_of(self.conf, self.rpc))
         # images/'s connection, if the service manager kept it: then
         # the guests' open files and loop devices go on as they were.
         stored = sdnotify.listen_fds()
@@ -193,11 +195,8 @@ class Agent(object):
         self.manager.mirror.recover()
         self.manager.collector.start()
         self.manager.protector.start()
-        # Making a transport registers its options (transport_url among
-        # them) and connects to nothing yet.
         self.httpd = _start_proxy(self.conf, self.manager)
         if self.conf.agent.rpc_enabled:
-            self.rpc = rpc_server.get_servers(self.conf, self.manager)
             # Connecting waits for the broker: the mount, the admin socket
             # and the guest endpoint do not.
             threading.Thread(target=self._start_rpc, daemon=True,

@@ -19,7 +19,7 @@ Each method takes the request context first (as oslo.messaging passes
 it) and calls the AgentManager. Errors reach the caller as the agent's
 exception types with their messages (see ``allowed_remote_exmods``).
 
-Any compute node with the broker's credentials can call: exports are
+Any caller with the broker's credentials can call: exports are
 held to ``[agent] export_dir`` here (root on the admin socket may write
 anywhere, its ``admin_group`` members not).
 """
@@ -30,8 +30,10 @@ import time
 
 import oslo_messaging as messaging
 
+from blobcr_agent.rpc import peer_bus
 from blobcr_common import exception
 from blobcr_common import rpc
+from blobcr_common.rpc import api as rpc_api
 from blobcr_common.rpc import bus
 from blobcr_common.rpc import context
 
@@ -74,8 +76,10 @@ def confined_export_path(export_dir, path, who):
 
 
 class PeerEndpoint(object):
-    """What agents ask each other (the peer side, rpc/bus.py): every
-    public method is an RPC call.
+    """What agents ask each other (the peer side, rpc/bus.py) over
+    oslo.messaging, which cannot tell who asks: every public method is
+    an RPC call. With ``[blobcr_bus] authenticated_peers`` the peer side
+    is rpc/peer_bus.py instead.
     """
 
     target = messaging.Target(version=rpc.VERSION)
@@ -101,13 +105,15 @@ class PeerEndpoint(object):
         return self.manager.prepare_handoff(image, dest)
 
 
-class AgentEndpoint(PeerEndpoint):
-    """Every public method is an RPC call (API version: rpc.VERSION): the
-    control side, and the peer side for agents older than 1.12.
+class ControlEndpoint(object):
+    """The control side: every public method is an RPC call (API
+    version: rpc.VERSION).
     """
 
+    target = messaging.Target(version=rpc.VERSION)
+
     def __init__(self, manager, export_dir=DEFAULT_EXPORT_DIR):
-        super().__init__(manager)
+        self.manager = manager
         self.export_dir = export_dir
 
     def _export_path(self, path):
@@ -255,11 +261,19 @@ def _server(transport, topic, host, endpoint):
     return server
 
 
+class AgentEndpoint(ControlEndpoint, PeerEndpoint):
+    """The control side, and the peer side for agents older than 1.12."""
+
+
 def get_server(conf, manager, transport=None):
-    """The control side's RPC server (not started) for ``manager``."""
+    """The control side's RPC server (not started) for ``manager``; it
+    serves the peer calls too unless the peer side is authenticated.
+    """
     transport = transport or messaging.get_rpc_transport(conf)
+    endpoint = ControlEndpoint if bus.register(conf).authenticated_peers \
+        else AgentEndpoint
     return _server(transport, rpc.TOPIC, conf.agent.host,
-                   AgentEndpoint(manager, export_dir=conf.agent.export_dir))
+                   endpoint(manager, export_dir=conf.agent.export_dir))
 
 
 def get_peer_server(conf, manager, transport=None):
@@ -275,11 +289,25 @@ def get_peer_server(conf, manager, transport=None):
 
 def get_servers(conf, manager):
     """Both sides' RPC servers (not started) for ``manager``; one broker
-    connection when the peer side is on the same bus.
+    connection when the peer side is on the same bus. With
+    authenticated_peers, the peer side is a PeerBus (rpc/peer_bus.py).
     """
     transport = messaging.get_rpc_transport(conf)
+    if bus.register(conf).authenticated_peers:
+        return [get_server(conf, manager, transport),
+                peer_bus.PeerBus(conf, peer_bus.PeerRequests(manager))]
     peer_url = bus.peer_url(conf)
     peer_transport = transport if peer_url is None else \
         messaging.get_rpc_transport(conf, url=peer_url)
     return [get_server(conf, manager, transport),
             get_peer_server(conf, manager, peer_transport)]
+
+
+def peers_of(conf, servers):
+    """What the agent asks its peers with: the PeerBus among ``servers``,
+    or an oslo.messaging client.
+    """
+    for server in servers:
+        if isinstance(server, peer_bus.PeerBus):
+            return server
+    return rpc_api.AgentAPI(conf)

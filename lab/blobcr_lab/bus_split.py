@@ -12,7 +12,8 @@
 #    License for the specific language governing permissions and limitations
 #    under the License.
 
-"""A broker laid out for ``[blobcr_bus] host_vhosts`` (rpc/bus.py), as
+"""A broker laid out for ``[blobcr_bus] host_vhosts`` and
+``authenticated_peers`` (rpc/bus.py), as
 install.rst tells an operator to: a virtual host per agent, one the
 agents share for their peer calls, a broker user per host with
 permissions on those two only, and a control user (cinder-volume's,
@@ -61,6 +62,7 @@ class SplitBus(object):
         self._address = '%s:%d' % (base.hostname, base.port)
         self.peer_vhost = '%s-peer' % prefix
         self.vhost_format = '%s-%%(host)s' % prefix
+        self.peer_user_format = '%s-%%(host)s' % prefix
         self._vhosts = []
         self._users = []
         self._add_vhost(self.peer_vhost)
@@ -72,32 +74,45 @@ class SplitBus(object):
         self.broker.ctl('add_vhost', vhost)
         self._vhosts.append(vhost)
 
-    def _add_user(self, user, vhosts):
+    def _add_user(self, user, vhosts, peer_permissions=None):
         password = secrets.token_hex(12)
         self.broker.ctl('add_user', user, password)
         self._users.append((user, password))
         for vhost in vhosts:
             self.broker.ctl('set_permissions', '-p', vhost, user, *ALL)
+        if peer_permissions is not None:
+            self.broker.ctl('set_permissions', '-p', self.peer_vhost, user,
+                            *peer_permissions)
         return lambda vhost: 'rabbit://%s:%s@%s/%s' % (
             user, password, self._address, urllib.parse.quote(vhost, ''))
 
     def host_vhost(self, host):
         return self.vhost_format % {'host': host}
 
-    def add_host(self, host):
+    def add_host(self, host, agent=True):
         """The agent settings of ``host`` (``{section: {option:
-        value}}``): its own user on its own vhost and the peers' one.
+        value}}``): its own user on its own vhost (none without
+        ``agent``: a host that only calls peers), and on the peers' one
+        with the permissions of the authenticated peer side.
         """
-        vhost = self.host_vhost(host)
-        self._add_vhost(vhost)
-        self.broker.ctl('set_permissions', '-p', vhost, self._control_user,
-                        *ALL)
-        url = self._add_user('%s-%s' % (self.prefix, host),
-                             [vhost, self.peer_vhost])
-        return {'DEFAULT': {'transport_url': url(vhost)},
-                bus.GROUP: {'host_vhosts': 'true',
-                            'host_vhost_format': self.vhost_format,
-                            'peer_transport_url': url(self.peer_vhost)}}
+        vhosts = []
+        if agent:
+            vhosts.append(self.host_vhost(host))
+            self._add_vhost(vhosts[0])
+            self.broker.ctl('set_permissions', '-p', vhosts[0],
+                            self._control_user, *ALL)
+        url = self._add_user(bus.peer_user(self.peer_user_format, host),
+                             vhosts, bus.peer_permissions(host))
+        settings = {'DEFAULT': {'transport_url': url(self.peer_vhost)},
+                    'agent': {'host': host},
+                    bus.GROUP: {'host_vhosts': 'true',
+                                'host_vhost_format': self.vhost_format,
+                                'peer_transport_url': url(self.peer_vhost),
+                                'authenticated_peers': 'true',
+                                'peer_user_format': self.peer_user_format}}
+        if agent:
+            settings['DEFAULT']['transport_url'] = url(vhosts[0])
+        return settings
 
     def caller(self, transport_url, peer_transport_url=None, timeout=30):
         return caller(transport_url, self.vhost_format, peer_transport_url,

@@ -54,6 +54,7 @@ import pytest
 import requests
 
 from blobcr_common.rpc import api as rpc_api
+from blobcr_common.rpc import bus
 from blobcr_lab import agent_rpc
 from blobcr_lab import bus_split
 from blobcr_lab import openstack as stack_module
@@ -301,6 +302,22 @@ def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
             assert 'blobcr-agent.%s' % host in queues, queues
             assert 'blobcr-agent.%s' % host not in rabbitmq_broker.ctl(
                 'list_queues', 'name', '-q', '--no-table-headers').split()
+            # The peer side: authenticated, the agent's user confined to
+            # its own two queues there (the patterns the agent's code
+            # states), and the agent serving them.
+            assert agent_conf.get('blobcr_bus',
+                                  'authenticated_peers') == 'True'
+            granted = rabbitmq_broker.ctl(
+                'list_user_permissions', 'blobcr-%s' % host, '-q',
+                '--no-table-headers').splitlines()
+            assert '\t'.join(('blobcr-peer',) + bus.peer_permissions(
+                host)) in granted, granted
+            deadline = time.monotonic() + 60
+            while bus.reply_queue(host) not in rabbitmq_broker.ctl(
+                    'list_queues', '-p', 'blobcr-peer', 'name', '-q',
+                    '--no-table-headers').split():
+                assert time.monotonic() < deadline, 'no peer queues'
+                time.sleep(0.5)
 
         # -- stack.sh's "Launch Services": cinder-volume with the
         # generated cinder.conf joins the stack, and devstack's

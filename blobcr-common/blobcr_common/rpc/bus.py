@@ -32,7 +32,19 @@ default exchange, and a user allowed to publish there can publish into
 any queue of that vhost by name. Agents meet on the peer side, on
 ``peer_transport_url`` (a vhost they share): a compromised host can
 reach its peers' handoff and hints there, and nothing else.
+
+With ``authenticated_peers``, the peer side is no oslo.messaging RPC
+but the agent's own request/reply over that vhost (the agent's
+rpc/peer_bus.py): every message carries AMQP's ``user_id``, which
+RabbitMQ checks against the user that published it, and each host's
+broker user (``peer_user_format``) may read and declare its own two
+queues only and publish only through the default exchange
+(:func:`peer_permissions`). A callee thus knows which host called and
+acts only for the host the call is about: the destination of a
+handoff, the source of hints.
 """
+
+import re
 
 from oslo_config import cfg
 import oslo_messaging as messaging
@@ -59,6 +71,21 @@ opts = [
                     'broker user; unset: [DEFAULT] transport_url. With '
                     'host_vhosts, a vhost all agents share, so that no '
                     'agent needs another agent\'s control vhost.'),
+    cfg.BoolOpt('authenticated_peers', default=False,
+                help='Agents call each other through their own request/'
+                     'reply on peer_transport_url, each message carrying '
+                     'the RabbitMQ user that published it (AMQP user_id, '
+                     'checked by the broker), and serve a handoff only to '
+                     'its destination host and hints only from their '
+                     'source host. Needs a broker user per host named by '
+                     'peer_user_format, with the permissions install.rst '
+                     'gives on the peer vhost. Set it on every agent '
+                     'together, once all run this release.'),
+    cfg.StrOpt('peer_user_format', default='blobcr-%(host)s',
+               help='The broker user of the agent of host %(host)s on the '
+                    'peer vhost, with authenticated_peers: how a callee '
+                    'tells the calling host from the user_id RabbitMQ '
+                    'checked.'),
 ]
 
 
@@ -91,3 +118,45 @@ def host_url(conf, url, vhost_format, host):
 def peer_url(conf, url=None):
     """The transport URL agents call each other on."""
     return register(conf).peer_transport_url or url
+
+
+# Queues of the authenticated peer side: a host's requests, and the
+# answers to its own calls.
+PEER_QUEUE_PREFIX = 'blobcr-peer.'
+REPLY_SUFFIX = '.reply'
+
+
+def peer_queue(host):
+    return PEER_QUEUE_PREFIX + host
+
+
+def reply_queue(host):
+    return peer_queue(host) + REPLY_SUFFIX
+
+
+def peer_user(user_format, host):
+    """The broker user of ``host``'s agent on the peer vhost."""
+    return user_format % {'host': host}
+
+
+def peer_host(user_format, user):
+    """The host whose broker user is ``user``; None for a user the
+    format does not name (or none at all).
+    """
+    if not isinstance(user, str):
+        return None
+    prefix, marker, suffix = user_format.partition('%(host)s')
+    if not marker or not user.startswith(prefix) or not user.endswith(suffix):
+        return None
+    host = user[len(prefix):len(user) - len(suffix)]
+    return host or None
+
+
+def peer_permissions(host):
+    """RabbitMQ's (configure, write, read) patterns for ``host``'s user on
+    the peer vhost: declare and read its own queues, publish through the
+    default exchange only (into any queue by name: the callee checks the
+    user_id the broker stamped).
+    """
+    own = '^%s(%s)?$' % (re.escape(peer_queue(host)), re.escape(REPLY_SUFFIX))
+    return own, r'^amq\.default$', own

@@ -1,0 +1,91 @@
+# Copyright 2026 The BlobCR for OpenStack Authors
+#
+#    Licensed under the Apache License, Version 2.0 (the "License"); you may
+#    not use this file except in compliance with the License. You may obtain
+#    a copy of the License at
+#
+#         http://www.apache.org/licenses/LICENSE-2.0
+#
+#    Unless required by applicable law or agreed to in writing, software
+#    distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+#    WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+#    License for the specific language governing permissions and limitations
+#    under the License.
+
+"""The names of the authenticated peer side (rpc/bus.py): broker users
+to hosts and back, and the permission patterns that confine a host's
+user to its own queues. (The broker's refusals themselves are
+tests/integration/test_bus_split.py.)
+"""
+
+import re
+
+import hypothesis
+from hypothesis import strategies as st
+from oslo_config import cfg
+import pytest
+
+from blobcr_agent.rpc import peer_bus
+from blobcr_common import exception
+from blobcr_common.rpc import bus
+
+HOSTS = st.text(alphabet='abcXYZ019.-_:*+?()[]|^$\\', min_size=1,
+                max_size=12)
+FORMATS = st.sampled_from(['blobcr-%(host)s', '%(host)s', 'u.%(host)s.x',
+                           'p(%(host)s)'])
+
+
+@hypothesis.given(FORMATS, HOSTS, HOSTS)
+def test_a_user_names_its_host_and_no_other(user_format, host, other):
+    user = bus.peer_user(user_format, host)
+    assert bus.peer_host(user_format, user) == host
+    if other != host:
+        assert bus.peer_host(user_format, bus.peer_user(
+            user_format, other)) != host
+
+
+@pytest.mark.parametrize('user', [None, '', 'blobcr-', 'guest', 42])
+def test_a_user_the_format_does_not_name_is_no_host(user):
+    assert bus.peer_host('blobcr-%(host)s', user) is None
+
+
+@hypothesis.given(HOSTS, HOSTS)
+def test_the_permissions_match_the_hosts_own_queues_only(host, other):
+    configure, write, read = bus.peer_permissions(host)
+    assert configure == read
+    own = re.compile(configure)
+    assert own.search(bus.peer_queue(host))
+    assert own.search(bus.reply_queue(host))
+    if other != host:
+        assert not own.search(bus.peer_queue(other))
+        assert not own.search(bus.reply_queue(other))
+    assert not own.search(bus.peer_queue(host) + '.x')
+    assert re.search(write, 'amq.default')
+    assert not re.search(write, 'amq.direct')
+    assert not re.search(write, bus.peer_queue(host))
+
+
+def _conf(url):
+    conf = cfg.ConfigOpts()
+    conf([], project='blobcr-test')
+    bus.register(conf)
+    conf.set_override('peer_transport_url', url, group=bus.GROUP)
+    return conf
+
+
+def test_the_broker_urls_keep_every_host_and_quote_credentials():
+    urls, user = peer_bus.kombu_urls(
+        _conf(None), 'rabbit://blobcr-h:p%40ss@b1:5673,'
+        'blobcr-h:p%40ss@b2/blobcr-peer')
+    assert user == 'blobcr-h'
+    assert urls == ('amqp://blobcr-h:p%40ss@b1:5673/blobcr-peer;'
+                    'amqp://blobcr-h:p%40ss@b2:5672/blobcr-peer')
+
+
+def test_an_agent_whose_user_names_another_host_does_not_start():
+    conf = _conf('rabbit://blobcr-other:p@127.0.0.1:5672/blobcr-peer')
+    with pytest.raises(exception.InvalidInput, match='blobcr-h'):
+        peer_bus.PeerBus(conf, None, host='h')
+    assert peer_bus.PeerBus(_conf(
+        'rabbit://blobcr-h:p@127.0.0.1:5672/blobcr-peer'), None,
+        host='h').user == 'blobcr-h'
