@@ -161,11 +161,12 @@ function blobcr_bus_user {
 
 # blobcr_bus_peer USER HOST: USER's permissions on the peer vhost, as the
 # authenticated peer side wants them (blobcr_common.rpc.bus
-# peer_permissions): declare and read HOST's own two queues, publish
-# through the default exchange only.
+# peer_permissions): declare and read HOST's own two queues
+# (blobcr-peer.HOST, blobcr-peer-reply.HOST), publish through the default
+# exchange only.
 function blobcr_bus_peer {
     local user=$1 host=$2 own python=${PYTHON:-python3}
-    own="^$("$python" -c 'import re, sys; print(re.escape(sys.argv[1]))' "blobcr-peer.$host")(\\.reply)?\$"
+    own="^blobcr\\-peer(\\-reply)?\\.$("$python" -c 'import re, sys; print(re.escape(sys.argv[1]))' "$host")\$"
     blobcr_bus_vhost blobcr-peer
     sudo rabbitmqctl set_permissions -p blobcr-peer "$user" "$own" '^amq\.default$' "$own"
 }

@@ -18,66 +18,52 @@ broker checked.
 
 oslo.messaging's RabbitMQ driver neither sets AMQP's ``user_id`` nor
 hands a message's properties to the endpoint, so this is a small
-request/reply of its own, with kombu, on the peer vhost
+request/reply of its own, with kombu and py-amqp, on the peer vhost
 (``peer_transport_url``):
 
 * host H consumes two queues, ``blobcr-peer.H`` (requests) and
-  ``blobcr-peer.H.reply`` (answers to its own calls), and may read or
+  ``blobcr-peer-reply.H`` (answers to its own calls), and may read or
   declare no other (bus.peer_permissions);
 * every message goes through the default exchange with ``user_id`` =
   the publisher's broker user: RabbitMQ refuses a message whose
-  ``user_id`` is not the user that published it, and a message without
-  one is dropped here. The user names the host (``peer_user_format``);
-* a request is ``{"v": 1, "method", "args"}``; ``handoff`` is answered
-  (``{"result"}`` or ``{"error": {"type", "message"}}``) into the
-  caller's reply queue, whatever ``reply_to`` says, and the caller
-  takes an answer only from the user of the host it asked;
+  ``user_id`` is not the user that published it, and one without it is
+  dropped here. The user names the host (``peer_user_format``);
+* what a message must be before it is believed (its host, plain JSON,
+  meant for this host, in time) is peer_wire.py; ``handoff`` is
+  answered into the caller's reply queue, whatever ``reply_to`` says,
+  and the caller takes an answer only from the user of the host it
+  asked;
 * a handoff or its preparation is served only to the host it names as
   the destination, hints only from the host they name as their source
-  (NotAuthorized otherwise). Requests expire on the broker with their
-  call (or CAST_TTL), so an agent that was down does not act on stale
-  ones.
+  (NotAuthorized otherwise);
+* at most PER_CALLER requests of one host and BACKLOG in all are
+  served or waiting at once; past that, a call is answered Busy and a
+  cast dropped.
 """
 
+import collections
 import concurrent.futures
 import inspect
 import logging
 import socket
 import threading
-import urllib.parse
 import uuid
 
 import kombu
 import oslo_messaging as messaging
 
+from blobcr_agent.rpc import peer_wire
 from blobcr_common import exception
 from blobcr_common.rpc import bus
 
 LOG = logging.getLogger(__name__)
 
-WIRE_VERSION = 1
 CAST_TTL = 60.0          # seconds a cast waits on the broker for its agent
 CALL_TIMEOUT = 60.0      # a call's answer, unless the caller says
 WORKERS = 8              # requests served at once (a handoff may wait 10 s)
+PER_CALLER = 2           # one host's requests served or waiting
+BACKLOG = 64             # everyone's
 RECONNECT_MAX = 10.0     # seconds between two connection attempts, at most
-
-
-def kombu_urls(conf, url):
-    """``url`` (an oslo.messaging transport URL) as kombu's failover
-    list of amqp:// URLs, and its first user.
-    """
-    parsed = messaging.TransportURL.parse(conf, url)
-    if not parsed.hosts:
-        raise exception.InvalidInput('no broker host in %s' %
-                                     parsed.transport)
-    vhost = urllib.parse.quote(parsed.virtual_host or '', '')
-    urls = []
-    for h in parsed.hosts:
-        cred = '%s:%s@' % (urllib.parse.quote(h.username or '', ''),
-                           urllib.parse.quote(h.password or '', ''))
-        urls.append('amqp://%s%s:%d/%s' % (cred, h.hostname, h.port or 5672,
-                                           vhost))
-    return ';'.join(urls), parsed.hosts[0].username
 
 
 class PeerRequests(object):
@@ -107,24 +93,6 @@ class PeerRequests(object):
         self.manager.receive_hints(scope, source, chunks)
 
 
-# method -> answered (a call) or not (a cast)
-METHODS = {'handoff': True, 'prepare_handoff': False, 'hints': False}
-
-
-def _error(e):
-    return {'type': type(e).__name__, 'message': str(e)}
-
-
-def _rebuilt(error):
-    """The callee's error as this side's exception type."""
-    cls = getattr(exception, str(error.get('type')), None)
-    if not (isinstance(cls, type) and issubclass(cls, exception.BlobCRError)):
-        cls = exception.BlobCRError
-    rebuilt = cls.__new__(cls)
-    Exception.__init__(rebuilt, str(error.get('message')))
-    return rebuilt
-
-
 class PeerBus(object):
     """This host's end of the authenticated peer side: it serves
     :class:`PeerRequests` (``start``/``stop``/``wait``, as an RPC
@@ -135,8 +103,18 @@ class PeerBus(object):
     def __init__(self, conf, requests, host=None):
         settings = bus.register(conf)
         self.host = host or conf.agent.host
-        # Unset: [DEFAULT] transport_url.
-        self._urls, user = kombu_urls(conf, bus.peer_url(conf))
+        if not settings.peer_transport_url or not settings.host_vhosts:
+            # Else the peers meet on vhosts where every host may do
+            # everything, and the broker's user_id proves nothing.
+            raise exception.InvalidInput(
+                '[blobcr_bus] authenticated_peers needs host_vhosts and '
+                'peer_transport_url (install.rst, step 3)')
+        try:
+            bus.peer_permissions(self.host)
+        except ValueError as e:
+            raise exception.InvalidInput(str(e))
+        self._urls, user = peer_wire.kombu_urls(conf,
+                                                settings.peer_transport_url)
         self._user_format = settings.peer_user_format
         if bus.peer_host(self._user_format, user) != self.host:
             raise exception.InvalidInput(
@@ -155,7 +133,9 @@ class PeerBus(object):
         self._pending_lock = threading.Lock()
         self._publisher = None
         self._publish_lock = threading.Lock()
-        self.dropped = 0              # requests refused before any method
+        self._admitted = collections.Counter()   # caller -> requests
+        self._admit_lock = threading.Lock()
+        self.dropped = 0              # messages dropped unread or refused
 
     # -- serving ------------------------------------------------------------
 
@@ -176,28 +156,34 @@ class PeerBus(object):
         if self._thread is not None:
             self._thread.join()
         if self._workers is not None:
-            self._workers.shutdown(wait=True)
+            self._workers.shutdown(wait=True, cancel_futures=True)
         with self._publish_lock:
             if self._publisher is not None:
                 self._publisher.release()
                 self._publisher = None
 
-    def _queue(self, name):
-        return kombu.Queue(name, exchange=kombu.Exchange(''),
-                           routing_key=name, durable=False,
-                           auto_delete=False)
+    def _declare_and_consume(self, channel, name, callback):
+        kombu.Queue(name, exchange=kombu.Exchange(''), routing_key=name,
+                    durable=False, auto_delete=False,
+                    queue_arguments=peer_wire.QUEUE_ARGUMENTS)(
+                        channel).declare()
+        # Raw messages (peer_wire.py: nothing decoded before the checks).
+        channel.basic_consume(name, no_ack=True,
+                              callback=self._guarded(callback))
 
-    def _consumer(self, conn, queue, callback):
-        # JSON only (a pickle would run code here); what does not decode
-        # is dropped, not raised into the loop (a reconnect per message).
-        return conn.Consumer([self._queue(queue)], callbacks=[callback],
-                             accept=['json'], no_ack=True,
-                             on_decode_error=self._undecodable)
-
-    def _undecodable(self, message, error):
-        self.dropped += 1
-        LOG.warning('peer bus: dropped a message from broker user %r: %s',
-                    message.properties.get('user_id'), error)
+    def _guarded(self, callback):
+        def receive(message):
+            try:
+                callback(message)
+            except peer_wire.Dropped as e:
+                self.dropped += 1
+                LOG.warning('peer bus: dropped a message: %s', e)
+            except Exception:
+                # Never into the loop: a reconnect per message would
+                # lose what was delivered meanwhile.
+                self.dropped += 1
+                LOG.exception('peer bus: dropped a message')
+        return receive
 
     def _consume(self):
         delay = 0.5
@@ -205,13 +191,14 @@ class PeerBus(object):
             try:
                 with kombu.Connection(self._urls, heartbeat=30) as conn:
                     conn.ensure_connection(max_retries=1)
-                    with self._consumer(conn, bus.peer_queue(self.host),
-                                        self._on_request), \
-                            self._consumer(conn, bus.reply_queue(self.host),
-                                           self._on_reply):
-                        self.ready.set()
-                        delay = 0.5
-                        self._drain(conn)
+                    channel = conn.default_channel
+                    self._declare_and_consume(
+                        channel, bus.peer_queue(self.host), self._on_request)
+                    self._declare_and_consume(
+                        channel, bus.reply_queue(self.host), self._on_reply)
+                    self.ready.set()
+                    delay = 0.5
+                    self._drain(conn)
             except Exception as e:
                 self.ready.clear()
                 if self._stopping.is_set():
@@ -227,81 +214,109 @@ class PeerBus(object):
             try:
                 conn.drain_events(timeout=0.5)
             except socket.timeout:
-                conn.heartbeat_check()
+                pass
+            # Rate-limited by kombu; also under a steady stream.
+            conn.heartbeat_check()
 
-    def _caller(self, message):
-        return bus.peer_host(self._user_format,
-                             message.properties.get('user_id'))
-
-    def _on_request(self, body, message):
-        caller = self._caller(message)
-        method = body.get('method') if isinstance(body, dict) else None
-        args = body.get('args') if isinstance(body, dict) else None
-        if caller is None or method not in METHODS or \
-                not isinstance(args, dict) or body.get('v') != WIRE_VERSION:
-            self.dropped += 1
-            LOG.warning('peer bus: dropped a request %r from broker user '
-                        '%r: %s', method, message.properties.get('user_id'),
-                        'no host of ours' if caller is None else
-                        'not a request of version %d' % WIRE_VERSION)
-            return
+    def _on_request(self, message):
+        caller, body = peer_wire.decoded(message, self._user_format)
+        method, args = peer_wire.checked_request(body, self.host)
         correlation = message.properties.get('correlation_id')
-        self._workers.submit(self._serve, caller, method, args, correlation)
+        if not self._admit(caller):
+            if peer_wire.METHODS[method] and correlation:
+                self._answer(caller, correlation, peer_wire.answer_error(
+                    exception.Busy('%s: too many requests of %s at once'
+                                   % (self.host, caller))))
+            raise peer_wire.Dropped('%s from %s: too many at once'
+                                    % (method, caller))
+        self._workers.submit(self._serve, caller, method, args, body,
+                             correlation)
 
-    def _serve(self, caller, method, args, correlation):
+    def _admit(self, caller):
+        with self._admit_lock:
+            if self._admitted[caller] >= PER_CALLER or \
+                    sum(self._admitted.values()) >= BACKLOG:
+                return False
+            self._admitted[caller] += 1
+            return True
+
+    def _serve(self, caller, method, args, body, correlation):
+        try:
+            answer = self._result(caller, method, args, body)
+            if peer_wire.METHODS[method] and correlation:
+                self._answer(caller, correlation, answer)
+            elif 'error' in answer:
+                LOG.info('peer bus: %s from %s: %s', method, caller,
+                         answer['error']['message'])
+        except Exception:
+            LOG.exception('peer bus: could not answer %s from %s', method,
+                          caller)
+        finally:
+            with self._admit_lock:
+                self._admitted[caller] -= 1
+                if not self._admitted[caller]:
+                    del self._admitted[caller]
+
+    def _result(self, caller, method, args, body):
         serve = getattr(self.requests, method)
         try:
+            # Waited in the backlog past its deadline: the caller gave up.
+            peer_wire.still_in_time(body)
             try:
                 inspect.signature(serve).bind(caller, **args)
             except TypeError as e:
                 raise exception.InvalidInput('%s: %s' % (method, e))
-            result = {'result': serve(caller, **args)}
+            return {'result': serve(caller, **args)}
+        except peer_wire.Dropped as e:
+            return peer_wire.answer_error(exception.Busy(str(e)))
         except exception.BlobCRError as e:
             if isinstance(e, exception.NotAuthorized):
                 LOG.warning('peer bus: refused %s from %s: %s', method,
                             caller, e)
-            result = {'error': _error(e)}
+            return peer_wire.answer_error(e)
         except Exception as e:
             LOG.exception('peer bus: %s from %s failed', method, caller)
-            result = {'error': _error(exception.BlobCRError(str(e)))}
-        if METHODS[method] and correlation:
-            # Only to the caller's own reply queue: a forged reply_to
-            # would make this agent publish into another host's queue.
-            self._publish(bus.reply_queue(caller), result,
-                          correlation_id=correlation, expiration=CAST_TTL)
-        elif 'error' in result:
-            LOG.info('peer bus: %s from %s: %s', method, caller,
-                     result['error']['message'])
+            return peer_wire.answer_error(exception.BlobCRError(str(e)))
+
+    def _answer(self, caller, correlation, answer):
+        # Only to the caller's own reply queue: a forged reply_to would
+        # make this agent publish into another host's queue.
+        self._publish(bus.reply_queue(caller), answer,
+                      correlation_id=correlation, expiration=CAST_TTL)
 
     # -- calling --------------------------------------------------------------
 
     def _publish(self, queue, body, **properties):
         with self._publish_lock:
             if self._publisher is None:
-                self._publisher = kombu.Connection(self._urls)
+                # Confirmed: a publish the broker refused (a full queue)
+                # or lost with the connection raises here, not silently.
+                self._publisher = kombu.Connection(
+                    self._urls, transport_options={'confirm_publish': True})
             producer = self._publisher.Producer(serializer='json')
             publish = self._publisher.ensure(producer, producer.publish,
-                                             max_retries=3)
+                                             max_retries=2, interval_max=1)
             publish(body, exchange='', routing_key=queue, user_id=self.user,
                     declare=[], **properties)
 
-    def _on_reply(self, body, message):
+    def _on_reply(self, message):
         correlation = message.properties.get('correlation_id')
         with self._pending_lock:
             pending = self._pending.get(correlation)
         if pending is None:
             return              # late, or a call from before a restart
         sender = message.properties.get('user_id')
-        if sender != pending.user or not isinstance(body, dict):
-            LOG.warning('peer bus: dropped an answer to %s from broker user '
-                        '%r (asked %s)', pending.method, sender, pending.user)
-            return
+        if sender != pending.user:
+            raise peer_wire.Dropped('an answer to %s from broker user %r '
+                                    '(asked %s)' % (pending.method, sender,
+                                                    pending.user))
+        _, body = peer_wire.decoded(message, self._user_format)
         pending.answer(body)
 
     def _request(self, host, method, args, timeout=None):
-        body = {'v': WIRE_VERSION, 'method': method, 'args': args}
-        if not METHODS[method]:
-            self._publish(bus.peer_queue(host), body, expiration=CAST_TTL)
+        if not peer_wire.METHODS[method]:
+            self._publish(bus.peer_queue(host), peer_wire.request(
+                host, method, args, CAST_TTL), expiration=CAST_TTL)
             return None
         timeout = CALL_TIMEOUT if timeout is None else timeout
         if not self.ready.wait(timeout):
@@ -313,9 +328,10 @@ class PeerBus(object):
         with self._pending_lock:
             self._pending[correlation] = pending
         try:
-            self._publish(bus.peer_queue(host), body,
-                          reply_to=bus.reply_queue(self.host),
-                          correlation_id=correlation, expiration=timeout)
+            self._publish(bus.peer_queue(host), peer_wire.request(
+                host, method, args, timeout),
+                reply_to=bus.reply_queue(self.host),
+                correlation_id=correlation, expiration=timeout)
             body = pending.wait(timeout)
         finally:
             with self._pending_lock:
@@ -323,9 +339,7 @@ class PeerBus(object):
         if body is None:
             raise messaging.MessagingTimeout(
                 'no answer from %s to %s in %.0f s' % (host, method, timeout))
-        if 'error' in body:
-            raise _rebuilt(body['error'])
-        return body.get('result')
+        return peer_wire.answered(body)
 
     # The manager's peers (manager/handoff.py set_peers), as AgentAPI's.
 

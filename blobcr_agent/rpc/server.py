@@ -294,8 +294,10 @@ def get_servers(conf, manager):
     """
     transport = messaging.get_rpc_transport(conf)
     if bus.register(conf).authenticated_peers:
-        return [get_server(conf, manager, transport),
-                peer_bus.PeerBus(conf, peer_bus.PeerRequests(manager))]
+        # The peer bus first: its start returns at once, and the control
+        # side's waits for its broker.
+        return [peer_bus.PeerBus(conf, peer_bus.PeerRequests(manager)),
+                get_server(conf, manager, transport)]
     peer_url = bus.peer_url(conf)
     peer_transport = transport if peer_url is None else \
         messaging.get_rpc_transport(conf, url=peer_url)

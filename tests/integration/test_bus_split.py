@@ -29,6 +29,7 @@ from oslo_config import cfg
 import pytest
 
 from blobcr_agent.rpc import peer_bus
+from blobcr_agent.rpc import peer_wire
 from blobcr_common import exception
 from blobcr_common.rpc import bus
 from blobcr_lab import agent_rpc
@@ -202,11 +203,7 @@ def test_the_peer_bus_serves_only_the_host_the_broker_authenticated(
     served.arrived.clear()
     y.publish_hints('scope-1', y.host, [3], hosts=[x.host])
     y.prepare_handoff(x.host, 'img', y.host)
-    deadline = time.monotonic() + 20
-    while len(served.calls) < len(before) + 2 and \
-            time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)
+    _wait_for(lambda: len(served.calls) >= len(before) + 2)
     assert sorted(served.calls[len(before):]) == sorted([
         ('hints', 'scope-1', y.host, [3]),
         ('prepare_handoff', 'img', y.host)]), served.calls
@@ -230,24 +227,28 @@ def test_the_peer_bus_serves_only_the_host_the_broker_authenticated(
         with _amqp(_peer_url(z_settings)) as conn:
             with pytest.raises(amqp.exceptions.AccessRefused):
                 forbidden(conn.default_channel)
-    # A request without user_id (what oslo.messaging would send) and
-    # one in pickle are dropped, never served.
+    # z's casts to x: one in order, and the same one without user_id
+    # (what oslo.messaging would send), in pickle, compressed (kombu
+    # would inflate it before any check), past its deadline, meant for
+    # another host. Only the first is served.
+
+    def cast(to=x.host, ttl=60, **extra):
+        producer.publish(peer_wire.request(to, 'prepare_handoff', {
+            'image': 'img', 'dest': z.host}, ttl), exchange='',
+            routing_key=bus.peer_queue(x.host), **extra)
     dropped = x.dropped
     with _amqp(_peer_url(z_settings)) as conn:
         producer = conn.Producer()
-        producer.publish({'v': 1, 'method': 'prepare_handoff', 'args': {
-            'image': 'img', 'dest': z.host}}, exchange='',
-            routing_key=bus.peer_queue(x.host))
-        producer.publish({'v': 1, 'method': 'prepare_handoff', 'args': {
-            'image': 'img', 'dest': z.host}}, exchange='',
-            routing_key=bus.peer_queue(x.host), serializer='pickle',
-            user_id=z.user)
-    deadline = time.monotonic() + 20
-    while x.dropped < dropped + 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)
-    assert x.dropped == dropped + 2
-    assert not [c for c in served.calls if z.host in c], served.calls
+        cast()
+        cast(user_id=z.user)
+        cast(serializer='pickle', user_id=z.user)
+        cast(compression='zlib', user_id=z.user)
+        cast(ttl=-3600, user_id=z.user)
+        cast(to=y.host, user_id=z.user)
+    _wait_for(lambda: x.dropped >= dropped + 5)
+    assert x.dropped == dropped + 5
+    assert [c for c in served.calls if z.host in c] == [
+        ('prepare_handoff', 'img', z.host)], served.calls
 
     # An answer z forges into y's reply queue (as if it guessed the
     # call's id) is not taken: y waits for x's.
@@ -265,6 +266,37 @@ def test_the_peer_bus_serves_only_the_host_the_broker_authenticated(
                                 correlation_id=correlation, user_id=z.user)
     asking.join(30)
     assert result == {'image': 'img', 'version': 7}
+
+    # z's own queue is z's to declare: it makes it dead-letter into x's,
+    # and rejects a cast y really sent it. The message reaches x with
+    # y's user_id, and x drops it (meant for z, and dead-lettered).
+    z.stop()
+    z.wait()
+    dropped, before = x.dropped, len(served.calls)
+    with _amqp(_peer_url(z_settings)) as conn:
+        channel = conn.default_channel
+        channel.queue_delete(bus.peer_queue(z.host))
+        channel.queue_declare(bus.peer_queue(z.host), auto_delete=False,
+                              arguments={
+                                  'x-dead-letter-exchange': '',
+                                  'x-dead-letter-routing-key':
+                                      bus.peer_queue(x.host)})
+        y.prepare_handoff(z.host, 'img', y.host)
+        got = []
+        _wait_for(lambda: got.append(channel.basic_get(
+            bus.peer_queue(z.host))) or got[-1] is not None)
+        assert got[-1].properties['user_id'] == y.user
+        channel.basic_reject(got[-1].delivery_tag, requeue=False)
+    _wait_for(lambda: x.dropped > dropped)
+    assert x.dropped == dropped + 1 and len(served.calls) == before
+
+
+def _wait_for(condition, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, 'timed out'
+        time.sleep(0.05)
+    time.sleep(0.5)           # and nothing more arrives meanwhile
 
 
 def test_a_live_migration_handoff_over_the_authenticated_peer_bus(

@@ -26,11 +26,11 @@ from oslo_config import cfg
 import pytest
 
 from blobcr_agent.rpc import peer_bus
+from blobcr_agent.rpc import peer_wire
 from blobcr_common import exception
 from blobcr_common.rpc import bus
 
-HOSTS = st.text(alphabet='abcXYZ019.-_:*+?()[]|^$\\', min_size=1,
-                max_size=12)
+HOSTS = st.from_regex(bus.HOST_NAME, fullmatch=True)
 FORMATS = st.sampled_from(['blobcr-%(host)s', '%(host)s', 'u.%(host)s.x',
                            'p(%(host)s)'])
 
@@ -70,21 +70,49 @@ def _conf(url):
     conf([], project='blobcr-test')
     bus.register(conf)
     conf.set_override('peer_transport_url', url, group=bus.GROUP)
+    conf.set_override('host_vhosts', True, group=bus.GROUP)
     return conf
 
 
+@pytest.mark.parametrize('host', ['', '.a', 'a b', 'a\n', 'a/b', '-a', 'a*',
+                                  'h\u00e9'])
+def test_a_host_name_the_patterns_cannot_confine_is_refused(host):
+    with pytest.raises(ValueError):
+        bus.peer_permissions(host)
+    assert bus.peer_host('blobcr-%(host)s', 'blobcr-' + host) is None
+
+
+def test_no_host_name_makes_a_reply_queue_a_request_queue():
+    assert bus.reply_queue('a') != bus.peer_queue('a.reply')
+    own = re.compile(bus.peer_permissions('a')[0])
+    assert not own.search(bus.peer_queue('a.reply'))
+    assert not own.search(bus.reply_queue('a.reply'))
+
+
 def test_the_broker_urls_keep_every_host_and_quote_credentials():
-    urls, user = peer_bus.kombu_urls(
+    urls, user = peer_wire.kombu_urls(
         _conf(None), 'rabbit://blobcr-h:p%40ss@b1:5673,'
-        'blobcr-h:p%40ss@b2/blobcr-peer')
+        'blobcr-h:p%40ss@[::1]/blobcr-peer')
     assert user == 'blobcr-h'
     assert urls == ('amqp://blobcr-h:p%40ss@b1:5673/blobcr-peer;'
-                    'amqp://blobcr-h:p%40ss@b2:5672/blobcr-peer')
+                    'amqp://blobcr-h:p%40ss@[::1]:5672/blobcr-peer')
+
+
+@pytest.mark.parametrize('url', [
+    'rabbit://blobcr-h:p@b1,blobcr-g:p@b2/blobcr-peer',   # two users
+    'rabbit://blobcr-h:p@b1/blobcr-peer?ssl=1',           # TLS
+    'rabbit://b1/blobcr-peer'])                           # no user
+def test_a_broker_url_the_peer_bus_cannot_keep_is_refused(url):
+    with pytest.raises(exception.InvalidInput):
+        peer_wire.kombu_urls(_conf(None), url)
 
 
 def test_an_agent_whose_user_names_another_host_does_not_start():
     conf = _conf('rabbit://blobcr-other:p@127.0.0.1:5672/blobcr-peer')
     with pytest.raises(exception.InvalidInput, match='blobcr-h'):
+        peer_bus.PeerBus(conf, None, host='h')
+    conf.set_override('host_vhosts', False, group=bus.GROUP)
+    with pytest.raises(exception.InvalidInput, match='host_vhosts'):
         peer_bus.PeerBus(conf, None, host='h')
     assert peer_bus.PeerBus(_conf(
         'rabbit://blobcr-h:p@127.0.0.1:5672/blobcr-peer'), None,

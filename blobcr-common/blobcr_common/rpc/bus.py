@@ -121,9 +121,13 @@ def peer_url(conf, url=None):
 
 
 # Queues of the authenticated peer side: a host's requests, and the
-# answers to its own calls.
+# answers to its own calls (a prefix of their own: no host name can make
+# one host's reply queue another's request queue).
 PEER_QUEUE_PREFIX = 'blobcr-peer.'
-REPLY_SUFFIX = '.reply'
+REPLY_QUEUE_PREFIX = 'blobcr-peer-reply.'
+# Host names the peer side accepts: a DNS name's characters, so that the
+# permission patterns need no escape beyond dots and dashes.
+HOST_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]{0,254}')
 
 
 def peer_queue(host):
@@ -131,7 +135,7 @@ def peer_queue(host):
 
 
 def reply_queue(host):
-    return peer_queue(host) + REPLY_SUFFIX
+    return REPLY_QUEUE_PREFIX + host
 
 
 def peer_user(user_format, host):
@@ -149,14 +153,17 @@ def peer_host(user_format, user):
     if not marker or not user.startswith(prefix) or not user.endswith(suffix):
         return None
     host = user[len(prefix):len(user) - len(suffix)]
-    return host or None
+    return host if HOST_NAME.fullmatch(host) else None
 
 
 def peer_permissions(host):
     """RabbitMQ's (configure, write, read) patterns for ``host``'s user on
-    the peer vhost: declare and read its own queues, publish through the
-    default exchange only (into any queue by name: the callee checks the
-    user_id the broker stamped).
+    the peer vhost: declare and read its own two queues, publish through
+    the default exchange only (into any queue by name: the callee checks
+    the user_id the broker stamped).
     """
-    own = '^%s(%s)?$' % (re.escape(peer_queue(host)), re.escape(REPLY_SUFFIX))
+    if not isinstance(host, str) or not HOST_NAME.fullmatch(host):
+        raise ValueError('%r is no host name the peer side takes (letters, '
+                         'digits, dots, dashes, underscores)' % (host,))
+    own = r'^blobcr\-peer(\-reply)?\.%s$' % re.escape(host)
     return own, r'^amq\.default$', own
