@@ -42,11 +42,14 @@ machine the OSDs share its cores with everything else: that capacity is
 the CPU's, and taints every data figure projected from it.
 
 Before projecting, the model is checked (:func:`validate`): each group
-tail (the slowest member's figure, median over runs) is fitted as
-``a + b M`` on the group sizes up to ``FIT_UP_TO`` and predicts the
-largest size run; ``within`` says whether each prediction is within
-``TOLERANCE`` of what was measured. The projection is marked
-``validated`` only if all are.
+tail (the slowest member's figure, median over runs) is fitted on the
+group sizes up to ``FIT_UP_TO`` and predicts the largest size run;
+``within`` says whether each prediction is within ``TOLERANCE`` of what
+was measured. The fit is a queue's: ``a + b M / (1 - rho)``, with rho
+the CPU utilization measured in that phase at each size (every host
+here shares one machine's cores), or ``a + b M`` where rho was not
+measured; both are in the JSON. The projection is marked ``validated``
+only if every tail is within.
 """
 
 import math
@@ -66,12 +69,19 @@ ASSUMPTIONS = {
 }
 FIT_UP_TO = 8
 TOLERANCE = 0.3
-# The group tails validated: (name, where in a summary entry).
-TAILS = (('checkpoint_ack_s', ('tails', 'ack_s')),
-         ('group_stable_s', ('tails', 'group_stable_s')),
-         ('cinder_group_hold_ms', ('tails', 'cinder_group_hold_ms')),
-         ('restart_lazy_s', ('restart', 'lazy', 'restart_s_tail')),
-         ('restart_hints_s', ('restart', 'hints', 'restart_s_tail')))
+# The group tails validated: (name, where in a summary entry, where the
+# machine's CPU utilization during that phase is; None: not measured).
+TAILS = (('checkpoint_ack_s', ('tails', 'ack_s'),
+          ('checkpoint_cpu_busy',)),
+         ('group_stable_s', ('tails', 'group_stable_s'),
+          ('checkpoint_cpu_busy',)),
+         ('cinder_group_hold_ms', ('tails', 'cinder_group_hold_ms'), None),
+         ('restart_lazy_s', ('restart', 'lazy', 'restart_s_tail'),
+          ('restart', 'lazy', 'cpu_busy')),
+         ('restart_hints_s', ('restart', 'hints', 'restart_s_tail'),
+          ('restart', 'hints', 'cpu_busy')))
+# Utilization counted at most this (a queue's wait grows as 1/(1-rho)).
+RHO_MAX = 0.95
 
 
 class _Counter(object):
@@ -145,9 +155,40 @@ def _tail_at(entry, path):
     return (entry or {}).get('median_of_max')
 
 
+def _value_at(entry, path):
+    for key in path or ():
+        entry = (entry or {}).get(key) if isinstance(entry, dict) else None
+    return entry if isinstance(entry, (int, float)) else None
+
+
+def _line(points):
+    """``(a, b)`` of the least-squares line through ``points``."""
+    b = _slope(points)
+    a = statistics.mean(y for _, y in points) - b * statistics.mean(
+        x for x, _ in points)
+    return a, b
+
+
+def _check(points, x_top, measured):
+    a, b = _line(points)
+    predicted = a + b * x_top
+    error = abs(predicted - measured) / measured if measured else None
+    return {'intercept': round(a, 4), 'per_member': round(b, 5),
+            'predicted': round(predicted, 4),
+            'error': None if error is None else round(error, 3),
+            'within': error is not None and error <= TOLERANCE}
+
+
 def validate(summary):
-    """Each group tail fitted as ``a + b M`` on the sizes up to
-    FIT_UP_TO, against the largest size run (see the module's doc).
+    """Each group tail fitted on the sizes up to FIT_UP_TO and checked
+    against the largest size run (see the module's doc), two ways:
+
+    * ``size_only``: ``a + b M``;
+    * ``queueing`` (the model's, where the phase's CPU utilization rho
+      was measured): ``a + b M / (1 - rho)``, M members' work queued on
+      the cores every host here shares, rho as measured at each size,
+      the largest one's included. It predicts the tail from the group's
+      size and the machine's load, not from the size alone.
     """
     sizes = sorted(int(m) for m in summary)
     fit_on = [m for m in sizes if m <= FIT_UP_TO]
@@ -160,25 +201,27 @@ def validate(summary):
     top = sizes[-1]
     out['check_at'] = top
 
-    def at(m, path):
-        return _tail_at(summary.get(m, summary.get(str(m))), path)
-    for name, path in TAILS:
-        points = [(m, at(m, path)) for m in fit_on]
+    def entry(m):
+        return summary.get(m, summary.get(str(m)))
+    for name, path, busy_path in TAILS:
+        points = [(m, _tail_at(entry(m), path)) for m in fit_on]
         points = [(m, y) for m, y in points if y is not None]
-        measured = at(top, path)
-        b = _slope(points) if len(points) >= 2 else None
-        if b is None or measured is None:
+        measured = _tail_at(entry(top), path)
+        if len(points) < 2 or measured is None:
             continue
-        a = statistics.mean(y for _, y in points) - b * statistics.mean(
-            m for m, _ in points)
-        predicted = a + b * top
-        error = abs(predicted - measured) / measured if measured else None
-        out['tails'][name] = {
-            'fitted': dict(points), 'intercept': round(a, 4),
-            'per_member': round(b, 5), 'predicted': round(predicted, 4),
-            'measured': measured,
-            'error': None if error is None else round(error, 3),
-            'within': error is not None and error <= TOLERANCE}
+        size_only = _check(points, top, measured)
+        tail = dict(size_only, fitted=dict(points), measured=measured,
+                    size_only=size_only, model='size_only')
+        rho = {m: _value_at(entry(m), busy_path) for m in fit_on + [top]}
+        if all(rho[m] is not None for m, _ in points) and \
+                rho[top] is not None:
+            def x(m):
+                return m / (1 - min(rho[m], RHO_MAX))
+            queueing = _check([(x(m), y) for m, y in points], x(top),
+                              measured)
+            queueing['cpu_busy'] = {m: rho[m] for m in rho}
+            tail.update(queueing, queueing=queueing, model='queueing')
+        out['tails'][name] = tail
     out['all_within'] = bool(out['tails']) and all(
         t['within'] for t in out['tails'].values())
     return out

@@ -124,3 +124,31 @@ def test_a_tail_that_bends_at_the_largest_group_withholds_the_projection():
     assert stable['error'] == pytest.approx(abs(2.1 - 6.9) / 6.9, abs=1e-3)
     assert not model['validated'] and model['at'] == []
     assert 'projection_withheld' in model
+
+
+def test_a_tail_bent_by_the_machines_load_validates_as_a_queue():
+    """Group stable grows as M / (1 - rho) with the CPU utilization rho
+    measured at each size: the size-only line misses the largest group,
+    the queueing fit (the model's) predicts it. Where rho is not
+    measured (the Cinder hold here), the size-only line is the model.
+    """
+    args = argparse.Namespace(iterations=2)
+    runs = [_run(m, m, 3) for m in (1, 4, 8, 16)]
+    rho = {1: 0.2, 4: 0.35, 8: 0.5, 16: 0.75}
+    summary = _summary(lambda m: (0.01 + 0.002 * m,
+                                  0.1 + 0.05 * m / (1 - rho[m]), 0.3))
+    for m, entry in summary.items():
+        entry['checkpoint_cpu_busy'] = rho[m]
+    model = scale_model.fit(runs, summary, args, 0.002)
+    stable = model['validation']['tails']['group_stable_s']
+    assert stable['model'] == 'queueing'
+    assert stable['predicted'] == pytest.approx(0.1 + 0.05 * 16 / 0.25)
+    assert stable['within'] and not stable['size_only']['within']
+    assert stable['cpu_busy'][16] == 0.75
+    lazy = model['validation']['tails']['restart_lazy_s']
+    assert lazy['model'] == 'size_only' and lazy['within']
+    # A utilization past RHO_MAX counts as RHO_MAX: no division by zero.
+    summary[16]['checkpoint_cpu_busy'] = 1.0
+    capped = scale_model.validate(summary)['tails']['group_stable_s']
+    assert capped['predicted'] == pytest.approx(
+        0.1 + 0.05 * 16 / (1 - scale_model.RHO_MAX))
