@@ -18,6 +18,7 @@ user to its own queues. (The broker's refusals themselves are
 tests/integration/test_bus_split.py.)
 """
 
+import json
 import re
 
 import hypothesis
@@ -117,3 +118,69 @@ def test_an_agent_whose_user_names_another_host_does_not_start():
     assert peer_bus.PeerBus(_conf(
         'rabbit://blobcr-h:p@127.0.0.1:5672/blobcr-peer'), None,
         host='h').user == 'blobcr-h'
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.text(max_size=8), inner, max_size=3), max_leaves=8)
+REQUESTS = st.fixed_dictionaries({}, optional={
+    'v': st.sampled_from([1, 2, '1', None]),
+    'to': st.sampled_from(['x', 'y', None, 7]),
+    'deadline': st.sampled_from([None, 'soon', -1e9, 1e12]),
+    'method': st.sampled_from(list(peer_wire.METHODS) + ['gc', None, 3,
+                                                         ['hints']]),
+    'args': JSON})
+
+
+class _Message(object):
+    def __init__(self, body, **properties):
+        self.body = body
+        self.properties = properties
+
+
+@hypothesis.given(
+    st.one_of(REQUESTS, JSON),
+    st.sampled_from([None, 'blobcr-y', 'guest', 'blobcr-', 'blobcr-a b']),
+    st.sampled_from(['application/json', 'application/x-python-serialize',
+                     None]),
+    st.sampled_from([{}, {'compression': 'application/x-gzip'},
+                     {'x-death': []}, {'x-first-death-queue': 'q'}]))
+def test_a_message_is_a_request_exactly_when_every_check_holds(
+        body, user, content_type, headers):
+    """Whatever arrives, the checks end in a request or Dropped, never in
+    another error (which would reach the consumer loop), and accept
+    exactly what the model below accepts.
+    """
+    properties = {'user_id': user, 'content_type': content_type,
+                  'application_headers': headers}
+    message = _Message(json.dumps(body).encode(), **properties)
+    try:
+        caller, got = peer_wire.decoded(message, 'blobcr-%(host)s')
+        method, args = peer_wire.checked_request(got, 'x')
+        accepted = True
+    except peer_wire.Dropped:
+        accepted = False
+    expected = (user == 'blobcr-y' and content_type == 'application/json'
+                and not headers and isinstance(body, dict) and
+                body.get('v') == 1 and body.get('to') == 'x' and
+                body.get('deadline') == 1e12 and
+                isinstance(body.get('method'), str) and
+                body.get('method') in peer_wire.METHODS and
+                isinstance(body.get('args'), dict))
+    assert accepted == expected
+    if accepted:
+        assert (caller, method, args) == ('y', body['method'], body['args'])
+
+
+@hypothesis.given(st.one_of(JSON, st.fixed_dictionaries({'error': JSON})))
+def test_any_answer_gives_a_result_or_a_blobcr_error(body):
+    if not isinstance(body, dict):
+        return                  # decoded() drops those before this
+    try:
+        result = peer_wire.answered(body)
+    except exception.BlobCRError:
+        assert body.get('error') is not None
+    else:
+        assert body.get('error') is None and result == body.get('result')
