@@ -403,7 +403,10 @@ def checkpoint_phase(cluster, vms, args, label, log):
             'slowdown': round(c['run_s'] / b['run_s'], 4),
             'ack_s': [round(r['ack_s'], 4) for r in records],
             'held_ms': [r['held_ms'] for r in records],
-            'downtime_ms': [r['downtime_ms'] for r in records]})
+            'downtime_ms': [r['downtime_ms'] for r in records],
+            # The agent answered busy (503) this many times before the
+            # ack: its ack_s includes those waits.
+            'busy_retries': [r.get('busy_retries', 0) for r in records]})
         for r in records:
             groups.setdefault(r['group'], []).append(r)
     group_stable = []

@@ -54,6 +54,7 @@ WRITE = 1 << 20
 READ = 256 * 1024
 SUMMARIES = 8
 SUMMARY = 4096
+BUSY_FOR = 120.0    # seconds a rank asks again while its agent is busy
 
 
 def layout(size):
@@ -75,19 +76,39 @@ class Endpoint(object):
                                        hashlib.sha256).hexdigest(),
             'Content-Type': 'application/json'}
 
-    def request(self, method, path, body=None):
+    def request(self, method, path, body=None, busy=None):
+        """The answer's JSON. A 503 (the agent is busy: a persist ahead,
+        or the rate limit) is asked again after its Retry-After, as
+        blobcr-guest's client does, for BUSY_FOR seconds at most; each
+        time is counted in ``busy`` (a list) if given.
+        """
+        deadline = time.monotonic() + BUSY_FOR
+        while True:
+            status, payload, retry_after = self._send(method, path, body)
+            if status == 503 and time.monotonic() < deadline:
+                if busy is not None:
+                    busy.append(retry_after)
+                time.sleep(retry_after)
+                continue
+            if status != 200:
+                raise RuntimeError('%s %s: %d %s' % (method, path, status,
+                                                     payload))
+            return payload
+
+    def _send(self, method, path, body):
         conn = http.client.HTTPConnection(self.host, self.port, timeout=300)
         try:
             data = None if body is None else json.dumps(body)
             conn.request(method, path, body=data, headers=self.headers)
             response = conn.getresponse()
             payload = json.loads(response.read() or b'{}')
+            try:
+                retry_after = float(response.getheader('Retry-After'))
+            except (TypeError, ValueError):
+                retry_after = 0.5
         finally:
             conn.close()
-        if response.status != 200:
-            raise RuntimeError('%s %s: %d %s' % (method, path,
-                                                 response.status, payload))
-        return payload
+        return response.status, payload, min(max(retry_after, 0.05), 5.0)
 
 
 def _watch_group(endpoint, group, record):
@@ -129,11 +150,13 @@ def run(args):
             if endpoint is not None:
                 group = '%s-%d' % (args.group, it)
                 asked = time.time()
+                busy = []
                 reply = endpoint.request(
                     'POST', '/v1/checkpoint',
-                    {'group': group, 'members': args.members})
+                    {'group': group, 'members': args.members}, busy=busy)
                 acked = time.time()
                 record = {'group': group, 'version': reply['version'],
+                          'busy_retries': len(busy),
                           'asked_at': asked, 'acked_at': acked,
                           'ack_s': acked - asked,
                           'downtime_ms': reply.get('downtime_ms'),
