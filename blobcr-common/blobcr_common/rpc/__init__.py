@@ -70,6 +70,12 @@ Version history of the API:
   the hosts listed (a cast to each), not as a fanout to every agent.
   Agents do so once the cap allows 1.13 (older ones list nothing and
   would miss them); below it, the fanout as before.
+
+With ``[blobcr_bus] authenticated_peers`` (rpc/bus.py), agents make the
+peer calls (handoff, prepare_handoff, hints) outside this API, through
+a request/reply of their own whose messages carry their own version
+(the agent's rpc/peer_wire.py); the control topic then serves no peer
+call.
 """
 
 TOPIC = 'blobcr-agent'
