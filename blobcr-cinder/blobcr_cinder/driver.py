@@ -35,7 +35,6 @@ its metadata records the image, version, parent version, bytes written
 and, for checkpoints, the ack and held times.
 """
 
-from concurrent import futures
 import contextlib
 import socket
 import time
@@ -55,6 +54,7 @@ from oslo_serialization import jsonutils
 from oslo_utils import units
 
 from blobcr_cinder import compute_hosts
+from blobcr_cinder import groups
 from blobcr_cinder import manage
 from blobcr_cinder import options
 from blobcr_cinder import refs
@@ -76,45 +76,24 @@ ALIVE_PROBE_TIMEOUT = 10
 START_PROBE_EVERY = 2
 
 
-GROUP_PARALLEL = 16
-
-
-def _in_parallel(func, items, done):
-    """``func(item)`` for every item, up to GROUP_PARALLEL at a time;
-    each result is appended to ``done`` as it comes (what a caller
-    undoes on failure), which is returned; the first error is raised
-    once every call ended.
+def _travel_ms(sent_at, answered_at, result):
+    """Where an agent call's time went outside the agent: the request's
+    travel (sent to received) and the answer's (served to answered), in
+    ms, when the agent says when it received it (a host sharing this
+    clock: the same machine, or NTP's error on top); {} otherwise.
     """
-    if not items:
-        return done
-    with futures.ThreadPoolExecutor(min(GROUP_PARALLEL, len(items))) as pool:
-        calls = [pool.submit(func, item) for item in items]
-        for call in futures.as_completed(calls):
-            if call.exception() is None:
-                done.append(call.result())
-    for call in calls:
-        if call.exception() is not None:
-            raise call.exception()
-    return done
-
-
-def _each(items, delete, what):
-    """Delete every item of a group: the model updates Cinder expects,
-    an item that fails in error_deleting and the others deleted.
-    """
-    updates = []
-    for item in items:
-        try:
-            delete(item)
-            updates.append({'id': item.id, 'status': 'deleted'})
-        except exception.CinderException as e:
-            LOG.error('%s of %s: %s', item.id, what, e)
-            updates.append({'id': item.id, 'status': 'error_deleting'})
-    return updates
+    received_at = result.pop('received_at', None)
+    if received_at is None or result.get('served_ms') is None:
+        return {}
+    request = (received_at - sent_at) * 1e3
+    return {'request_ms': request,
+            'answer_ms': (answered_at - sent_at) * 1e3 - request
+            - result['served_ms']}
 
 
 @interface.volumedriver
-class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
+class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
+                   driver.VolumeDriver):
     """Volumes as BlobCR images: live incremental snapshots, clones."""
 
     VERSION = '1.0.0'
@@ -349,16 +328,44 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
             result = self._call(self.storage_host, 'snapshot', image)
             result.update(host=self.storage_host)
             return result
-        quiesce = quiesce or specs.quiesce_of(
-            volume.volume_type, self.configuration.blobcr_default_quiesce)
-        started = time.monotonic()
+        quiesce = quiesce or self._quiesce_of(volume)
+        started, sent_at = time.monotonic(), time.time()
         # Labelled: the sync service registers only unlabelled
         # checkpoints (the guest's); this one is Cinder's own.
         result = self._call(host, 'checkpoint', image, quiesce=quiesce,
                             rpc_timeout=self.configuration.blobcr_rpc_timeout,
                             label=MADE_BY, **group)
         result.update(host=host, ack_ms=(time.monotonic() - started) * 1e3)
+        result.update(_travel_ms(sent_at, time.time(), result))
         return result
+
+    def _quiesce_of(self, volume):
+        """How a checkpoint of ``volume`` holds its guest still: as its
+        type says, else blobcr_default_quiesce.
+        """
+        return specs.quiesce_of(volume.volume_type,
+                                self.configuration.blobcr_default_quiesce)
+
+    def _take_members(self, host, snapshots, group, members):
+        """[(snapshot, checkpoint)] of ``snapshots``' volumes, all
+        attached on ``host``, as members of ``group`` in one call
+        (agent API 1.14; each guest released once COMMITted), not
+        waited for; all or none.
+        """
+        started, sent_at = time.monotonic(), time.time()
+        results = self._call(
+            host, 'checkpoint_members',
+            [{'image': self._image_of(s.volume),
+              'quiesce': self._quiesce_of(s.volume),
+              'project': s.volume.project_id} for s in snapshots],
+            group, members, rpc_timeout=self.configuration.blobcr_rpc_timeout,
+            label=MADE_BY)
+        ack_ms = (time.monotonic() - started) * 1e3
+        answered_at = time.time()
+        for result in results:
+            result.update(host=host, ack_ms=ack_ms)
+            result.update(_travel_ms(sent_at, answered_at, result))
+        return list(zip(snapshots, results))
 
     def _wait_stable(self, host, image, version):
         # In slices of blobcr_rpc_timeout: an agent that dies while it
@@ -420,7 +427,8 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
             meta['group'] = version['group']['id']
         if version.get('made_by'):
             meta['made_by'] = version['made_by']
-        for key in ('host', 'ack_ms', 'served_ms', 'held_ms', 'downtime_ms',
+        for key in ('host', 'ack_ms', 'served_ms', 'member_ms', 'request_ms',
+                    'answer_ms', 'held_ms', 'guest_held_ms', 'downtime_ms',
                     'quiesce', 'group_hold_ms'):
             if result.get(key) is not None:
                 meta[key] = result[key]
@@ -768,137 +776,3 @@ class BlobCRDriver(manage.ManageMixin, driver.VolumeDriver):
                 blobcr_max_exposure_s=room.get('max_exposure_s'),
                 backend_state='up')
         self._stats = stats
-
-    # -- group snapshots -----------------------------------------------
-    #
-    # Groups whose type asks for consistent snapshots are BlobCR group
-    # checkpoints; for any other group Cinder's generic implementation
-    # (one snapshot per volume) is right, and NotImplementedError is how
-    # a driver asks for it.
-
-    @staticmethod
-    def _consistent_only(group):
-        if not volume_utils.is_group_a_cg_snapshot_type(group):
-            raise NotImplementedError()
-
-    def create_group(self, context, group):
-        self._consistent_only(group)
-        return {'status': 'available'}
-
-    def delete_group(self, context, group, volumes):
-        self._consistent_only(group)
-        return {'status': 'deleted'}, _each(
-            volumes, self.delete_volume, 'group %s' % group.id)
-
-    def update_group(self, context, group, add_volumes=None,
-                     remove_volumes=None):
-        self._consistent_only(group)
-        return None, None, None
-
-    def create_group_snapshot(self, context, group_snapshot, snapshots):
-        """One BlobCR group checkpoint across the attached members, on
-        every host they are attached to, complete once every member is
-        stable; detached members are copies of their content. Two
-        phases: every attached member's guest is held still before any
-        member COMMITs, and released once all have, so that the members
-        are consistent with each other (agent API 1.5 hold/release; a
-        guest without a domain, or quiesce none, holds nothing).
-        """
-        self._consistent_only(group_snapshot)
-        attached = [(s, self._attached_host(s.volume)) for s in snapshots]
-        members = sum(1 for _, host in attached if host)
-        group = 'cinder-%s' % group_snapshot.id
-        taken, updates, held = [], [], []
-        try:
-            # How long the members were held still (first hold to the
-            # release), recorded on each member's snapshot. Holds,
-            # checkpoints and releases go to every member at once: one
-            # after another, the hold grew by an RPC per member.
-            # Phase zero, before any guest is held: each member host
-            # checks the count against the group's index once, so that
-            # no member's checkpoint waits for that read (agent API 1.11;
-            # an older agent's members read it themselves).
-            _in_parallel(
-                lambda hp: self._call(hp[0], 'admit_group', group, members,
-                                      project=hp[1]),
-                sorted({(host, s.volume.project_id)
-                        for s, host in attached if host}), [])
-            since = time.monotonic()
-            if members > 1:
-                held = _in_parallel(
-                    lambda sh: self._hold(sh[0].volume, sh[1]),
-                    [(s, host) for s, host in attached if host], held)
-            _in_parallel(
-                lambda sh: (sh[0], self._take_version(
-                    sh[0].volume, sh[1], group=group, members=members,
-                    project=sh[0].volume.project_id)), attached, taken)
-            self._release(held)
-            span = (time.monotonic() - since) * 1000
-            for snapshot, result in taken:
-                result['group_hold_ms'] = span
-            for snapshot, result in taken:
-                self._wait_stable(result['host'], result['image'],
-                                  result['version'])
-                updates.append(dict(self._snapshot_model(snapshot, result),
-                                    id=snapshot.id, status='available'))
-        except exception.CinderException:
-            self._release(held)
-            for snapshot, result in taken:
-                self._forget_version(result['image'], result['version'])
-            raise
-        return {'status': 'available'}, updates
-
-    def _hold(self, volume, host):
-        """Hold the guest of an attached volume still (phase one of a
-        group snapshot): released at the latest after the RPC timeout
-        plus the checkpoints' time, by the agent itself.
-        """
-        image = self._image_of(volume)
-        self._call(host, 'hold', image,
-                   quiesce=specs.quiesce_of(
-                       volume.volume_type,
-                       self.configuration.blobcr_default_quiesce),
-                   timeout=3 * self.configuration.blobcr_rpc_timeout)
-        return host, image
-
-    def _release(self, held):
-        def release(one):
-            host, image = one
-            try:
-                self.api.release(host, image)
-            except Exception as e:
-                # The agent resumes the guest when the hold times out.
-                LOG.warning('could not release the hold of %s on %s: %s',
-                            image, host, e)
-        _in_parallel(release, list(held), [])
-        del held[:]
-
-    def _forget_version(self, image, version):
-        try:
-            self.api.delete_snapshot(self.storage_host, image, version)
-        except Exception as e:
-            LOG.warning('could not forget version %d of %s after a '
-                        'failure: %s', version, image, e)
-
-    def delete_group_snapshot(self, context, group_snapshot, snapshots):
-        self._consistent_only(group_snapshot)
-        return {'status': 'deleted'}, _each(
-            snapshots, self.delete_snapshot,
-            'group snapshot %s' % group_snapshot.id)
-
-    def create_group_from_src(self, context, group, volumes,
-                              group_snapshot=None, snapshots=None,
-                              source_group=None, source_vols=None):
-        self._consistent_only(group)
-        updates = []
-        if group_snapshot is not None:
-            by_id = {s.id: s for s in snapshots}
-            for volume in volumes:
-                updates.append(dict(self.create_volume_from_snapshot(
-                    volume, by_id[volume.snapshot_id]), id=volume.id))
-        else:
-            sources = {v.id: v for v in source_vols}
-            for volume in volumes:
-                updates.append(dict(self.create_cloned_volume(
-                    volume, sources[volume.source_volid]), id=volume.id))
-        return None, updates

@@ -22,10 +22,11 @@ resumes it; the version is persisted in the background.
 
 :class:`AgentManager` is the facade; each concern is a module of its
 own: attachments (attach, detach), checkpoints (checkpoints, holds,
-version states), handoff (the source side of a live migration),
-volumes (versions and the Cinder driver's calls), status (the agent's
-status and the guest endpoint's view); collector runs garbage
-collection, protection the background protection checkpoints.
+version states), member_batches (a host's members of a group
+checkpoint, one call per phase), handoff (the source side of a live
+migration), volumes (versions and the Cinder driver's calls), status
+(the agent's status and the guest endpoint's view); collector runs
+garbage collection, protection the background protection checkpoints.
 
 May import: the mirror, the repository, the hypervisor and the instance
 table; never the RPC server, the admin socket or the guest endpoint,
@@ -44,6 +45,7 @@ from blobcr_agent.manager.checkpoints import Checkpoints
 from blobcr_agent.manager import collector as collector_mod
 from blobcr_agent.manager.handoff import Handoff
 from blobcr_agent.manager import loopdevs
+from blobcr_agent.manager.member_batches import MemberBatches
 from blobcr_agent.manager import protection
 from blobcr_agent.manager.status import Status
 from blobcr_agent.manager import tagger as tagger_mod
@@ -59,7 +61,8 @@ OPERATIONS = ('attach', 'detach', 'checkpoint', 'state', 'wait_stable',
               'capacity', 'delete_snapshot', 'handoff', 'take_over')
 
 
-class AgentManager(Attachments, Handoff, Checkpoints, Volumes, Status):
+class AgentManager(Attachments, Handoff, Checkpoints, MemberBatches, Volumes,
+                   Status):
 
     def __init__(self, repo, state_path, mountpoint, host,
                  mirror_mode='selective-cow', cow_chunks=64,

@@ -143,6 +143,9 @@ class ControlEndpoint(object):
         # A group member's tag is recorded after the ack (the caller may
         # hold other members still meanwhile); wait_stable waits for it.
         started = time.monotonic()
+        # Wall clock: a caller on the same clock splits its round trip
+        # into the request's travel and the answer's.
+        received_at = time.time()
         result = self.manager.checkpoint(image, quiesce=quiesce, group=group,
                                          members=members, project=project,
                                          creator=creator, label=label,
@@ -150,6 +153,7 @@ class ControlEndpoint(object):
         # The agent's whole part of the call (records, hold, COMMIT): the
         # caller's round trip less this is the RPC path.
         result['served_ms'] = round((time.monotonic() - started) * 1e3, 3)
+        result['received_at'] = received_at
         return result
 
     @_expected
@@ -248,6 +252,25 @@ class ControlEndpoint(object):
     @_expected
     def release(self, ctxt, image):
         return self.manager.release(image)
+
+    # -- 1.14: a host's members of a group checkpoint, a call per phase --
+
+    @_expected
+    def hold_members(self, ctxt, members, timeout=60):
+        return self.manager.hold_members(members, timeout=timeout)
+
+    @_expected
+    def checkpoint_members(self, ctxt, members, group, count,
+                           creator='rpc', label=None):
+        started, received_at = time.monotonic(), time.time()
+        results = self.manager.checkpoint_members(
+            members, group, count, creator=creator, label=label)
+        served = round((time.monotonic() - started) * 1e3, 3)
+        for result in results:
+            # As checkpoint's: the agent's whole part of the call, and
+            # when it came in (the caller splits its round trip).
+            result.update(served_ms=served, received_at=received_at)
+        return results
 
 
 def _server(transport, topic, host, endpoint):

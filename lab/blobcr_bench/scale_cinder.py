@@ -122,6 +122,7 @@ class CinderPath(object):
                        'available')
             seconds = time.monotonic() - started
             holds, acks, served, commits = [], [], [], []
+            travel = {'request_ms': [], 'answer_ms': []}
             slowest = None
             for v in volumes:
                 snaps = api.get('/snapshots/detail?volume_id=%s' % v).json()[
@@ -132,8 +133,16 @@ class CinderPath(object):
                         acks.append(float(meta['blobcr:ack_ms']))
                         served.append(float(meta['blobcr:served_ms']))
                         commits.append(float(meta['blobcr:downtime_ms']))
-                        if slowest is None or acks[-1] > slowest['ack_ms']:
-                            slowest = _member(meta)
+                        for key, got in travel.items():
+                            if 'blobcr:' + key in meta:
+                                got.append(float(meta['blobcr:' + key]))
+                        member = _member(meta)
+                        # Members of one host share their call (API
+                        # 1.14): the slowest is the one its agent took
+                        # longest over.
+                        if slowest is None or _slowness(member) > \
+                                _slowness(slowest):
+                            slowest = member
         finally:
             for a in attachments:
                 a.detach()
@@ -145,10 +154,18 @@ class CinderPath(object):
                 # rest is the RPC path), and its COMMIT's part.
                 'member_served_ms': sorted(served),
                 'member_commit_ms': sorted(commits),
+                # The RPC path's two halves: sent to received by the
+                # agent, served to answered.
+                'member_request_ms': sorted(travel['request_ms']),
+                'member_answer_ms': sorted(travel['answer_ms']),
                 # The slowest member's call, and where its agent's part
                 # went (the driver's blobcr:phases_ms).
                 'slowest_member': slowest,
                 'members': len(holds)}
+
+
+def _slowness(member):
+    return member['ack_ms'], member.get('member_ms') or 0
 
 
 def _member(meta):
@@ -157,6 +174,15 @@ def _member(meta):
     for item in meta.get('blobcr:phases_ms', '').split():
         name, _, value = item.partition('=')
         phases[name] = float(value)
+    travel = {k: float(meta['blobcr:' + k])
+              for k in ('request_ms', 'answer_ms') if 'blobcr:' + k in meta}
+    own = meta.get('blobcr:member_ms')
     return {'ack_ms': float(meta['blobcr:ack_ms']),
             'served_ms': float(meta['blobcr:served_ms']),
+            # Its own part of its host's call (API 1.14), else None.
+            'member_ms': float(own) if own is not None else None,
+            'commit_ms': float(meta['blobcr:downtime_ms']),
+            # The rest of the call: the request's travel to the agent
+            # and the answer's back (the driver's blobcr:request_ms).
+            'travel_ms': travel,
             'host': meta.get('blobcr:host'), 'phases_ms': phases}

@@ -70,6 +70,11 @@ Version history of the API:
   the hosts listed (a cast to each), not as a fanout to every agent.
   Agents do so once the cap allows 1.13 (older ones list nothing and
   would miss them); below it, the fanout as before.
+* 1.14 - hold_members, checkpoint_members: a host's members of one
+  group checkpoint held, then checkpointed (each released once its
+  COMMIT is done), in one call per phase, all or none on that host.
+  The Cinder driver sends them once the cap allows 1.14, and below it
+  hold, checkpoint and release per member as before.
 
 With ``[blobcr_bus] authenticated_peers`` (rpc/bus.py), agents make the
 peer calls (handoff, prepare_handoff, hints) outside this API, through
@@ -83,7 +88,7 @@ PEER_TOPIC = 'blobcr-agent-peer'
 # Named in every target, so that callers whatever their own
 # control_exchange (cinder, nova) reach the agents.
 EXCHANGE = 'blobcr'
-VERSION = '1.13'
+VERSION = '1.14'
 
 # How the guest is held still while a checkpoint is taken: the agent's
 # ``[agent] quiesce`` and the Cinder driver's ``quiesce`` extra spec.

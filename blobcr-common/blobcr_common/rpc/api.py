@@ -427,6 +427,36 @@ class AgentAPI(object):
         return self._call(host, 'admit_group', api_version='1.11',
                           group=group, members=members, project=project)
 
+    # -- 1.14 ----------------------------------------------------------------
+
+    def can_batch_members(self):
+        """Whether the version cap lets hold_members and
+        checkpoint_members be sent.
+        """
+        return self.client.can_send_version('1.14')
+
+    def hold_members(self, host, members, timeout=60):
+        """Hold still the guests of ``members`` on ``host`` (dicts with
+        ``image`` and ``quiesce``), each until its checkpoint_members'
+        COMMIT or ``timeout`` seconds; all of them or none.
+        """
+        return self._call(host, 'hold_members', api_version='1.14',
+                          members=members, timeout=timeout)
+
+    def checkpoint_members(self, host, members, group, count,
+                           rpc_timeout=CHECKPOINT_TIMEOUT, creator=None,
+                           label=None):
+        """Checkpoint ``members`` on ``host`` (dicts with ``image``,
+        ``quiesce`` and ``project``) as members of ``group`` (``count``
+        in all), each released from its hold once COMMITted: a
+        checkpoint's answer per member, in their order, or an error and
+        no version kept.
+        """
+        extra = {} if creator is None else {'creator': creator}
+        return self._call(host, 'checkpoint_members', api_version='1.14',
+                          rpc_timeout=rpc_timeout, members=members,
+                          group=group, count=count, label=label, **extra)
+
     def cleanup(self):
         with self._lock:
             transports = [t for t, _ in self._vhosts.values()]
