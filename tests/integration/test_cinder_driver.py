@@ -466,6 +466,15 @@ def test_group_snapshot_of_volumes_on_two_hosts(cloud, rabbitmq_url):
             meta = stack.openstack('volume', 'snapshot', 'show', snap['id'])
             props = meta['properties']
             assert props['blobcr:host'] == host
+            # Taken in its host's one call for its members (agent API
+            # 1.14): its own part of the agent's, and where the rest of
+            # the round trip went.
+            assert 0 < float(props['blobcr:member_ms']) <= \
+                float(props['blobcr:served_ms'])
+            assert float(props['blobcr:request_ms']) > 0
+            assert float(props['blobcr:answer_ms']) > -1
+            assert float(props['blobcr:ack_ms']) >= \
+                float(props['blobcr:served_ms'])
             copy = create_volume(stack, hosts, 'from-%s' % snap['id'][:6],
                                  '--size', '1', '--snapshot', snap['id'])
             att = Attachment(stack, copy['id'], hosts.compute[0])
