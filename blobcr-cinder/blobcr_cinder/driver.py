@@ -75,6 +75,10 @@ ALIVE_PROBE_TIMEOUT = 10
 # Between two probes of a storage agent that is not up yet at start.
 START_PROBE_EVERY = 2
 
+# The agent's served_ms is rounded, and measured on another clock than
+# its received_at: an answer's travel this far below zero is rounding.
+CLOCK_SLACK_MS = 1.0
+
 
 def _travel_ms(sent_at, answered_at, result):
     """Where an agent call's time went outside the agent: the request's
@@ -86,9 +90,10 @@ def _travel_ms(sent_at, answered_at, result):
     if received_at is None or result.get('served_ms') is None:
         return {}
     request = (received_at - sent_at) * 1e3
-    return {'request_ms': request,
-            'answer_ms': (answered_at - sent_at) * 1e3 - request
-            - result['served_ms']}
+    answer = (answered_at - sent_at) * 1e3 - request - result['served_ms']
+    if request < 0 or answer < -CLOCK_SLACK_MS:
+        return {}           # the two clocks differ: nothing to tell
+    return {'request_ms': request, 'answer_ms': max(answer, 0.0)}
 
 
 @interface.volumedriver
@@ -346,22 +351,30 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
         return specs.quiesce_of(volume.volume_type,
                                 self.configuration.blobcr_default_quiesce)
 
-    def _take_members(self, host, snapshots, group, members):
+    def _take_members(self, host, snapshots, group, members, held=()):
         """[(snapshot, checkpoint)] of ``snapshots``' volumes, all
         attached on ``host``, as members of ``group`` in one call
         (agent API 1.14; each guest released once COMMITted), not
-        waited for; all or none.
+        waited for; all or none. The images in ``held`` were held in
+        phase one: the agent fails them if their hold ended meanwhile.
         """
         started, sent_at = time.monotonic(), time.time()
+        images = [self._image_of(s.volume) for s in snapshots]
         results = self._call(
             host, 'checkpoint_members',
-            [{'image': self._image_of(s.volume),
-              'quiesce': self._quiesce_of(s.volume),
-              'project': s.volume.project_id} for s in snapshots],
+            [{'image': image, 'quiesce': self._quiesce_of(s.volume),
+              'project': s.volume.project_id, 'held': image in held}
+             for s, image in zip(snapshots, images)],
             group, members, rpc_timeout=self.configuration.blobcr_rpc_timeout,
             label=MADE_BY)
         ack_ms = (time.monotonic() - started) * 1e3
         answered_at = time.time()
+        if [r.get('image') for r in results] != images:
+            raise exception.VolumeBackendAPIException(
+                data=_('checkpoint_members on %(host)s answered for '
+                       '%(got)s, not %(asked)s')
+                % {'host': host, 'asked': images,
+                   'got': [r.get('image') for r in results]})
         for result in results:
             result.update(host=host, ack_ms=ack_ms)
             result.update(_travel_ms(sent_at, answered_at, result))

@@ -51,6 +51,9 @@ LOG = logging.getLogger(__name__)
 # Calls in flight at once in a phase (to hosts at 1.14, to members
 # below it).
 GROUP_PARALLEL = 16
+# Members per hold_members or checkpoint_members call: what an agent
+# checkpoints at once (blobcr_agent.manager.member_batches).
+MEMBERS_PER_CALL = 8
 
 
 def _in_parallel(func, items, done):
@@ -88,12 +91,17 @@ def _each(items, delete, what):
 
 
 def _by_host(attached):
-    """[(host, [snapshot, ...])] of the attached members, by host."""
+    """[(host, [snapshot, ...])] of the attached members, by host, in
+    calls of at most MEMBERS_PER_CALL members (each call is answered
+    within one checkpoint's RPC timeout).
+    """
     hosts = {}
     for snapshot, host in attached:
         if host:
             hosts.setdefault(host, []).append(snapshot)
-    return sorted(hosts.items())
+    return [(host, snapshots[k:k + MEMBERS_PER_CALL])
+            for host, snapshots in sorted(hosts.items())
+            for k in range(0, len(snapshots), MEMBERS_PER_CALL)]
 
 
 class GroupsMixin(object):
@@ -155,16 +163,18 @@ class GroupsMixin(object):
                                     id=snapshot.id, status='available'))
         except exception.CinderException:
             self._release(held)
-            for snapshot, result in taken:
-                self._forget_version(result['image'], result['version'])
+            self._forget_versions(taken)
             raise
         return {'status': 'available'}, updates
 
     def _checkpoint_each(self, attached, group, members, held, taken):
         """Phases 1 and 2 a call per member, then a release phase."""
         if members > 1:
+            # All listed first: a hold whose answer is lost may be taken.
+            held.extend((host, self._image_of(s.volume))
+                        for s, host in attached if host)
             _in_parallel(lambda sh: self._hold(sh[0].volume, sh[1]),
-                         [(s, host) for s, host in attached if host], held)
+                         [(s, host) for s, host in attached if host], [])
         _in_parallel(
             lambda sh: (sh[0], self._take_version(
                 sh[0].volume, sh[1], group=group, members=members,
@@ -172,31 +182,29 @@ class GroupsMixin(object):
         self._release(held)
 
     def _checkpoint_by_host(self, attached, group, members, held, taken):
-        """Phases 1 and 2 a call per host (API 1.14); each agent releases
-        its members once COMMITted. Detached members' copies are taken
-        beside phase 2.
+        """Phases 1 and 2 a call per host (API 1.14; several for more
+        than MEMBERS_PER_CALL members); each agent releases its members
+        once COMMITted. Detached members' copies are taken beside
+        phase 2.
         """
         hosts = _by_host(attached)
-
-        def hold(host_members):
-            host, snapshots = host_members
-            if not self._hold_members(host, snapshots):
-                return []
-            return [(host, self._image_of(s.volume)) for s in snapshots]
+        held_images = set()
+        if members > 1:
+            # All listed first: a hold whose answer is lost may be taken.
+            held.extend((host, self._image_of(s.volume))
+                        for host, snapshots in hosts for s in snapshots)
+            for images in _in_parallel(
+                    lambda hs: self._hold_members(*hs), hosts, []):
+                held_images.update(images)
 
         def take(host_members):
             host, snapshots = host_members
             if host is None:        # a detached member: a copy
                 return [(snapshots[0],
                          self._take_version(snapshots[0].volume, None))]
-            return self._take_members(host, snapshots, group, members)
+            return self._take_members(host, snapshots, group, members,
+                                      held_images)
 
-        if members > 1:
-            batches = []
-            try:
-                _in_parallel(hold, hosts, batches)
-            finally:
-                held.extend(itertools.chain.from_iterable(batches))
         batches = []
         try:
             _in_parallel(take, hosts + [(None, [s]) for s, host in attached
@@ -217,14 +225,14 @@ class GroupsMixin(object):
         return host, image
 
     def _hold_members(self, host, snapshots):
-        """Phase one for ``host``'s members at once; whether any guest
-        there is held (a member without a domain holds nothing).
+        """Phase one for ``host``'s members at once: the images whose
+        guest is held (a member without a domain holds nothing).
         """
         got = self._call(host, 'hold_members', [
             {'image': self._image_of(s.volume),
              'quiesce': self._quiesce_of(s.volume)} for s in snapshots],
             timeout=3 * self.configuration.blobcr_rpc_timeout)
-        return any(h['held'] for h in got)
+        return [h['image'] for h in got if h['held']]
 
     def _release(self, held):
         def release(one):
@@ -238,12 +246,24 @@ class GroupsMixin(object):
         _in_parallel(release, list(held), [])
         del held[:]
 
-    def _forget_version(self, image, version):
-        try:
-            self.api.delete_snapshot(self.storage_host, image, version)
-        except Exception as e:
-            LOG.warning('could not forget version %d of %s after a '
-                        'failure: %s', version, image, e)
+    def _forget_versions(self, taken):
+        """Obsolete the versions of a failed group snapshot, each once
+        written (a pending version cannot be); one that cannot be stays
+        labelled as the driver's, and _forget_superseded obsoletes it at
+        the volume's next detach or revert.
+        """
+        def forget(one):
+            snapshot, result = one
+            image, version = result['image'], result['version']
+            try:
+                self.api.wait_stable(result['host'], image, version,
+                                     timeout=self.configuration
+                                     .blobcr_rpc_timeout)
+                self.api.delete_snapshot(self.storage_host, image, version)
+            except Exception as e:
+                LOG.warning('could not forget version %d of %s after a '
+                            'failure: %s', version, image, e)
+        _in_parallel(forget, list(taken), [])
 
     def delete_group_snapshot(self, context, group_snapshot, snapshots):
         self._consistent_only(group_snapshot)

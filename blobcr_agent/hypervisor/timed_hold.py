@@ -116,6 +116,11 @@ class HoldTable(object):
             if self._holds.get(held.image) is held:
                 del self._holds[held.image]
 
+    def get(self, image):
+        """The hold of ``image`` under way, or None."""
+        with self._lock:
+            return self._holds.get(image)
+
     def release(self, image):
         """The ended hold, or None if there was none (or it expired)."""
         with self._lock:

@@ -34,26 +34,39 @@ import logging
 import threading
 import time
 
+from blobcr_agent.repository import groups
 from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
 
 # Members checkpointed at once on a host: their COMMITs are short, and
-# each waits for its own guest's hold.
+# each waits for its own guest's hold. The Cinder driver sends at most
+# this many per call, so that one call lasts about one checkpoint.
 MEMBERS_AT_ONCE = 8
+# Members one call may name (threads and holds it may start).
+MAX_MEMBERS_PER_CALL = 64
 
 
-def _member(item):
-    """(image, quiesce, project) of one member entry, checked."""
-    if not isinstance(item, dict) or not isinstance(item.get('image'), str):
-        raise exception.InvalidInput(
-            'each member is a dict with its image: %r' % (item,))
-    return item['image'], item.get('quiesce'), item.get('project')
+class Member(object):
+    """One member entry of a call, checked: its image's id (attached
+    here), quiesce mode and project, and whether phase one held it.
+    """
+
+    def __init__(self, item, resolve):
+        if not isinstance(item, dict) or \
+                not isinstance(item.get('image'), str):
+            raise exception.InvalidInput(
+                'each member is a dict with its image: %r' % (item,))
+        self.image = resolve(item['image'])
+        self.quiesce = item.get('quiesce')
+        self.project = item.get('project')
+        self.held = item.get('held') is True
 
 
 def _all_or_raise(calls, undo):
     """The results of ``calls`` (futures) in their order; if any failed,
-    ``undo(result)`` for each that did not, then the first error.
+    ``undo(result)`` for each that did not (an undo that fails is logged:
+    the others are still undone), then the first error.
     """
     futures.wait(calls)
     errors = [c.exception() for c in calls if c.exception() is not None]
@@ -61,7 +74,11 @@ def _all_or_raise(calls, undo):
         return [c.result() for c in calls]
     for call in calls:
         if call.exception() is None:
-            undo(call.result())
+            try:
+                undo(call.result())
+            except Exception:
+                LOG.exception('could not undo %r after another member '
+                              'failed', call.result())
     raise errors[0]
 
 
@@ -70,23 +87,33 @@ class MemberBatches(object):
     :class:`~blobcr_agent.manager.AgentManager`).
     """
 
-    def _each_member(self, func, members):
-        members = [_member(item) for item in members]
-        if not members:
-            raise exception.InvalidInput('no member given')
-        if len({image for image, _, _ in members}) != len(members):
+    def _members(self, members):
+        """The checked Members of a call: a list of 1 to
+        MAX_MEMBERS_PER_CALL entries, each image attached here once.
+        """
+        if not isinstance(members, list) or \
+                not 0 < len(members) <= MAX_MEMBERS_PER_CALL:
+            raise exception.InvalidInput(
+                'members: a list of 1 to %d members'
+                % MAX_MEMBERS_PER_CALL)
+        checked = [Member(item, lambda image: self.mirror.get(image).id)
+                   for item in members]
+        if len({m.image for m in checked}) != len(checked):
             raise exception.InvalidInput('a member is listed twice')
-        workers = min(MEMBERS_AT_ONCE, len(members))
-        with futures.ThreadPoolExecutor(workers) as pool:
-            return [pool.submit(func, *m) for m in members]
+        return checked
+
+    def _each_member(self, func, members):
+        with futures.ThreadPoolExecutor(
+                min(MEMBERS_AT_ONCE, len(members))) as pool:
+            return [pool.submit(func, m) for m in members]
 
     def hold_members(self, members, timeout=60):
         """Phase one: hold every member's guest still (as hold(), each),
         or none of them.
         """
+        members = self._members(members)
         calls = self._each_member(
-            lambda image, quiesce, _: self.hold(image, quiesce=quiesce,
-                                                timeout=timeout),
+            lambda m: self.hold(m.image, quiesce=m.quiesce, timeout=timeout),
             members)
         return _all_or_raise(calls, self._undo_hold)
 
@@ -98,17 +125,45 @@ class MemberBatches(object):
                            label=None):
         """Phase two: checkpoint every member as a member of ``group``
         (``count`` members in all), each released from its hold once
-        COMMITted; all or none of the versions are kept.
+        COMMITted; all or none of the versions are kept. A member that
+        phase one held (``held``) fails if its hold ended before its
+        checkpoint (it expired: its guest ran on).
         """
-        def one(image, quiesce, project):
+        named = members
+        try:
+            members = self._members(members)
+            groups.check(group, count)
+            if len(members) > count:
+                raise exception.InvalidInput(
+                    '%d members named, of a group of %d'
+                    % (len(members), count))
+        except exception.BlobCRError:
+            # Refused as a whole: no guest waits for its caller's
+            # release (which may never come) to run on.
+            self._release_named(named)
+            raise
+
+        def one(m):
             started = time.monotonic()
+            hold = self.holds.get(m.image)
             try:
+                if m.held and hold is None:
+                    raise exception.QuiesceFailed(
+                        'the hold of %s ended before its checkpoint: its '
+                        'guest ran on' % m.image)
                 result = self.checkpoint(
-                    image, quiesce=quiesce, group=group, members=count,
-                    project=project, creator=creator, label=label,
+                    m.image, quiesce=m.quiesce, group=group, members=count,
+                    project=m.project, creator=creator, label=label,
                     tag_after_ack=True)
             finally:
-                released = self.release(image)
+                released = self.release(m.image)
+            if hold is not None and hold.expired:
+                # Expired before the release: possibly before the
+                # checkpoint joined it. Not consistent for sure.
+                self._undo_checkpoint(result)
+                raise exception.QuiesceFailed(
+                    'the hold of %s expired before its checkpoint was '
+                    'released' % m.image)
             if released['released']:
                 # Phase one to this release: how long its guest stood
                 # still for the group (held_ms: the part in its COMMIT).
@@ -120,6 +175,14 @@ class MemberBatches(object):
             return result
         calls = self._each_member(one, members)
         return _all_or_raise(calls, self._undo_checkpoint)
+
+    def _release_named(self, named):
+        for item in named if isinstance(named, list) else ():
+            if isinstance(item, dict) and isinstance(item.get('image'), str):
+                try:
+                    self.release(item['image'])
+                except exception.BlobCRError:
+                    pass            # not an image here: nothing held
 
     def _undo_checkpoint(self, result):
         # A version is forgotten once written (a pending one cannot be

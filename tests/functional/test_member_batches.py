@@ -51,7 +51,7 @@ DOMAIN = ('<domain type="test"><name>%s</name><memory>65536</memory>'
           '</devices></domain>')
 
 
-def tagged(host, image, group, timeout=30):
+def tagged(host, image, group, timeout=60):
     """The states of ``image``'s live versions tagged with ``group``, once
     every member undone by a failed call is forgotten (its threads end)
     and nothing of the image is in flight.
@@ -79,6 +79,8 @@ class Host(object):
         self.agent = manager_mod.AgentManager(
             self.repo, str(workdir / 'state'), str(workdir / 'mnt'),
             'host-a', quiesce='none', hypervisor=self.hypervisor)
+        # How long a forgotten member's version is waited for.
+        self.agent.settle_timeout = 10
         self.images, self.domains = [], {}
         conn = self.hypervisor.connection()
         for k in range(MEMBERS):
@@ -121,8 +123,8 @@ def host(tmp_path):
     made.close()
 
 
-def members(images, quiesce='suspend'):
-    return [{'image': i, 'quiesce': quiesce, 'project': 'p1'}
+def members(images, quiesce='suspend', held=False):
+    return [{'image': i, 'quiesce': quiesce, 'project': 'p1', 'held': held}
             for i in images]
 
 
@@ -132,8 +134,21 @@ def test_held_together_then_each_released_once_committed(host):
     held = host.agent.hold_members(members(host.images), timeout=60)
     assert [h['held'] for h in held] == [True] * MEMBERS
     assert {host.state(i) for i in host.images} == {PAUSED}
+    # At each member's COMMIT, every other member is held or done:
+    # the versions are consistent with each other.
+    seen, commit = [], host.agent.mirror.checkpoint
+
+    def watched(image, hold, **kwargs):
+        seen.append((image, {i: host.state(i) for i in host.images}))
+        return commit(image, hold, **kwargs)
+    host.agent.mirror.checkpoint = watched
     results = host.agent.checkpoint_members(
-        members(host.images), 'g1', MEMBERS, label='cinder')
+        members(host.images, held=True), 'g1', MEMBERS, label='cinder')
+    assert sorted(image for image, _ in seen) == sorted(host.images)
+    for image, states in seen:
+        assert states[image] == PAUSED
+    assert all(state in (PAUSED, RUNNING) for _, s in seen
+               for state in s.values())
     # Each answer is its member's, in the order asked.
     assert [r['image'] for r in results] == host.images
     assert {host.state(i) for i in host.images} == {RUNNING}
@@ -165,13 +180,17 @@ def test_a_failing_member_undoes_the_others_versions(host):
     for image in host.images:
         host.write(image, b'x')
     host.agent.hold_members(members(host.images), timeout=60)
-    # A member detached between the phases: its checkpoint fails.
+    # A member's guest stopped between the phases: its checkpoint
+    # cannot suspend it, and fails; the others' succeed first or meanwhile.
     gone = host.images[-1]
     host.agent.release(gone)
-    host.agent.mirror.detach(gone, discard=True)
-    with pytest.raises(exception.BlobCRError):
-        host.agent.checkpoint_members(members(host.images), 'g2', MEMBERS,
-                                      label='cinder')
+    host.domains[gone].destroy()
+    try:
+        with pytest.raises(exception.InvalidInput, match='no running'):
+            host.agent.checkpoint_members(members(host.images), 'g2',
+                                          MEMBERS, label='cinder')
+    finally:
+        host.domains[gone].create()
     assert {host.state(i) for i in host.images} == {RUNNING}
     for image in host.images[:-1]:
         # The version this call made is forgotten (its content stays the
@@ -181,13 +200,44 @@ def test_a_failing_member_undoes_the_others_versions(host):
             b'x' * CHUNK
 
 
+def test_a_hold_that_expired_fails_its_member_and_keeps_nothing(host):
+    """Phase one's hold ended (its timeout) before phase two: that
+    guest ran on, so its version would not be consistent with the
+    others'; the call fails and no member keeps a version.
+    """
+    for image in host.images:
+        host.write(image, b'e')
+    host.agent.hold_members(members(host.images[:1]), timeout=0.2)
+    host.agent.hold_members(members(host.images[1:]), timeout=60)
+    deadline = time.monotonic() + 10
+    while host.state(host.images[0]) == PAUSED:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    with pytest.raises(exception.QuiesceFailed, match='ended before'):
+        host.agent.checkpoint_members(members(host.images, held=True),
+                                      'g4', MEMBERS)
+    assert {host.state(i) for i in host.images} == {RUNNING}
+    for image in host.images:
+        assert tagged(host, image, 'g4') == []
+
+
 def test_bad_member_lists_are_refused_before_anything_is_held(host):
-    for bad in ([], [{'quiesce': 'suspend'}], ['disk'],
-                members([host.images[0]] * 2)):
-        with pytest.raises(exception.InvalidInput):
+    too_many = [{'image': host.images[0]}] * 65
+    for bad in (None, 3, {'image': host.images[0]}, [], too_many,
+                [{'quiesce': 'suspend'}], ['disk'],
+                members([host.images[0]] * 2),
+                members(['not-attached'])):
+        with pytest.raises((exception.InvalidInput,
+                            exception.ImageNotFound)):
             host.agent.hold_members(bad)
-        with pytest.raises(exception.InvalidInput):
+        with pytest.raises((exception.InvalidInput,
+                            exception.ImageNotFound)):
             host.agent.checkpoint_members(bad, 'g3', 2)
+    # A group smaller than the members named, or no group at all.
+    for group, count in (('g3', 1), ('', 2), ('g3', 0), ('g3', '2')):
+        with pytest.raises(exception.InvalidInput):
+            host.agent.checkpoint_members(members(host.images[:2]), group,
+                                          count)
     assert {host.state(i) for i in host.images} == {RUNNING}
     assert all(host.agent.holds.release(i) is None for i in host.images)
 
@@ -201,32 +251,36 @@ def test_bad_member_lists_are_refused_before_anything_is_held(host):
                       min_size=MEMBERS, max_size=MEMBERS))
 def test_all_or_nothing_against_a_model(host, chosen, failing, modes):
     """Random members, quiesce modes, and at most one member whose
-    checkpoint fails (detached between the phases): either every chosen
-    member has a new version of the group, or none keeps one; either
-    way no guest is left paused and no hold is left.
+    checkpoint fails (its guest stopped between the phases): either
+    every chosen member has a new version of the group, or none keeps
+    one; either way no guest is left paused and no hold is left.
     """
     images = [host.images[k] for k in chosen]
     asked = [{'image': host.images[k], 'quiesce': modes[k],
-              'project': 'p1'} for k in chosen]
+              'project': 'p1', 'held': modes[k] == 'suspend'}
+             for k in chosen]
     for image in images:
         host.write(image, b'w')
     host.agent.hold_members(asked, timeout=60)
     assert {host.state(i) for i, a in zip(images, asked)
             if a['quiesce'] == 'suspend'} <= {PAUSED}
+    # The failing member's guest stops between the phases, and it asks
+    # to be suspended: its checkpoint fails.
     fails = failing is not None and failing in chosen
     if fails:
         gone = host.images[failing]
         host.agent.release(gone)
-        host.agent.mirror.detach(gone, discard=True)
+        host.domains[gone].destroy()
+        asked[chosen.index(failing)].update(quiesce='suspend', held=False)
     group = 'g-%s' % uuid.uuid4().hex[:6]
     try:
         host.agent.checkpoint_members(asked, group, len(asked))
         raised = False
-    except exception.BlobCRError:
+    except exception.InvalidInput:
         raised = True
     finally:
         if fails:
-            host.agent.mirror.attach(host.images[failing])
+            host.domains[gone].create()
     assert raised == fails
     assert {host.state(i) for i in images} == {RUNNING}
     assert all(host.agent.holds.release(i) is None for i in images)

@@ -33,12 +33,12 @@ import sys
 import pytest
 
 SCENARIO = '''
-import json, sys, threading, types, warnings
+import json, sys, threading, time, types, warnings
 warnings.simplefilter('ignore')
 from blobcr_cinder import driver, groups
 from blobcr_common import exception as agent_exception
 
-batch, fail_host = json.loads(sys.argv[1])
+batch, fail_host, fail_phase = json.loads(sys.argv[1])
 groups.volume_utils.is_group_a_cg_snapshot_type = lambda group: True
 
 
@@ -47,6 +47,7 @@ class Agents(object):
 
     def __init__(self):
         self.calls, self.lock, self.versions = [], threading.Lock(), {}
+        self.held_flags = {}
 
     def _record(self, method, host, images):
         with self.lock:
@@ -65,6 +66,8 @@ class Agents(object):
 
     def hold(self, host, image, quiesce=None, timeout=60):
         self._record('hold', host, [image])
+        if host == fail_host and fail_phase == 'hold':
+            raise agent_exception.BlobCRError('no hold on ' + host)
         return {'image': image, 'held': True}
 
     def release(self, host, image):
@@ -72,11 +75,14 @@ class Agents(object):
 
     def hold_members(self, host, members, timeout=60):
         self._record('hold_members', host, [m['image'] for m in members])
+        if host == fail_host and fail_phase == 'hold':
+            raise agent_exception.BlobCRError('no hold on ' + host)
         return [{'image': m['image'], 'held': True} for m in members]
 
     def _one(self, host, image):
         return {'image': image, 'version': self._version(image),
-                'served_ms': 1.0, 'downtime_ms': 1.0, 'held_ms': 0.5}
+                'served_ms': 0.0, 'downtime_ms': 1.0, 'held_ms': 0.5,
+                'received_at': time.time()}
 
     def checkpoint(self, host, image, quiesce=None, group=None, members=None,
                    project=None, rpc_timeout=None, label=None):
@@ -87,7 +93,8 @@ class Agents(object):
                            rpc_timeout=None, label=None):
         images = [m['image'] for m in members]
         self._record('checkpoint_members', host, images)
-        if host == fail_host:
+        self.held_flags.update({m['image']: m['held'] for m in members})
+        if host == fail_host and fail_phase == 'checkpoint':
             raise agent_exception.BlobCRError('COMMIT failed on ' + host)
         return [self._one(host, image) for image in images]
 
@@ -123,24 +130,28 @@ snapshots = [types.SimpleNamespace(
         id='v%d' % k, provider_id='img-%d' % k, host=host,
         project_id='p1', volume_type=None))
     for k, host in enumerate(['host-a', 'host-a', 'host-b', None])]
-outcome = 'available'
+outcome, metadata = 'available', {}
 try:
     status, updates = d.create_group_snapshot(
         None, types.SimpleNamespace(id='gs1'), snapshots)
+    metadata = {u['id']: sorted(u['metadata']) for u in updates}
 except Exception as e:
     outcome = type(e).__name__
-print(json.dumps({'calls': agents.calls, 'outcome': outcome}))
+print(json.dumps({'calls': agents.calls, 'outcome': outcome,
+                  'metadata': metadata, 'held': agents.held_flags}))
 '''
 
 
-def _run(batch, fail_host=None):
+def _run(batch, fail_host=None, fail_phase=None, more=False):
     out = subprocess.run([sys.executable, '-c', SCENARIO,
-                          json.dumps([batch, fail_host])],
+                          json.dumps([batch, fail_host, fail_phase])],
                          check=True, capture_output=True, text=True,
                          timeout=120).stdout
     result = json.loads(out.strip().splitlines()[-1])
-    return ([tuple(c[:2]) + (tuple(c[2]),) for c in result['calls']],
-            result['outcome'])
+    calls = [tuple(c[:2]) + (tuple(c[2]),) for c in result['calls']]
+    if more:
+        return calls, result
+    return calls, result['outcome']
 
 
 def _phases(calls):
@@ -158,8 +169,16 @@ A, B = ('img-0', 'img-1'), ('img-2',)
 
 
 def test_at_1_14_a_call_per_host_and_phase_and_no_release():
-    calls, outcome = _run(batch=True)
-    assert outcome == 'available'
+    calls, result = _run(batch=True, more=True)
+    assert result['outcome'] == 'available'
+    # Phase 2 tells each agent which members phase 1 held.
+    assert result['held'] == {'img-0': True, 'img-1': True, 'img-2': True}
+    # Each member's round trip, split where the agent said when it
+    # received the call (the copy's call says nothing of it).
+    travel = {'blobcr:request_ms', 'blobcr:answer_ms', 'blobcr:served_ms'}
+    assert {k: travel <= set(keys) for k, keys in
+            result['metadata'].items()} == {
+        's0': True, 's1': True, 's2': True, 's3': False}
     admit, hold, rest = _phases(calls[:2]), calls[2:4], calls[4:]
     assert admit == [('admit_group', {('host-a', ()), ('host-b', ())})]
     assert sorted(hold) == [('hold_members', 'host-a', A),
@@ -186,10 +205,26 @@ def test_below_1_14_a_call_per_member_and_a_release_phase():
     assert phases[-1] == ('release', holds)
 
 
+@pytest.mark.parametrize('batch', [True, False])
+def test_a_host_that_fails_phase_1_gets_nothing_checkpointed(batch):
+    """A hold refused (or its answer lost) on one host: every member is
+    released, including that host's (its agent may hold them), and no
+    member COMMITs.
+    """
+    calls, outcome = _run(batch=batch, fail_host='host-b',
+                          fail_phase='hold')
+    assert outcome == 'VolumeBackendAPIException'
+    assert not [c for c in calls
+                if c[0] in ('checkpoint', 'checkpoint_members')]
+    released = {c[2] for c in calls if c[0] == 'release'}
+    assert released == {('img-0',), ('img-1',), ('img-2',)}
+
+
 @pytest.mark.parametrize('fail_host', ['host-a', 'host-b'])
 def test_a_host_that_fails_phase_2_fails_the_group_and_undoes_the_rest(
         fail_host):
-    calls, outcome = _run(batch=True, fail_host=fail_host)
+    calls, outcome = _run(batch=True, fail_host=fail_host,
+                          fail_phase='checkpoint')
     assert outcome == 'VolumeBackendAPIException'
     after = calls[calls.index(max(
         (c for c in calls if c[0] in ('checkpoint_members', 'snapshot')),
