@@ -38,7 +38,6 @@ warnings.simplefilter('ignore')
 from blobcr_cinder import driver, groups
 from blobcr_common import exception as agent_exception
 
-batch, fail_host, fail_phase = json.loads(sys.argv[1])
 groups.volume_utils.is_group_a_cg_snapshot_type = lambda group: True
 
 
@@ -115,39 +114,55 @@ class Agents(object):
         self._record('delete_snapshot', host, [image])
 
 
-agents = Agents()
-d = driver.BlobCRDriver.__new__(driver.BlobCRDriver)
-d.api = agents
-d.configuration = types.SimpleNamespace(
-    blobcr_rpc_timeout=60, blobcr_snapshot_timeout=600,
-    blobcr_default_quiesce='none')
-d._storage_host = 'storage'
-type(d).storage_host = property(lambda self: 'storage')
-d._attached_host = lambda volume: volume.host
-# Members: two on host-a, one on host-b, one detached (a copy).
-snapshots = [types.SimpleNamespace(
-    id='s%d' % k, metadata={}, volume=types.SimpleNamespace(
-        id='v%d' % k, provider_id='img-%d' % k, host=host,
-        project_id='p1', volume_type=None))
-    for k, host in enumerate(['host-a', 'host-a', 'host-b', None])]
-outcome, metadata = 'available', {}
-try:
-    status, updates = d.create_group_snapshot(
-        None, types.SimpleNamespace(id='gs1'), snapshots)
-    metadata = {u['id']: sorted(u['metadata']) for u in updates}
-except Exception as e:
-    outcome = type(e).__name__
-print(json.dumps({'calls': agents.calls, 'outcome': outcome,
-                  'metadata': metadata, 'held': agents.held_flags}))
+results = {}
+for batch, fail_host, fail_phase in json.loads(sys.argv[1]):
+    agents = Agents()
+    d = driver.BlobCRDriver.__new__(driver.BlobCRDriver)
+    d.api = agents
+    d.configuration = types.SimpleNamespace(
+        blobcr_rpc_timeout=60, blobcr_snapshot_timeout=600,
+        blobcr_default_quiesce='none')
+    d._storage_host = 'storage'
+    type(d).storage_host = property(lambda self: 'storage')
+    d._attached_host = lambda volume: volume.host
+    # Members: two on host-a, one on host-b, one detached (a copy).
+    snapshots = [types.SimpleNamespace(
+        id='s%d' % k, metadata={}, volume=types.SimpleNamespace(
+            id='v%d' % k, provider_id='img-%d' % k, host=host,
+            project_id='p1', volume_type=None))
+        for k, host in enumerate(['host-a', 'host-a', 'host-b', None])]
+    outcome, metadata = 'available', {}
+    try:
+        status, updates = d.create_group_snapshot(
+            None, types.SimpleNamespace(id='gs1'), snapshots)
+        metadata = {u['id']: sorted(u['metadata']) for u in updates}
+    except Exception as e:
+        outcome = type(e).__name__
+    results[json.dumps([batch, fail_host, fail_phase])] = {
+        'calls': agents.calls, 'outcome': outcome, 'metadata': metadata,
+        'held': agents.held_flags}
+print(json.dumps(results))
 '''
 
 
-def _run(batch, fail_host=None, fail_phase=None, more=False):
+# Every scenario the tests ask for, run in one child process (each
+# import of cinder takes seconds): (batch, failing host, failing phase).
+SCENARIOS = [(True, None, None), (False, None, None),
+             (True, 'host-b', 'hold'), (False, 'host-b', 'hold'),
+             (True, 'host-a', 'checkpoint'), (True, 'host-b', 'checkpoint')]
+
+
+@pytest.fixture(scope='module')
+def scenarios():
     out = subprocess.run([sys.executable, '-c', SCENARIO,
-                          json.dumps([batch, fail_host, fail_phase])],
+                          json.dumps(SCENARIOS)],
                          check=True, capture_output=True, text=True,
-                         timeout=120).stdout
-    result = json.loads(out.strip().splitlines()[-1])
+                         timeout=300).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _run(scenarios, batch, fail_host=None, fail_phase=None, more=False):
+    result = scenarios[json.dumps([batch, fail_host, fail_phase])]
     calls = [tuple(c[:2]) + (tuple(c[2]),) for c in result['calls']]
     if more:
         return calls, result
@@ -168,8 +183,8 @@ def _phases(calls):
 A, B = ('img-0', 'img-1'), ('img-2',)
 
 
-def test_at_1_14_a_call_per_host_and_phase_and_no_release():
-    calls, result = _run(batch=True, more=True)
+def test_at_1_14_a_call_per_host_and_phase_and_no_release(scenarios):
+    calls, result = _run(scenarios, batch=True, more=True)
     assert result['outcome'] == 'available'
     # Phase 2 tells each agent which members phase 1 held.
     assert result['held'] == {'img-0': True, 'img-1': True, 'img-2': True}
@@ -189,8 +204,8 @@ def test_at_1_14_a_call_per_host_and_phase_and_no_release():
                             ('snapshot', 'storage', ('img-3',))]
 
 
-def test_below_1_14_a_call_per_member_and_a_release_phase():
-    calls, outcome = _run(batch=False)
+def test_below_1_14_a_call_per_member_and_a_release_phase(scenarios):
+    calls, outcome = _run(scenarios, batch=False)
     assert outcome == 'available'
     phases = _phases(calls)
     assert phases[0] == ('admit_group', {('host-a', ()), ('host-b', ())})
@@ -206,12 +221,13 @@ def test_below_1_14_a_call_per_member_and_a_release_phase():
 
 
 @pytest.mark.parametrize('batch', [True, False])
-def test_a_host_that_fails_phase_1_gets_nothing_checkpointed(batch):
+def test_a_host_that_fails_phase_1_gets_nothing_checkpointed(scenarios,
+                                                             batch):
     """A hold refused (or its answer lost) on one host: every member is
     released, including that host's (its agent may hold them), and no
     member COMMITs.
     """
-    calls, outcome = _run(batch=batch, fail_host='host-b',
+    calls, outcome = _run(scenarios, batch=batch, fail_host='host-b',
                           fail_phase='hold')
     assert outcome == 'VolumeBackendAPIException'
     assert not [c for c in calls
@@ -222,8 +238,8 @@ def test_a_host_that_fails_phase_1_gets_nothing_checkpointed(batch):
 
 @pytest.mark.parametrize('fail_host', ['host-a', 'host-b'])
 def test_a_host_that_fails_phase_2_fails_the_group_and_undoes_the_rest(
-        fail_host):
-    calls, outcome = _run(batch=True, fail_host=fail_host,
+        scenarios, fail_host):
+    calls, outcome = _run(scenarios, batch=True, fail_host=fail_host,
                           fail_phase='checkpoint')
     assert outcome == 'VolumeBackendAPIException'
     after = calls[calls.index(max(
