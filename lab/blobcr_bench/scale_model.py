@@ -25,7 +25,9 @@ Fitted from the runs (per VM, per global checkpoint or restart):
 * hint messages a host takes in from the others during a restart
   (each chunk index leaves one host once, and every host hears it);
 * with ``--cinder``, how much longer a Cinder group snapshot holds its
-  members per member (the driver checkpoints them one after another).
+  members per member (its phases go to every host at once, at most
+  GROUP_PARALLEL calls in flight: past that many hosts a phase is
+  several rounds of calls).
 
 Assumptions (in ``ASSUMPTIONS``, printed with the figures): one VM per
 host; OSDs are added with hosts (``hosts_per_osd``), each serving
