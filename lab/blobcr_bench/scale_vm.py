@@ -55,6 +55,8 @@ READ = 256 * 1024
 SUMMARIES = 8
 SUMMARY = 4096
 BUSY_FOR = 120.0    # seconds a rank asks again while its agent is busy
+# Before asking again after a connection the endpoint closed unread.
+REFUSED_RETRY = 0.5
 
 
 def layout(size):
@@ -84,7 +86,16 @@ class Endpoint(object):
         """
         deadline = time.monotonic() + BUSY_FOR
         while True:
-            status, payload, retry_after = self._send(method, path, body)
+            try:
+                status, payload, retry_after = self._send(method, path,
+                                                          body)
+            except (ConnectionError, http.client.RemoteDisconnected):
+                # Over its connection caps, the endpoint answers 503 and
+                # closes without reading the body: a client still
+                # sending it gets EPIPE or a reset instead of the 503.
+                if time.monotonic() >= deadline:
+                    raise
+                status, payload, retry_after = 503, {}, REFUSED_RETRY
             if status == 503 and time.monotonic() < deadline:
                 if busy is not None:
                     busy.append(retry_after)

@@ -32,6 +32,8 @@ class _Busy(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):
         status = self.answers.pop(0)
+        if status is None:
+            return          # closed unanswered, as the proxy over its caps
         body = json.dumps({'error': 'busy'} if status == 503 else
                           {'version': 3}).encode()
         self.send_response(status)
@@ -61,6 +63,18 @@ def test_a_busy_agent_is_asked_again_and_counted(endpoint):
     assert endpoint.request('POST', '/v1/checkpoint', {}, busy=busy) == \
         {'version': 3}
     assert busy == [0.1, 0.1]
+
+
+def test_a_connection_closed_unanswered_is_asked_again(endpoint):
+    """The proxy over its connection caps answers 503 and closes without
+    reading the body; a rank still sending it sees the connection go
+    (EPIPE, a reset, or no answer) instead of the 503.
+    """
+    _Busy.answers = [None, 503, None, 200]
+    busy = []
+    assert endpoint.request('POST', '/v1/checkpoint', {}, busy=busy) == \
+        {'version': 3}
+    assert busy == [scale_vm.REFUSED_RETRY, 0.1, scale_vm.REFUSED_RETRY]
 
 
 def test_a_refusal_is_not_asked_again(endpoint):
