@@ -39,11 +39,8 @@ modules=(virtio_pci virtio_blk virtio_net virtio_console virtio_rng
          crc32c_generic ext4)
 
 . "$top/tools/lib/apt.sh"
-# No libvirt-daemon-system: no system libvirtd, no default network; the
-# tests use qemu:///session, whose daemon the client starts on demand.
-ensure_packages --no-recommends qemu-system-x86 libvirt-daemon \
-    libvirt-daemon-driver-qemu libvirt-clients busybox-static cpio \
-    e2fsprogs python3.11 libpython3.11-stdlib
+. "$top/tools/lib/service-packages.sh"
+ensure_packages --no-recommends "${guest_packages[@]}"
 
 # Two builds at once (two test sessions) would share the staging tree.
 exec 9>"$out/.lock"

@@ -53,10 +53,13 @@ packages=(
 
 . "$top/tools/lib/apt.sh"
 ensure_packages "${packages[@]}"
-# CRIU for blobcr-checkpoint --criu (its test says what the kernel refuses);
-# the services (RabbitMQ, libvirtd, QEMU) come with tools/rabbitmq.sh and
-# tools/build-guest.sh, which install their own packages.
+# CRIU for blobcr-checkpoint --criu (its test says what the kernel refuses).
 ensure_packages --no-recommends criu
+# The services the tests start (RabbitMQ, libvirtd, QEMU): installed here,
+# before either test lane starts, not by whichever test first runs
+# tools/rabbitmq.sh or tools/build-guest.sh.
+. "$top/tools/lib/service-packages.sh"
+ensure_packages --no-recommends "${guest_packages[@]}" "${broker_packages[@]}"
 
 if [ ! -x "$venv/bin/python" ]; then
     echo "install-deps: creating $venv" >&2

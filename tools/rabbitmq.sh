@@ -286,9 +286,11 @@ cmd_start() {
 
     # shellcheck source=tools/lib/apt.sh
     . "$TOP/tools/lib/apt.sh"
+    # shellcheck source=tools/lib/service-packages.sh
+    . "$TOP/tools/lib/service-packages.sh"
     if ! dpkg-query -W -f='${Status}' rabbitmq-server 2>/dev/null \
             | grep -q 'ok installed'; then
-        ensure_packages --no-recommends rabbitmq-server \
+        ensure_packages --no-recommends "${broker_packages[@]}" \
             || die "could not install rabbitmq-server"
         # policy-rc.d must have kept the packages from starting a broker or
         # epmd (Debian runs them as users rabbitmq and epmd).

@@ -93,6 +93,14 @@ failed=()
 for lane_status in "$rc:$stack_log" "$lane_rc:$lane_log"; do
     status=${lane_status%%:*} log=${lane_status#*:}
     ((status == 0 || status == 5)) && continue
+    # A program missing (a setup error like "libvirtd exited (127)") is
+    # an install step missing, not load: it fails the run, not retried.
+    missing="exited \\(127\\)|failed to execute|command not found"
+    missing+="|No such file or directory: '((/usr)?/s?bin/)?[^/']+'"
+    if grep -E "^E +.*($missing)" "$log"; then
+        echo "run-tests: a test found a program missing ($log): an install step is missing from tools/install-deps.sh"
+        exit 1
+    fi
     mapfile -t named < <(sed -nE 's/^(FAILED|ERROR) (tests\/[^ ]+).*/\2/p' \
         "$log" | sort -u)
     if ((${#named[@]} == 0)); then

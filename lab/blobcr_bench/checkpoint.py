@@ -68,16 +68,21 @@ benchmark's data generator did: it shows the checks firing).
 ``--downtime-sizes`` (default 64M and 1G): ack and held time of a
 selective-cow CHECKPOINT with that much dirty, and their ratio.
 
-Interval workload (``--interval [N]``): one writer thread writes random
-blocks of ``--write-size`` over a ``--image-size`` image without pause
-while a CHECKPOINT is requested every N seconds (default 2), for
+Interval workload (``--interval [N]``, checkpoint_interval.py): a
+writer writes random blocks of ``--write-size`` over a ``--image-size``
+image without pause (one thread of buffered writes, or with
+``--iodepth Q`` fio with Q O_DIRECT writes in flight, as a guest on
+``cache=none``) while a CHECKPOINT is requested every N seconds
+(default 2), for
 ``--checkpoints`` checkpoints. Per checkpoint: ack and held time, whether
 it was refused Busy, how many earlier versions were still persisting when
 it was requested (the persist backlog: versions, and the mirror's
 ``scheduled`` chunks not yet taken), and its time to stable; where the
 mirror's time went (``phases_ms``: its checkpoint lock, the wait for
 room in flight, registering the version in the repository, recording it
-in the cache metadata, the snapshot itself, held); and the Busy counters
+in the cache metadata, the snapshot itself, held; and, derived by the
+benchmark, ``reserved_wait``, the wait for the version registered ahead,
+and ``reply``, the caller's ack minus the mirror's); and the Busy counters
 apart: refused by the room check before registering a version
 (``busy_prechecked``), refused by the COMMIT after it (``busy_aborted``,
 the version aborted), the core's refusals (``busy_full``,
@@ -90,11 +95,9 @@ ahead that a checkpoint took, or that were aborted unused
 registered).
 """
 
-import contextlib
 import os
 import random
 import statistics
-import threading
 import time
 
 from blobcr_agent.conf import agent as agent_conf
@@ -107,18 +110,6 @@ ORDERS = ('sequential', 'reverse', 'random')
 CHUNK = 256 * 1024
 COUNTERS = ('cow_copies', 'redirects', 'redirects_nocopy', 'waits',
             'urgent', 'avoided', 'spilled', 'spill_full')
-# --interval also counts the COMMITs the core refused (buffer full, too
-# many in flight), the checkpoints refused before registering a version
-# (room check) or after (the version aborted), and the writers blocked
-# for buffer space that a COMMIT ordered after its snapshot; and the
-# versions registered ahead (mirror/reserve.py) that checkpoints took or
-# that were aborted unused.
-INTERVAL_COUNTERS = COUNTERS + ('busy_full', 'busy_gens', 'busy_prechecked',
-                                'busy_aborted', 'cut_writers',
-                                'reservations_used', 'reservations_aborted')
-PHASES = ('lock', 'room', 'gate', 'register', 'record', 'commit')
-# Read by the mirror (blobcr_agent.mirror.image): register versions ahead.
-RESERVE_AHEAD_ENV = 'BLOBCR_RESERVE_AHEAD'
 
 
 class Variant(object):
@@ -174,6 +165,7 @@ class Subject(object):
         self.id = self.header.id
         path = self.client.call('attach', image=self.id, mode=mode,
                                 adaptive=adaptive, cow_chunks=cow_chunks)
+        self.path = path
         self.fd = os.open(path, os.O_RDWR)
         self.epoch = 0
         self.pace = None
@@ -523,8 +515,6 @@ def _paired(results, a, b, key):
 
 
 def run(repo, backend_args, args, log):
-    if args.interval is not None:
-        return run_interval(repo, backend_args, args, log)
     if any(s % args.block for s in [args.size] + args.downtime_sizes):
         raise SystemExit('--size and --downtime-sizes must be multiples '
                          'of --block')
@@ -633,238 +623,6 @@ def run(repo, backend_args, args, log):
     return result
 
 
-# -- periodic checkpoints under continuous writes ---------------------------
-
-class _RandomWriter(threading.Thread):
-    def __init__(self, subject, write_size, seed):
-        super().__init__(name='bench-writer', daemon=True)
-        self.subject = subject
-        self.write_size = write_size
-        self.rng = random.Random(seed)
-        self.stop = threading.Event()
-        self.bytes = 0
-        self.writes = 0
-        self.error = None
-        self.elapsed = 0.0
-
-    def run(self):
-        n = self.subject.size // self.write_size
-        epoch = self.subject.epoch
-        t0 = time.perf_counter()
-        try:
-            while not self.stop.is_set():
-                offset = self.rng.randrange(n) * self.write_size
-                os.pwrite(self.subject.fd, self.subject.pattern.block(
-                    offset, self.write_size, epoch + self.writes), offset)
-                self.bytes += self.write_size
-                self.writes += 1
-        except Exception as e:
-            self.error = e
-        self.elapsed = time.perf_counter() - t0
-
-
-def _interval_run(repo, mirror, control, args, mode, pattern, r, log):
-    subject = Subject(repo, mirror, 'interval-%s' % mode, args.image_size,
-                      mode, args.flush_order == 'adaptive', args.cow_chunks,
-                      pattern)
-    try:
-        subject.write(range(0, args.image_size, args.block), args.block)
-        subject.settle([subject.checkpoint()])
-        before = subject.stats()
-        writer = _RandomWriter(subject, args.write_size, args.seed + r)
-        writer.start()
-        checkpoints = []
-        t0 = time.perf_counter()
-        for k in range(args.checkpoints):
-            due = t0 + (k + 1) * args.interval
-            late = time.perf_counter() - due
-            if late < 0:
-                time.sleep(-late)
-            at = time.perf_counter() - t0
-            scheduled = control.call('stats', image=subject.id)['scheduled']
-            cp = subject.checkpoint(control)
-            cp['scheduled_at_request'] = scheduled
-            cp['late_s'] = max(late, 0.0)
-            cp['at_s'] = at
-            checkpoints.append(cp)
-            log.event('checkpoint', run=r + 1, mode=mode, k=k + 1,
-                      ack_ms=round(cp['ack_ms'], 2), held_ms=cp['held_ms'],
-                      busy=cp['busy'], chunks=cp['chunks'],
-                      written_mib=round(writer.bytes / common.MIB, 1))
-        writer.stop.set()
-        writer.join()
-        if writer.error:
-            raise writer.error
-        last = subject.checkpoint(control)       # what the writer left
-        drain_from = time.perf_counter()
-        subject.settle(checkpoints + [last])
-        drain = time.perf_counter() - drain_from
-        counters = _delta(subject.stats(), before, INTERVAL_COUNTERS)
-    finally:
-        subject.close()
-    for cp in checkpoints:
-        cp['backlog'] = sum(1 for o in checkpoints
-                            if o['version'] < cp['version'] and
-                            o['stable_at'] is not None and
-                            o['stable_at'] > cp['requested'])
-    return {'checkpoints': checkpoints, 'counters': counters,
-            'writer_mib_s': writer.bytes / common.MIB /
-            max(writer.elapsed, 1e-6),
-            'writes': writer.writes, 'drain_s': drain}
-
-
-@contextlib.contextmanager
-def _environment(name, value):
-    """``name=value`` in this process's environment (for the children
-    it starts) while in the block.
-    """
-    previous = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = previous
-
-
-def run_interval(repo, backend_args, args, log):
-    checks = common.Checks()
-    if args.image_size % args.block or args.image_size % args.write_size:
-        raise SystemExit('--image-size must be a multiple of --block and '
-                         '--write-size')
-    modes = args.modes if args.modes_given else ['selective-cow']
-    # The mirror registers each next version ahead (mirror/reserve.py),
-    # unless told otherwise (BLOBCR_RESERVE_AHEAD=0); "both" runs a
-    # mirror of each, taking turns in every run, each writing data of its
-    # own (a deduplicating store would otherwise let the second write for
-    # free).
-    choice = getattr(args, 'reserve_ahead', None) or \
-        os.environ.get(RESERVE_AHEAD_ENV, '1')
-    settings = ['0', '1'] if choice == 'both' else [choice]
-    mirrors, controls, patterns = {}, {}, {}
-    per_mode = {}
-    try:
-        for setting in settings:
-            # (a short name: the control socket's path must fit sun_path)
-            mirrors[setting] = new_mirror(
-                args.workdir, backend_args, args,
-                'mirror' if len(settings) == 1 else 'mirror' + setting)
-            with _environment(RESERVE_AHEAD_ENV, setting):
-                mirrors[setting].start()
-            controls[setting] = agents.MirrorProcess.client_class(
-                mirrors[setting].control)
-            patterns[setting] = common.Pattern(args.image_size)
-        for r in range(args.runs):
-            k = r % len(settings)
-            for mode in modes:
-                for setting in settings[k:] + settings[:k]:
-                    name = mode if len(settings) == 1 else \
-                        '%s/reserve-ahead-%s' % (mode, setting)
-                    per_mode.setdefault(name, []).append(_interval_run(
-                        repo, mirrors[setting], controls[setting], args,
-                        mode, patterns[setting], r, log))
-    finally:
-        for control in controls.values():
-            control.close()
-        for mirror in mirrors.values():
-            mirror.stop()
-        gc.collect(repo, grace=0)
-    out = {}
-    for mode, runs in per_mode.items():
-        cps = [c for r in runs for c in r['checkpoints']]
-        ok = [c for c in cps if c['version'] is not None]
-        out[mode] = {
-            'ack_ms': common.summary([c['ack_ms'] for c in ok], 2),
-            'ack_last_attempt_ms': common.summary(
-                [c['ack_last_attempt_ms'] for c in ok], 2),
-            'held_ms': common.summary([c['held_ms'] for c in ok], 2),
-            'ack_ms_median_per_run': common.summary(
-                [common.summary([c['ack_ms'] for c in r['checkpoints']])
-                 ['median'] for r in runs], 2),
-            'held_ms_median_per_run': common.summary(
-                [common.summary([c['held_ms'] for c in r['checkpoints']])
-                 ['median'] for r in runs], 2),
-            'ack_ms_p99_per_run': common.summary(
-                [common.summary([c['ack_ms'] for c in r['checkpoints']])
-                 ['p99'] for r in runs], 2),
-            'busy_refusals': sum(c['busy'] for c in cps),
-            'checkpoints': len(ok),
-            'late_checkpoints': sum(1 for c in cps if c['late_s'] > 0.001),
-            'backlog': common.summary([c['backlog'] for c in cps], 0),
-            'backlog_max': max(c['backlog'] for c in cps),
-            'backlog_chunks': common.summary(
-                [c['scheduled_at_request'] for c in cps], 0),
-            'to_stable_s': common.summary([c['to_stable_s'] for c in ok]),
-            'chunks_per_checkpoint': common.summary(
-                [c['chunks'] for c in ok], 0),
-            'writer_mib_s': common.summary([r['writer_mib_s'] for r in runs],
-                                           1),
-            'drain_s': common.summary([r['drain_s'] for r in runs]),
-            'counters': {k: [r['counters'][k] for r in runs]
-                         for k in INTERVAL_COUNTERS},
-            # Where the successful attempt's time went in the mirror.
-            'phases_ms': {p: common.summary([c['phases_ms'].get(p, 0)
-                                             for c in ok], 2)
-                          for p in PHASES},
-            'runs': [{'ack_ms': [round(c['ack_ms'], 2)
-                                 for c in r['checkpoints']],
-                      'held_ms': [c['held_ms'] for c in r['checkpoints']],
-                      'backlog': [c['backlog'] for c in r['checkpoints']],
-                      'backlog_chunks': [c['scheduled_at_request']
-                                         for c in r['checkpoints']],
-                      'busy': [c['busy'] for c in r['checkpoints']],
-                      'phases_ms': [c['phases_ms'] for c in r['checkpoints']],
-                      'to_stable_s': [round(c['to_stable_s'] or 0, 3)
-                                      for c in r['checkpoints']]}
-                     for r in runs],
-        }
-        checks.require('%s: checkpoints acknowledged' % mode, len(ok),
-                       'the workload must take checkpoints')
-        checks.require('%s: bytes written by the writer (min over runs)'
-                       % mode, min(r['writes'] for r in runs),
-                       'the writer must write while checkpoints are taken')
-        checks.require('%s: dirty chunks per CHECKPOINT (min)' % mode,
-                       min(c['chunks'] or 0 for c in ok),
-                       'every periodic CHECKPOINT must find written chunks')
-        if mode.startswith('selective-cow'):
-            checks.require(
-                '%s: cow_copies + waits (min over runs)' % mode,
-                min(r['counters']['cow_copies'] + r['counters']['waits']
-                    for r in runs),
-                'writes must race with persists (copies or waits); none did')
-        elif mode.startswith('live-cow'):
-            checks.require(
-                '%s: redirects (min over runs)' % mode,
-                min(r['counters']['redirects'] +
-                    r['counters']['redirects_nocopy'] for r in runs),
-                'writes must race with persists; none was redirected')
-    ratios = {}
-    if len(settings) == 2:
-        # Per run: the median ack with versions registered ahead over
-        # the median ack without, both in the same run.
-        def median_ack(run):
-            return common.summary([c['ack_ms']
-                                   for c in run['checkpoints']])['median']
-        for mode in modes:
-            with_, without = (per_mode['%s/reserve-ahead-%s' % (mode, s)]
-                              for s in ('1', '0'))
-            ratios['%s_ack_reserve_ahead_over_not' % mode] = \
-                common.summary([common.ratio(median_ack(a), median_ack(b))
-                                for a, b in zip(with_, without)])
-    result = {'workload': 'interval', 'interval_s': args.interval,
-              'reserve_ahead': settings, 'ratios': ratios,
-              'image_size': args.image_size, 'write_size': args.write_size,
-              'checkpoints_per_run': args.checkpoints, 'runs': args.runs,
-              'cow_chunks': args.cow_chunks,
-              'cow_spill_mb': args.cow_spill_mb, 'modes': out,
-              'checks': checks.as_list()}
-    if args.plot:
-        plot_interval(result, per_mode, args.plot)
-    return result
-
-
 # -- pictures ---------------------------------------------------------------
 
 def _bars(ax, names, summaries, title, color):
@@ -906,38 +664,5 @@ def plot(result, path):
                  '%d iterations, %d runs (bars: median, whiskers: p10-p90)'
                  % (result['size'] >> 20, result['iterations'],
                     result['runs']))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-def plot_interval(result, per_mode, path):
-    """Ack time, the part of it spent registering the version in the
-    repository, and held time of every checkpoint, by run, against time.
-    """
-    import matplotlib
-    matplotlib.use('Agg')
-    from matplotlib import pyplot
-
-    fig, axes = pyplot.subplots(1, 3, figsize=(16, 4.5))
-    series = (lambda c: c['ack_ms'],
-              lambda c: c['phases_ms'].get('register', 0) or None,
-              lambda c: c['held_ms'])
-    for mode, runs in per_mode.items():
-        for k, r in enumerate(runs):
-            xs = [c['at_s'] for c in r['checkpoints']]
-            for ax, value in zip(axes, series):
-                ax.plot(xs, [value(c) for c in r['checkpoints']], 'o-',
-                        ms=3, label='%s run %d' % (mode, k + 1))
-    axes[0].set_title('request to ack, Busy retries included (ms)')
-    axes[1].set_title('of which registering the version (ms)')
-    axes[2].set_title('writes held (ms)')
-    for ax in axes:
-        ax.set_xlabel('requested at (s since the writer started)')
-        ax.set_yscale('log')
-        ax.legend(fontsize=7)
-    fig.suptitle('blobcr-bench checkpoint --interval %g: %d MiB image, '
-                 'random %d KiB writes' % (result['interval_s'],
-                                           result['image_size'] >> 20,
-                                           result['write_size'] >> 10))
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -187,6 +187,11 @@ def build_parser():
                    help='image of the --interval workload (default 256M)')
     p.add_argument('--write-size', type=_size, default=64 << 10,
                    help='random write size of --interval (default 64K)')
+    p.add_argument('--iodepth', type=int, default=1,
+                   help='--interval: writes in flight; above 1 the writer '
+                        'is fio (libaio, O_DIRECT, fresh random data), as a '
+                        'guest on cache=none writes (default 1: one thread '
+                        'of buffered pwrite)')
     p.add_argument('--reserve-ahead', choices=['0', '1', 'both'],
                    default=None,
                    help='--interval: the mirror registers each next '
@@ -334,11 +339,15 @@ def main(argv=None):
             finally:
                 repo.close()
         else:
+            name = args.bench
+            if name == 'checkpoint' and args.interval is not None:
+                name = 'checkpoint_interval'
             bench = importlib.import_module('blobcr_bench.' + {
                 'checkpoint': 'checkpoint', 'restart': 'restart',
+                'checkpoint_interval': 'checkpoint_interval',
                 'mirror': 'mirror_io', 'proxy': 'proxy', 'flush': 'flush',
                 'protect': 'protect', 'handoff': 'handoff',
-                'persist': 'persist'}[args.bench])
+                'persist': 'persist'}[name])
             args.workdir = scratch
             repo = open_repository(args, scratch)
             try:

@@ -51,7 +51,7 @@ def volume(id, status='available', snapshot_id=None, source=None,
 
 
 def snapshot(id, volume_id, version, parent, status='available',
-             host='compute-a', group_snapshot=None, **meta):
+             host='compute-a', group_snapshot=None, created=None, **meta):
     metadata = {'blobcr:version': str(version),
                 'blobcr:parent': str(parent), 'blobcr:quiesce': 'fsfreeze',
                 'blobcr:bytes_written': '262144', 'blobcr:ack_ms': '12.5',
@@ -63,7 +63,7 @@ def snapshot(id, volume_id, version, parent, status='available',
         volume_snapshots.SnapshotManager(None), {
             'id': id, 'name': id, 'status': status, 'size': 1,
             'volume_id': volume_id, 'metadata': metadata,
-            'created_at': '2026-11-24T01:%02d:00' % version,
+            'created_at': created or '2026-11-24T01:%02d:00' % version,
             'group_snapshot_id': group_snapshot}))
 
 
@@ -279,6 +279,29 @@ class IndexTests(helpers.TestCase):
             _attrs, re.findall(r'<path[^>]*data-kind="clone"[^>]*>',
                                content))]
         self.assertEqual(clones, [('s2', 'clone')])
+
+    @helpers.create_mocks({api.cinder: ['volume_list', 'volume_snapshot_list',
+                                        'group_snapshot_list']})
+    def test_picture_keeps_minutes_apart_beside_weeks(self):
+        # Checkpoints a minute apart, then three weeks later two more a
+        # minute apart: on a linear axis the minutes would be one dot.
+        times = ['2026-10-01T10:00:00', '2026-10-01T10:01:00',
+                 '2026-10-22T10:00:00', '2026-10-22T10:01:00']
+        snaps = [snapshot('s%d' % k, 'vol', k + 2, k + 1, created=when)
+                 for k, when in enumerate(times)]
+        res, content = self._show(
+            [volume('vol', created='2026-10-01T09:59:00')], snaps)
+        xs = [float(d['cx']) for d in sorted(
+            map(_attrs, re.findall(r'<circle[^>]*>', content)),
+            key=lambda d: d['data-id'])]
+        gaps = [b - a for a, b in zip(xs, xs[1:])]
+        self.assertTrue(all(g >= 6 for g in gaps), xs)
+        # The three weeks are one break, its length written on it.
+        breaks = [_attrs(t) for t in re.findall(
+            r'<g[^>]*data-kind="break"[^>]*>', content)]
+        self.assertEqual([float(b['data-seconds']) for b in breaks],
+                         [21 * 86400 - 60])
+        self.assertIn('21 d without a checkpoint', content)
 
 
 class ActionTests(helpers.TestCase):

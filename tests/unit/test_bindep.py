@@ -22,7 +22,8 @@ import re
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 SCRIPTS = ('install-deps.sh', 'install-openstack.sh', 'build-guest.sh',
-           'rabbitmq.sh', 'build-passthrough.sh', 'agent-user.sh')
+           'rabbitmq.sh', 'build-passthrough.sh', 'agent-user.sh',
+           'lib/service-packages.sh')
 WORD = re.compile(r'^[a-z0-9][a-z0-9.+-]+$')
 
 

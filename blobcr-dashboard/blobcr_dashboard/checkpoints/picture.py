@@ -19,7 +19,9 @@ checkpoint is a dot on its volume's lane at the time it was taken, its
 area proportional to the bytes the version wrote, its colour its state;
 versions are joined in parent order, a clone's lane starts with a line
 from the checkpoint (or volume) it was made from, and a group checkpoint
-is a dashed cut through its members. Drawn on the server, so the page
+is a dashed cut through its members. The time axis spans the chains' own
+times, not up to now, and long gaps in it are drawn as breaks (see
+``Axis``). Drawn on the server, so the page
 needs no script, and every mark carries ``data-*`` attributes naming
 what it shows (the browser test reads them).
 """
@@ -37,6 +39,9 @@ TOP = 24
 WIDTH = 1100
 R_MIN, R_MAX = 4.0, 14.0
 COLOURS = {'stable': '#3c763d', 'pending': '#c08a1e', 'failed': '#a94442'}
+MIN_GAP_PX = 6.0    # the narrowest a gap between two times may be drawn
+BREAK_PX = 24.0     # the width of a break in the time axis
+BREAK_MIN_S = 300   # a gap shorter than this is never a break
 
 
 def _time(text):
@@ -45,6 +50,64 @@ def _time(text):
     except ValueError:
         return None
     return when.replace(tzinfo=None).timestamp()
+
+
+def _duration(seconds):
+    for unit, length in (('d', 86400), ('h', 3600), ('min', 60)):
+        if seconds >= length:
+            return '%.3g %s' % (seconds / length, unit)
+    return '%.3g s' % seconds
+
+
+class Axis(object):
+    """Time to x over the given times' own span, gaps broken as needed.
+
+    Linear where it can be: the longest gaps are cut out, longest first,
+    each drawn as a break of ``BREAK_PX``, until the shortest gap left is
+    at least ``MIN_GAP_PX`` wide. So checkpoints a minute apart stay
+    apart beside others taken weeks later, and a chain's age does not
+    squeeze it into one dot.
+    """
+
+    def __init__(self, times, left, right):
+        self.times = sorted(set(times))
+        gaps = [b - a for a, b in zip(self.times, self.times[1:])]
+        candidates = sorted((g, k) for k, g in enumerate(gaps)
+                            if g >= BREAK_MIN_S)
+        width = right - left
+        self.breaks = set()         # indices k of gaps times[k]..[k + 1]
+        while True:
+            kept = [g for k, g in enumerate(gaps) if k not in self.breaks]
+            self.break_px = (min(BREAK_PX, width / 2 / len(self.breaks))
+                             if self.breaks else 0.0)
+            room = width - self.break_px * len(self.breaks)
+            if not sum(kept):
+                self.break_px = width / len(self.breaks) if self.breaks else 0
+                self.scale = 0.0
+                break
+            self.scale = room / sum(kept)
+            if not candidates or min(kept) * self.scale >= MIN_GAP_PX:
+                break
+            self.breaks.add(candidates.pop()[1])
+        self.x = {}
+        x = left
+        for k, when in enumerate(self.times):
+            if k:
+                x += (self.break_px if k - 1 in self.breaks
+                      else gaps[k - 1] * self.scale)
+            self.x[when] = x
+
+    def x_of(self, when):
+        """x of ``when``, one of the times given (None: the last)."""
+        if not self.times:
+            return 0.0
+        return self.x[self.times[-1] if when is None else when]
+
+    def cuts(self):
+        """(x of the break's middle, seconds cut out) of each break."""
+        return [((self.x[self.times[k]] + self.x[self.times[k + 1]]) / 2,
+                 self.times[k + 1] - self.times[k])
+                for k in sorted(self.breaks)]
 
 
 def _attrs(**attrs):
@@ -97,7 +160,7 @@ def _radius(node, largest):
     return R_MIN + (R_MAX - R_MIN) * math.sqrt(written / largest)
 
 
-def draw(roots, groups=(), now=None):
+def draw(roots, groups=()):
     """The SVG of the chains under ``roots`` (chain.Node volumes) and the
     cuts of ``groups`` (chains.GroupCheckpoint) through them.
     """
@@ -108,16 +171,12 @@ def draw(roots, groups=(), now=None):
     for volume, _ in lanes:
         marks.extend(n for n, _ in _checkpoints(volume))
     times = [t for t in (_time(m.created) for m in marks) if t is not None]
-    start = min(times) if times else 0.0
-    end = max(times + [now or 0.0]) if times else 1.0
-    span = max(end - start, 1.0)
+    axis = Axis(times, LEFT, WIDTH - RIGHT)
     largest = max([chain.number(m.blobcr.get('bytes_written')) or 0
                    for m in marks] + [0])
 
     def x_of(node):
-        when = _time(node.created)
-        when = end if when is None else when
-        return LEFT + (WIDTH - LEFT - RIGHT) * (when - start) / span
+        return axis.x_of(_time(node.created))
 
     height = TOP + LANE * len(lanes) + 30
     where = {}          # node id -> (x, y)
@@ -133,14 +192,32 @@ def draw(roots, groups=(), now=None):
     axis_y = height - 22
     out.append('<line%s/>' % _attrs(x1=LEFT, y1=axis_y, x2=WIDTH - RIGHT,
                                     y2=axis_y, stroke='#999'))
-    for fraction in (0.0, 0.5, 1.0):
-        when = datetime.datetime.fromtimestamp(start + span * fraction)
-        x = LEFT + (WIDTH - LEFT - RIGHT) * fraction
+    for x, when, anchor in ([(LEFT, axis.times[0], 'start'),
+                             (WIDTH - RIGHT, axis.times[-1], 'end')]
+                            if len(axis.times) > 1 else
+                            [(LEFT, axis.times[0], 'start')]
+                            if axis.times else []):
         out.append('<text%s>%s</text>' % (
             _attrs(x=round(x, 1), y=axis_y + 15, font_size=11, fill='#666',
-                   text_anchor='middle' if 0 < fraction < 1 else
-                   ('start' if fraction == 0 else 'end')),
-            saxutils.escape(when.strftime('%Y-%m-%d %H:%M:%S'))))
+                   text_anchor=anchor),
+            saxutils.escape(datetime.datetime.fromtimestamp(when).strftime(
+                '%Y-%m-%d %H:%M:%S'))))
+    for x, seconds in axis.cuts():
+        # A gap in the axis crossed by two slanted strokes, the time cut
+        # out written above it.
+        strokes = ['<line%s/>' % _attrs(x1=round(x - 5, 1), y1=axis_y,
+                                        x2=round(x + 5, 1), y2=axis_y,
+                                        stroke='#fff', stroke_width=3)]
+        strokes += ['<line%s/>' % _attrs(
+            x1=round(x + dx - 3, 1), y1=axis_y + 5, x2=round(x + dx + 3, 1),
+            y2=axis_y - 5, stroke='#999') for dx in (-3, 3)]
+        out.append('<g%s><title>%s</title>%s<text%s>%s</text></g>' % (
+            _attrs(data_kind='break', data_seconds=round(seconds, 1)),
+            saxutils.escape('%s without a checkpoint' % _duration(seconds)),
+            ''.join(strokes),
+            _attrs(x=round(x, 1), y=axis_y - 8, font_size=10, fill='#999',
+                   text_anchor='middle'),
+            saxutils.escape(_duration(seconds))))
     for volume, origin in lanes:
         x, y = where[volume.id]
         out.append('<text%s>%s</text>' % (

@@ -14,7 +14,6 @@
 
 """The Checkpoints page and its action dialogs."""
 
-import time
 
 from django.urls import reverse
 from django.urls import reverse_lazy
@@ -48,7 +47,7 @@ def _page(request, fetched):
 
 def _picture(rows, groups):
     roots = [row.node for row in rows if row.node.id == row.root]
-    return picture.draw(roots, groups, now=time.time())
+    return picture.draw(roots, groups)
 
 
 class IndexView(tables.MultiTableView):
