@@ -15,7 +15,8 @@
 """Numbered crash points at the agent's durable-state writes, for tests.
 
 Each write that changes what a restart finds (the mirror's meta.json,
-a line of the persist journal, a delta pack handed to the store, an
+the slot of a version taken from its reservation, a line of the persist
+journal, a delta pack handed to the store, an
 image header's compare-and-set, the removal of a detached mirror's
 cache) calls
 ``reached(site)`` once it is done. Unless the environment asks for it,
@@ -38,7 +39,7 @@ import threading
 _AT = os.environ.get('BLOBCR_CRASH_AT')
 _COUNTS_FILE = os.environ.get('BLOBCR_CRASH_COUNTS')
 ENABLED = bool(_AT or _COUNTS_FILE)
-SITES = ('meta', 'journal', 'pack', 'header', 'cache-removed')
+SITES = ('meta', 'taken', 'journal', 'pack', 'header', 'cache-removed')
 
 _lock = threading.Lock()
 _passed = {}

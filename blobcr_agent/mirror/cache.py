@@ -162,9 +162,13 @@ def recover(repo, meta, cache_dir, header):
                 else 'unreadable (%s)' % e)
         raise StaleCache(_refusal(
             meta, cache_dir, '%s, and its flush record is %s' % (why, what)))
-    # What was in flight: stable in the repository, or lost.
+    # What was in flight: stable in the repository, or lost. So is the
+    # version reserved: a checkpoint that took it records that without a
+    # sync (taken.py), and only a version taken can have turned stable.
     last = meta.get('last')
-    for version in persister.in_flight(meta):
+    reserved = [meta['reserved']] if meta.get('reserved') is not None \
+        else []
+    for version in persister.in_flight(meta) + reserved:
         try:
             state = repo.image(meta['image']).version(version).state
         except exception.VersionNotFound:

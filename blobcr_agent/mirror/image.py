@@ -53,6 +53,7 @@ from blobcr_agent.mirror import prefetch as prefetch_mod
 from blobcr_agent.mirror import readahead as readahead_mod
 from blobcr_agent.mirror import recovery
 from blobcr_agent.mirror import reserve as reserve_mod
+from blobcr_agent.mirror import taken as taken_mod
 from blobcr_agent.mirror import upload_ahead as upload_ahead_mod
 from blobcr_agent.repository import deltas
 from blobcr_agent.repository import image as image_mod
@@ -139,8 +140,12 @@ class AttachedImage(object):
         # Held by a checkpoint, by exclusive() and by close(); close()
         # may run inside exclusive() (a detach): reentrant.
         self._commit_lock = threading.RLock()
-        # meta.json is saved from checkpoints and from the persister.
+        # meta.json is saved from checkpoints and from the persister:
+        # edits under the lock, writes in the order of the edits
+        # (_write_meta), each synced outside the lock.
         self._meta_lock = threading.Lock()
+        self._meta_write_lock = threading.Lock()
+        self._meta_edits = self._meta_written = 0
         # Held from registering a version to queueing its persist (see
         # Persister): a failure is handled under it.
         self._gate = threading.Lock()
@@ -184,6 +189,11 @@ class AttachedImage(object):
         self.versions = {}          # version -> 'pending'|'stable'|'failed'
         self.timing = {}            # version -> {committed, done} (time)
         self.last_error = None
+        # A checkpoint that took its reserved version and was killed
+        # before meta.json recorded it (taken.py): in flight.
+        taken_mod.fold(self.meta, cache_dir,
+                       persister_mod.in_flight(self.meta))
+        self._taken = taken_mod.Slot(cache_dir)
         self._save_meta()
         recovery.recover(self)
         # Who registers this cache's versions from now on: the next start
@@ -224,20 +234,50 @@ class AttachedImage(object):
             raise exception.CorruptObject('mirror', self._meta_path, str(e))
 
     def _save_meta(self):
+        """Save ``self.meta``, synced; the caller holds ``_meta_lock``
+        (or is alone: at attach). Where an edit runs beside checkpoints,
+        ``edit_meta`` syncs outside the lock instead.
+        """
+        self._write_meta(*self._meta_text())
+
+    def edit_meta(self, change):
+        """Apply ``change(meta)`` under the lock; unless it returns
+        False, save the result, synced, outside the lock: another edit
+        (a checkpoint's, in memory) never waits for this one's sync.
+        Returns whether it saved.
+        """
+        with self._meta_lock:
+            if change(self.meta) is False:
+                return False
+            saved = self._meta_text()
+        self._write_meta(*saved)
+        return True
+
+    def _meta_text(self):
+        # Under _meta_lock: the edit's number orders the writes.
+        self._meta_edits += 1
+        return json.dumps(self.meta), self._meta_edits
+
+    def _write_meta(self, text, edit):
         # Synced: after a power loss the flush record (cache.py) is read
         # with the base, the last checkpoint and the versions in flight
         # this file names. A few per checkpoint, never per guest write.
-        tmp = self._meta_path + '.tmp'
-        with open(tmp, 'w') as f:
-            json.dump(self.meta, f)
-            f.flush()
-            os.fdatasync(f.fileno())
-        os.replace(tmp, self._meta_path)
-        dir_fd = os.open(self.cache_dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        with self._meta_write_lock:
+            if self._meta_written >= edit:
+                # A later edit, which holds this one, is saved and synced.
+                return
+            tmp = self._meta_path + '.tmp'
+            with open(tmp, 'w') as f:
+                f.write(text)
+                f.flush()
+                os.fdatasync(f.fileno())
+            os.replace(tmp, self._meta_path)
+            dir_fd = os.open(self.cache_dir, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+            self._meta_written = edit
         crashpoint.reached('meta')
 
     @property
@@ -538,11 +578,17 @@ class AttachedImage(object):
                                              made_by=made_by, group=group)
             self._phases['reserved'] = 0
         mark = self._phase('register', mark)
-        # Taken: no longer reserved, in the same write that records it in
-        # flight (recovery tells the two apart).
-        taken = {'reserved': None} if reserved is not None else {}
+        # Taken: no longer reserved, in the same record that names it in
+        # flight (recovery tells the two apart). A reserved version is
+        # recorded without a sync on the ack's path (taken.py).
+        in_slot = reserved is not None and \
+            self._taken.fits(pending.version, marks)
         try:
-            self._add_in_flight(pending.version, marks, **taken)
+            if in_slot:
+                self._take_reserved(pending.version, marks)
+            else:
+                self._add_in_flight(pending.version, marks, **(
+                    {'reserved': None} if reserved is not None else {}))
         except BaseException as e:
             pending.abort('snapshot not taken: %s' % e)
             raise
@@ -574,6 +620,8 @@ class AttachedImage(object):
                 else:
                     pending.abort('snapshot not taken: %s' % e)
                 try:
+                    if in_slot:
+                        self._taken.record(None)
                     self._drop_in_flight(pending.version, **kept)
                 except OSError as again:
                     # Recovery finds it failed in the repository.
@@ -593,17 +641,28 @@ class AttachedImage(object):
         """Save the versions in flight (oldest first) in the cache's
         metadata, with ``more`` fields.
         """
-        with self._meta_lock:
-            self._set_in_flight(versions, **more)
+        self.edit_meta(lambda meta: self._set_in_flight(versions, **more))
 
     def _set_in_flight(self, versions, marks=None, **more):
-        # Marks (made_by, group) of versions in flight: only theirs.
+        # In self.meta (under _meta_lock). Marks (made_by, group) of
+        # versions in flight: only theirs.
         kept = {k: v for k, v in (self.meta.get('marks') or {}).items()
                 if int(k) in versions}
         kept.update((str(k), v) for k, v in (marks or {}).items())
         self.meta.update(persisting=versions[0] if versions else None,
                          following=versions[1:], marks=kept, **more)
-        self._save_meta()
+
+    def _take_reserved(self, version, marks):
+        """Record ``version``, taken from its reservation, in flight:
+        in the slot (taken.py), then in memory; meta.json gets it with
+        its next save, synced off the ack's path.
+        """
+        self._taken.record(version, marks)
+        crashpoint.reached('taken')
+        with self._meta_lock:
+            self._set_in_flight(
+                persister_mod.in_flight(self.meta) + [version],
+                marks=marks, reserved=None)
 
     # A checkpoint (under the gate) and the persister (not under it)
     # change the list at the same time: each edits the list the
@@ -619,16 +678,13 @@ class AttachedImage(object):
                     (self.meta.get('marks') or {}).items()}
 
     def _add_in_flight(self, version, marks=None, **more):
-        with self._meta_lock:
-            self._set_in_flight(
-                persister_mod.in_flight(self.meta) + [version],
-                marks=marks, **more)
+        self.edit_meta(lambda meta: self._set_in_flight(
+            persister_mod.in_flight(meta) + [version], marks=marks, **more))
 
     def _drop_in_flight(self, version, **more):
-        with self._meta_lock:
-            self._set_in_flight(
-                [v for v in persister_mod.in_flight(self.meta)
-                 if v != version], **more)
+        self.edit_meta(lambda meta: self._set_in_flight(
+            [v for v in persister_mod.in_flight(meta) if v != version],
+            **more))
 
     def _persisted(self, version):
         """From the persister: ``version`` is stable (and pinned for this
@@ -751,6 +807,7 @@ class AttachedImage(object):
                 self.hints.leave(self)
             self.readahead.stop()
             self.core.close()
+            self._taken.close()
             return True
         finally:
             self._commit_lock.release()

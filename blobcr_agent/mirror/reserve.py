@@ -45,8 +45,9 @@ registers afresh. It is also
 * aborted at close (detach, agent stop);
 * recorded in the cache's metadata (``reserved``) while unused, so that
   recovery after a crash fails it at once (recovery.py) instead of
-  leaving it pending until GC. A checkpoint clears it in the same write
-  that records the version in flight, before its COMMIT.
+  leaving it pending until GC. A checkpoint clears it in the same
+  record that names the version in flight, before its COMMIT (taken.py:
+  in memory and in the cache's slot, synced with the next save).
 """
 
 import logging
@@ -368,14 +369,16 @@ class Reserver(object):
         """Record ``number`` as the reservation in the cache's metadata
         (with ``unless_not``: only if that is the one recorded).
         """
-        image = self.image
-        with image._meta_lock:
-            recorded = image.meta.get('reserved')
+        def change(meta):
+            recorded = meta.get('reserved')
             if recorded == number or (unless_not is not None and
                                       recorded != unless_not):
-                return
-            image.meta['reserved'] = number
-            try:
-                image._save_meta()
-            except OSError as e:
-                LOG.error('cache metadata of %s not updated: %s', image.id, e)
+                return False
+            meta['reserved'] = number
+        try:
+            # Synced before it returns: no checkpoint takes a reservation
+            # that meta.json does not name (taken.py relies on it).
+            self.image.edit_meta(change)
+        except OSError as e:
+            LOG.error('cache metadata of %s not updated: %s', self.image.id,
+                      e)

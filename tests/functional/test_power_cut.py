@@ -200,7 +200,7 @@ def _one_cut(base, k, seed, rng, tally):
     env = dict(os.environ)
     crash = None
     if rng.random() < 0.4:
-        crash = '%s:%d' % (rng.choice(('meta', 'journal', 'header')),
+        crash = '%s:%d' % (rng.choice(('meta', 'taken', 'journal', 'header')),
                            rng.randint(1, 40))
         env['BLOBCR_CRASH_AT'] = crash
     delay = rng.uniform(0.8, 3.0)
