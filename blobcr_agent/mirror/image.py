@@ -463,7 +463,10 @@ class AttachedImage(object):
         went (ms): ``lock`` (this image's checkpoint lock), ``room`` (the
         wait for room in flight), ``gate``, ``register`` (the version in
         the repository), ``record`` (the cache metadata), ``commit`` (the
-        snapshot, held). ``made_by`` (Version.made_by) and ``group``
+        COMMIT itself), ``held`` (the guest kept still: the COMMIT, and
+        with a ``hold`` its entry and release too), ``queue`` (queueing
+        the persist, after the hold). ``made_by`` (Version.made_by) and
+        ``group``
         (Version.group) cost no header update of their own (_snapshot).
         """
         deadline = None if wait is None else time.monotonic() + wait
@@ -595,20 +598,32 @@ class AttachedImage(object):
         held_from = self._phase('record', mark)
         committed = False
         try:
-            with hold or contextlib.nullcontext():
-                # Before the COMMIT: a write in between only makes the
-                # persist hash a chunk sent ahead (Commit.sent_unchanged).
-                pending.commit_clock = self.core.write_clock()
-                try:
-                    count = self.core.commit(self.mode == 'offline')
-                except BusyError as e:
-                    self.busy_aborted += 1
-                    raise exception.Busy('image %s: %s; try again'
-                                         % (self.id, e))
-                committed = True
-                self.versions[pending.version] = image_mod.PENDING
-                self.timing[pending.version] = {'committed': time.time()}
-                self.persister.submit(pending)
+            try:
+                with hold or contextlib.nullcontext():
+                    # Before the COMMIT: a write in between only makes
+                    # the persist hash a chunk sent ahead
+                    # (Commit.sent_unchanged).
+                    pending.commit_clock = self.core.write_clock()
+                    before = time.perf_counter()
+                    try:
+                        count = self.core.commit(self.mode == 'offline')
+                    except BusyError as e:
+                        self.busy_aborted += 1
+                        raise exception.Busy('image %s: %s; try again'
+                                             % (self.id, e))
+                    committed = True
+                    self._phase('commit', before)
+            finally:
+                # After the hold (a quiesced guest runs again first), and
+                # even if its release failed: the COMMIT is done, its
+                # persist must be queued.
+                if committed:
+                    held_until = time.perf_counter()
+                    self.versions[pending.version] = image_mod.PENDING
+                    self.timing[pending.version] = {
+                        'committed': time.time()}
+                    self.persister.submit(pending)
+                    self._phase('queue', held_until)
         except BaseException as e:
             if not committed:
                 kept = {}
@@ -628,8 +643,13 @@ class AttachedImage(object):
                     LOG.error('cache metadata of %s not updated: %s',
                               self.id, again)
             raise
-        self._phase('commit', held_from)
-        return pending.version, count, self._phases['commit']
+        # Held: a guest kept still by ``hold`` (suspend, fsfreeze) from
+        # entering it to its release, both included; without one, the
+        # guest's writes wait for the COMMIT alone (the core's lock).
+        held = ((held_until - held_from) * 1000 if hold is not None
+                else self._phases['commit'])
+        self._phases['held'] = held
+        return pending.version, count, held
 
     def _phase(self, name, since):
         """Record ``name`` as the time since ``since``; return now."""
