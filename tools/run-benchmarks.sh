@@ -24,7 +24,8 @@
 # NAMEs (default: all, in this order): peers interval-rados
 # persist-rados persist-local repo-local repo-rados mirror flush proxy
 # cinder (on a cloud of its own: blobcr_bench/cinder_stack.py) handoff
-# interval-local protect. Progress and each benchmark's log go to
+# interval-local protect busy-local busy-rados (checkpoints every 2 s
+# under fio writing 4 KiB at queue depth 8, O_DIRECT, 3 runs of 30 s). Progress and each benchmark's log go to
 # stderr. Not here: scale (about 20 minutes), checkpoint and restart;
 # their commands are in benchmarks.rst.
 # Nothing else should run on the machine meanwhile: every figure is a
@@ -35,7 +36,9 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 [ -x .venv/bin/blobcr-bench ] || bash tools/install-deps.sh
 out=doc/source/_static
-all="peers interval-rados persist-rados persist-local repo-local repo-rados mirror flush proxy cinder handoff interval-local protect"
+all="peers interval-rados persist-rados persist-local repo-local repo-rados mirror flush proxy cinder handoff interval-local protect busy-local busy-rados"
+busy=(checkpoint --interval 2 --iodepth 8 --write-size 4K --checkpoints 15
+      --runs 3)
 names=${*:-$all}
 ceph=
 cleanup() {
@@ -91,6 +94,11 @@ for name in $names; do
             bench checkpoint-interval-rados checkpoint --interval --backend rados \
                 --ceph-conf "$ceph/ceph.conf" --plot "$out/checkpoint-interval-rados.png" ;;
         interval-local) bench checkpoint-interval-local checkpoint --interval ;;
+        busy-local) bench checkpoint-busy-local "${busy[@]}" \
+                --plot "$out/checkpoint-busy-local.png" ;;
+        busy-rados) needs_ceph
+            bench checkpoint-busy-rados "${busy[@]}" --backend rados \
+                --ceph-conf "$ceph/ceph.conf" --plot "$out/checkpoint-busy-rados.png" ;;
         cinder)
             echo "run-benchmarks: cinder: a cloud of its own (cinder_stack)" >&2
             began=$SECONDS

@@ -273,7 +273,16 @@ class CheckpointProxy(object):
         if path == '/v1/checkpoint':
             if method != 'POST':
                 raise HTTPError(405, 'POST a checkpoint request')
-            request = self._json(body)
+            try:
+                request = self._json(body)
+            except HTTPError:
+                # A malformed body spends the mistakes' budget: a flood of
+                # them is refused like any other (429), before parsing.
+                if not self.get_limiter.allow(instance):
+                    raise HTTPError(429, 'too many bad requests from %s'
+                                    % instance,
+                                    self.get_limiter.retry_after())
+                raise
             if not self.limiter.allow(instance):
                 raise HTTPError(429, 'too many checkpoints from %s'
                                 % instance, self.limiter.retry_after())
@@ -304,6 +313,10 @@ class CheckpointProxy(object):
             request = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             raise HTTPError(400, 'the body is not JSON')
+        except RecursionError:
+            # Thousands of "[" in a body within max_body: refused like
+            # any bad body, not a 500 with a traceback per request.
+            raise HTTPError(400, 'the body nests too deep')
         if not isinstance(request, dict):
             raise HTTPError(400, 'the body must be a JSON object')
         unknown = set(request) - {'group', 'members', 'quiesce'}

@@ -47,12 +47,14 @@ from blobcr_lab import agents
 INTERVAL_COUNTERS = cp_mod.COUNTERS + (
     'busy_full', 'busy_gens', 'busy_prechecked', 'busy_aborted',
     'cut_writers', 'reservations_used', 'reservations_aborted')
-# The mirror's phases of a checkpoint's ack, in order, and two the
+# The mirror's phases of a checkpoint's ack, in order (``held``: the
+# guest kept still, the COMMIT and any hold around it), and two the
 # benchmark derives: ``reserved_wait`` (``register`` where the version
 # was registered ahead: only the wait for that registration) and
 # ``reply`` (the caller's ack minus the mirror's: the control socket's
 # round trip and the reply).
-PHASES = ('lock', 'room', 'gate', 'register', 'record', 'commit')
+PHASES = ('lock', 'room', 'gate', 'register', 'record', 'commit', 'held',
+          'queue')
 DERIVED_PHASES = ('reserved_wait', 'reply')
 # Read by the mirror (blobcr_agent.mirror.image): register versions ahead.
 RESERVE_AHEAD_ENV = 'BLOBCR_RESERVE_AHEAD'
@@ -270,6 +272,11 @@ def run(repo, backend_args, args, log):
             'held_ms_median_per_run': common.summary(
                 [common.summary([c['held_ms'] for c in r['checkpoints']])
                  ['median'] for r in runs], 2),
+            'ack_ms_max_per_run': [round(max(c['ack_ms'] for c in
+                                             r['checkpoints']), 2)
+                                   for r in runs],
+            'held_ms_max_per_run': [max(c['held_ms'] for c in
+                                        r['checkpoints']) for r in runs],
             'ack_ms_p99_per_run': common.summary(
                 [common.summary([c['ack_ms'] for c in r['checkpoints']])
                  ['p99'] for r in runs], 2),

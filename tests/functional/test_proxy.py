@@ -586,6 +586,36 @@ def test_poll_budget_per_instance(inproc):
     assert _get(port, '127.0.0.1', instance='vm-b')[0] == 200
 
 
+def test_bad_bodies_spend_a_budget_and_a_nesting_bomb_is_a_400(
+        inproc, caplog):
+    """A guest's malformed bodies, a recursion bomb among them, get a 400
+    and one log line at most, never a 500 and a traceback; and they
+    spend the mistakes' budget, so a flood of them is refused (429)
+    before it is parsed.
+    """
+    _, port = inproc(get_rate=0.01, get_burst=4, rate=1.0, burst=5)
+    bomb = b'[' * 4000
+    codes = []
+    with caplog.at_level('DEBUG'):
+        for body in (bomb, b'{nope', bomb, b'[1]', bomb, bomb):
+            conn = http.client.HTTPConnection('127.0.0.1', port, timeout=30)
+            conn.request('POST', '/v1/checkpoint', body=body,
+                         headers=_headers('vm-a'))
+            response = conn.getresponse()
+            reply = json.loads(response.read())
+            conn.close()
+            codes.append(response.status)
+            assert 'error' in reply
+    assert codes == [400, 400, 400, 400, 429, 429], codes
+    assert not [r for r in caplog.records if r.exc_info], \
+        'a bad body logged a traceback'
+    # The checkpoints' own budget is untouched, and another guest's too.
+    conn = http.client.HTTPConnection('127.0.0.1', port, timeout=30)
+    conn.request('POST', '/v1/checkpoint', headers=_headers('vm-a'))
+    assert conn.getresponse().status == 200
+    conn.close()
+
+
 def test_authenticator_refuses_what_is_not_ascii():
     token = AUTH.token_for('vm-a')
     for headers in ({'X-Instance-ID': 'vm-a', 'X-BlobCR-Token': '\xff\xfe'},
