@@ -253,6 +253,7 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
 
     def create_volume(self, volume):
         specs.quiesce_of(volume.volume_type, None)        # refuse bad specs
+        specs.refuse_encrypted(volume)
         image = self._call(self.storage_host, 'create_image',
                            refs.image_name(volume), volume.size * GiB)
         LOG.info('volume %s is BlobCR image %s', volume.id, image['id'])
@@ -281,6 +282,7 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
         if it is detached; if attached, a live checkpoint, cloned and
         then forgotten (the clone keeps what it shares with it).
         """
+        specs.refuse_encrypted(volume)
         image = self._image_of(src_vref)
         if self._attached_host(src_vref) is None:
             return self._clone(volume, image, None, src_vref.size)
@@ -291,6 +293,7 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
             self._call(self.storage_host, 'delete_snapshot', image, version)
 
     def create_volume_from_snapshot(self, volume, snapshot):
+        specs.refuse_encrypted(volume)
         image, version = refs.parse_snapshot_id(snapshot.provider_id)
         return self._clone(volume, image, version, snapshot.volume_size)
 
@@ -692,11 +695,20 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
         retype (InvalidVolumeType) and the volume keeps its type.
         """
         specs.quiesce_of(new_type, None)
+        specs.refuse_encrypted(new_type_diff=diff)
         LOG.info('volume %s retyped in place to %s', volume.id,
                  new_type.get('name'))
         return True, None
 
     # -- images ------------------------------------------------------------
+
+    def copy_image_to_encrypted_volume(self, context, volume, image_service,
+                                       image_id):
+        # The inherited one runs os-brick's LUKS encryptor over the
+        # agent's device link (specs.refuse_encrypted).
+        specs.refuse_encrypted(volume)
+        raise exception.InvalidVolumeType(
+            reason=_('BlobCR does not support encrypted volumes yet'))
 
     def copy_image_to_volume(self, context, volume, image_service, image_id,
                              disable_sparse=False):

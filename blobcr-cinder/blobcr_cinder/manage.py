@@ -84,6 +84,7 @@ class ManageMixin(object):
     def manage_existing(self, volume, existing_ref):
         """Adopt an image: it keeps its id, name and versions."""
         specs.quiesce_of(volume.volume_type, None)        # refuse bad specs
+        specs.refuse_encrypted(volume)
         image = self._existing_image(existing_ref)
         reason = self._not_manageable(image, self._claimed_by(volume.id,
                                                               image['id']))

@@ -62,6 +62,20 @@ def quiesce_of(volume_type, default):
     return specs.get(EXTRA_SPEC_PREFIX + 'quiesce', default)
 
 
+def refuse_encrypted(volume=None, new_type_diff=None):
+    """InvalidVolumeType for an encrypted volume (its type has an
+    encryption spec: Cinder gave it a key) or a retype that adds or
+    changes encryption. BlobCR images are not encrypted, and os-brick's
+    LUKS encryptor would replace the agent's device link with a
+    dm-crypt one: refused until encryption is supported and tested.
+    """
+    if (volume is not None and getattr(volume, 'encryption_key_id', None)) \
+            or (new_type_diff or {}).get('encryption'):
+        raise exception.InvalidVolumeType(
+            reason=_('BlobCR does not support encrypted volume types yet: '
+                     'choose a type without an encryption spec'))
+
+
 def quiesce_asked(snapshot):
     """The quiesce mode a snapshot's own ``blobcr:quiesce`` property
     asks for (``openstack volume snapshot create --property ...``), or
