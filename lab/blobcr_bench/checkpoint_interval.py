@@ -102,19 +102,33 @@ class _FioWriter(object):
                     '--size=%d' % subject.size, '--time_based=1',
                     '--runtime=86400', '--randseed=%d' % seed,
                     '--refill_buffers=1', '--output-format=json']
+        self.subject = subject
         self.proc = None
         self.bytes = self.writes = 0
         self.elapsed = 0.0
         self.error = None
         self.stop = self    # stop.set(), as the thread writer's Event
 
-    def start(self):
+    def start(self, timeout=60):
+        """Start fio; return once its writes reach the image (fio takes
+        a while to start on a loaded machine: a checkpoint before that
+        would find nothing written).
+        """
         self.t0 = time.perf_counter()
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + timeout
+        while not self.subject.stats()['dirty']:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.set()
+                self.join()
+                raise RuntimeError('fio writer wrote nothing: %s'
+                                   % self.error)
+            time.sleep(0.01)
 
     def set(self):
-        self.proc.send_signal(signal.SIGINT)    # fio ends its report
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)    # fio ends its report
 
     def join(self):
         out, err = self.proc.communicate(timeout=120)
