@@ -111,6 +111,9 @@ typedef struct MirrorCore {
     int taking;             /* mc_take calls at work */
     int slot_waiters;       /* writers waiting for a free buffer slot
                                (counted in writers too) */
+    /* The last COMMIT's times (ns): waiting for the lock, then holding
+     * it (the guest's writes wait), of which draining writes in flight. */
+    int64_t commit_wait_ns, commit_held_ns, commit_drain_ns;
     uint32_t commits;       /* COMMITs taken: a slot waiter that wakes to
                                a new value was cut (mc_write starts over) */
     /* generations: live ones are ring slots head .. head+ngens-1 (oldest

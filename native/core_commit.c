@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- COMMIT and the persister -------------------------------------- */
@@ -145,6 +146,14 @@ commit_refusal(const MirrorCore *m)
     return 0;
 }
 
+static int64_t
+now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
 int
 mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy)
 {
@@ -152,11 +161,15 @@ mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy)
     int64_t n = 0;
     char *scratch = malloc((size_t)m->chunk_size);
 
+    int64_t asked = now_ns(), locked, drained;
+
     *busy = 0;
     *count = 0;
     if (!scratch)
         return ENOMEM;
     pthread_mutex_lock(&m->lock);
+    locked = now_ns();
+    drained = locked;
     if ((*busy = commit_refusal(m))) {
         m->st.busy_gens += *busy == MC_BUSY_GENS;
         m->st.busy_full += *busy == MC_BUSY_FULL;
@@ -169,6 +182,7 @@ mc_commit(MirrorCore *m, int hold, int64_t *count, int *busy)
      * anything that waits for us, so the drain ends. */
     while (m->writers > m->slot_waiters)
         pthread_cond_wait(&m->cond, &m->lock);
+    drained = now_ns();
     /* No writer in flight but slot waiters, which cannot run before we
      * are done (we keep the lock from here on): ngens cannot have grown
      * (only a COMMIT adds) and a failure waits for us; the oldest may
@@ -242,6 +256,9 @@ done:
     m->committing = 0;
     pthread_cond_broadcast(&m->cond);
 out:
+    m->commit_wait_ns = locked - asked;
+    m->commit_drain_ns = drained - locked;
+    m->commit_held_ns = now_ns() - locked;
     pthread_mutex_unlock(&m->lock);
     free(scratch);
     *count = n;

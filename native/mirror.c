@@ -351,6 +351,27 @@ Mirror_commit(Mirror *m, PyObject *args, PyObject *kw)
     return PyLong_FromLongLong(n);
 }
 
+PyDoc_STRVAR(commit_times_doc,
+"commit_times() -> dict\n\n"
+"The last commit()'s times in ms: wait_ms waiting for the core's lock,\n"
+"held_ms holding it (the guest's writes wait that long), of which\n"
+"drain_ms draining the writes in flight.");
+
+static PyObject *
+Mirror_commit_times(Mirror *m, PyObject *noargs)
+{
+    int64_t wait, held, drain;
+    if (check_open(m) < 0)
+        return NULL;
+    pthread_mutex_lock(&m->core.lock);
+    wait = m->core.commit_wait_ns;
+    held = m->core.commit_held_ns;
+    drain = m->core.commit_drain_ns;
+    pthread_mutex_unlock(&m->core.lock);
+    return Py_BuildValue("{s:d,s:d,s:d}", "wait_ms", wait / 1e6,
+                         "held_ms", held / 1e6, "drain_ms", drain / 1e6);
+}
+
 PyDoc_STRVAR(commit_busy_doc,
 "commit_busy() -> str or None\n\n"
 "Why commit() would be refused Busy now (the BusyError message), or\n"
@@ -740,6 +761,8 @@ static PyMethodDef Mirror_methods[] = {
      METH_VARARGS | METH_KEYWORDS, commit_doc},
     {"commit_busy", (PyCFunction)Mirror_commit_busy, METH_NOARGS,
      commit_busy_doc},
+    {"commit_times", (PyCFunction)Mirror_commit_times, METH_NOARGS,
+     commit_times_doc},
     {"release_hold", (PyCFunction)Mirror_release_hold, METH_NOARGS,
      "Let writes proceed after commit(hold=True)."},
     {"take", (PyCFunction)Mirror_take, METH_NOARGS, take_doc},

@@ -463,9 +463,12 @@ class AttachedImage(object):
         went (ms): ``lock`` (this image's checkpoint lock), ``room`` (the
         wait for room in flight), ``gate``, ``register`` (the version in
         the repository), ``record`` (the cache metadata), ``commit`` (the
-        COMMIT itself), ``held`` (the guest kept still: the COMMIT, and
-        with a ``hold`` its entry and release too), ``queue`` (queueing
-        the persist, after the hold). ``made_by`` (Version.made_by) and
+        COMMIT itself, as this thread saw it), ``core_wait`` and
+        ``drain`` (of it, the wait for the core's lock, and the drain of
+        the writes in flight under it), ``held`` (the guest kept still:
+        the core's lock held by the COMMIT, or with a ``hold`` from its
+        entry to its release), ``queue`` (queueing the persist, after
+        the hold). ``made_by`` (Version.made_by) and
         ``group``
         (Version.group) cost no header update of their own (_snapshot).
         """
@@ -613,6 +616,7 @@ class AttachedImage(object):
                                              % (self.id, e))
                     committed = True
                     self._phase('commit', before)
+                    core = self.core.commit_times()
             finally:
                 # After the hold (a quiesced guest runs again first), and
                 # even if its release failed: the COMMIT is done, its
@@ -645,9 +649,13 @@ class AttachedImage(object):
             raise
         # Held: a guest kept still by ``hold`` (suspend, fsfreeze) from
         # entering it to its release, both included; without one, the
-        # guest's writes wait for the COMMIT alone (the core's lock).
+        # guest's writes wait only while the COMMIT holds the core's lock
+        # (timed by the core: not the wait for the lock, nor this
+        # thread's wait for the GIL after it).
+        self._phases.update(core_wait=core['wait_ms'],
+                            drain=core['drain_ms'])
         held = ((held_until - held_from) * 1000 if hold is not None
-                else self._phases['commit'])
+                else core['held_ms'])
         self._phases['held'] = held
         return pending.version, count, held
 

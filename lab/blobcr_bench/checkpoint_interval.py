@@ -47,14 +47,15 @@ from blobcr_lab import agents
 INTERVAL_COUNTERS = cp_mod.COUNTERS + (
     'busy_full', 'busy_gens', 'busy_prechecked', 'busy_aborted',
     'cut_writers', 'reservations_used', 'reservations_aborted')
-# The mirror's phases of a checkpoint's ack, in order (``held``: the
-# guest kept still, the COMMIT and any hold around it), and two the
+# The mirror's phases of a checkpoint's ack, in order (``core_wait``
+# and ``drain``: parts of ``commit``; ``held``: the guest kept still,
+# the core's lock held by the COMMIT, or any hold around it), and two the
 # benchmark derives: ``reserved_wait`` (``register`` where the version
 # was registered ahead: only the wait for that registration) and
 # ``reply`` (the caller's ack minus the mirror's: the control socket's
 # round trip and the reply).
-PHASES = ('lock', 'room', 'gate', 'register', 'record', 'commit', 'held',
-          'queue')
+PHASES = ('lock', 'room', 'gate', 'register', 'record', 'commit',
+          'core_wait', 'drain', 'held', 'queue')
 DERIVED_PHASES = ('reserved_wait', 'reply')
 # Read by the mirror (blobcr_agent.mirror.image): register versions ahead.
 RESERVE_AHEAD_ENV = 'BLOBCR_RESERVE_AHEAD'
