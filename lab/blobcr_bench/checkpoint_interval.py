@@ -391,15 +391,18 @@ def plot(result, per_mode, path):
                 ax.plot(xs, [value(c) for c in r['checkpoints']], 'o-',
                         ms=3, label='%s run %d' % (mode, k + 1))
     axes[0].set_title('request to ack, Busy retries included (ms)')
-    axes[1].set_title('of which registering the version (ms)')
+    axes[1].set_title('of which registering the version, or taking\n'
+                      'the one registered ahead (ms)')
     axes[2].set_title('writes held (ms)')
     for ax in axes:
         ax.set_xlabel('requested at (s since the writer started)')
         ax.set_yscale('log')
         ax.legend(fontsize=7)
+    writer = ('fio, %d O_DIRECT writes in flight' % result['iodepth']
+              if result.get('iodepth', 1) > 1 else 'one buffered writer')
     fig.suptitle('blobcr-bench checkpoint --interval %g: %d MiB image, '
-                 'random %d KiB writes' % (result['interval_s'],
-                                           result['image_size'] >> 20,
-                                           result['write_size'] >> 10))
+                 'random %d KiB writes (%s)'
+                 % (result['interval_s'], result['image_size'] >> 20,
+                    result['write_size'] >> 10, writer))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
