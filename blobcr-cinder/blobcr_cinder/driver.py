@@ -598,8 +598,8 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
                 host, timeout=self.configuration.blobcr_alive_probe_timeout)
         except messaging.MessagingTimeout:
             pass
-        epoch = self.api.list_versions(self.storage_host,
-                                       image).get('epoch', 0)
+        epoch = self._call(self.storage_host, 'list_versions',
+                           image).get('epoch', 0)
         if epoch > self._attached_epoch(volume, host):
             LOG.warning('volume %s: host %s was fenced (image %s epoch %d); '
                         'detached without it', volume.id, host, image, epoch)
