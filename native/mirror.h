@@ -31,6 +31,9 @@
 typedef struct {
     PyObject_HEAD
     MirrorCore core;
+    /* The last commit()'s times (ns), copied from the core by the
+     * calling thread: commit_times() reads them without the lock. */
+    int64_t commit_wait_ns, commit_held_ns, commit_drain_ns;
 } Mirror;
 
 extern PyTypeObject MirrorType;

@@ -49,6 +49,7 @@ import shutil
 
 from blobcr_agent import _native
 from blobcr_agent.mirror import persister
+from blobcr_agent.mirror import taken
 from blobcr_agent.repository import image as image_mod
 from blobcr_common import exception
 
@@ -165,6 +166,8 @@ def recover(repo, meta, cache_dir, header):
     # What was in flight: stable in the repository, or lost. So is the
     # version reserved: a checkpoint that took it records that without a
     # sync (taken.py), and only a version taken can have turned stable.
+    # The slot, if it survived, says it was taken (in flight, not unused).
+    taken.fold(meta, cache_dir, persister.in_flight(meta))
     last = meta.get('last')
     reserved = [meta['reserved']] if meta.get('reserved') is not None \
         else []

@@ -145,7 +145,7 @@ class AttachedImage(object):
         # (_write_meta), each synced outside the lock.
         self._meta_lock = threading.Lock()
         self._meta_write_lock = threading.Lock()
-        self._meta_edits = self._meta_written = 0
+        self._meta_edits = self._meta_written = self._meta_replaced = 0
         # Held from registering a version to queueing its persist (see
         # Persister): a failure is handled under it.
         self._gate = threading.Lock()
@@ -266,19 +266,35 @@ class AttachedImage(object):
             if self._meta_written >= edit:
                 # A later edit, which holds this one, is saved and synced.
                 return
+            if self._meta_replaced >= edit:
+                # A later edit's text is in place, its sync failed: never
+                # written over with this older one; synced again.
+                self._sync_meta()
+                self._meta_written = self._meta_replaced
+                return
             tmp = self._meta_path + '.tmp'
             with open(tmp, 'w') as f:
                 f.write(text)
                 f.flush()
                 os.fdatasync(f.fileno())
             os.replace(tmp, self._meta_path)
-            dir_fd = os.open(self.cache_dir, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            self._meta_replaced = edit
+            self._sync_meta(data=False)
             self._meta_written = edit
         crashpoint.reached('meta')
+
+    def _sync_meta(self, data=True):
+        if data:
+            fd = os.open(self._meta_path, os.O_RDONLY)
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        dir_fd = os.open(self.cache_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
     @property
     def attached_version(self):
@@ -616,7 +632,6 @@ class AttachedImage(object):
                                              % (self.id, e))
                     committed = True
                     self._phase('commit', before)
-                    core = self.core.commit_times()
             finally:
                 # After the hold (a quiesced guest runs again first), and
                 # even if its release failed: the COMMIT is done, its
@@ -639,19 +654,30 @@ class AttachedImage(object):
                 else:
                     pending.abort('snapshot not taken: %s' % e)
                 try:
-                    if in_slot:
-                        self._taken.record(None)
                     self._drop_in_flight(pending.version, **kept)
                 except OSError as again:
                     # Recovery finds it failed in the repository.
                     LOG.error('cache metadata of %s not updated: %s',
                               self.id, again)
+                if in_slot:
+                    try:
+                        self._taken.record(None)
+                    except OSError as again:
+                        # A restart folds it in flight only while it is
+                        # the one reserved: failed then (no snapshot).
+                        LOG.error('slot of %s not cleared: %s', self.id,
+                                  again)
             raise
         # Held: a guest kept still by ``hold`` (suspend, fsfreeze) from
         # entering it to its release, both included; without one, the
         # guest's writes wait only while the COMMIT holds the core's lock
         # (timed by the core: not the wait for the lock, nor this
         # thread's wait for the GIL after it).
+        try:
+            core = self.core.commit_times()
+        except Exception:       # a figure only: never fail a checkpoint
+            core = {'wait_ms': 0.0, 'drain_ms': 0.0,
+                    'held_ms': self._phases['commit']}
         self._phases.update(core_wait=core['wait_ms'],
                             drain=core['drain_ms'])
         held = ((held_until - held_from) * 1000 if hold is not None

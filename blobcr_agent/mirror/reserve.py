@@ -331,16 +331,19 @@ class Reserver(object):
         with self._cond:
             keep = (not self._stopping and self._slot is None and
                     self._valid(r, *self._current()))
-            if keep:
+            # Saved (synced) before it can be taken, under the lock: a
+            # checkpoint takes it without a sync of its own (taken.py),
+            # so one that meta.json does not name is never taken.
+            why = 'reserved for a checkpoint that no longer follows it'
+            if keep and self._save_reserved(r.version):
                 self._slot = r
                 self._wanted = False
                 self.registered += 1
-                # Under the lock: a checkpoint taking it clears it in
-                # the same metadata write that records it in flight.
-                self._save_reserved(r.version)
+            elif keep:
+                keep = False
+                why = 'the cache metadata naming it could not be saved'
         if not keep:
-            self._abort(commit, 'reserved for a checkpoint that no longer '
-                        'follows it')
+            self._abort(commit, why)
 
     def _beat(self, r):
         confirmed = time.monotonic()
@@ -367,7 +370,8 @@ class Reserver(object):
 
     def _save_reserved(self, number, unless_not=None):
         """Record ``number`` as the reservation in the cache's metadata
-        (with ``unless_not``: only if that is the one recorded).
+        (with ``unless_not``: only if that is the one recorded); False if
+        it could not be saved.
         """
         def change(meta):
             recorded = meta.get('reserved')
@@ -376,9 +380,9 @@ class Reserver(object):
                 return False
             meta['reserved'] = number
         try:
-            # Synced before it returns: no checkpoint takes a reservation
-            # that meta.json does not name (taken.py relies on it).
             self.image.edit_meta(change)
+            return True
         except OSError as e:
             LOG.error('cache metadata of %s not updated: %s', self.image.id,
                       e)
+            return False

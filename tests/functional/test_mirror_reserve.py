@@ -27,11 +27,17 @@ AttachedImage driven directly on the local store.
 * close (detach, agent stop) fails the reservation at once;
 * a SIGKILL with a reservation outstanding: recovery fails it at the
   next start (it is not taken for a version in flight);
+* a reservation whose metadata record could not be saved is never
+  taken (a checkpoint records a taken one without a sync of its own),
+  and an older metadata edit never overwrites a newer one whose sync
+  failed;
 * the modes without pipelining reserve nothing, nor selective-cow when
   switched off (``reserve=False``, or BLOBCR_RESERVE_AHEAD=0 in the
   environment; on by default).
 """
 
+import errno
+import json
 import os
 import signal
 import subprocess
@@ -571,4 +577,63 @@ def test_the_version_followed_turns_stable_during_the_registration(
         assert a.last_phases['reserved'] == 1 and a.reserver.aborted == 0
         assert repo.image(image_id).version(second).parent == first
     finally:
+        a.close(30)
+
+
+def test_a_reservation_whose_record_failed_is_never_taken(store,
+                                                          monkeypatch):
+    """meta.json could not name the reservation (ENOSPC): a checkpoint,
+    which records a reserved version without a sync of its own
+    (taken.py), must not take it, or a SIGKILL would leave an
+    acknowledged version nobody knows of. It is failed, and the
+    checkpoint registers its own version, recorded synced.
+    """
+    repo, image_id, _ = store
+    real = image_mod.AttachedImage._write_meta
+
+    def write_meta(self, text, edit):
+        if threading.current_thread().name.startswith('blobcr-reserve'):
+            raise OSError(errno.ENOSPC, 'injected: no space left')
+        return real(self, text, edit)
+    monkeypatch.setattr(image_mod.AttachedImage, '_write_meta', write_meta)
+    a = _attach(store)
+    try:
+        _wait(lambda: a.reserver.aborted >= 1, what='the reservation failed')
+        unsaved = [v for v, s in _states(repo, image_id).items()
+                   if s == 'failed']
+        assert unsaved and a.meta.get('reserved') is None
+        version = _checkpoint_stable(a, 7)
+        assert a.last_phases['reserved'] == 0 and version not in unsaved
+    finally:
+        monkeypatch.setattr(image_mod.AttachedImage, '_write_meta', real)
+        a.close(30)
+
+
+def test_an_older_edit_never_overwrites_a_newer_one(store, monkeypatch):
+    """A newer meta.json edit whose directory sync failed after its
+    rename: an older edit saved next must not write its text over it;
+    it syncs the newer one instead.
+    """
+    a = _attach(store, reserve=False)
+    try:
+        older = a._meta_text()
+        a.meta['probe'] = 'newer'
+        newer = a._meta_text()
+        real_fsync = os.fsync
+        failed = []
+
+        def fsync(fd):
+            if not failed:
+                failed.append(fd)
+                raise OSError(errno.EIO, 'injected: directory sync')
+            return real_fsync(fd)
+        monkeypatch.setattr(os, 'fsync', fsync)
+        with pytest.raises(OSError):
+            a._write_meta(*newer)
+        a._write_meta(*older)
+        with open(os.path.join(store[2], 'meta.json')) as f:
+            assert json.load(f).get('probe') == 'newer'
+        assert len(failed) == 1
+    finally:
+        monkeypatch.undo()
         a.close(30)
