@@ -74,9 +74,11 @@ def identity(device):
     recorded them when it was set up (LOOP_GET_STATUS64); None if the
     device is free or absent.
     """
-    if privileged.as_root():
-        return _status(device)
-    return _loop_identity(device)
+    found = _status(device) if privileged.as_root() else \
+        _loop_identity(device)
+    # A list, as loop-devices.json keeps it: the privileged daemon's
+    # answer comes back a tuple, and [dev, ino] != (dev, ino).
+    return None if found is None else list(found)
 
 
 # -- the entry points: what an unprivileged agent may ask ---------------
