@@ -43,7 +43,7 @@ native = setuptools.Extension(
     sources=['native/blobcr_native.c', 'native/core.c', 'native/core_open.c',
              'native/core_io.c', 'native/core_commit.c',
              'native/core_recovery.c', 'native/core_durable.c',
-             'native/core_spill.c',
+             'native/core_spill.c', 'native/core_log.c',
              'native/mirror.c', 'native/fuseloop.c'],
     depends=['native/core.h', 'native/core_internal.h', 'native/mirror.h'],
     include_dirs=pkg_config('--cflags-only-I'),

@@ -159,7 +159,16 @@ typedef struct MirrorCore {
     int durable_fd;
     uint64_t durable_seq;
     uint8_t *durable_last, *durable_next;
+    /* write log map (core_log.c): blocks written since the last entry
+     * of the write-ahead log (pending), and those of the entry being
+     * appended (cut); both in log.bin */
+    uint8_t *lmap;
+    size_t lmap_len, log_words;
+    uint64_t *log_pending, *log_cut;
 } MirrorCore;
+
+/* The write log's block: a write marks every block it touches. */
+#define MC_LOG_BLOCK 4096
 
 /* Life cycle. mc_init once (mutex, no files), mc_open to attach the
  * files of a directory (0 or an errno; the failing path in errpath),
@@ -233,6 +242,18 @@ int mc_flush(MirrorCore *m, int datasync);
 int mc_recover_power_loss(const char *dir, int64_t size,
                           int64_t chunk_size, int64_t *present,
                           char *path, size_t path_len);
+
+/* The write-ahead log of a `cluster` volume (core_log.c). mc_log_cut:
+ * every block written since the last cut (each write acknowledged
+ * before the call) becomes the cut (0 or an errno); mc_log_extents: its
+ * runs of blocks, at most max of them written into offs/lens (the
+ * count is returned; *blocks: 4 KiB blocks in all); mc_log_done: the
+ * cut is in the log (appended), or not (its blocks are owed again). One
+ * cut at a time: the caller serializes them. */
+int mc_log_cut(MirrorCore *m);
+int64_t mc_log_extents(MirrorCore *m, int64_t *offs, int64_t *lens,
+                       int64_t max, int64_t *blocks);
+void mc_log_done(MirrorCore *m, int appended);
 
 /* Crash recovery: the parked generations (one normally). mc_recovery
  * counts the chunks of all of them (oldest: of the oldest alone; lost:

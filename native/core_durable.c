@@ -340,6 +340,10 @@ mc_recover_power_loss(const char *dir, int64_t size, int64_t chunk_size,
         err = errno;
         goto out;
     }
+    /* Every write flushed before the loss is in the write log already;
+     * the recovered chunks are dirty, not owed to it (core_log.c). */
+    if ((err = log_reset_empty(dir, path, path_len)))
+        goto out;
     path[0] = 0;
 out:
     if (fd >= 0) close(fd);

@@ -28,6 +28,8 @@
  *   core_recovery.c  recovery after a crash, inspection
  *   core_durable.c   flushes (durable records), recovery after a power
  *                    loss
+ *   core_log.c       the write log's map: blocks written since the
+ *                    last entry of a `cluster` volume's log
  *
  * Copyright BlobCR for OpenStack developers. Apache-2.0.
  */
@@ -83,6 +85,11 @@ int prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
 int durable_open(MirrorCore *m, const char *dir, char *path,
     size_t path_len);
 void durable_release(MirrorCore *m);
+/* core_log.c: the write log's map (lock held for log_mark) */
+int log_open(MirrorCore *m, const char *dir, char *path, size_t path_len);
+void log_release(MirrorCore *m);
+void log_mark(MirrorCore *m, long long off, long long len);
+int log_reset_empty(const char *dir, char *path, size_t path_len);
 /* core_spill.c: buffer slots past the memory ones, in a nameless file */
 int spill_open(MirrorCore *m, const char *dir, int64_t spill_chunks,
     char *path, size_t path_len);

@@ -372,6 +372,9 @@ again:
         if (!err)
             PUT_STATE(m, c, m->state[c] | ST_PRESENT | ST_DIRTY);
     }
+    /* Owed to the write log before the write is acknowledged. */
+    if (!err)
+        log_mark(m, off, len);
 out:
     m->writers--;
     pthread_cond_broadcast(&m->cond);

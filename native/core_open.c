@@ -79,6 +79,7 @@ release_files(MirrorCore *m)
     if (m->precopy_fd >= 0) close(m->precopy_fd);
     m->data_fd = m->redirect_fd = m->precopy_fd = -1;
     durable_release(m);
+    log_release(m);
     spill_release(m);
     free(m->cow); free(m->slot_of); free(m->free_slots);
     free(m->urgent); free(m->in_urgent);
@@ -261,6 +262,10 @@ mc_open(MirrorCore *m, const char *dir, int64_t size, int64_t chunk_size,
         return err;
     }
     if ((err = durable_open(m, dir, path, path_len)) != 0) {
+        release_files(m);
+        return err;
+    }
+    if ((err = log_open(m, dir, path, path_len)) != 0) {
         release_files(m);
         return err;
     }

@@ -702,6 +702,76 @@ Mirror_flush(Mirror *m, PyObject *args, PyObject *kw)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(log_cut_doc,
+"log_cut() -> list of (offset, length)\n\n"
+"The write log's next entry (a `cluster` volume's flush): the runs of\n"
+"4 KiB blocks written since the last cut, every write that returned\n"
+"before the call included. log_done() must follow, before the next cut.");
+
+static PyObject *
+Mirror_log_cut(Mirror *m, PyObject *noargs)
+{
+    int64_t max = 256, n, blocks, *offs = NULL, *lens = NULL;
+    PyObject *list;
+    int err;
+    if (check_open(m) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    err = mc_log_cut(&m->core);
+    Py_END_ALLOW_THREADS
+    if (err) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    for (;;) {
+        int64_t *o = realloc(offs, sizeof(int64_t) * (size_t)max);
+        int64_t *l = o ? realloc(lens, sizeof(int64_t) * (size_t)max) : NULL;
+        if (o)
+            offs = o;
+        if (!o || !l) {
+            free(offs);
+            free(lens);
+            return PyErr_NoMemory();
+        }
+        lens = l;
+        Py_BEGIN_ALLOW_THREADS
+        n = mc_log_extents(&m->core, offs, lens, max, &blocks);
+        Py_END_ALLOW_THREADS
+        if (n <= max)
+            break;
+        max = n;
+    }
+    list = PyList_New(n);
+    for (int64_t k = 0; list && k < n; k++) {
+        PyObject *t = Py_BuildValue("(LL)", (long long)offs[k],
+                                    (long long)lens[k]);
+        if (!t) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, k, t);
+    }
+    free(offs);
+    free(lens);
+    return list;
+}
+
+PyDoc_STRVAR(log_done_doc,
+"log_done(appended)\n\n"
+"The last cut is in the write log (appended true) or is owed again.");
+
+static PyObject *
+Mirror_log_done(Mirror *m, PyObject *args)
+{
+    int appended;
+    if (!PyArg_ParseTuple(args, "p:log_done", &appended))
+        return NULL;
+    if (check_open(m) < 0)
+        return NULL;
+    mc_log_done(&m->core, appended);
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(recover_power_loss_doc,
 "recover_power_loss(directory, size, chunk_size) -> int\n\n"
 "Rebuild the state of the mirror cache in directory, left by a power\n"
@@ -795,6 +865,8 @@ static PyMethodDef Mirror_methods[] = {
      "True if the mirror file holds chunk index."},
     {"flush", (PyCFunction)(void (*)(void))Mirror_flush,
      METH_VARARGS | METH_KEYWORDS, flush_doc},
+    {"log_cut", (PyCFunction)Mirror_log_cut, METH_NOARGS, log_cut_doc},
+    {"log_done", (PyCFunction)Mirror_log_done, METH_VARARGS, log_done_doc},
     {"close", (PyCFunction)Mirror_close, METH_NOARGS,
      "Flush state and data and close every file."},
     {NULL, NULL, 0, NULL}
