@@ -16,10 +16,9 @@
 
 Each write that changes what a restart finds (the mirror's meta.json,
 the slot of a version taken from its reservation, a line of the persist
-journal, a delta pack handed to the store, an
-image header's compare-and-set, the removal of a detached mirror's
-cache) calls
-``reached(site)`` once it is done. Unless the environment asks for it,
+journal, a delta pack handed to the store, an image header's
+compare-and-set, the removal of a detached mirror's cache, an entry of
+a write-ahead log, its seal, fold and trim) calls ``reached(site)`` once it is done. Unless the environment asks for it,
 that is one test of a module constant. With ``BLOBCR_CRASH_AT=SITE:N``
 the process SIGKILLs itself when it passes SITE for the N-th time: what
 a crash right after that write leaves behind.
@@ -39,7 +38,8 @@ import threading
 _AT = os.environ.get('BLOBCR_CRASH_AT')
 _COUNTS_FILE = os.environ.get('BLOBCR_CRASH_COUNTS')
 ENABLED = bool(_AT or _COUNTS_FILE)
-SITES = ('meta', 'taken', 'journal', 'pack', 'header', 'cache-removed')
+SITES = ('meta', 'taken', 'journal', 'pack', 'header', 'cache-removed',
+         'log-appended', 'log-sealed', 'log-folded', 'log-dropped')
 
 _lock = threading.Lock()
 _passed = {}

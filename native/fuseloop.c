@@ -71,6 +71,9 @@ typedef struct {
     PyObject *fetch;         /* fetch(list of chunk indices) */
     PyObject *gate;          /* gate(offset, length, writing) or NULL */
     int gated;               /* every request passes the gate first */
+    PyObject *flush;         /* flush(datasync) or NULL: a `cluster`
+                                volume's flush, which also appends to
+                                its write-ahead log (writelog.py) */
     int inflight;            /* requests using it right now */
 } Entry;
 
@@ -160,6 +163,31 @@ fetch(Entry *e, int64_t *missing, int64_t n)
     return err;
 }
 
+/* The errno of the Python exception set (an OSError's, else EIO, the
+ * exception then logged as raised in fn); clears it. GIL held. */
+static int
+take_errno(PyObject *fn)
+{
+    int err = EIO;
+    if (PyErr_ExceptionMatches(PyExc_OSError)) {
+        PyObject *type, *value, *tb, *code = NULL;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        if (value)
+            code = PyObject_GetAttrString(value, "errno");
+        if (code && PyLong_Check(code) && PyLong_AsLong(code) > 0)
+            err = (int)PyLong_AsLong(code);
+        PyErr_Clear();
+        Py_XDECREF(code);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+    } else {
+        PyErr_WriteUnraisable(fn);
+    }
+    return err;
+}
+
 /* An image attached for an incoming live migration (mirror/handoff.py):
  * every request asks Python first, until ungate(). The gate returns
  * None (go on to the core), or for a read the bytes to answer with
@@ -174,23 +202,7 @@ pass_gate(Entry *e, long long off, long long len, int writing, char *buf,
     PyGILState_STATE gil = PyGILState_Ensure();
     PyObject *r = PyObject_CallFunction(e->gate, "LLi", off, len, writing);
     if (!r) {
-        err = EIO;
-        if (PyErr_ExceptionMatches(PyExc_OSError)) {
-            PyObject *type, *value, *tb, *code = NULL;
-            PyErr_Fetch(&type, &value, &tb);
-            PyErr_NormalizeException(&type, &value, &tb);
-            if (value)
-                code = PyObject_GetAttrString(value, "errno");
-            if (code && PyLong_Check(code) && PyLong_AsLong(code) > 0)
-                err = (int)PyLong_AsLong(code);
-            PyErr_Clear();
-            Py_XDECREF(code);
-            Py_XDECREF(type);
-            Py_XDECREF(value);
-            Py_XDECREF(tb);
-        } else {
-            PyErr_WriteUnraisable(e->gate);
-        }
+        err = take_errno(e->gate);
     } else if (r != Py_None) {
         if (!writing && PyBytes_Check(r) && PyBytes_GET_SIZE(r) == len) {
             memcpy(buf, PyBytes_AS_STRING(r), (size_t)len);
@@ -445,7 +457,16 @@ op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
         fuse_reply_err(req, ino == FUSE_ROOT_ID ? 0 : ENOENT);
         return;
     }
-    err = mc_flush(&e->mirror->core, datasync);
+    if (e->flush) {
+        PyGILState_STATE gil = PyGILState_Ensure();
+        PyObject *r = PyObject_CallFunction(e->flush, "O",
+                                            datasync ? Py_True : Py_False);
+        err = r ? 0 : take_errno(e->flush);
+        Py_XDECREF(r);
+        PyGILState_Release(gil);
+    } else {
+        err = mc_flush(&e->mirror->core, datasync);
+    }
     release(fl, e);
     fuse_reply_err(req, err);
 }
@@ -675,15 +696,16 @@ FuseLoop_suspend(FuseLoop *fl, PyObject *noargs)
 static PyObject *
 FuseLoop_add(FuseLoop *fl, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"name", "mirror", "fetch", "gate", "ino", NULL};
+    static char *kwlist[] = {"name", "mirror", "fetch", "gate", "ino",
+                             "flush", NULL};
     const char *name;
-    PyObject *mirror, *fetch_fn, *gate_fn = Py_None;
+    PyObject *mirror, *fetch_fn, *gate_fn = Py_None, *flush_fn = Py_None;
     unsigned long long ino = 0;
     Entry *e;
     int slot = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO!O|OK:add", kwlist, &name,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO!O|OKO:add", kwlist, &name,
                                      &MirrorType, &mirror, &fetch_fn,
-                                     &gate_fn, &ino))
+                                     &gate_fn, &ino, &flush_fn))
         return NULL;
     if (ino != 0 && ino <= FUSE_ROOT_ID) {
         PyErr_SetString(PyExc_ValueError, "bad inode number");
@@ -705,6 +727,10 @@ FuseLoop_add(FuseLoop *fl, PyObject *args, PyObject *kw)
         Py_INCREF(gate_fn);
         e->gate = gate_fn;      /* kept until remove: a request may be in it */
         e->gated = 1;
+    }
+    if (flush_fn != Py_None) {
+        Py_INCREF(flush_fn);
+        e->flush = flush_fn;
     }
     pthread_mutex_lock(&fl->lock);
     for (int k = 0; k < MAX_ENTRIES; k++) {
@@ -729,6 +755,7 @@ FuseLoop_add(FuseLoop *fl, PyObject *args, PyObject *kw)
         Py_DECREF(mirror);
         Py_DECREF(fetch_fn);
         Py_XDECREF(e->gate);
+        Py_XDECREF(e->flush);
         free(e);
         PyErr_SetString(PyExc_ValueError, slot == -2 ? "already served"
                                                      : "too many images");
@@ -764,6 +791,7 @@ FuseLoop_remove(FuseLoop *fl, PyObject *args)
     Py_DECREF((PyObject *)e->mirror);
     Py_DECREF(e->fetch);
     Py_XDECREF(e->gate);
+    Py_XDECREF(e->flush);
     free(e);
     Py_RETURN_NONE;
 }
@@ -828,9 +856,10 @@ FuseLoop_dealloc(FuseLoop *fl)
 static PyMethodDef FuseLoop_methods[] = {
     {"add", (PyCFunction)(void (*)(void))FuseLoop_add,
      METH_VARARGS | METH_KEYWORDS,
-     "add(name, mirror, fetch[, gate][, ino]): serve an attached image as "
-     "a file (inode ino, else the next free one), returns its inode; with "
-     "a gate, every request passes it until ungate()."},
+     "add(name, mirror, fetch[, gate][, ino][, flush]): serve an attached "
+     "image as a file (inode ino, else the next free one), returns its "
+     "inode; with a gate, every request passes it until ungate(); with "
+     "flush, a guest's fsync calls flush(datasync) instead of the core."},
     {"start", (PyCFunction)FuseLoop_start, METH_NOARGS,
      "Start serving requests (add the images first)."},
     {"device", (PyCFunction)FuseLoop_device, METH_NOARGS,

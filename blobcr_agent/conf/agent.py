@@ -138,6 +138,28 @@ agent_opts = [
                     'power cut loses the spilled copies, like the memory '
                     'ones: the checkpoint being persisted fails, and its '
                     'data is carried by the next. 0: memory only.'),
+    cfg.StrOpt('durability', default='',
+               choices=[('', 'cluster on a store that has a write-ahead '
+                             'log (RADOS), host on the others'),
+                        ('cluster', 'a guest flush returns once its writes '
+                                    'are in the cluster'),
+                        ('host', 'a guest flush returns once its writes '
+                                 'are on this host\'s disk')],
+               help='What a guest\'s flush makes durable on a volume whose '
+                    'type does not say (its blobcr:durability extra '
+                    'spec). cluster: every write it covers is in the '
+                    'image\'s write-ahead log in RADOS, as replicated as '
+                    'the metadata pool, so losing this host for good '
+                    'loses nothing flushed (a take-over replays the log). '
+                    'host: on this host\'s disk only, until the next '
+                    'stable version; for scratch volumes that restart '
+                    'from checkpoints anyway. The local store has no '
+                    'cluster: cluster is refused there.'),
+    cfg.FloatOpt('flush_timeout', default=0.0, min=0,
+                 help='Seconds a guest flush of a cluster volume waits for '
+                      'a full or unreachable cluster before it fails (EIO '
+                      'to the guest); the blocks stay owed to the next '
+                      'flush. 0: it waits for ever, as RBD\'s I/O does.'),
     cfg.FloatOpt('upload_ahead_interval',
                  default=DEFAULT_UPLOAD_AHEAD_INTERVAL, min=0,
                  help='Seconds between the rounds in which an image\'s '

@@ -70,7 +70,7 @@ class AgentManager(Attachments, Handoff, Checkpoints, MemberBatches, Volumes,
                  gc_interval=0, settle_timeout=45.0, protect_interval=0,
                  protect_dirty_bytes=0, readahead_chunks=64,
                  delta_tracking_mb=64, restart_hints=True,
-                 upload_ahead=0.0):
+                 upload_ahead=0.0, durability='', flush_timeout=0.0):
         if quiesce not in domains.QUIESCE_MODES:
             raise exception.InvalidInput('unknown quiesce mode %r'
                                          % (quiesce,))
@@ -83,7 +83,8 @@ class AgentManager(Attachments, Handoff, Checkpoints, MemberBatches, Volumes,
             mode=mirror_mode, cow_chunks=cow_chunks,
             cow_spill_mb=cow_spill_mb, readahead_chunks=readahead_chunks,
             delta_tracking_mb=delta_tracking_mb,
-            restart_hints=restart_hints, upload_ahead=upload_ahead)
+            restart_hints=restart_hints, upload_ahead=upload_ahead,
+            durability=durability, flush_timeout=flush_timeout)
         self.instances = instances_mod.InstanceTable(
             os.path.join(self.state_path, 'instances.json'))
         # Block devices over mirror files, for stock Nova's 'local'
@@ -120,6 +121,8 @@ class AgentManager(Attachments, Handoff, Checkpoints, MemberBatches, Volumes,
                       delta_tracking_mb=conf.agent.delta_tracking_mb,
                       restart_hints=conf.agent.restart_hints,
                       upload_ahead=conf.agent.upload_ahead_interval,
+                      durability=conf.agent.durability,
+                      flush_timeout=conf.agent.flush_timeout,
                       quiesce=conf.agent.quiesce, hypervisor=hypervisor,
                       gc_interval=conf.repository.gc_interval,
                       settle_timeout=conf.agent.settle_timeout,

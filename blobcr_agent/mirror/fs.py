@@ -335,7 +335,11 @@ class MirrorFS(pyfuse3.Operations):
         key = self._key(fh)
         if key[0] == 'image':
             image = self._image(key[1])
-            await trio.to_thread.run_sync(image.core.flush, bool(datasync))
+            try:
+                await trio.to_thread.run_sync(image.flush, bool(datasync))
+            except OSError as e:
+                # Not in the write log (flushlog.py): the guest sees it.
+                raise pyfuse3.FUSEError(e.errno or errno.EIO)
 
     async def release(self, fh):
         pass

@@ -47,6 +47,7 @@ import time
 from blobcr_agent import _native
 from blobcr_agent import crashpoint
 from blobcr_agent.mirror import cache
+from blobcr_agent.mirror import flushlog as flushlog_mod
 from blobcr_agent.mirror import hints as hints_mod
 from blobcr_agent.mirror import persister as persister_mod
 from blobcr_agent.mirror import prefetch as prefetch_mod
@@ -80,7 +81,8 @@ class AttachedImage(object):
     def __init__(self, repo, image, version, cache_dir, mode='selective-cow',
                  cow_chunks=64, adaptive=True, prefetch=True, cow_spill_mb=0,
                  reserve=None, incoming=False, readahead_chunks=64,
-                 delta_tracking_mb=64, hints=None, upload_ahead=0.0):
+                 delta_tracking_mb=64, hints=None, upload_ahead=0.0,
+                 durability='host', flush_timeout=0.0):
         if mode not in MODES:
             raise exception.InvalidInput('unknown mirror mode %r (choose '
                                          'from %s)' % (mode, ', '.join(MODES)))
@@ -106,6 +108,12 @@ class AttachedImage(object):
             cache.check_epoch(meta, cache_dir, header)
         # From another boot: rebuilt from its flush record (power loss).
         meta = cache.recover(repo, meta, cache_dir, header)
+        # Chosen at the first attach (the volume type's), kept across
+        # restarts of the agent.
+        durability = (meta or {}).get('durability', durability)
+        flushlog_mod.check_durability(repo.backend, durability)
+        if not meta and not incoming:
+            flushlog_mod.refuse_unfolded(repo.backend, header)
         if not meta:
             # A blank image (no version yet) reads as zeros.
             attached = None
@@ -114,7 +122,8 @@ class AttachedImage(object):
                 attached = header.stable_version(version).number
             meta = cache.stamp({'image': self.id, 'attached': attached,
                                 'last': attached, 'persisting': None,
-                                'mode': mode, 'epoch': header.epoch})
+                                'mode': mode, 'epoch': header.epoch,
+                                'durability': durability})
         self.holder = os.path.abspath(cache_dir)
         # GC keeps what untouched chunks are fetched from, and the last
         # checkpoint the next one is built on, while the image is
@@ -135,6 +144,11 @@ class AttachedImage(object):
         # The flush record matches what was opened (a recovery after a
         # power loss folded its redirected chunks back).
         self.core.flush()
+        self.durability = durability
+        # `cluster`: a guest's flush also appends to the image's
+        # write-ahead log in the cluster (flushlog.py).
+        self.flushlog = flushlog_mod.FlushLog(self, flush_timeout) \
+            if durability == 'cluster' else None
         self._fetch_lock = threading.Lock()
         self._fetching = {}
         # Held by a checkpoint, by exclusive() and by close(); close()
@@ -387,6 +401,25 @@ class AttachedImage(object):
                 return result
             self.fetch_missed(result)
 
+    def flush(self, datasync=True):
+        """A guest's flush: what it wrote before survives a power loss of
+        the host and, `cluster`, the loss of the host (flushlog.py).
+        """
+        self.core.flush(datasync)
+        if self.flushlog is not None:
+            self.flushlog.flush()
+
+    def _log_order(self):
+        return self.flushlog.order() if self.flushlog is not None \
+            else contextlib.nullcontext()
+
+    def forget_log(self):
+        """At a detach, once its last version is stable (or its writes
+        discarded): the write log holds nothing owed any more.
+        """
+        if self.flushlog is not None:
+            self.flushlog.forget()
+
     def write(self, offset, data, nonblock=False):
         while True:
             result = self.core.write(offset, data, nonblock)
@@ -625,7 +658,10 @@ class AttachedImage(object):
                     pending.commit_clock = self.core.write_clock()
                     before = time.perf_counter()
                     try:
-                        count = self.core.commit(self.mode == 'offline')
+                        with self._log_order():
+                            count = self.core.commit(self.mode == 'offline')
+                            if self.flushlog is not None:
+                                self.flushlog.committed(pending.version)
                     except BusyError as e:
                         self.busy_aborted += 1
                         raise exception.Busy('image %s: %s; try again'
@@ -751,6 +787,12 @@ class AttachedImage(object):
         self._drop_in_flight(version, last=version)
         if previous not in (None, version, self.attached_version):
             self.repo.unpin_quietly(self.id, previous, self.holder)
+        if self.flushlog is not None:
+            try:
+                self.flushlog.trim(version)
+            except exception.BlobCRError as e:
+                # The next stable version drops them.
+                LOG.warning('write log of %s not trimmed: %s', self.id, e)
 
     def _failed(self, versions, why):
         """From the persister or recovery: ``versions`` (all in flight)

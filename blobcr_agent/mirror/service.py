@@ -78,7 +78,7 @@ class MirrorService(object):
                  cow_chunks=64, adaptive=True, io_loop='native',
                  busy_timeout=120, readahead_chunks=64,
                  delta_tracking_mb=64, restart_hints=True, cow_spill_mb=0,
-                 upload_ahead=0.0):
+                 upload_ahead=0.0, durability='', flush_timeout=0.0):
         self.repo = repo
         self.mountpoint = os.path.abspath(mountpoint)
         self.cache_dir = os.path.abspath(cache_dir)
@@ -88,6 +88,10 @@ class MirrorService(object):
         self.readahead_chunks = readahead_chunks
         self.delta_tracking_mb = delta_tracking_mb
         self.upload_ahead = upload_ahead
+        # A volume's durability when its attach does not say (flushlog.py).
+        self.durability = durability or (
+            'cluster' if repo.backend.supports_write_log else 'host')
+        self.flush_timeout = flush_timeout
         # Images restarting from one group checkpoint share what their
         # guests read (hints.py); the manager connects it to other hosts.
         self.hints = hints.HintHub() if restart_hints else None
@@ -205,7 +209,8 @@ class MirrorService(object):
             LOG.info('released %d pin(s) left by an earlier run', released)
 
     def attach(self, image, version=None, mode=None, cow_chunks=None,
-               adaptive=None, prefetch=True, incoming_from=None):
+               adaptive=None, prefetch=True, incoming_from=None,
+               durability=None):
         """Mirror ``image``; with ``incoming_from`` (a host), for a live
         migration from there: its requests wait for that host's handoff
         (handoff.py). An incoming image stays incoming across restarts of
@@ -246,7 +251,9 @@ class MirrorService(object):
                 prefetch=prefetch, incoming=incoming_from is not None,
                 readahead_chunks=self.readahead_chunks,
                 delta_tracking_mb=self.delta_tracking_mb, hints=self.hints,
-                upload_ahead=self.upload_ahead)
+                upload_ahead=self.upload_ahead,
+                durability=durability or self.durability,
+                flush_timeout=self.flush_timeout)
             if incoming_from is not None:
                 self._make_incoming(attached, incoming_from)
             self.attached[header.id] = attached
@@ -378,6 +385,12 @@ class MirrorService(object):
         with self._lock:
             self.attached.pop(attached.id, None)
             attached.close()
+            try:
+                attached.forget_log()
+            except exception.BlobCRError as e:
+                # A later attach refuses until a take-over folds it.
+                LOG.error('write log of %s not dropped at its detach: %s',
+                          attached.id, e)
             _remove_tree(attached.cache_dir)
             crashpoint.reached('cache-removed')
             self.detaching.pop(attached.id, None)
@@ -494,9 +507,10 @@ class MirrorService(object):
             incoming = attached.incoming
             gate = incoming.gate if incoming is not None and \
                 not incoming.done.is_set() else None
-            self.native_loop.add(attached.id, attached.core,
-                                 attached.fetch_missed, gate,
-                                 ino=self.kept.inode(attached.id))
+            self.native_loop.add(
+                attached.id, attached.core, attached.fetch_missed, gate,
+                ino=self.kept.inode(attached.id),
+                flush=attached.flush if attached.flushlog else None)
 
     @property
     def fuse_mountpoint(self):

@@ -28,6 +28,7 @@ import socket
 from blobcr_agent.repository.identity import pin_record
 from blobcr_agent.repository.identity import same_pin
 from blobcr_agent.repository import image as image_mod
+from blobcr_agent.repository import writelog
 from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
@@ -114,7 +115,10 @@ class Pins(object):
         the old one can register, resume or finish no version any more:
         Fenced), every pending version fails and every pin goes (the
         caller holds none yet). The image's content is then its newest
-        stable version. Returns ``{epoch, failed, pins_released}``.
+        stable version, and with a write-ahead log (`cluster`
+        durability) a new one holding every write its guest flushed
+        (writelog.fold). Returns ``{epoch, failed, pins_released,
+        replayed}``.
         """
         image_id = self.image(ref).id
         host = socket.gethostname()
@@ -138,6 +142,10 @@ class Pins(object):
                     'failed, %d pins released', image_id, host,
                     result['epoch'], why, result['failed'],
                     result['pins_released'])
+        # What its guest flushed since its newest stable version: sealed
+        # (the lost host appends nothing more) and made a version.
+        result['replayed'] = writelog.fold(self, image_id, result['epoch'],
+                                           why)
         return result
 
     def mark_detaching(self, image_id, holder, detaching=True):

@@ -262,6 +262,21 @@ class ObjectBackend(metaclass=abc.ABCMeta):
         """Who holds lease ``name`` now, or None."""
         raise NotImplementedError
 
+    # The write-ahead log of `cluster` volumes (repository/writelog.py):
+    # only a backend whose writes are replicated away from the host has
+    # one (RADOS); the others refuse `cluster` durability.
+    supports_write_log = False
+
+    def log_state(self, image):
+        return None, {}
+
+    def _no_log(self, *args, **kwargs):
+        raise exception.InvalidInput(
+            '%s keeps no write-ahead log: `cluster` durability needs the '
+            'RADOS backend' % self.describe())
+
+    log_append = log_seal = log_read = log_drop = log_reopen = _no_log
+
     def close(self):
         """Release connections and threads."""
 

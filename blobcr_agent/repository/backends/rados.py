@@ -48,6 +48,7 @@ import threading
 import time
 
 from blobcr_agent.repository.backends import base
+from blobcr_agent.repository.backends import rados_log
 from blobcr_common import exception
 
 try:
@@ -95,7 +96,7 @@ def _mtime(struct_time):
     return calendar.timegm(struct_time) + 1
 
 
-class RadosBackend(base.ObjectBackend):
+class RadosBackend(rados_log.RadosWriteLog, base.ObjectBackend):
 
     name = 'rados'
 
