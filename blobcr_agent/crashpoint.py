@@ -16,12 +16,13 @@
 
 Each write that changes what a restart finds (the mirror's meta.json,
 the slot of a version taken from its reservation, a line of the persist
-journal, a delta pack handed to the store, an image header's
-compare-and-set, the removal of a detached mirror's cache, an entry of
-a write-ahead log, its seal, fold and trim) calls ``reached(site)`` once it is done. Unless the environment asks for it,
-that is one test of a module constant. With ``BLOBCR_CRASH_AT=SITE:N``
-the process SIGKILLs itself when it passes SITE for the N-th time: what
-a crash right after that write leaves behind.
+journal, a delta pack handed to the store, an image header's compare-
+and-set, the removal of a detached mirror's cache, an entry of a write-
+ahead log, its seal, fold and trim) calls ``reached(site)`` once it is
+done. Unless the environment asks for it, that is one test of a module
+constant. With ``BLOBCR_CRASH_AT=SITE:N`` the process SIGKILLs itself
+when it passes SITE for the N-th time: what a crash right after that
+write leaves behind.
 ``BLOBCR_CRASH_COUNTS=FILE`` writes ``{site: times passed}`` to FILE at
 exit, so that a sweep knows every point a scenario passes
 (tests/functional/test_crash_points.py). The native core has crash
