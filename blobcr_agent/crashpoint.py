@@ -39,8 +39,11 @@ import threading
 _AT = os.environ.get('BLOBCR_CRASH_AT')
 _COUNTS_FILE = os.environ.get('BLOBCR_CRASH_COUNTS')
 ENABLED = bool(_AT or _COUNTS_FILE)
-SITES = ('meta', 'taken', 'journal', 'pack', 'header', 'cache-removed',
-         'log-appended', 'log-sealed', 'log-folded', 'log-dropped')
+# A `cluster` volume's write log (flushlog.py, writelog.py): swept by
+# tests/functional/test_host_loss.py on RADOS.
+LOG_SITES = ('log-appended', 'log-sealed', 'log-folded', 'log-dropped')
+SITES = ('meta', 'taken', 'journal', 'pack', 'header',
+         'cache-removed') + LOG_SITES
 
 _lock = threading.Lock()
 _passed = {}

@@ -33,6 +33,7 @@
 """
 
 import errno
+import json
 import os
 import random
 import shutil
@@ -42,6 +43,7 @@ import time
 
 import pytest
 
+from blobcr_agent import crashpoint
 from blobcr_agent.mirror import image as image_mod
 from blobcr_agent.repository.backends import rados
 from blobcr_agent.repository import repository
@@ -299,3 +301,68 @@ def test_a_cut_off_host_fails_its_guests_flushes(backend_factory,
     _check_promises(content, bytes(SIZE), floor, later)
     b.client.call('detach', image=image, discard=True)
     a.client.call('detach', image=image, discard=True)
+
+
+def _child(mode, spec, image_id, *args, env=None):
+    return subprocess.run(
+        [sys.executable, '-m', 'tests.functional.log_crash_child', mode,
+         json.dumps(spec), image_id] + list(args), capture_output=True,
+        text=True, timeout=120, env=dict(os.environ, **(env or {})))
+
+
+@pytest.mark.parametrize('backend_kind', ['rados'])
+def test_a_kill_at_any_write_log_point_loses_no_flushed_write(
+        backend_factory, tmp_path):
+    """The crash-point sweep of the flush path: a SIGKILL right after
+    each append (before the flush returns), after each trim, after the
+    take-over's seal and after its fold; then the host is lost and the
+    volume taken over (again): every write a returned flush covered is
+    there.
+    """
+    from tests.functional import log_crash_child as child
+    store = backend_factory()
+    spec = {'conffile': store.conffile, 'namespace': store.namespace}
+    repo = repository.Repository(store, chunk_size=child.CHUNK)
+    size = child.BLOCKS * BLOCK
+    runs = [0]
+
+    def run(env=None, takeover_env=None):
+        runs[0] += 1
+        image_id = repo.create_image('sweep-%d' % runs[0], size).id
+        cache = str(tmp_path / ('cache-%d' % runs[0]))
+        journal = str(tmp_path / ('journal-%d' % runs[0]))
+        done = _child('write', spec, image_id, cache, journal, env=env)
+        outcomes = [done]
+        if takeover_env is not None:
+            outcomes.append(_child('take-over', spec, image_id,
+                                   env=takeover_env))
+        repo.take_over(image_id, 'after the crash')
+        floor, later, _, failed = _promised(journal, child.BLOCKS)
+        assert not failed
+        _check_promises(repo.read(image_id, None, 0, size), bytes(size),
+                        floor, later)
+        return outcomes
+
+    counts_file = str(tmp_path / 'counts.json')
+    done, took = run({'BLOBCR_CRASH_COUNTS': counts_file},
+                     {'BLOBCR_CRASH_COUNTS': counts_file + '.take'})
+    assert done.returncode == 0 and took.returncode == 0, (
+        done.stderr[-2000:], took.stderr[-2000:])
+    with open(counts_file) as f:
+        counts = json.load(f)
+    with open(counts_file + '.take') as f:
+        counts.update(json.load(f))
+    assert set(counts) >= set(crashpoint.LOG_SITES), counts
+    killed = 0
+    for site in ('log-appended', 'log-dropped'):
+        for n in range(1, counts[site] + 1):
+            done, = run({'BLOBCR_CRASH_AT': '%s:%d' % (site, n)})
+            assert done.returncode == -9, (site, n, done.stderr[-2000:])
+            killed += 1
+    for site in ('log-sealed', 'log-folded'):
+        done, took = run({'BLOBCR_CRASH_AT': 'log-appended:%d'
+                          % counts['log-appended']},
+                         {'BLOBCR_CRASH_AT': '%s:1' % site})
+        assert took.returncode == -9, (site, took.stderr[-2000:])
+        killed += 1
+    print('write-log crash points: %s; %d killed' % (counts, killed))
