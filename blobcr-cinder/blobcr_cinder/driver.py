@@ -252,7 +252,7 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
     # -- volumes -----------------------------------------------------------
 
     def create_volume(self, volume):
-        specs.quiesce_of(volume.volume_type, None)        # refuse bad specs
+        specs.checked(volume.volume_type)               # refuse bad specs
         specs.refuse_encrypted(volume)
         image = self._call(self.storage_host, 'create_image',
                            refs.image_name(volume), volume.size * GiB)
@@ -526,10 +526,13 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
                          if a.instance_uuid and
                          a.attach_status != 'detached'), None)
         kind = self.configuration.blobcr_connection_type
+        # The type's durability (agent API 1.15), for a live migration's
+        # destination too: the mirror started there keeps it.
         attached = self._call(
             host, 'attach', self._image_of(volume), instance=instance,
             project=volume.project_id if instance else None,
-            migrate_from=migrate_from, block_device=kind == 'local')
+            migrate_from=migrate_from, block_device=kind == 'local',
+            durability=specs.durability_of(volume.volume_type))
         # 'local': stock Nova's LibvirtVolumeDriver and os-brick's
         # LocalConnector open a block device (the agent's loop device
         # over the mirror file, <disk type='block'>); 'blobcr': Nova's
@@ -689,12 +692,18 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
 
     def retype(self, context, volume, new_type, diff, host):
         """Change a volume's type in place. Cinder asks only when the
-        new type stays on this backend and adds no encryption; the one
-        extra spec BlobCR acts on, ``blobcr:quiesce``, is read at each
-        snapshot, so no data moves. An invalid BlobCR spec fails the
-        retype (InvalidVolumeType) and the volume keeps its type.
+        new type stays on this backend and adds no encryption; no data
+        moves. ``blobcr:quiesce`` is read at each snapshot, so it takes
+        effect at the next one. ``blobcr:durability`` is the mirror's,
+        chosen when it starts: an attached volume keeps its durability
+        until it is attached again (a detach and attach, or a live
+        migration to another host); a detached one takes the new one at
+        its next attach. Whether the store keeps ``cluster`` (not the
+        local store) only the agent knows: an attach there is refused.
+        An invalid BlobCR spec fails the retype (InvalidVolumeType) and
+        the volume keeps its type.
         """
-        specs.quiesce_of(new_type, None)
+        specs.checked(new_type)
         specs.refuse_encrypted(new_type_diff=diff)
         LOG.info('volume %s retyped in place to %s', volume.id,
                  new_type.get('name'))

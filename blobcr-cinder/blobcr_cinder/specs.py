@@ -21,9 +21,11 @@ from cinder import exception
 from cinder.i18n import _
 
 from blobcr_cinder import options
+from blobcr_common import rpc
 
 EXTRA_SPEC_PREFIX = 'blobcr:'
-EXTRA_SPECS = {'quiesce': options.QUIESCE_MODES}
+EXTRA_SPECS = {'quiesce': options.QUIESCE_MODES,
+               'durability': rpc.DURABILITIES}
 # Snapshot properties (metadata) the driver reads and writes.
 META = 'blobcr:'
 
@@ -39,9 +41,9 @@ def extra_specs(volume_type):
     return volume_type.extra_specs or {}
 
 
-def quiesce_of(volume_type, default):
-    """The quiesce mode a volume type asks for; InvalidVolumeType for an
-    unknown ``blobcr:`` extra spec or value.
+def checked(volume_type):
+    """A volume type's extra specs, its ``blobcr:`` ones checked:
+    InvalidVolumeType for an unknown ``blobcr:`` extra spec or value.
     """
     specs = extra_specs(volume_type)
     for key, value in specs.items():
@@ -59,7 +61,23 @@ def quiesce_of(volume_type, default):
                 reason=_('%(key)s=%(value)s: must be one of %(known)s')
                 % {'key': key, 'value': value,
                    'known': ', '.join(EXTRA_SPECS[name])})
-    return specs.get(EXTRA_SPEC_PREFIX + 'quiesce', default)
+    return specs
+
+
+def quiesce_of(volume_type, default):
+    """The quiesce mode a volume type asks for; InvalidVolumeType for an
+    unknown ``blobcr:`` extra spec or value.
+    """
+    return checked(volume_type).get(EXTRA_SPEC_PREFIX + 'quiesce', default)
+
+
+def durability_of(volume_type):
+    """The durability a volume type asks for (``blobcr:durability``), or
+    None: the agent's ``[agent] durability``. InvalidVolumeType for an
+    unknown ``blobcr:`` extra spec or value; whether the store can keep
+    ``cluster`` (not the local store) only the agent knows, at attach.
+    """
+    return checked(volume_type).get(EXTRA_SPEC_PREFIX + 'durability')
 
 
 def refuse_encrypted(volume=None, new_type_diff=None):

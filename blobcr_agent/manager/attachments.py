@@ -24,6 +24,7 @@ checkpoint exist (unless discarded).
 import logging
 
 from blobcr_agent import instances as instances_mod
+from blobcr_agent.mirror import flushlog
 from blobcr_common import auth
 from blobcr_common import exception
 
@@ -36,7 +37,7 @@ class Attachments(object):
     """
 
     def attach(self, image, version=None, instance=None, project=None,
-               migrate_from=None, block_device=False):
+               migrate_from=None, block_device=False, durability=None):
         """Mirror ``image`` (from ``version``, default its newest stable
         one) and return the raw file the hypervisor opens, and with
         ``block_device`` a loop device over it (``device``: what stock
@@ -46,9 +47,16 @@ class Attachments(object):
         ``migrate_from``: the host the image is live-migrated from, where
         it is still attached and written; it is attached here incoming
         (mirror/handoff.py) and takes that host's last version when the
-        guest starts here.
+        guest starts here. ``durability`` (flushlog.DURABILITIES): what a
+        guest's flush makes durable, for a mirror started here (one
+        attached already keeps its own); None, the agent's
+        ``[agent] durability``.
         """
         header = self.repo.image(image)
+        if durability is not None:
+            # Refused before anything waits or starts (the mirror would
+            # refuse it too, once the image settled).
+            flushlog.check_durability(self.repo.backend, durability)
         if project is not None and instance is None:
             raise exception.InvalidInput('a project goes with an instance')
         auth.check_project(project)
@@ -68,7 +76,8 @@ class Attachments(object):
             # the final checkpoint once that is stable.
             self.settle(header.id)
         path = self.mirror.attach(header.id, version=version,
-                                  incoming_from=migrate_from)
+                                  incoming_from=migrate_from,
+                                  durability=durability)
         try:
             device = self.loops.setup(header.id, path) \
                 if block_device else None

@@ -120,8 +120,7 @@ class FlushLog(object):
         self.entries = 0
         self.bytes = 0
         self.retries = 0
-        state, segments = self.backend.log_state(image.id)
-        self._next_segment = max(segments, default=0) + 1
+        self._next_segment = self.backend.log_next_segment(image.id)
 
     @contextlib.contextmanager
     def order(self):

@@ -138,15 +138,14 @@ def fold(repo, image_id, epoch, why):
     what its newest stable version lacks into a new stable version, and
     open the log to writers of ``epoch``. Returns ``{segments, writes,
     bytes, version}`` (version None: nothing to replay), or None if the
-    image has no log. Run again after a crash anywhere in it, it ends
+    store keeps no logs. Run again after a crash anywhere in it, it ends
     the same (the replay is idempotent over the version it made).
     """
     backend = repo.backend
     if not backend.supports_write_log:
         return None
-    state, _ = backend.log_state(image_id)
-    if state is None:
-        return None
+    # Sealed even if it has no log yet: a lost host that never flushed
+    # must not start one under its old epoch.
     segments = backend.log_seal(image_id, epoch)
     crashpoint.reached('log-sealed')
     header = repo.image(image_id)

@@ -122,10 +122,12 @@ class ControlEndpoint(object):
 
     @_expected
     def attach(self, ctxt, image, version=None, instance=None,
-               project=None, migrate_from=None, block_device=False):
+               project=None, migrate_from=None, block_device=False,
+               durability=None):
         return self.manager.attach(image, version=version, instance=instance,
                                    project=project, migrate_from=migrate_from,
-                                   block_device=block_device)
+                                   block_device=block_device,
+                                   durability=durability)
 
     @_expected
     def detach(self, ctxt, image, discard=False, force=False,

@@ -447,19 +447,25 @@ def test_versions(local_store, rpc_agent, rabbitmq_url, api):
                 call()
         assert list(capped.status(host)['attached']) == [image_id]
         assert 'UnsupportedVersion' not in agent_log(agent)
-        # Without a cap, 1.1 to 1.14 are served; the agent's dispatcher
+        # Without a cap, 1.1 to 1.15 are served; the agent's dispatcher
         # refuses newer versions.
         for version in ('1.1', '1.2', '1.3', '1.4', '1.5', '1.6', '1.7',
                         '1.8', '1.9', '1.10', '1.11', '1.12', '1.13',
-                        '1.14'):
+                        '1.14', '1.15'):
             assert uncapped.client.prepare(server=host, version=version).call(
                 {}, 'status')['host'] == host
         assert uncapped.group_state(host, 'g', project='p1')['project'] == \
             'p1'
+        # 1.15: a durability reaches the agent, which checks it against
+        # its store (the local one keeps no write log).
+        assert uncapped.attach(host, image_id, durability='host')[
+            'image'] == image_id
+        with pytest.raises(exception.InvalidInput, match='local to it'):
+            uncapped.attach(host, image_id, durability='cluster')
         # oslo.messaging answers UnsupportedVersion, which the caller
         # gets as a RemoteError naming it (oslo_messaging.rpc.dispatcher
         # is not an allowed remote exception module).
-        for version in ('1.15', '2.0'):
+        for version in ('1.16', '2.0'):
             assert uncapped.client.can_send_version(version)
             with pytest.raises(oslo_messaging.RemoteError) as ei:
                 uncapped.client.prepare(server=host, version=version).call(
@@ -687,11 +693,14 @@ def test_calls_prepare_their_versions_and_timeouts():
         api.hold_members('h', [{'image': 'disk'}], timeout=30)
         api.checkpoint_members('h', [{'image': 'disk'}], 'g', 4,
                                label='cinder')
+        api.attach('h', 'disk', instance='vm', durability='host')
+        api.attach('h', 'disk', instance='vm', block_device=True,
+                   durability='cluster')
         got = [(m, kw, sorted(a)) for m, kw, a in api.client.prepared]
         peer = [(m, kw, sorted(a)) for m, kw, a in api.peer_client.prepared]
     finally:
         api.cleanup()
-    assert rpc.VERSION == '1.14'
+    assert rpc.VERSION == '1.15'
     checkpoint = ['group', 'image', 'members', 'quiesce']
     assert got == [
         # A checkpoint outlasts the agent's bounded wait (then Busy).
@@ -746,7 +755,14 @@ def test_calls_prepare_their_versions_and_timeouts():
          ['members', 'timeout']),
         ('checkpoint_members', {'server': 'h', 'version': '1.14', 'timeout':
                                 rpc_api.CHECKPOINT_TIMEOUT},
-         ['count', 'group', 'label', 'members'])]
+         ['count', 'group', 'label', 'members']),
+        # 1.15: a volume's durability, with the arguments before it.
+        ('attach', {'server': 'h', 'version': '1.15'},
+         ['block_device', 'durability', 'image', 'instance', 'migrate_from',
+          'project', 'version']),
+        ('attach', {'server': 'h', 'version': '1.15'},
+         ['block_device', 'durability', 'image', 'instance', 'migrate_from',
+          'project', 'version'])]
     # The peer side (1.12): what agents ask each other, on its own topic.
     assert peer == [
         ('handoff', {'server': 'h', 'version': '1.6', 'timeout': 32},

@@ -16,7 +16,10 @@
 (issue 56, item 1): terminate_connection, _probe, _give_up_host and
 _attached_epoch, driven through agent timeouts, refusals mid-way, Nova's
 os-services answers (up, down, forced down, no compute service,
-unreachable), a stale epoch and two attachments.
+unreachable), a stale epoch and two attachments; the ``blobcr:durability``
+extra spec a volume type gives the agent's attach (initialize_connection,
+a live migration's destination) and refused when unknown (create,
+retype, connect).
 test_cinder_driver_records.py runs _migrating_instance,
 _forget_superseded and a group snapshot's failing phase on the same
 stand-ins (HARNESS, run_child).
@@ -250,6 +253,66 @@ def epochs(d):
 '''
 
 
+TYPES = r'''
+# -- a volume type's blobcr:durability ---------------------------------------
+
+TO_B = {'host': 'host-b'}
+MIRRORED = {('attach', 'host-b'): {'image': 'img-1', 'path': '/m/img-1',
+                                   'device': '/dev/loop7', 'epoch': 1}}
+# host-b's attachment of the instance attached on host-a: Nova's live
+# migration, before it is connected.
+PENDING_B = attachment('host-b', status='attaching', info=None)
+
+
+def typed(vol, extra_specs):
+    vol.volume_type = types.SimpleNamespace(extra_specs=extra_specs)
+    return vol
+
+
+def connecting(name, extra_specs, attached=(), kind='blobcr'):
+    """A case: volume v1 (its type's ``extra_specs``) connected on
+    host-b; ``attached`` its attachments, in the database too.
+    """
+    def func(d):
+        d.configuration.blobcr_connection_type = kind
+        return d.initialize_connection(
+            typed(volume(*attached), extra_specs), TO_B)
+    CASES[name] = (func, MIRRORED, (), attached, ())
+
+
+connecting('connect_cluster', {'blobcr:durability': 'cluster'})
+connecting('connect_host_local', {'blobcr:durability': 'host',
+                                  'blobcr:quiesce': 'fsfreeze'},
+           kind='local')
+connecting('connect_untyped', {'blobcr:quiesce': 'suspend',
+                               'volume_backend_name': 'blobcr'})
+connecting('connect_unknown', {'blobcr:durability': 'rack'})
+connecting('connect_migrating', {'blobcr:durability': 'host'},
+           attached=(ON_A, PENDING_B))
+
+
+@case(answers={('create_image', 'storage'): {'id': 'img-2'}})
+def create_unknown(d):
+    return d.create_volume(typed(volume(), {'blobcr:durability': 'Host'}))
+
+
+@case(answers={('create_image', 'storage'): {'id': 'img-2'}})
+def create_host(d):
+    return d.create_volume(typed(volume(), {'blobcr:durability': 'host'}))
+
+
+def retyping(name, extra_specs):
+    def func(d):
+        return d.retype(None, volume(ON_A), {
+            'name': 't2', 'extra_specs': extra_specs}, {}, None)
+    CASES[name] = (func, {}, (), (ON_A,), ())
+
+
+retyping('retype_unknown', {'blobcr:durability': 'rack'})
+retyping('retype_attached', {'blobcr:durability': 'cluster'})
+'''
+
+
 def run_child(cases):
     """{case: outcome} of every case HARNESS + ``cases`` registers, run
     in one child process (each import of cinder takes seconds).
@@ -443,3 +506,56 @@ def test_the_epoch_is_the_attachment_on_that_host(runs):
 def test_no_recorded_epoch_is_epoch_0(runs):
     returned = runs['epochs']['returned']
     assert [returned[h] for h in ('host-d', 'host-e', 'host-x')] == [0] * 3
+
+
+# -- a volume type's blobcr:durability ---------------------------------------
+
+@pytest.fixture(scope='module')
+def typed_runs():
+    return run_child(TYPES)
+
+
+@pytest.mark.parametrize('name,kind,durability', [
+    ('connect_cluster', 'blobcr', 'cluster'),
+    ('connect_host_local', 'local', 'host'),
+    ('connect_untyped', 'blobcr', None)])
+def test_the_attach_asks_for_the_types_durability(typed_runs, name, kind,
+                                                  durability):
+    result = typed_runs[name]
+    assert result['outcome'] == 'returned', result
+    assert result['returned']['driver_volume_type'] == kind
+    assert only_call(result, 'attach') == (['host-b', 'img-1'], {
+        'instance': None, 'project': None, 'migrate_from': None,
+        'block_device': kind == 'local', 'durability': durability})
+
+
+def test_a_live_migrations_destination_gets_the_same_durability(typed_runs):
+    result = typed_runs['connect_migrating']
+    assert result['outcome'] == 'returned', result
+    assert only_call(result, 'attach') == (['host-b', 'img-1'], {
+        'instance': 'i-1', 'project': 'p1', 'migrate_from': 'host-a',
+        'block_device': False, 'durability': 'host'})
+
+
+@pytest.mark.parametrize('name', [
+    'connect_unknown', 'create_unknown', 'retype_unknown'])
+def test_an_unknown_durability_is_refused_before_any_agent_call(
+        typed_runs, name):
+    result = typed_runs[name]
+    assert failed(result, 'blobcr:durability=', 'InvalidVolumeType') == []
+    assert 'must be one of cluster, host' in result['message']
+
+
+def test_a_known_durability_is_created(typed_runs):
+    result = typed_runs['create_host']
+    assert result['outcome'] == 'returned', result
+    assert result['returned'] == {'provider_id': 'img-2'}
+    assert calls_of(result) == [('create_image', 'storage')]
+
+
+def test_a_retype_of_an_attached_volumes_durability_is_accepted(typed_runs):
+    """It takes effect at its next attach: the agent is not asked."""
+    result = typed_runs['retype_attached']
+    assert result['outcome'] == 'returned', result
+    assert result['returned'] == [True, None]
+    assert result['calls'] == []

@@ -174,7 +174,7 @@ def test_a_migration_connects_the_destination_from_the_source(runs):
     assert result['outcome'] == 'returned'
     assert only_call(result, 'attach') == (['host-b', 'img-1'], {
         'instance': 'i-1', 'project': 'p1', 'migrate_from': 'host-a',
-        'block_device': False})
+        'block_device': False, 'durability': None})
     assert result['returned']['data']['blobcr_host'] == 'host-b'
 
 

@@ -19,10 +19,13 @@ for RabbitMQ here (the cap is checked before anything is sent; a capped
 client against real agents: tests/integration/test_agent_rpc.py).
 """
 
+from unittest import mock
+
 from oslo_config import cfg
 import oslo_messaging
 import pytest
 
+from blobcr_agent.mirror import flushlog
 from blobcr_common import exception
 from blobcr_common import rpc
 from blobcr_common.rpc import api as rpc_api
@@ -85,3 +88,72 @@ def test_host_vhosts_give_each_agent_a_url_of_its_own():
     # Without it, every host shares the caller's own client.
     plain = rpc_api.AgentAPI(_conf(), transport_url='fake:/')
     assert plain.client_for('host-a') is plain.client
+
+
+class Sent(object):
+    """A client that records (method, version, arguments) of each call."""
+
+    def __init__(self):
+        self.sent = []
+
+    def prepare(self, server=None, version=None, **kwargs):
+        sent = self.sent
+
+        class Context(object):
+            def call(self, ctxt, method, **args):
+                sent.append((method, version, args))
+                return {}
+        return Context()
+
+
+def _sent_attach(**kwargs):
+    api = rpc_api.AgentAPI(_conf(), transport_url='fake:/')
+    api.client = Sent()
+    api.attach('host-a', 'disk', instance='vm', project='p', **kwargs)
+    [(method, version, args)] = api.client.sent
+    assert method == 'attach'
+    return version, args
+
+
+def test_attach_sends_durability_as_1_15_only_when_given():
+    assert _sent_attach() == ('1.2', {
+        'image': 'disk', 'version': None, 'instance': 'vm', 'project': 'p'})
+    assert _sent_attach(durability='host') == ('1.15', {
+        'image': 'disk', 'version': None, 'instance': 'vm', 'project': 'p',
+        'migrate_from': None, 'block_device': False, 'durability': 'host'})
+
+
+@pytest.mark.parametrize('given,version', [
+    ({'block_device': True}, '1.9'),
+    ({'migrate_from': 'host-b'}, '1.6'),
+    ({'block_device': True, 'migrate_from': 'host-b'}, '1.9')])
+def test_attach_sends_durability_with_block_device_and_migrate_from(
+        given, version):
+    """Each argument reaches the agent whichever version the call is
+    sent as: the newest among those given.
+    """
+    sent_version, args = _sent_attach(**given)
+    assert sent_version == version
+    assert 'durability' not in args
+    sent_version, args = _sent_attach(durability='cluster', **given)
+    assert sent_version == '1.15'
+    assert args['durability'] == 'cluster'
+    assert args['block_device'] is given.get('block_device', False)
+    assert args['migrate_from'] == given.get('migrate_from')
+    assert args['project'] == 'p'
+
+
+def test_a_cap_below_1_15_refuses_durability_only():
+    api = rpc_api.AgentAPI(transport_url='fake:/', version_cap='1.14')
+    with pytest.raises(oslo_messaging.RPCVersionCapError):
+        api.attach('host-a', 'disk', block_device=True, durability='host')
+    # Without it, the cap lets the (1.9) call go.
+    with mock.patch.object(api.transport, '_send',
+                           return_value={'path': '/m/disk'}) as send:
+        assert api.attach('host-a', 'disk', block_device=True) == {
+            'path': '/m/disk'}
+    assert send.call_args.args[2]['version'] == '1.9'
+
+
+def test_the_agent_knows_the_durabilities_its_callers_send():
+    assert tuple(flushlog.DURABILITIES) == rpc.DURABILITIES

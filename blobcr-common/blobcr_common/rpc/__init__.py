@@ -75,6 +75,13 @@ Version history of the API:
   COMMIT is done), in one call per phase, all or none on that host.
   The Cinder driver sends them once the cap allows 1.14, and below it
   hold, checkpoint and release per member as before.
+* 1.15 - durability= for attach (``DURABILITIES``): what a guest's flush
+  of the image makes durable, its writes in the image's write-ahead log
+  in the cluster or on the host's disk (the Cinder driver's
+  ``blobcr:durability`` extra spec); unset, the agent's
+  ``[agent] durability``. An image already attached keeps its own. Sent
+  as 1.15 only when given, with ``block_device`` or ``migrate_from``
+  when they are.
 
 With ``[blobcr_bus] authenticated_peers`` (rpc/bus.py), agents make the
 peer calls (handoff, prepare_handoff, hints) outside this API, through
@@ -88,7 +95,7 @@ PEER_TOPIC = 'blobcr-agent-peer'
 # Named in every target, so that callers whatever their own
 # control_exchange (cinder, nova) reach the agents.
 EXCHANGE = 'blobcr'
-VERSION = '1.14'
+VERSION = '1.15'
 
 # How the guest is held still while a checkpoint is taken: the agent's
 # ``[agent] quiesce`` and the Cinder driver's ``quiesce`` extra spec.
@@ -97,3 +104,8 @@ QUIESCE_CHOICES = [
     ('fsfreeze', 'qemu-guest-agent freezes the file systems'),
     ('suspend', 'libvirt pauses the domain (the BlobCR paper\'s choice)'),
 ]
+
+# What a guest's flush of a volume makes durable: attach's durability
+# (1.15) and the Cinder driver's ``durability`` extra spec; the agent
+# checks it against its store (blobcr_agent/mirror/flushlog.py).
+DURABILITIES = ('cluster', 'host')

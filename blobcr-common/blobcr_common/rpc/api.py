@@ -201,26 +201,34 @@ class AgentAPI(object):
         return given
 
     def attach(self, host, image, version=None, instance=None,
-               project=None, migrate_from=None, block_device=False):
+               project=None, migrate_from=None, block_device=False,
+               durability=None):
         """``project`` (API 1.2): the instance's, the scope of the
         group ids its guest uses. ``migrate_from`` (API 1.6): the host
         the image is live-migrated from (attached incoming until its
         handoff). ``block_device`` (API 1.9): a loop device over the
-        mirror file too.
+        mirror file too. ``durability`` (API 1.15, rpc.DURABILITIES):
+        what a guest's flush makes durable; None, the agent's default.
         """
-        if block_device:
-            return self._call(host, 'attach', api_version='1.9',
-                              image=image, version=version,
-                              instance=instance, project=project,
-                              migrate_from=migrate_from, block_device=True)
-        if migrate_from is not None:
-            return self._call(host, 'attach', api_version='1.6',
-                              image=image, version=version,
-                              instance=instance, project=project,
-                              migrate_from=migrate_from)
-        return self._call(host, 'attach', image=image, version=version,
-                          instance=instance,
-                          **self._since('1.2', project=project))
+        if durability is None and not block_device and migrate_from is None:
+            return self._call(host, 'attach', image=image, version=version,
+                              instance=instance,
+                              **self._since('1.2', project=project))
+        # The newest version among the arguments given, and every
+        # argument up to it.
+        later = {'project': project, 'migrate_from': migrate_from}
+        if durability is not None:
+            api_version = '1.15'
+            later.update(block_device=bool(block_device),
+                         durability=durability)
+        elif block_device:
+            api_version = '1.9'
+            later['block_device'] = True
+        else:
+            api_version = '1.6'
+        return self._call(host, 'attach', api_version=api_version,
+                          image=image, version=version, instance=instance,
+                          **later)
 
     def detach(self, host, image, discard=False, force=False,
                background=False):

@@ -276,6 +276,7 @@ class ObjectBackend(metaclass=abc.ABCMeta):
             'RADOS backend' % self.describe())
 
     log_append = log_seal = log_read = log_drop = log_reopen = _no_log
+    log_next_segment = _no_log
 
     def close(self):
         """Release connections and threads."""

@@ -23,7 +23,8 @@ Everything is in the replicated metadata pool:
   epoch E closed it), and one key ``seg.NNNNNNNNNNNN`` per segment whose
   value is the version its entries follow (JSON);
 * ``wlog.IMAGE.NNNNNNNNNNNN``, a segment: entries appended whole, and
-  its own omap ``state`` (``open:E`` or ``sealed``).
+  its own omap ``state`` (``open:E`` or ``sealed``); and ``next``, a
+  segment number after every sealed one (they are kept).
 
 Fencing is in the ops themselves: every append compares the segment's
 ``state`` with ``open:E`` in the same op (``omap_cmp``), and a new
@@ -45,6 +46,7 @@ except ImportError:  # pragma: no cover - depends on the host
     rados = None
 
 _STATE = 'state'
+_NEXT = 'next'
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -116,6 +118,14 @@ class RadosWriteLog(object):
                     if k.startswith('seg.')}
         state = omap.get(_STATE, b'').decode()
         return state, segments
+
+    def log_next_segment(self, image):
+        """A segment number never used in ``image``'s log (sealed ones
+        stay, emptied, after a take-over: ``next`` remembers them).
+        """
+        omap = self._log_omap(_index_oid(image)) or {}
+        used = [int(k[4:]) for k in omap if k.startswith('seg.')]
+        return max(used + [int(omap.get(_NEXT, b'1')) - 1]) + 1
 
     def log_append(self, image, segment, data, epoch, base_version=None,
                    new=False):
@@ -232,9 +242,12 @@ class RadosWriteLog(object):
             with rados.WriteOpCtx() as op:
                 op.truncate(0)
                 self._log_op(_segment_oid(image, segment), op, image)
+        following = self.log_next_segment(image)
         with rados.WriteOpCtx() as op:
             keys = tuple(_segment_key(s) for s in segments)
             if keys:
                 self._meta.remove_omap_keys(op, keys)
-            self._meta.set_omap(op, (_STATE,), (_open(epoch).encode(),))
+            self._meta.set_omap(op, (_STATE, _NEXT), (
+                _open(epoch).encode(),
+                str(following).encode()))
             self._log_op(_index_oid(image), op, image)
