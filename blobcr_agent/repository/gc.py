@@ -460,6 +460,9 @@ def _delete_header(repo, header, needed, report):
         return
     if fresh.origin:
         _forget_clone(repo, fresh.origin, header.id)
+    # Its write log first (a crash in between leaves a deleted header,
+    # which the next run finds again).
+    repo.backend.log_destroy(header.id)
     try:
         repo.backend.delete_header(header.id, found[1])
         report.headers_deleted += 1

@@ -487,3 +487,89 @@ def test_agent_checkpoint_on_a_full_store(tmpfs, agent_factory,
     assert code == 0, err
     assert [s['newest_stable'] for s in json.loads(out)] == [3]
     repo.close()
+
+
+def _wait_refused(backend, timeout=60):
+    """Until the OSDs refuse a write to the metadata pool: they see the
+    mon's full flag a moment after it is set.
+    """
+    import rados
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            backend._meta.append('full-probe', b'probe')
+        except rados.Error as e:
+            if getattr(e, 'errno', None) in (errno.EDQUOT, errno.ENOSPC):
+                return
+            raise
+        assert time.monotonic() < deadline, 'the pool never refused'
+        time.sleep(0.2)
+
+
+def test_a_cluster_flush_on_a_full_pool_waits_and_never_lies(
+        ceph_cluster, full_pools, tmp_path):
+    """Issue 53: a `cluster` volume's flush when the metadata pool (its
+    write log's) is full: with ``flush_timeout`` it fails (ETIMEDOUT)
+    after it; without, it waits until there is room, then returns. It
+    never returns success for a block that is not in the log: after the
+    host is lost, every write a returned flush covered is there.
+    """
+    import threading
+
+    from blobcr_agent.mirror import image as image_mod
+    from blobcr_agent.repository.backends import rados
+    data_pool, meta_pool = full_pools
+
+    def connect():
+        return repository.Repository(rados.RadosBackend(
+            ceph_cluster.conffile, data_pool, meta_pool), chunk_size=CHUNK)
+
+    repo = connect()
+    rng = random.Random(53)
+    size = 8 * CHUNK
+    image = repo.create_image('full-log', size).id
+    repo.commit(image, {i: bytes(CHUNK) for i in range(8)})
+    attached = image_mod.AttachedImage(
+        repo, image, None, str(tmp_path / 'cache'), durability='cluster',
+        flush_timeout=3, reserve=False, prefetch=False)
+    expected = bytearray(size)
+
+    def write(offset):
+        data = rng.randbytes(4096)
+        attached.write(offset, data)
+        expected[offset:offset + 4096] = data
+
+    write(0)
+    attached.flush()
+    try:
+        _set_quota(ceph_cluster, meta_pool, 1)
+        _wait_refused(repo.backend)
+        write(CHUNK)
+        started = time.monotonic()
+        with pytest.raises(OSError) as caught:
+            attached.flush()
+        assert caught.value.errno == errno.ETIMEDOUT
+        assert 3 <= time.monotonic() - started < FAST
+        # Waits for ever now, as RBD's I/O does.
+        attached.flushlog.timeout = 0
+        write(2 * CHUNK)
+        outcome = []
+        waiter = threading.Thread(
+            target=lambda: outcome.append(attached.flush()), daemon=True)
+        waiter.start()
+        waiter.join(5)
+        assert waiter.is_alive() and not outcome, outcome
+    finally:
+        _set_quota(ceph_cluster, meta_pool, 0)
+    waiter.join(60)
+    assert outcome == [None]
+    assert attached.flushlog.stats()['retries'] > 0
+    # The host is lost: what the flushes covered (the timed-out one's
+    # blocks too: owed to the next, which returned) is in the volume.
+    attached.close(timeout=10)
+    other = connect()
+    taken = other.take_over(image, 'test')
+    assert taken['replayed']['writes'] >= 3, taken
+    assert other.read(image, None, 0, size) == bytes(expected)
+    other.close()
+    repo.close()

@@ -270,6 +270,9 @@ class ObjectBackend(metaclass=abc.ABCMeta):
     def log_state(self, image):
         return None, {}
 
+    def log_destroy(self, image):
+        return 0
+
     def _no_log(self, *args, **kwargs):
         raise exception.InvalidInput(
             '%s keeps no write-ahead log: `cluster` durability needs the '

@@ -24,7 +24,8 @@ Everything is in the replicated metadata pool:
   value is the version its entries follow (JSON);
 * ``wlog.IMAGE.NNNNNNNNNNNN``, a segment: entries appended whole, and
   its own omap ``state`` (``open:E`` or ``sealed``); and ``next``, a
-  segment number after every sealed one (they are kept).
+  segment number after every sealed one, and ``tomb.N`` for each (they
+  are kept, emptied, until GC deletes the image: ``log_destroy``).
 
 Fencing is in the ops themselves: every append compares the segment's
 ``state`` with ``open:E`` in the same op (``omap_cmp``), and a new
@@ -62,6 +63,10 @@ def _segment_key(segment):
     return 'seg.%012d' % segment
 
 
+def _tomb_key(segment):
+    return 'tomb.%012d' % segment
+
+
 def _open(epoch):
     return 'open:%d' % epoch
 
@@ -85,7 +90,7 @@ class RadosWriteLog(object):
                     'the write log of %s was sealed (%s): the image was '
                     'taken over' % (what, self._where))
             if code in _FULL_ERRNOS:
-                raise self._full(base.HEADER, what, code)
+                raise self._full('an entry of the write log of', what, code)
             raise exception.BackendUnavailable(
                 'RADOS write-log op on %s: %s' % (oid, e))
 
@@ -247,7 +252,26 @@ class RadosWriteLog(object):
             keys = tuple(_segment_key(s) for s in segments)
             if keys:
                 self._meta.remove_omap_keys(op, keys)
-            self._meta.set_omap(op, (_STATE, _NEXT), (
+            tombs = tuple(_tomb_key(s) for s in segments)
+            self._meta.set_omap(op, (_STATE, _NEXT) + tombs, (
                 _open(epoch).encode(),
-                str(following).encode()))
+                str(following).encode()) + (b'',) * len(tombs))
             self._log_op(_index_oid(image), op, image)
+
+    def log_destroy(self, image):
+        """Every object of ``image``'s log (a deleted image's, by GC)."""
+        omap = self._log_omap(_index_oid(image))
+        if omap is None:
+            return 0
+        numbers = [int(k[5:]) for k in omap if k.startswith('tomb.')] + [
+            int(k[4:]) for k in omap if k.startswith('seg.')]
+        for oid in [_segment_oid(image, n) for n in numbers] + [
+                _index_oid(image)]:
+            try:
+                self._meta.remove_object(oid)
+            except rados.ObjectNotFound:
+                pass
+            except rados.Error as e:
+                raise exception.BackendUnavailable(
+                    'RADOS delete of %s: %s' % (oid, e))
+        return len(numbers)
