@@ -366,3 +366,46 @@ def test_a_kill_at_any_write_log_point_loses_no_flushed_write(
         assert took.returncode == -9, (site, took.stderr[-2000:])
         killed += 1
     print('write-log crash points: %s; %d killed' % (counts, killed))
+
+
+@pytest.mark.parametrize('backend_kind', ['rados'])
+def test_the_log_is_trimmed_emptied_at_detach_and_collected(
+        backend_factory, agent_factory, tmp_path):
+    """Stable versions trim the log, a detach empties it (another host
+    attaches without a take-over), and GC deletes a deleted image's log,
+    the segments a take-over sealed included.
+    """
+    from blobcr_agent.repository import gc
+    store = backend_factory()
+    settings = {'agent': {'quiesce': 'none'}}
+    a = agent_factory(store, settings)
+    b = agent_factory(store, settings)
+    image = a.client.call('create_image', name='trim', size=SIZE)['id']
+    path = a.client.call('attach', image=image)['path']
+    journal = str(tmp_path / 'journal')
+    writer = _start_writer(path, journal, every=4)
+    for _ in range(3):
+        time.sleep(0.7)
+        version = a.client.call('checkpoint', image=image)['version']
+        assert a.client.call('wait_stable', image=image,
+                             version=version) == 'stable'
+    writer.kill()
+    writer.wait()
+    _, segments = store.log_state(image)
+    # The newest stable version covers all but the last one or two.
+    assert 1 <= len(segments) <= 2, segments
+    a.client.call('checkpoint', image=image)
+    a.client.call('detach', image=image)
+    assert store.log_state(image)[1] == {}
+    b.client.call('attach', image=image)         # no take-over needed
+    with open(b.client.call('attach', image=image)['path'], 'r+b') as f:
+        f.write(b'b' * BLOCK)
+        os.fsync(f.fileno())
+    b.kill()
+    taken = a.client.call('take_over', image=image, why='test')
+    assert taken['replayed']['writes'] == 1
+    a.client.call('delete_image', image=image)
+    gc.collect(repository.Repository(store, chunk_size=CHUNK), grace=0)
+    left = [o.key for o in store._meta.list_objects()
+            if o.key.startswith('wlog.%s' % image)]
+    assert left == []
