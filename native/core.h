@@ -91,6 +91,9 @@ typedef struct {
     int64_t cut_writers;     /* writers blocked for a buffer slot that a
                                 COMMIT ordered after its snapshot (cut)
                                 instead of waiting for them */
+    int64_t room_waits;      /* guest writes and installs that waited for
+                                room on the cache's file system (ENOSPC,
+                                EDQUOT) instead of failing */
     int64_t in_flight;       /* generations in flight now */
     int64_t flushes;         /* guest flushes (mc_flush) */
     int64_t flush_records;   /* ... that wrote a new durable record */
@@ -132,6 +135,12 @@ typedef struct MirrorCore {
     int64_t cow_slots, spill_slots;
     int spill_fd;
     char *spill_name;       /* its path if it has one (no O_TMPFILE) */
+    int spill_by_hand;      /* no copy_file_range: it would share the
+                               mirror file's blocks (reflinks) */
+    int64_t spill_reserve;  /* bytes the spill leaves free on its file
+                               system (the agent's own durable writes) */
+    int64_t spill_paused_ns;/* CLOCK_MONOTONIC: no spill slot is taken
+                               before (its file system was full) */
     int32_t *slot_of;       /* (chunk, generation) -> buffer slot, -1:
                                slot_of[c * MC_MAX_GENS + g] */
     int64_t *free_slots;
@@ -280,6 +289,8 @@ int64_t mc_quiet_dirty(MirrorCore *m, uint32_t since, int all,
 /* The write clock now (``c`` < 0) or at chunk c's last write. */
 uint32_t mc_write_clock(MirrorCore *m, int64_t c);
 void mc_stats(MirrorCore *m, MirrorStats *out);
+/* The room the spill leaves free on its file system (bytes). */
+void mc_set_spill_reserve(MirrorCore *m, int64_t bytes);
 int mc_is_present(MirrorCore *m, int64_t c);
 
 /* Test hooks: the stress tests build the core with MC_TEST_HOOKS and

@@ -182,6 +182,11 @@ durable_open(MirrorCore *m, const char *dir, char *path, size_t path_len)
     m->durable_next = calloc((size_t)m->nchunks, 1);
     if (!m->durable_last || !m->durable_next)
         return ENOMEM;
+    /* Both slots' blocks now: a flush on a full file system then only
+     * overwrites (the reserve is not a promise every file system keeps
+     * for a file's first write). Where fallocate is not offered, the
+     * first two records allocate them. */
+    (void)posix_fallocate(m->durable_fd, 0, (off_t)(2 * slot_len(m->nchunks)));
     m->durable_seq = read_record(m->durable_fd, m->nchunks, m->chunk_size,
                                  m->durable_last);
     if (m->durable_seq == 0) {

@@ -97,6 +97,12 @@ void spill_release(MirrorCore *m);
 int spill_copy_in(MirrorCore *m, int64_t c, int64_t slot, char *scratch);
 int spill_read(MirrorCore *m, int64_t c, int64_t slot, char *buf);
 void spill_punch(MirrorCore *m, int64_t slot);
+int spill_paused(MirrorCore *m);
+void spill_pause(MirrorCore *m);
+int64_t monotonic_ns(void);
+/* core_io.c: pwrite_full that waits for room (ENOSPC, EDQUOT); unlocked */
+int pwrite_room(MirrorCore *m, int fd, const char *buf, size_t len,
+    off_t off);
 #pragma GCC visibility pop
 
 #endif

@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- reads -------------------------------------------------------- */
@@ -84,6 +85,43 @@ mc_read(MirrorCore *m, char *buf, long long off, long long len,
 }
 
 /* ---- writes ------------------------------------------------------- */
+
+/* A free buffer slot can be taken now: a memory one, or a spill one
+ * while the spill is not paused (its file system was full a moment
+ * ago). A memory slot under spill ones comes to the top. Lock held. */
+static int
+slot_ready(MirrorCore *m)
+{
+    if (m->nfree == 0)
+        return 0;
+    if (m->free_slots[m->nfree - 1] < m->cow_slots || !spill_paused(m))
+        return 1;
+    for (int64_t k = m->nfree - 2; k >= 0; k--) {
+        if (m->free_slots[k] < m->cow_slots) {
+            int64_t t = m->free_slots[k];
+            m->free_slots[k] = m->free_slots[m->nfree - 1];
+            m->free_slots[m->nfree - 1] = t;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int
+pwrite_room(MirrorCore *m, int fd, const char *buf, size_t len, off_t off)
+{
+    const struct timespec pause = {0, 50 * 1000 * 1000};
+    int err;
+    /* The cache's file system is full (the mirror file is sparse): the
+     * guest's write waits for room, as on a full thin pool, rather than
+     * failing. The data is rewritten whole each time. */
+    while ((err = pwrite_full(fd, buf, len, off)) == ENOSPC ||
+           err == EDQUOT) {
+        __atomic_add_fetch(&m->st.room_waits, 1, __ATOMIC_RELAXED);
+        nanosleep(&pause, NULL);
+    }
+    return err;
+}
 
 
 /* Make chunk c safe to overwrite; lock held, may wait. whole: the write
@@ -151,7 +189,7 @@ prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
             return err;
         }
         /* selective-cow */
-        if (m->nfree == 0) {
+        if (!slot_ready(m)) {
             if (nonblock)
                 return -1;
             if (!waited) {
@@ -170,7 +208,19 @@ prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
              * for this one (the cut, above). */
             pthread_cond_broadcast(&m->cond);
             m->slot_waiters++;
-            pthread_cond_wait(&m->cond, &m->lock);
+            if (m->nfree) {
+                /* Only spill slots, paused: look again once it ends. */
+                struct timespec until;      /* the cond's clock */
+                clock_gettime(CLOCK_REALTIME, &until);
+                until.tv_nsec += 50 * 1000 * 1000;
+                if (until.tv_nsec >= 1000000000L) {
+                    until.tv_sec++;
+                    until.tv_nsec -= 1000000000L;
+                }
+                pthread_cond_timedwait(&m->cond, &m->lock, &until);
+            } else {
+                pthread_cond_wait(&m->cond, &m->lock);
+            }
             m->slot_waiters--;
             if (m->commits != epoch)
                 return MC_CUT;      /* ordered after that COMMIT */
@@ -191,10 +241,13 @@ prepare_chunk(MirrorCore *m, int64_t c, int whole, int nonblock,
             pthread_mutex_lock(&m->lock);
             PUT_STATE(m, c, m->state[c] & ~ST_PENDING);
             if (spill && (err == ENOSPC || err == EDQUOT)) {
-                /* The file system is full: that slot is given up, and
-                 * the write tries the others or waits for the store,
+                /* The file system is full (or down to the reserve):
+                 * the slot goes back, spill slots rest a moment, and
+                 * the write takes a memory slot or waits for the store,
                  * as with no spill file. Nothing was lost. */
                 spill_punch(m, slot);
+                m->free_slots[m->nfree++] = slot;
+                spill_pause(m);
                 m->st.spill_full++;
                 pthread_cond_broadcast(&m->cond);
                 continue;
@@ -348,14 +401,14 @@ again:
     pthread_mutex_unlock(&m->lock);
     PAUSE(MC_AT_WRITE);
     if (!any_redirect) {
-        err = pwrite_full(m->data_fd, buf, (size_t)len, off);
+        err = pwrite_room(m, m->data_fd, buf, (size_t)len, off);
     } else {
         for (c = first; c <= last && !err; c++) {
             long long cs = c * m->chunk_size;
             long long s = off > cs ? off : cs;
             long long e = off + len < cs + mc_chunk_len(m, c) ?
                 off + len : cs + mc_chunk_len(m, c);
-            err = pwrite_full(missing[c - first] ? m->redirect_fd
+            err = pwrite_room(m, missing[c - first] ? m->redirect_fd
                                                  : m->data_fd,
                               buf + (s - off), (size_t)(e - s), s);
         }
@@ -402,7 +455,8 @@ mc_install(MirrorCore *m, int64_t c, const char *data, int *installed)
         PUT_STATE(m, c, m->state[c] | ST_PENDING);
         pthread_mutex_unlock(&m->lock);
         PAUSE(MC_AT_INSTALL);
-        err = pwrite_full(m->data_fd, data, (size_t)mc_chunk_len(m, c),
+        err = pwrite_room(m, m->data_fd, data,
+                          (size_t)mc_chunk_len(m, c),
                           (off_t)c * m->chunk_size);
         pthread_mutex_lock(&m->lock);
         PUT_STATE(m, c, m->state[c] & ~ST_PENDING);

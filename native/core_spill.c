@@ -34,12 +34,20 @@
  * Copies go through copy_file_range: on a file system with reflinks
  * (XFS, btrfs) the kernel may share the mirror file's blocks instead of
  * copying them; on ext4 it copies page cache to page cache, never
- * through user space. The file is sparse and capped by the budget it was
- * opened with; taken slots are punched out, so its disk use is the
- * copies waiting for the store, not their high-water mark. A slot whose
- * copy finds the file system full (ENOSPC, EDQUOT) is given up for the
- * rest of the attachment (prepare_chunk); writers then wait for the
- * store as they do when memory slots run out.
+ * through user space. On XFS and btrfs the copy goes by hand instead:
+ * a shared block would need its room later, when the guest's write
+ * breaks the sharing, and that write would fail (ENOSPC) where a
+ * copy-aside can wait. The file is sparse and capped by the budget it
+ * was opened with; taken slots are punched out, so its disk use is the
+ * copies waiting for the store, not their high-water mark.
+ *
+ * The spill leaves spill_reserve bytes free on its file system: the
+ * agent's own durable writes (the persister's journal, meta.json, the
+ * flush record) and the other images' caches need them. A copy that
+ * would go below it, or that meets ENOSPC or EDQUOT, takes no slot: the
+ * slot goes back, spill slots are left alone for a moment
+ * (spill_pause), and writers wait for the store as they do when memory
+ * slots run out; slots are used again once there is room.
  *
  * Copyright BlobCR for OpenStack developers. Apache-2.0.
  */
@@ -52,7 +60,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
+
+#define XFS_MAGIC 0x58465342
+#define BTRFS_MAGIC 0x9123683E
+#define SPILL_PAUSE_NS (200 * 1000 * 1000LL)
 
 static off_t
 slot_offset(const MirrorCore *m, int64_t slot)
@@ -83,6 +98,12 @@ spill_open(MirrorCore *m, const char *dir, int64_t spill_chunks,
     if (fd < 0)
         return errno;
     m->spill_fd = fd;
+    {
+        struct statfs fs;
+        m->spill_by_hand = fstatfs(fd, &fs) == 0 &&
+            ((unsigned long)fs.f_type == XFS_MAGIC ||
+             (unsigned long)fs.f_type == BTRFS_MAGIC);
+    }
     if (ftruncate(fd, (off_t)(spill_chunks * m->chunk_size)) != 0) {
         int e = errno;
         spill_release(m);
@@ -110,7 +131,14 @@ spill_copy_in(MirrorCore *m, int64_t c, int64_t slot, char *scratch)
     size_t len = (size_t)mc_chunk_len(m, c), done = 0;
     loff_t from = (loff_t)c * m->chunk_size, to = slot_offset(m, slot);
     int err;
-    while (done < len) {
+    if (m->spill_reserve > 0) {
+        struct statvfs fs;
+        if (fstatvfs(m->spill_fd, &fs) == 0 &&
+            (int64_t)fs.f_bavail * (int64_t)fs.f_frsize <
+            m->spill_reserve + (int64_t)len)
+            return ENOSPC;          /* the reserve is not the spill's */
+    }
+    while (!m->spill_by_hand && done < len) {
         ssize_t n = copy_file_range(m->data_fd, &from, m->spill_fd, &to,
                                     len - done, 0);
         if (n > 0) {
@@ -156,4 +184,34 @@ spill_punch(MirrorCore *m, int64_t slot)
 {
     (void)fallocate(m->spill_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                     slot_offset(m, slot), (off_t)m->chunk_size);
+}
+
+int64_t
+monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Lock held. */
+int
+spill_paused(MirrorCore *m)
+{
+    return m->spill_paused_ns && monotonic_ns() < m->spill_paused_ns;
+}
+
+/* Lock held: its file system is full; no spill slot for a moment. */
+void
+spill_pause(MirrorCore *m)
+{
+    m->spill_paused_ns = monotonic_ns() + SPILL_PAUSE_NS;
+}
+
+void
+mc_set_spill_reserve(MirrorCore *m, int64_t bytes)
+{
+    pthread_mutex_lock(&m->lock);
+    m->spill_reserve = bytes > 0 ? bytes : 0;
+    pthread_mutex_unlock(&m->lock);
 }

@@ -626,7 +626,7 @@ Mirror_stats(Mirror *m, PyObject *noargs)
     mc_stats(&m->core, &s);
     return Py_BuildValue(
         "{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,"
-        "s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:s}",
+        "s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:s}",
         "present", (long long)s.present, "dirty", (long long)s.dirty,
         "scheduled", (long long)s.scheduled,
         "cow_copies", (long long)s.cow_copies,
@@ -647,6 +647,7 @@ Mirror_stats(Mirror *m, PyObject *noargs)
         "spilled", (long long)s.spilled,
         "spill_full", (long long)s.spill_full,
         "spill_slots", (long long)m->core.spill_slots,
+        "room_waits", (long long)s.room_waits,
         "cut_writers", (long long)s.cut_writers,
         "generations", (long long)s.in_flight,
         "flushes", (long long)s.flushes,
@@ -699,6 +700,23 @@ Mirror_flush(Mirror *m, PyObject *args, PyObject *kw)
         errno = err;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(set_spill_reserve_doc,
+"set_spill_reserve(nbytes)\n\n"
+"The room the spill file leaves free on its file system: a copy aside\n"
+"that would go below it waits for the store instead (0: none).");
+
+static PyObject *
+Mirror_set_spill_reserve(Mirror *m, PyObject *args)
+{
+    long long bytes;
+    if (!PyArg_ParseTuple(args, "L:set_spill_reserve", &bytes))
+        return NULL;
+    if (check_open(m) < 0)
+        return NULL;
+    mc_set_spill_reserve(&m->core, bytes);
     Py_RETURN_NONE;
 }
 
@@ -866,6 +884,8 @@ static PyMethodDef Mirror_methods[] = {
     {"flush", (PyCFunction)(void (*)(void))Mirror_flush,
      METH_VARARGS | METH_KEYWORDS, flush_doc},
     {"log_cut", (PyCFunction)Mirror_log_cut, METH_NOARGS, log_cut_doc},
+    {"set_spill_reserve", (PyCFunction)Mirror_set_spill_reserve,
+     METH_VARARGS, set_spill_reserve_doc},
     {"log_done", (PyCFunction)Mirror_log_done, METH_VARARGS, log_done_doc},
     {"close", (PyCFunction)Mirror_close, METH_NOARGS,
      "Flush state and data and close every file."},

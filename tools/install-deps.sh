@@ -24,7 +24,8 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 venv=${BLOBCR_VENV:-$top/.venv}
 packages=(
     python3 python3-venv python3-dev build-essential pkg-config git
-    e2fsprogs
+    # The full-cache tests make small ext4 and XFS file systems.
+    e2fsprogs xfsprogs
     ceph-mon ceph-osd ceph-mgr ceph-common python3-rados librados-dev
     # librbd's binding: Cinder's RBD driver (the baseline of blobcr-bench
     # cinder) and the benchmark's own writes and snapshot checks.

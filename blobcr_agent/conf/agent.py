@@ -160,6 +160,16 @@ agent_opts = [
                       'a full or unreachable cluster before it fails (EIO '
                       'to the guest); the blocks stay owed to the next '
                       'flush. 0: it waits for ever, as RBD\'s I/O does.'),
+    cfg.IntOpt('cache_reserve_mb', default=64, min=0,
+               help='MiB the copy-on-write spill files leave free on the '
+                    'file system of the mirror caches: the agent\'s own '
+                    'durable writes (the persister\'s journal, each '
+                    'cache\'s metadata and flush record) and the other '
+                    'images\' caches need that room. A copy aside that '
+                    'would go below it waits for the store instead, as '
+                    'when the file system is full; spill slots are used '
+                    'again once there is room. Guest writes that meet a '
+                    'full file system wait for room rather than fail.'),
     cfg.FloatOpt('upload_ahead_interval',
                  default=DEFAULT_UPLOAD_AHEAD_INTERVAL, min=0,
                  help='Seconds between the rounds in which an image\'s '

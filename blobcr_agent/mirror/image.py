@@ -82,7 +82,7 @@ class AttachedImage(object):
                  cow_chunks=64, adaptive=True, prefetch=True, cow_spill_mb=0,
                  reserve=None, incoming=False, readahead_chunks=64,
                  delta_tracking_mb=64, hints=None, upload_ahead=0.0,
-                 durability='host', flush_timeout=0.0):
+                 durability='host', flush_timeout=0.0, cache_reserve_mb=64):
         if mode not in MODES:
             raise exception.InvalidInput('unknown mirror mode %r (choose '
                                          'from %s)' % (mode, ', '.join(MODES)))
@@ -141,6 +141,9 @@ class AttachedImage(object):
         self.core = _native.Mirror(
             cache_dir, header.size, header.chunk_size, mode, cow_chunks,
             adaptive, spill_chunks=(cow_spill_mb << 20) // header.chunk_size)
+        # Room the spill leaves for this agent's durable writes and the
+        # other caches (core_spill.c).
+        self.core.set_spill_reserve(cache_reserve_mb << 20)
         # The flush record matches what was opened (a recovery after a
         # power loss folded its redirected chunks back).
         self.core.flush()

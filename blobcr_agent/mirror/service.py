@@ -78,13 +78,15 @@ class MirrorService(object):
                  cow_chunks=64, adaptive=True, io_loop='native',
                  busy_timeout=120, readahead_chunks=64,
                  delta_tracking_mb=64, restart_hints=True, cow_spill_mb=0,
-                 upload_ahead=0.0, durability='', flush_timeout=0.0):
+                 upload_ahead=0.0, durability='', flush_timeout=0.0,
+                 cache_reserve_mb=64):
         self.repo = repo
         self.mountpoint = os.path.abspath(mountpoint)
         self.cache_dir = os.path.abspath(cache_dir)
         self.mode = mode
         self.cow_chunks = cow_chunks
         self.cow_spill_mb = cow_spill_mb
+        self.cache_reserve_mb = cache_reserve_mb
         self.readahead_chunks = readahead_chunks
         self.delta_tracking_mb = delta_tracking_mb
         self.upload_ahead = upload_ahead
@@ -247,6 +249,7 @@ class MirrorService(object):
                 mode=mode or self.mode,
                 cow_chunks=cow_chunks or self.cow_chunks,
                 cow_spill_mb=self.cow_spill_mb,
+                cache_reserve_mb=self.cache_reserve_mb,
                 adaptive=self.adaptive if adaptive is None else adaptive,
                 prefetch=prefetch, incoming=incoming_from is not None,
                 readahead_chunks=self.readahead_chunks,
