@@ -225,19 +225,24 @@ def _start_writer(path, journal, every=16):
 
 
 @pytest.mark.parametrize('backend_kind', ['rados'])
+@pytest.mark.parametrize('via', ['file', 'loop'])
 def test_a_lost_host_loses_no_fsynced_write(backend_factory, agent_factory,
-                                            tmp_path):
-    """Issue 53's reproduction, through real agents and FUSE: O_DIRECT
-    writes with an fsync after every 16, the host lost 4 s in (agent and
-    writer SIGKILLed, cache directory deleted), the volume taken over
-    and attached on another agent.
+                                            tmp_path, via):
+    """Issue 53's reproduction, through real agents: O_DIRECT writes with
+    an fsync after every 16, on the FUSE file or on the loop device over
+    it (what stock Nova opens: its flush is the kernel's REQ_PREFLUSH,
+    an fsync of the file), the host lost 4 s in (agent and writer
+    SIGKILLed, cache directory deleted), the volume taken over and
+    attached on another agent.
     """
     store = backend_factory()
     settings = {'agent': {'quiesce': 'none'}}
     a = agent_factory(store, settings)
     b = agent_factory(store, settings)
     image = a.client.call('create_image', name='lost', size=SIZE)['id']
-    path = a.client.call('attach', image=image)['path']
+    attached = a.client.call('attach', image=image,
+                             block_device=via == 'loop')
+    path = attached['device' if via == 'loop' else 'path']
     base = bytes(SIZE)
     journal = str(tmp_path / 'journal')
     writer = _start_writer(path, journal)
