@@ -163,6 +163,7 @@ class Agent(object):
         self._admin_inode = None
         self.parked = []
         self._had_devices = set()
+        self._kept_devices = False
 
     def start(self):
         # The socket first: it refuses if another agent answers there,
@@ -192,6 +193,7 @@ class Agent(object):
         # images re-attached get new ones behind the same links once the
         # mount serves (run()).
         self._had_devices = self.manager.loops.recover(keep=taken_over)
+        self._kept_devices = taken_over
         self.manager.mirror.recover()
         self.manager.collector.start()
         self.manager.protector.start()
@@ -279,9 +281,19 @@ class Agent(object):
             self.manager.mirror.mountpoint))
         # Not on the FUSE loop's thread: losetup opens a mirror file,
         # which that loop serves.
-        threading.Thread(target=self.manager.restore_block_devices,
-                         args=(self._had_devices,), daemon=True,
+        threading.Thread(target=self._restore_block_devices, daemon=True,
                          name='blobcr-loop-restore').start()
+
+    def _restore_block_devices(self):
+        if self._kept_devices and not self.manager.mirror.kept.adopted:
+            # The kept connection could not be served after all
+            # (connection.open_loop aborted it): the devices kept over it
+            # serve nothing; released, and new ones set up behind their
+            # links, as after a restart without a kept connection.
+            LOG.warning('the loop devices kept over the aborted FUSE '
+                        'connection are replaced')
+            self._had_devices |= self.manager.loops.recover(keep=False)
+        self.manager.restore_block_devices(self._had_devices)
 
     def run(self):
         signal.signal(signal.SIGTERM, self.stop)

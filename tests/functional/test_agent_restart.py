@@ -169,13 +169,15 @@ def test_a_connection_that_cannot_be_taken_over_is_replaced(
     """A kept connection the next agent cannot serve (here: its saved
     FUSE_INIT is not one) is aborted and the agent mounts afresh: the
     guests' open files fail instead of waiting forever, and the image
-    reads again on the new mount.
+    reads again on the new mount, and through a new loop device behind
+    its link.
     """
     agent = agent_place.local_agent(
         agent_factory, {'agent': {'quiesce': 'none'}}, fd_store=True)
     agent.fd_store.wait_for(connection.FDNAME)
     image = agent.client.call('create_image', name='v', size=SIZE)['id']
-    path = agent.client.call('attach', image=image)['path']
+    attached = agent.client.call('attach', image=image, block_device=True)
+    path, link = attached['path'], attached['device']
     with open(path, 'r+b') as f:
         f.write(b'kept' * 1024)
         os.fsync(f.fileno())
@@ -199,5 +201,18 @@ def test_a_connection_that_cannot_be_taken_over_is_replaced(
         os.close(held)
     with open(path, 'rb') as f:
         assert f.read(4096) == b'kept' * 1024
+    # The loop device kept over the aborted connection is replaced: its
+    # link names a device that reads the volume (issue 53: it stayed
+    # over the dead connection, EIO until a detach).
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with open(link, 'rb', buffering=0) as f:
+                if f.read(4096) == b'kept' * 1024:
+                    break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, 'the device never came back'
+        time.sleep(0.2)
     # And the new mount is kept in its turn.
     agent.fd_store.wait_for(connection.FDNAME)
