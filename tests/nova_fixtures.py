@@ -18,10 +18,11 @@
     (tests/openstack_fixtures.py), a started
     :class:`~blobcr_lab.nova.NovaStack` beside it (with a Neutron API
     when blobcr_lab.nova.neutron_venv() finds Neutron's venv:
-    ``nova.neutron``), and the BlobCR ``local`` backend's hosts
+    ``nova.neutron``), and the BlobCR ``rados`` backend's hosts
     (blobcr_lab/cinder_hosts.py).  nova-compute's host name is
     ``nova.compute_host``: a BlobCR agent of its own, on the
-    same store as the ``local`` backend, started here.  Its libvirtd is a
+    same store as the ``rados`` backend (the micro Ceph cluster),
+    started here.  Its libvirtd is a
     private session one (blobcr_lab.guest_vm.SessionLibvirt).
 
 Only tests that ask for it start it (a minute or more, ~1 GB more).
@@ -63,7 +64,7 @@ def _migration_uri(links):
 
 def _start_host(name, directory, links, hosts, rabbitmq_url, api,
                 **libvirt_args):
-    """A libvirtd, then a BlobCR agent on the ``local`` backend's store
+    """A libvirtd, then a BlobCR agent on the ``rados`` backend's store
     that watches it (the source of a live migration asks it whether its
     guest still runs).
     """
@@ -92,7 +93,10 @@ def _stop_host(lab_host):
 @pytest.fixture(scope='session')
 def nova_cloud(openstack_cloud, cinder_hosts, rabbitmq_url,
                tmp_path_factory):
-    hosts = cinder_hosts['local']
+    # On RADOS: its volumes are `cluster` (the default there), so a
+    # host lost for good loses nothing a guest flushed (issue 53;
+    # test_nova_moves.py's evacuate shows it).
+    hosts = cinder_hosts['rados']
     directory = str(tmp_path_factory.mktemp('nova'))
     host = 'local-nova-%s' % uuid.uuid4().hex[:6]
     links = tempfile.mkdtemp(prefix='blobcr-lvl-')
