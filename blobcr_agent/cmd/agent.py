@@ -73,9 +73,11 @@ def _start_proxy(conf, manager):
         burst=conf.proxy.burst,
         max_body=conf.proxy.max_body, get_rate=conf.proxy.poll_rate,
         get_burst=conf.proxy.poll_burst,
+        header_timeout=conf.proxy.header_timeout,
         request_timeout=conf.proxy.request_timeout,
         max_connections=conf.proxy.max_connections,
-        max_per_source=conf.proxy.max_per_source)
+        max_per_source=conf.proxy.max_per_source,
+        max_per_instance=conf.proxy.max_per_instance)
     httpd = proxy.serve(conf.proxy.listen, conf.proxy.port)
     port = httpd.server_port
     manager.proxy_url = 'http://%s:%d' % (conf.proxy.listen, port)

@@ -237,16 +237,28 @@ proxy_opts = [
                       'an instance may send over time.'),
     cfg.IntOpt('poll_burst', default=40, min=1,
                help='Other requests an instance may send at once.'),
+    cfg.FloatOpt('header_timeout', default=5.0, min=0.1,
+                 help='Seconds a client has, from its connection, to send '
+                      'its request line and headers (all of them, not '
+                      'per read); then it gets 408 and is cut off. Until '
+                      'then a connection holds no thread, and its '
+                      'request is authenticated as soon as its headers '
+                      'are whole, before its body is read.'),
     cfg.FloatOpt('request_timeout', default=10.0, min=0.1,
-                 help='Seconds a client has to send a whole request; a '
-                      'slower one is cut off.'),
+                 help='Seconds a client has, from its connection, to send '
+                      'a whole request, body included; a slower one is '
+                      'cut off.'),
     cfg.IntOpt('max_connections', default=64, min=1,
-               help='Connections served at once; more are answered 503 '
+               help='Requests served at once (a thread each, from when '
+                    'their headers are whole); more are answered 503 '
                     'busy without a thread.'),
     cfg.IntOpt('max_per_source', default=16, min=0,
-               help='Connections at once from one address (0: no limit). '
-                    'Set 0 if every guest arrives through one metadata '
-                    'proxy address.'),
+               help='Requests from one address served at once before '
+                    'they are authenticated (0: no limit); authenticated '
+                    'ones count for their instance instead.'),
+    cfg.IntOpt('max_per_instance', default=4, min=0,
+               help='Authenticated requests of one instance served at '
+                    'once (0: no limit); more are answered 503 busy.'),
 ]
 
 

@@ -31,12 +31,20 @@ Group ids are scoped by the instance's project (``agent.project_of``):
 a guest can neither join nor see another project's group.
 
 The same process serves the FUSE disks of every VM, so connections are
-bounded: a request must arrive whole within ``request_timeout`` seconds
-(else the connection is closed), at most ``max_connections`` are served
-at once and ``max_per_source`` from one address; over a cap the
-connection gets 503 ``{"error": "busy"}`` from the accepting thread and
-no handler thread is started. Bodies need a ``Content-Length`` of at
-most six digits; any ``Transfer-Encoding`` is refused (411).
+bounded, and what a client holds before it is authenticated is little:
+one thread reads the request line and headers of every connection (no
+thread each), which must arrive within ``header_timeout`` seconds (then
+408 and close; past ``max_waiting`` connections, the oldest of the
+address that has most is cut). Only a whole head gets a handler thread
+(at most ``max_connections``, ``max_per_source`` of one address until
+authenticated), which authenticates first: a request no instance signed
+gets 401 with its body unread; an instance has ``max_per_instance``
+requests served at once, each of which must arrive whole within
+``request_timeout`` of its connection. Over a cap: 503 ``{"error":
+"busy"}`` without a thread. Every authenticated request spends a budget
+of its instance, framing errors and late bodies included. Bodies need a
+``Content-Length`` of at most six digits; any ``Transfer-Encoding`` is
+refused (411).
 
 The proxy itself knows nothing of images or hosts: it calls an
 ``agent`` with ``resolve(instance) -> image or None``,
@@ -46,13 +54,16 @@ dict``, ``state(image, version) -> str`` and ``group_state(group,
 project=) -> dict``.
 """
 
+import collections
 import http.server
 import io
 import json
 import logging
 import math
 import re
+import selectors
 import socket
+import socketserver
 import sys
 import threading
 import time
@@ -66,6 +77,17 @@ LOG = logging.getLogger(__name__)
 _VERSION_PATH = re.compile(r'^/v1/checkpoint/(\d{1,9})$')
 _GROUP_PATH = re.compile(r'^/v1/group/([A-Za-z0-9_.-]{1,64})$')
 _CONTENT_LENGTH = re.compile(r'[0-9]{1,6}')
+# A request line and headers longer than this get 431 from the head
+# reader (the parser's own limits are per line and per count).
+_MAX_HEAD = 65536
+# After an early refusal (the body left unread), how long and how much
+# input the head reader waits for and drops before it closes: a close
+# with input unread sends a reset, which may reach the client before it
+# reads the reply.
+_LINGER = 1.0
+_MAX_LINGER_BYTES = 1 << 20
+_UNAUTHENTICATED = ('unauthenticated: send X-Instance-ID with '
+                    'X-BlobCR-Token or X-Instance-ID-Signature')
 _BUSY_BODY = json.dumps({'error': 'busy'}).encode()
 _BUSY = (b'HTTP/1.0 503 Service Unavailable\r\n'
          b'Server: blobcr-proxy\r\n'
@@ -107,69 +129,316 @@ class RateLimiter(object):
 
 
 class _DeadlineReader(io.RawIOBase):
-    """The socket's input with one deadline for a whole request: a
-    per-recv timeout alone lets a client sending a byte every few seconds
-    hold its thread forever.
+    """A connection's input: first what the head reader already took off
+    the socket, then the socket, all by one deadline (not per read: a
+    client sending a byte every few seconds would hold its thread
+    forever).
     """
 
-    def __init__(self, sock, timeout):
-        self.sock, self.timeout = sock, timeout
-        self.restart()
-
-    def restart(self):
-        self.deadline = time.monotonic() + self.timeout
+    def __init__(self, sock, prefix, deadline):
+        self.sock, self.prefix, self.deadline = sock, prefix, deadline
 
     def readable(self):
         return True
 
     def readinto(self, buffer):
+        if self.prefix:
+            n = min(len(buffer), len(self.prefix))
+            buffer[:n] = self.prefix[:n]
+            del self.prefix[:n]
+            return n
         left = self.deadline - time.monotonic()
         if left <= 0:
-            raise TimeoutError('request not received within %gs'
-                               % self.timeout)
+            raise TimeoutError('request not received in time')
         self.sock.settimeout(left)
         return self.sock.recv_into(buffer)
 
 
+class _Connection(object):
+    """A guest connection from accept to close."""
+
+    __slots__ = ('sock', 'address', 'source', 'started', 'deadline',
+                 'buffer', 'first', 'scanned', 'instance', 'linger',
+                 'dropped')
+
+    def __init__(self, sock, address, head_timeout):
+        self.sock, self.address, self.source = sock, address, address[0]
+        self.started = time.monotonic()
+        # The head's deadline; then, lingering, the close's.
+        self.deadline = self.started + head_timeout
+        self.buffer = bytearray()
+        self.first = -1                 # where the request line ends
+        self.scanned = 0
+        self.instance = None            # once authenticated
+        # Whether input may be left unread at the end (a refusal before
+        # the body): then the close waits for the client's, so that it
+        # reads the reply rather than a reset.
+        self.linger = True
+        self.dropped = 0                # bytes read while lingering
+
+    def head_complete(self):
+        """Whether the request line and the headers up to their blank
+        line have arrived (each byte looked at once or twice).
+        """
+        buf = self.buffer
+        if self.first < 0:
+            self.first = buf.find(b'\n', self.scanned)
+            if self.first < 0:
+                self.scanned = len(buf)
+                return False
+            self.scanned = self.first
+        at = self.scanned
+        self.scanned = max(self.first, len(buf) - 2)
+        return buf.find(b'\n\r\n', at) >= 0 or buf.find(b'\n\n', at) >= 0
+
+
 class _Server(http.server.ThreadingHTTPServer):
-    """A thread per connection, within caps checked before the thread
-    starts.
+    """Connections wait for their head (request line and headers) in one
+    thread, with no thread of their own; a handler thread is started once
+    the head is whole, and authentication is the first thing it does.
+    Caps: handler threads (``max_connections``), handler threads not yet
+    authenticated per source (``max_per_source``), handler threads per
+    instance once authenticated (``max_per_instance``), connections
+    waiting for their head (``max_waiting``: over it the oldest of the
+    source that has most waits is cut).
     """
 
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, address, handler, max_connections, max_per_source):
-        self.max_per_source = max_per_source
-        self._slots = threading.BoundedSemaphore(max_connections)
-        self._per_source = {}
+    def __init__(self, address, handler, proxy):
+        self.proxy = proxy
+        self._slots = threading.BoundedSemaphore(proxy.max_connections)
         self._lock = threading.Lock()
-        self._refused = 0
+        self._unauthenticated = {}      # source -> handler threads
+        self._per_instance = {}         # instance -> handler threads
+        self._handled = {}              # socket -> _Connection
+        self._incoming = collections.deque()   # accepted
+        self._to_linger = collections.deque()  # replied, from handlers
+        self._waiting = collections.OrderedDict()  # by deadline
+        self._sources = {}              # source -> OrderedDict of waiting
+        self._lingering = collections.OrderedDict()
+        self._counts = collections.Counter()   # logged every 10 s
         self._last_warning = 0.0
-        super().__init__(address, handler)
+        self._closing = threading.Event()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._wake_r, selectors.EVENT_READ)
+        self._heads = None
+        super().__init__(address, handler)   # on failure, server_close()
+        self._heads = threading.Thread(target=self._read_heads, daemon=True,
+                                       name='blobcr-proxy-heads')
+        self._heads.start()
 
-    def _admit(self, source):
-        if not self._slots.acquire(blocking=False):
-            return False
-        with self._lock:
-            held = self._per_source.get(source, 0)
-            if self.max_per_source and held >= self.max_per_source:
-                self._slots.release()
-                return False
-            self._per_source[source] = held + 1
-        return True
+    # -- the accepting thread ------------------------------------------------
 
-    def _release(self, source):
+    def process_request(self, request, client_address):
+        if self._closing.is_set():
+            return self._close(request)
+        request.setblocking(False)
+        self._incoming.append(_Connection(
+            request, client_address,
+            min(self.proxy.header_timeout, self.proxy.request_timeout)))
+        self._wake()
+
+    def _wake(self):
+        try:
+            self._wake_w.send(b'x')
+        except (BlockingIOError, OSError):
+            pass                        # awake already, or closing
+
+    # -- the head reader's thread --------------------------------------------
+
+    def _read_heads(self):
+        while not self._closing.is_set():
+            try:
+                self._read_heads_once()
+            except Exception:
+                LOG.exception('guest endpoint: the head reader failed')
+                time.sleep(0.1)
+        for conn in list(self._waiting.values()) + \
+                list(self._lingering.values()):
+            self._drop(conn)
+        for queue in (self._incoming, self._to_linger):
+            while queue:
+                self._close(queue.popleft().sock)
+        self._selector.close()
+
+    def _read_heads_once(self):
+        first = [q[next(iter(q))].deadline
+                 for q in (self._waiting, self._lingering) if q]
+        timeout = 0.5 if not first else \
+            min(0.5, max(0.0, min(first) - time.monotonic()))
+        for key, _ in self._selector.select(timeout):
+            conn = key.data
+            if conn is None:
+                try:
+                    while self._wake_r.recv(4096):
+                        pass
+                except (BlockingIOError, OSError):
+                    pass
+            elif conn.sock in self._lingering:
+                self._drain(conn)
+            elif conn.sock in self._waiting:
+                self._receive(conn)
+        while self._incoming:
+            self._add(self._incoming.popleft())
+        while self._to_linger:
+            conn = self._to_linger.popleft()
+            self._lingering[conn.sock] = conn
+            self._register(conn)
+        now = time.monotonic()
+        while self._waiting:
+            conn = next(iter(self._waiting.values()))
+            if conn.deadline > now:
+                break
+            self._forget(conn)
+            self.count('no whole request within the header deadline',
+                       conn.source)
+            self._send_now(conn.sock, 408, 'the request did not arrive in '
+                                           'time')
+            self._close(conn.sock)
+        while self._lingering:
+            conn = next(iter(self._lingering.values()))
+            if conn.deadline > now:
+                break
+            self._drop(conn)
+
+    def _register(self, conn):
+        try:
+            self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+        except (ValueError, OSError):
+            self._lingering.pop(conn.sock, None)
+            self._forget(conn)
+            self._close(conn.sock)
+
+    def _add(self, conn):
+        if len(self._waiting) >= self.proxy.max_waiting:
+            # The source that has most connections waiting loses its
+            # oldest: a flood from one address cuts its own.
+            source = max(self._sources, key=lambda s: len(self._sources[s]))
+            oldest = self._waiting[next(iter(self._sources[source]))]
+            self._forget(oldest)
+            self.count('cut while waiting for their request (too many '
+                       'waiting)', source)
+            self._refuse(oldest.sock, source)
+        self._waiting[conn.sock] = conn
+        self._sources.setdefault(conn.source, collections.OrderedDict())[
+            conn.sock] = None
+        self._register(conn)
+
+    def _forget(self, conn):
+        """Take a waiting ``conn`` out of the selector and the tables."""
+        if self._waiting.pop(conn.sock, None) is None:
+            return
+        mine = self._sources.get(conn.source)
+        if mine is not None:
+            mine.pop(conn.sock, None)
+            if not mine:
+                del self._sources[conn.source]
+        try:
+            self._selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+
+    def _receive(self, conn):
+        try:
+            # Never more than one byte over the cap: the rest (a body)
+            # stays in the socket for the handler.
+            data = conn.sock.recv(_MAX_HEAD + 1 - len(conn.buffer))
+        except BlockingIOError:
+            return
+        except OSError:
+            data = None                 # reset
+        if not data:
+            self._forget(conn)
+            if data is None or not conn.buffer:
+                return self._close(conn.sock)
+            # The client's end: what it sent is parsed as it is.
+            return self._dispatch(conn)
+        conn.buffer += data
+        if conn.head_complete():
+            self._forget(conn)
+            return self._dispatch(conn)
+        if len(conn.buffer) > _MAX_HEAD:
+            self._forget(conn)
+            self.count('headers too large', conn.source)
+            self._send_now(conn.sock, 431, 'request header fields too large')
+            self._close(conn.sock)
+
+    def _dispatch(self, conn):
+        """A handler thread for ``conn``, whose head is here; 503 if a
+        cap is reached.
+        """
+        source, cap = conn.source, self.proxy.max_per_source
         with self._lock:
-            held = self._per_source.pop(source, 1) - 1
-            if held > 0:
-                self._per_source[source] = held
-        self._slots.release()
+            admitted = self._slots.acquire(blocking=False)
+            if admitted:
+                held = self._unauthenticated.get(source, 0)
+                if cap and held >= cap:
+                    self._slots.release()
+                    admitted = False
+                else:
+                    self._unauthenticated[source] = held + 1
+                    self._handled[conn.sock] = conn
+        if not admitted:
+            self.count('busy', source)
+            return self._refuse(conn.sock, source)
+        try:
+            socketserver.ThreadingMixIn.process_request(self, conn.sock,
+                                                        conn.address)
+        except BaseException:
+            self._release(conn.sock)    # the thread did not start
+            self._close(conn.sock)
+            raise
+
+    def _drain(self, conn):
+        """A lingering connection: input read and dropped until the
+        client closes.
+        """
+        try:
+            data = conn.sock.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b''
+        conn.dropped += len(data)
+        if not data or conn.dropped > _MAX_LINGER_BYTES:
+            self._drop(conn)
+
+    def _drop(self, conn):
+        self._forget(conn)
+        if self._lingering.pop(conn.sock, None) is not None:
+            try:
+                self._selector.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+        self._close(conn.sock)
+
+    @staticmethod
+    def _send_now(sock, status, message):
+        """A JSON error if the socket takes it at once; never blocks."""
+        body = json.dumps({'error': message}).encode()
+        try:
+            sock.send(b'HTTP/1.0 %d %s\r\nServer: blobcr-proxy\r\n'
+                      b'Content-Type: application/json\r\n'
+                      b'Content-Length: %d\r\nConnection: close\r\n\r\n'
+                      % (status, http.server.BaseHTTPRequestHandler.responses[
+                          status][0].encode(), len(body)) + body)
+        except OSError:
+            pass
+
+    def _close(self, sock):
+        try:
+            sock.close()
+        except OSError:
+            pass
 
     def _refuse(self, request, source):
-        """503 busy and close, in the accepting thread: never blocks."""
+        """503 busy and close: never blocks."""
         try:
-            request.setblocking(False)
             try:
                 # What already arrived, so that close() sends a FIN and
                 # the client reads the 503 rather than a reset.
@@ -179,26 +448,78 @@ class _Server(http.server.ThreadingHTTPServer):
             request.send(_BUSY)
         except OSError:
             pass
-        self.shutdown_request(request)
+        self._close(request)
+
+    def count(self, what, source):
+        """Count a refusal or a cut; a warning with the counts at most
+        every 10 s.
+        """
         now = time.monotonic()
         with self._lock:
-            self._refused += 1
+            self._counts[what] += 1
             if now - self._last_warning < 10:
                 return
-            refused, self._refused = self._refused, 0
+            counts, self._counts = self._counts, collections.Counter()
             self._last_warning = now
-        LOG.warning('guest endpoint busy: refused %d connection(s), the '
-                    'last from %s', refused, source)
+        LOG.warning('guest endpoint: %s; the last from %s',
+                    ', '.join('%d %s' % (n, what)
+                              for what, n in sorted(counts.items())), source)
 
-    def process_request(self, request, client_address):
-        source = client_address[0]
-        if not self._admit(source):
-            return self._refuse(request, source)
+    # -- handler threads -----------------------------------------------------
+
+    def connection(self, sock):
+        with self._lock:
+            return self._handled[sock]
+
+    def authenticated(self, sock, instance):
+        """``sock``'s request is ``instance``'s: its thread counts for the
+        instance, no more for its source. False over the instance's cap.
+        """
+        cap = self.proxy.max_per_instance
+        with self._lock:
+            conn = self._handled[sock]
+            held = self._per_instance.get(instance, 0)
+            if cap and held >= cap:
+                return False
+            self._per_instance[instance] = held + 1
+            self._unauthenticated[conn.source] -= 1
+            if not self._unauthenticated[conn.source]:
+                del self._unauthenticated[conn.source]
+            conn.instance = instance
+        return True
+
+    def _release(self, sock):
+        with self._lock:
+            conn = self._handled.pop(sock)
+            counts, key = ((self._unauthenticated, conn.source)
+                           if conn.instance is None
+                           else (self._per_instance, conn.instance))
+            counts[key] -= 1
+            if not counts[key]:
+                del counts[key]
+        self._slots.release()
+        return conn
+
+    def process_request_thread(self, request, client_address):
         try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._release(source)       # the thread did not start
-            raise
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            conn = self._release(request)
+        if not conn.linger or self._closing.is_set() or \
+                len(self._lingering) >= self.proxy.max_waiting:
+            return self.shutdown_request(request)
+        # The reply is sent: the end of the input is waited for by the
+        # head reader, not by this thread.
+        try:
+            request.shutdown(socket.SHUT_WR)
+        except OSError:
+            return self._close(request)
+        request.setblocking(False)
+        conn.deadline = time.monotonic() + _LINGER
+        self._to_linger.append(conn)
+        self._wake()
 
     def handle_error(self, request, client_address):
         # Not socketserver's traceback on stderr for every client that
@@ -210,11 +531,23 @@ class _Server(http.server.ThreadingHTTPServer):
             LOG.exception('guest endpoint: connection from %s',
                           client_address[0])
 
-    def process_request_thread(self, request, client_address):
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._release(client_address[0])
+    def shutdown(self):
+        super().shutdown()
+        self._stop_heads()
+
+    def server_close(self):
+        super().server_close()
+        self._stop_heads()
+
+    def _stop_heads(self):
+        self._closing.set()
+        self._wake()
+        if self._heads is None:         # never started
+            self._selector.close()
+        elif self._heads is not threading.current_thread():
+            self._heads.join(5)
+        for sock in (self._wake_r, self._wake_w):
+            self._close(sock)
 
 
 class CheckpointProxy(object):
@@ -222,7 +555,8 @@ class CheckpointProxy(object):
     def __init__(self, authenticator, agent, rate=1.0, burst=5,
                  max_body=4096, get_rate=20.0, get_burst=40,
                  request_timeout=10.0, max_connections=64,
-                 max_per_source=16):
+                 max_per_source=16, header_timeout=5.0, max_per_instance=4,
+                 max_waiting=256):
         if max_body > 999999:
             raise ValueError('max_body: at most 999999 bytes')
         self.auth = authenticator
@@ -231,18 +565,26 @@ class CheckpointProxy(object):
         # Everything but checkpoints: state and group polls, mistakes.
         self.get_limiter = RateLimiter(get_rate, get_burst)
         self.max_body = max_body
+        # The request line and headers within header_timeout of the
+        # connection, the whole request within request_timeout.
+        self.header_timeout = header_timeout
         self.request_timeout = request_timeout
         self.max_connections = max_connections
-        # 0 or None: no cap per address (all guests may come through one
-        # metadata proxy).
+        # Handler threads of one address before their request is
+        # authenticated (0 or None: no cap), and of one instance after.
         self.max_per_source = max_per_source
+        self.max_per_instance = max_per_instance
+        # Connections waiting for their request line and headers (no
+        # thread each).
+        self.max_waiting = max_waiting
 
-    def handle(self, method, path, headers, body):
+    def handle(self, method, path, headers, body, instance=None):
         """One request -> ``(status, JSON-able dict)``; never raises. A
-        429's dict carries ``retry_after`` (seconds).
+        429's dict carries ``retry_after`` (seconds). ``instance``: the
+        caller authenticated it already.
         """
         try:
-            return 200, self._route(method, path, headers, body)
+            return 200, self._route(method, path, headers, body, instance)
         except HTTPError as e:
             reply = {'error': str(e)}
             if e.retry_after is not None:
@@ -256,11 +598,11 @@ class CheckpointProxy(object):
             LOG.exception('checkpoint proxy failure')
             return 500, {'error': 'internal error'}
 
-    def _route(self, method, path, headers, body):
-        instance = self.auth.instance(headers)
+    def _route(self, method, path, headers, body, instance=None):
         if instance is None:
-            raise HTTPError(401, 'unauthenticated: send X-Instance-ID with '
-                                 'X-BlobCR-Token or X-Instance-ID-Signature')
+            instance = self.auth.instance(headers)
+        if instance is None:
+            raise HTTPError(401, _UNAUTHENTICATED)
         is_checkpoint = method == 'POST' and path == '/v1/checkpoint'
         # Polls are cheap but not free (a lookup, repository reads):
         # a larger budget, spent before anything is looked up.
@@ -383,8 +725,11 @@ class CheckpointProxy(object):
             def setup(self):
                 super().setup()
                 self.rfile.close()      # the socket stays open
-                self._reader = _DeadlineReader(self.connection,
-                                               proxy.request_timeout)
+                self.conn = self.server.connection(self.connection)
+                # What the head reader took off the socket, then the
+                # socket, by the head's deadline.
+                self._reader = _DeadlineReader(
+                    self.connection, self.conn.buffer, self.conn.deadline)
                 self.rfile = io.BufferedReader(self._reader)
 
             def _reply(self, status, data, headers=()):
@@ -401,7 +746,6 @@ class CheckpointProxy(object):
                 self.end_headers()
                 if self.command != 'HEAD':
                     self.wfile.write(payload)
-                self._reader.restart()
 
             def send_error(self, code, message=None, explain=None):
                 # The parser's own refusals (bad request line, headers
@@ -433,24 +777,53 @@ class CheckpointProxy(object):
                                     % proxy.max_body)
                 return length
 
+            def _refused(self, instance, status, message):
+                """An authenticated request refused before its body is
+                read: it spends the instance's budget of mistakes, and
+                once that is gone gets 429.
+                """
+                data, headers = {'error': message}, []
+                if not proxy.get_limiter.allow(instance):
+                    status = 429
+                    data = {'error': 'too many bad requests from %s'
+                            % instance,
+                            'retry_after': proxy.get_limiter.retry_after()}
+                    headers.append(('Retry-After',
+                                    str(data['retry_after'])))
+                self._reply(status, data, headers)
+
             def _serve(self):
+                # One request per connection (HTTP/1.0).
+                self.close_connection = True
+                # Who asks, before anything else is read: the body of
+                # a request no instance signed never is.
+                instance = proxy.auth.instance(self.headers)
+                if instance is None:
+                    self.server.count('unauthenticated',
+                                      self.conn.source)
+                    return self._reply(401, {'error': _UNAUTHENTICATED})
+                if not self.server.authenticated(self.connection,
+                                                 instance):
+                    self.server.count('busy (per instance)', instance)
+                    return self._reply(503, {'error': 'busy'},
+                                       [('Retry-After', '1')])
+                self._reader.deadline = \
+                    self.conn.started + proxy.request_timeout
                 try:
                     length = self._length()
                 except HTTPError as e:
                     # The body's end is unknown: nothing more is read.
-                    self.close_connection = True
-                    return self._reply(e.status, {'error': str(e)})
+                    return self._refused(instance, e.status, str(e))
                 try:
                     body = self.rfile.read(length) if length else b''
                 except (TimeoutError, socket.timeout):
-                    self.close_connection = True
-                    return self._reply(408, {'error': 'the body did not '
-                                             'arrive in time'})
+                    return self._refused(instance, 408, 'the body did not '
+                                         'arrive in time')
                 if len(body) != length:
-                    self.close_connection = True
                     return             # the client went away
+                self.conn.linger = False
                 status, data = proxy.handle(self.command, self.path,
-                                            self.headers, body)
+                                            self.headers, body, instance)
                 headers = []
                 if status == 429:
                     # When the next token is due, for polite clients.
@@ -463,8 +836,7 @@ class CheckpointProxy(object):
             def log_message(self, fmt, *args):
                 LOG.debug('%s %s', self.address_string(), fmt % args)
 
-        server = _Server((host, port), Handler, self.max_connections,
-                         self.max_per_source)
+        server = _Server((host, port), Handler, self)
         threading.Thread(target=server.serve_forever, daemon=True,
                          name='blobcr-proxy').start()
         return server

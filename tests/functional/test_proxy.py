@@ -27,6 +27,7 @@ import http.client
 import json
 import os
 import random
+import selectors
 import socket
 import threading
 import time
@@ -34,6 +35,7 @@ import time
 import pytest
 
 from blobcr_agent.proxy import server as proxy_server
+from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import groups
 from blobcr_agent.repository import repository
 from blobcr_common import auth
@@ -352,6 +354,172 @@ def test_junk_never_gets_a_server_error(setup):
     assert request(port, 'POST', '/v1/checkpoint', headers)[0] == 200
 
 
+# -- before authentication: idle and slow clients (a real agent) ----------
+# Guests behind one relay (Neutron's metadata proxy, a QEMU guestfwd)
+# share its source address: what one of them holds before it has proved
+# who it is must not deny the others.
+
+HEADER_TIMEOUT = 2.0
+
+
+@pytest.fixture
+def guarded(agent_factory, tmp_path):
+    """A real agent on a local store with ``[proxy] header_timeout`` 2 s,
+    serving vm-a: ``(port, vm-a's headers)``.
+    """
+    backend = local.LocalBackend(str(tmp_path / 'store'))
+    repo = repository.Repository(backend, chunk_size=CHUNK)
+    header = repo.create_image('vm-a', 16 * CHUNK)
+    repo.commit(header.id, {0: os.urandom(CHUNK)})
+    settings = {'proxy': dict(SETTINGS['proxy'],
+                              header_timeout=str(HEADER_TIMEOUT)),
+                'agent': SETTINGS['agent']}
+    agent = agent_factory(backend, settings)
+    agent.client.call('attach', image=header.id, instance='vm-a')
+    yield agent.proxy_port(), {
+        'X-Instance-ID': 'vm-a',
+        'X-BlobCR-Token': auth.Authenticator('host-secret').token_for('vm-a')}
+    repo.close()
+
+
+class _IdleFlood(object):
+    """``count`` connections from 127.0.0.1 that send a request line and
+    then nothing, each one the endpoint closes replaced at once (at most
+    one every 5 ms): ``lives`` holds each one's [opened, closed].
+    """
+
+    def __init__(self, port, count):
+        self.port, self.count = port, count
+        self.lives = []
+        self.open = {}                  # socket -> index in lives
+        self.replacing = True
+        self._stop = threading.Event()
+        self._selector = selectors.DefaultSelector()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self):
+        for _ in range(self.count):
+            self._open()
+        self._thread.start()
+        return self
+
+    def _open(self):
+        s = socket.create_connection(('127.0.0.1', self.port), timeout=5)
+        s.sendall(b'POST /v1/checkpoint HTTP/1.1\r\n')
+        s.setblocking(False)
+        self.open[s] = len(self.lives)
+        self.lives.append([time.monotonic(), None])
+        self._selector.register(s, selectors.EVENT_READ)
+
+    def _run(self):
+        while not self._stop.is_set():
+            for key, _ in self._selector.select(0.05):
+                s = key.fileobj
+                try:
+                    if s.recv(65536):
+                        continue        # a reply (408, 503): then EOF
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    pass                # reset: closed as well
+                self.lives[self.open.pop(s)][1] = time.monotonic()
+                self._selector.unregister(s)
+                s.close()
+                if self.replacing:
+                    time.sleep(0.005)
+                    self._open()
+
+    def drain(self, timeout):
+        """Stop replacing; wait up to ``timeout`` s for the endpoint to
+        close those left.
+        """
+        self.replacing = False
+        deadline = time.monotonic() + timeout
+        while self.open and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+        for s in self.open:
+            s.close()
+        self._selector.close()
+
+
+def _poll(port, headers):
+    """One guest's GET of its version 1 from 127.0.0.1:
+    ``(status, seconds)``.
+    """
+    start = time.monotonic()
+    conn = http.client.HTTPConnection('127.0.0.1', port, timeout=30)
+    try:
+        conn.request('GET', '/v1/checkpoint/1', headers=headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status, time.monotonic() - start
+    finally:
+        conn.close()
+
+
+def test_idle_connections_do_not_deny_the_guests_behind_their_source(
+        guarded):
+    """32 connections from the guests' source that send a request line
+    and nothing more, replaced as soon as they are cut, for two header
+    deadlines: every legitimate request from the same source meanwhile is
+    served at once (no 503), and every idle connection is closed at the
+    header deadline.
+    """
+    port, headers = guarded
+    flood = _IdleFlood(port, 32).start()
+    try:
+        time.sleep(0.5)
+        served = []
+        end = time.monotonic() + 2 * HEADER_TIMEOUT + 1
+        while time.monotonic() < end:
+            served.append(_poll(port, headers))
+            time.sleep(0.2)
+        flood.drain(HEADER_TIMEOUT + 2)
+    finally:
+        flood.stop()
+    assert [s for s, _ in served] == [200] * len(served), served
+    assert max(t for _, t in served) < 1.0, served
+    # The flood had connections cut and replaced, each at the deadline.
+    assert len(flood.lives) > 32
+    lives = [closed and closed - opened for opened, closed in flood.lives]
+    assert all(life is not None and life < HEADER_TIMEOUT + 1.0
+               for life in lives), sorted(lives, key=lambda x: x or 99)[-5:]
+
+
+def _trickle(port, interval, source='127.0.0.1'):
+    """A request line and a header sent a byte every ``interval`` s until
+    the endpoint closes the connection: the seconds that took (None if
+    it never did).
+    """
+    start = time.monotonic()
+    s = _connect(port, source)
+    with s:
+        for byte in b'GET /v1/checkpoint/1 HTTP/1.0\r\nX-Pad: ' + b'a' * 50:
+            try:
+                s.sendall(bytes([byte]))
+                s.settimeout(interval)
+                while s.recv(65536):    # a 408 first, then the end
+                    pass
+                return time.monotonic() - start
+            except socket.timeout:
+                pass
+            except OSError:             # a reset: closed as well
+                return time.monotonic() - start
+    return None
+
+
+def test_a_header_trickled_a_byte_a_second_is_cut_at_the_header_deadline(
+        guarded):
+    port, _ = guarded
+    elapsed = _trickle(port, 1.0)
+    assert elapsed is not None, 'never cut'
+    assert HEADER_TIMEOUT - 0.1 < elapsed < HEADER_TIMEOUT + 1.5, elapsed
+
+
 # -- in-process: connection caps and timeouts ------------------------------
 # Handler threads can only be counted in the process that runs them, so
 # these tests run CheckpointProxy here, on a stub agent, rather than in a
@@ -424,11 +592,15 @@ def _connect(port, source='127.0.0.1'):
     return s
 
 
-def _slow(port, source='127.0.0.1'):
-    """Headers promising a body that never comes."""
+def _slow(port, source='127.0.0.1', instance=None):
+    """Headers (``instance``'s, or none) promising a body that never
+    comes.
+    """
     s = _connect(port, source)
-    s.sendall(b'POST /v1/checkpoint HTTP/1.1\r\nHost: x\r\n'
-              b'Content-Length: 4000\r\n\r\n')
+    s.sendall(b'POST /v1/checkpoint HTTP/1.1\r\nHost: x\r\n' + b''.join(
+        ('%s: %s\r\n' % kv).encode()
+        for kv in (_headers(instance).items() if instance else ())) +
+        b'Content-Length: 4000\r\n\r\n')
     return s
 
 
@@ -476,63 +648,95 @@ def _handler_threads(baseline, expect, timeout=10):
 
 def test_defaults_bound_connections():
     proxy = proxy_server.CheckpointProxy(AUTH, StubAgent())
-    assert (proxy.request_timeout, proxy.max_connections,
-            proxy.max_per_source) == (10.0, 64, 16)
+    assert (proxy.header_timeout, proxy.request_timeout,
+            proxy.max_connections, proxy.max_per_source,
+            proxy.max_per_instance, proxy.max_waiting) == (
+                5.0, 10.0, 64, 16, 4, 256)
     assert (proxy.get_limiter.rate, proxy.get_limiter.burst) == (20.0, 40)
 
 
-def test_slow_clients_hold_at_most_their_share(inproc):
-    """200 connections that send headers and never the body hold 16
-    threads (the cap per address), the others get 503 at once; another
-    address is served meanwhile, and the 16 are closed at the timeout.
+def _status_line(reply):
+    return reply.split(b'\r\n')[0]
+
+
+def test_unsigned_slow_bodies_hold_nothing(inproc):
+    """200 connections from one address whose headers no instance signed
+    and promise a body that never comes: each gets its 401 at once, its
+    body unread; no thread is left, and the same address is served.
     """
-    # A timeout long enough that all 200 are accepted before the first
-    # 16 time out, even on a loaded machine (1.5 s was not, once: 16 more
-    # were then served and timed out in turn).
-    _, port = inproc(request_timeout=4.0, max_connections=64,
-                     max_per_source=16)
-    assert _get(port, '127.0.0.2')[0] == 200
+    _, port = inproc(request_timeout=4.0)
     baseline = threading.active_count()
-    time.sleep(0.1)
-    baseline = _handler_threads(baseline, 0) + baseline
+    start = time.monotonic()
     slow = [_slow(port) for _ in range(200)]
     try:
+        replies = [_read_all(s) for s in slow]
+    finally:
+        for s in slow:
+            s.close()
+    assert all(b' 401 ' in _status_line(r) for r in replies), \
+        set(_status_line(r) for r in replies)
+    assert time.monotonic() - start < 3.0
+    assert _handler_threads(baseline, 0) == 0
+    assert _get(port, '127.0.0.1')[0] == 200
+
+
+def test_slow_bodies_hold_at_most_their_instances_share(inproc):
+    """20 connections of vm-a whose body never comes hold its 4 threads
+    (max_per_instance), the others get 503 at once; vm-b, from the same
+    address, is served meanwhile; the 4 get 408 at the request deadline,
+    which spends vm-a's budget of mistakes.
+    """
+    proxy, port = inproc(request_timeout=2.0, max_per_instance=4,
+                         get_rate=0.01, get_burst=10)
+    baseline = threading.active_count()
+    slow = [_slow(port, instance='vm-a') for _ in range(20)]
+    try:
         time.sleep(0.3)
-        assert threading.active_count() - baseline <= 16
-        status, reply, seconds = _get(port, '127.0.0.2')
+        assert _handler_threads(baseline, 4) == 4
+        status, reply, seconds = _get(port, '127.0.0.1', instance='vm-b')
         assert status == 200 and reply['state'] == 'stable'
         assert seconds < 1.0
         replies = [_read_all(s) for s in slow]
-        busy = [r for r in replies if b' 503 ' in r.split(b'\r\n')[0]]
-        timed_out = [r for r in replies if b' 408 ' in r.split(b'\r\n')[0]]
-        assert len(busy) == 184 and len(timed_out) == 16
+        busy = [r for r in replies if b' 503 ' in _status_line(r)]
+        timed_out = [r for r in replies if b' 408 ' in _status_line(r)]
+        assert len(busy) == 16 and len(timed_out) == 4
         assert all(r.endswith(b'{"error": "busy"}') for r in busy)
         assert all(b'Retry-After: 1' in r for r in busy)
         assert _handler_threads(baseline, 0) == 0
     finally:
         for s in slow:
             s.close()
+    # 4 of vm-a's 10 mistakes are spent; vm-b's budget is its own.
+    assert proxy.get_limiter._buckets['vm-a'][0] < 7
     assert _get(port, '127.0.0.1')[0] == 200
 
 
 def test_over_the_cap_no_thread_is_started(inproc):
+    """All handler threads taken (slow bodies of 8 instances): a 9th
+    request gets 503 at once from the head reader, no thread started, and
+    a connection that sent nothing waits without one; once the slow ones
+    time out, requests are served again.
+    """
     proxy, port = inproc(request_timeout=1.0, max_connections=8,
                          max_per_source=0)
     baseline = threading.active_count()
-    slow = [_slow(port, '127.0.0.%d' % (10 + i)) for i in range(8)]
+    slow = [_slow(port, '127.0.0.%d' % (10 + i), 'vm-%d' % i)
+            for i in range(8)]
     try:
         deadline = time.monotonic() + 10
         while threading.active_count() - baseline < 8:
             assert time.monotonic() < deadline
             time.sleep(0.02)
+        quiet = _connect(port, '127.0.0.98')
         started = time.monotonic()
-        refused = _connect(port, '127.0.0.99')
+        refused = _slow(port, '127.0.0.99', 'vm-9')
         with refused:
             reply = _read_all(refused)
         assert reply.startswith(b'HTTP/1.0 503 ')
         assert reply.endswith(b'{"error": "busy"}')
         assert time.monotonic() - started < 0.5
         assert threading.active_count() - baseline == 8
+        quiet.close()
         # The slow ones time out; the slots are free again.
         assert _handler_threads(baseline, 0) == 0
         assert _get(port, '127.0.0.99')[0] == 200
@@ -541,32 +745,43 @@ def test_over_the_cap_no_thread_is_started(inproc):
             s.close()
 
 
+def test_connections_waiting_for_their_request_are_capped(inproc):
+    """Idle connections have no thread; over max_waiting the oldest of
+    the address with most waiting is cut (503), not another address's.
+    """
+    _, port = inproc(header_timeout=30.0, request_timeout=30.0,
+                     max_waiting=8)
+    baseline = threading.active_count()
+    flood = [_connect(port, '127.0.0.1') for _ in range(8)]
+    other = _connect(port, '127.0.0.2')
+    try:
+        assert _read_all(flood[0]).startswith(b'HTTP/1.0 503 ')
+        for s in flood[1:] + [other]:
+            s.settimeout(0.2)
+            with pytest.raises(socket.timeout):
+                s.recv(1)
+        assert threading.active_count() == baseline
+        # One more from the flood: its next oldest goes.
+        flood.append(_connect(port, '127.0.0.1'))
+        assert _read_all(flood[1]).startswith(b'HTTP/1.0 503 ')
+        status, reply, _ = _get(port, '127.0.0.1')
+        assert status == 200
+        other.settimeout(30)
+        other.sendall(b'GET /v1/checkpoint/2 HTTP/1.0\r\n' + b''.join(
+            ('%s: %s\r\n' % kv).encode()
+            for kv in _headers('vm-b').items()) + b'\r\n')
+        assert b' 200 ' in _status_line(_read_all(other))
+    finally:
+        for s in flood + [other]:
+            s.close()
+
+
 def test_a_request_dribbled_in_is_cut_at_the_deadline(inproc):
     """One byte every 0.2 s: a timeout per read alone would never fire."""
     _, port = inproc(request_timeout=1.0)
     baseline = threading.active_count()
-    start = time.monotonic()
-    s = _connect(port)
-    with s:
-        closed = False
-        for byte in b'GET /v1/checkpoint/2 HTTP/1.0\r\nX-Pad: ' + b'a' * 50:
-            try:
-                s.sendall(bytes([byte]))
-            except (BrokenPipeError, ConnectionResetError):
-                closed = True
-                break
-            s.settimeout(0.2)
-            try:
-                if s.recv(1) == b'':
-                    closed = True
-                    break
-            except socket.timeout:
-                pass
-            except ConnectionResetError:
-                closed = True
-                break
-        assert closed
-    assert 0.9 < time.monotonic() - start < 2.5
+    elapsed = _trickle(port, 0.2)
+    assert elapsed is not None and 0.9 < elapsed < 2.5, elapsed
     assert _handler_threads(baseline, 0) == 0
 
 
