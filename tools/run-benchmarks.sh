@@ -22,8 +22,9 @@
 #   bash tools/run-benchmarks.sh [NAME ...]
 #
 # NAMEs (default: all, in this order): peers interval-rados
-# persist-rados persist-local repo-local repo-rados mirror flush proxy
-# cinder (on a cloud of its own: blobcr_bench/cinder_stack.py) handoff
+# persist-rados persist-local repo-local repo-rados mirror flush (BlobCR
+# cluster and host durability, a plain file and RBD, into
+# flush-durability.json) proxy cinder (on a cloud of its own: blobcr_bench/cinder_stack.py) handoff
 # interval-local protect busy-local busy-rados (checkpoints every 2 s
 # under fio writing 4 KiB at queue depth 8, O_DIRECT, 3 runs of 30 s). Progress and each benchmark's log go to
 # stderr. Not here: scale (about 20 minutes), checkpoint and restart;
@@ -86,7 +87,8 @@ for name in $names; do
             bench persist-rados persist --backend rados --ceph-conf "$ceph/ceph.conf" ;;
         mirror) bench mirror-local-1g mirror ;;
         flush) needs_ceph
-            bench flush flush --rbd --ceph-conf "$ceph/ceph.conf" ;;
+            bench flush-durability flush --backend rados --rbd \
+                --ceph-conf "$ceph/ceph.conf" ;;
         protect) bench protect protect ;;
         proxy) bench proxy-local proxy --plot "$out/proxy-local.png" ;;
         handoff) bench handoff handoff ;;

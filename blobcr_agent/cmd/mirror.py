@@ -33,6 +33,7 @@ from oslo_log import log as logging
 
 from blobcr_agent import conf as blobcr_conf
 from blobcr_agent.conf import agent as agent_conf
+from blobcr_agent.mirror import flushlog
 from blobcr_agent.mirror import image as image_mod
 from blobcr_agent.mirror import service as service_mod
 from blobcr_agent.repository import repository
@@ -74,6 +75,14 @@ def main(argv=None):
     parser.add_argument('--in-order', action='store_true',
                         help='persist chunks in index order instead of the '
                              'adaptive order')
+    parser.add_argument('--durability', choices=flushlog.DURABILITIES,
+                        default='',
+                        help='[agent] durability: what a guest\'s flush '
+                             'waits for when its attach does not say: '
+                             'cluster (its writes in the image\'s write-'
+                             'ahead log in RADOS) or host (a local '
+                             'fdatasync); default: cluster on RADOS, host '
+                             'on the local store')
     parser.add_argument('--io-loop', choices=['native', 'pyfuse3'],
                         default='native',
                         help='serve images/ from the C libfuse3 loop '
@@ -108,7 +117,7 @@ def main(argv=None):
         cow_chunks=args.cow_chunks, cow_spill_mb=args.cow_spill_mb,
         adaptive=not args.in_order,
         io_loop=args.io_loop, readahead_chunks=args.readahead_chunks,
-        upload_ahead=args.upload_ahead)
+        upload_ahead=args.upload_ahead, durability=args.durability)
     service.recover()
     server = service.serve_control(args.control)
 

@@ -28,6 +28,11 @@ Each sub-command prints one JSON object (indented unless ``--json``):
   prefetch from another instance's profile, and after a full pre-copy.
 * ``mirror``: fio through the mirror against a plain C libfuse3
   passthrough on the same backing file.
+* ``flush``: what a guest's flush costs: fio's 4 KiB random writes with
+  a flush after each, every 1 MiB, every 64 MiB and none, through BlobCR
+  mirrors of `cluster` and `host` durability (``--backend rados``),
+  on a plain file, and (``--rbd``) on RBD images (cache off, data
+  erasure-coded, writeback cache).
 
 Every benchmark counts what proves its own path ran (copies, waits,
 fetches, bytes) and exits with status 3, after printing its result with
@@ -64,6 +69,7 @@ import time
 from blobcr_bench import checkpoint
 from blobcr_bench import cinder
 from blobcr_bench import common as bench_common
+from blobcr_bench import flush
 from blobcr_bench import handoff
 from blobcr_bench import peers
 from blobcr_bench import scale
@@ -236,16 +242,43 @@ def build_parser():
                         'fio job')
 
     p = sub.add_parser('flush', parents=[common],
-                       help='fio with a flush per write: mirror against '
-                            'a plain file (and RBD with --rbd)')
+                       help='fio with flushes (every write, 1 MiB, 64 MiB, '
+                            'none): BlobCR cluster and host durability '
+                            'against a plain file, and RBD (--rbd)')
     p.add_argument('--size', type=_size, default=256 << 20)
     p.add_argument('--runs', type=int, default=3)
     p.add_argument('--runtime', type=float, default=5,
-                   help='seconds per fio job')
+                   help='seconds per fio job (the commit loop: half)')
+    p.add_argument('--targets', nargs='+', choices=flush.TARGETS,
+                   help='default: blobcr-cluster (--backend rados), '
+                        'blobcr-host, plain, and with --rbd rbd, rbd-ec, '
+                        'rbd-writeback')
+    p.add_argument('--jobs', nargs='+',
+                   choices=[name for name, _ in flush.JOBS],
+                   help='default: all four')
+    p.add_argument('--checkpoint-every', type=float, default=0,
+                   help='also a job without flushes whose targets of the '
+                        'cluster are checkpointed every this many seconds: '
+                        'bytes the OSDs received per byte written '
+                        '(default 0: not run)')
     p.add_argument('--rbd', action='store_true',
-                   help='also librbd (cache off) on the --ceph-conf '
-                        'cluster')
-    p.add_argument('--rbd-pool', default='blobcr-rbd-bench')
+                   help='also librbd on the --ceph-conf cluster: cache '
+                        'off, data erasure-coded with cache off, and '
+                        'writeback cache')
+    p.add_argument('--rbd-pool', default='blobcr-rbd-bench',
+                   help='replicated pool of the RBD images (made if '
+                        'missing)')
+    p.add_argument('--rbd-ec-pool', default='blobcr-rbd-bench-ec',
+                   help='erasure-coded data pool of rbd-ec (made like '
+                        '--data-pool if missing)')
+    p.add_argument('--upload-ahead', type=float, default=0.0,
+                   help='the mirrors\' --upload-ahead (default 0: off)')
+    p.add_argument('--osd-max-object-size', type=_size, default=1 << 30,
+                   help='with blobcr-cluster, raise the OSDs\' '
+                        'osd_max_object_size to this for the run if it is '
+                        'below (put back after; 0: leave it): a write-log '
+                        'segment grows past the default 128 MiB between '
+                        'checkpoints (default 1G)')
 
     p = sub.add_parser('protect', parents=[common],
                        help='fio random writes on an agent with and '

@@ -42,7 +42,7 @@ SCALED = {
     'persist': ['--persist-mib', '16'],
     'mirror': ['--size', '16M', '--runtime', '0.5'],
     'repo': ['--image-size', '64G', '--dirty', '256', '--persist-mib', '16'],
-    'flush': ['--size', '16M', '--runtime', '0.5'],
+    'flush': ['--size', '16M', '--runtime', '0.2'],
     'protect': ['--size', '16M', '--runtime', '3', '--interval', '1'],
     'proxy': ['--size', '4M', '--dirty', '1', '--flood-seconds', '0.5'],
     'handoff': ['--size', '16M', '--dirty', '1', '4', '16',
@@ -323,18 +323,26 @@ def test_proxy(capsys, tmp_path, rabbitmq_url):
 
 
 def test_flush(capsys, tmp_path, request):
-    """The flush benchmark runs fio's flushes through the mirror and on
-    RBD, and its checks count them (the mirror core's counter too).
+    """The flush benchmark runs fio's flushes through BlobCR mirrors of
+    both durabilities, on a plain file and on RBD (cache off, data
+    erasure-coded, writeback cache), and its checks count them: the
+    mirror cores' flushes and the cluster volume's write log in RADOS.
     """
     cluster = request.getfixturevalue('ceph_cluster')
     rc, result, err = run_scaled(capsys, tmp_path, 'flush', '--rbd',
-                                 '--ceph-conf', cluster.conffile)
+                                 *rados_args(cluster))
     assert rc == 0, err
-    assert result['targets'] == ['mirror', 'plain', 'rbd']
-    assert result['mirror_flushes_counted'] > 0
-    for job in result['jobs'].values():
-        assert job['ratio_flush_ms_p50']['median'] > 0
-        assert job['ratio_rbd_flush_ms_p99']['median'] > 0
+    assert result['targets'] == ['blobcr-cluster', 'blobcr-host', 'plain',
+                                 'rbd', 'rbd-ec', 'rbd-writeback']
+    assert all(c['ok'] for c in result['checks'])
+    commits = result['jobs']['fsync-every-write']
+    assert commits['targets']['blobcr-cluster']['commit_ms_p99'][
+        'median'] > 0
+    for pair in ('blobcr-cluster/plain', 'blobcr-cluster/rbd', 'rbd-ec/rbd'):
+        assert commits['ratios'][pair]['flush_ms_p50']['median'] > 0
+    assert result['jobs']['no-flush']['ratios'][
+        'blobcr-cluster/blobcr-host']['mib_s']['median'] > 0
+    assert result['write_log_at_end']['blobcr-host']['state'] is None
 
 
 def test_protect(capsys, tmp_path):
