@@ -40,8 +40,13 @@ def load(path, what):
 
 
 def save(path, data):
+    """Replace ``path`` with ``data``, mode 0600: they name the host's
+    instances and images, which are no other local user's business.
+    """
     tmp = path + '.tmp'
-    with open(tmp, 'w') as f:
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                           0o600), 'w') as f:
+        os.fchmod(f.fileno(), 0o600)    # a .tmp a crash left
         json.dump(data, f, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())

@@ -131,7 +131,9 @@ fill_attr(FuseLoop *fl, struct stat *st, fuse_ino_t ino, Entry *e)
     st->st_ino = ino;
     st->st_atime = st->st_mtime = st->st_ctime = fl->started;
     if (!e) {
-        st->st_mode = S_IFDIR | 0755;
+        /* images/: root's (default_permissions); others may look an
+         * image up by its name (a path, as QEMU opens), not list them. */
+        st->st_mode = S_IFDIR | 0711;
         st->st_nlink = 2;
     } else {
         st->st_mode = S_IFREG | 0600;

@@ -50,6 +50,7 @@ from blobcr_agent.proxy import server as proxy_server
 from blobcr_agent.repository import repository
 from blobcr_agent.rpc import server as rpc_server
 from blobcr_agent import sdnotify
+from blobcr_agent import statedir
 from blobcr_common import auth
 from blobcr_common import exception
 
@@ -81,18 +82,28 @@ def _start_proxy(conf, manager):
     httpd = proxy.serve(conf.proxy.listen, conf.proxy.port)
     port = httpd.server_port
     manager.proxy_url = 'http://%s:%d' % (conf.proxy.listen, port)
-    with open(os.path.join(conf.agent.state_path, 'proxy.port'), 'w') as f:
+    with _private(os.path.join(conf.agent.state_path, 'proxy.port'),
+                  os.O_WRONLY | os.O_TRUNC, 'w') as f:
         f.write('%d\n' % port)
     LOG.info('guest endpoint on %s', manager.proxy_url)
     return httpd
 
 
+def _private(path, flags, mode):
+    """``path`` opened, made mode 0600 if it is new (the state
+    directory's files are the agent's alone: statedir.py).
+    """
+    return os.fdopen(os.open(path, flags | os.O_CREAT, 0o600), mode)
+
+
 def _lock_state_path(path):
     """One agent per state directory: a second one would mount over the
-    first and both would persist the same caches.
+    first and both would persist the same caches. The directory is made,
+    or closed to other users (statedir.py), first.
     """
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    lock = open(os.path.join(path, 'agent.lock'), 'a+')
+    statedir.prepare(path)
+    lock = _private(os.path.join(path, 'agent.lock'),
+                    os.O_RDWR | os.O_APPEND, 'a+')
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -116,8 +116,9 @@ class LoopDevices(object):
 
     def _link(self, image, device):
         # Replaced in one rename: an open of the link finds the old
-        # device or the new one, never none.
-        os.makedirs(self.links_dir, mode=0o755, exist_ok=True)
+        # device or the new one, never none. The directory is 0711:
+        # QEMU's user opens a link by its path, nobody else lists them.
+        os.makedirs(self.links_dir, mode=0o711, exist_ok=True)
         link = self.link_of(image)
         if os.path.islink(link) and os.readlink(link) == device:
             return link

@@ -176,14 +176,20 @@ class MirrorFS(pyfuse3.Operations):
         return image
 
     async def getattr(self, inode, ctx=None):
-        if inode in (ROOT, IMAGES, VERSIONS):
-            return self._attr(inode, stat.S_IFDIR | 0o755, 0, timeout=0)
+        # Everything is root's (default_permissions): other users may
+        # look a name up in the root and images/ (a path, as QEMU
+        # opens), never list them; versions/, whose listing reads every
+        # header of the store, is root's alone, as its files are.
+        if inode == self._vroot:
+            return self._attr(inode, stat.S_IFDIR | 0o700, 0, timeout=0)
+        if inode in (ROOT, IMAGES):
+            return self._attr(inode, stat.S_IFDIR | 0o711, 0, timeout=0)
         key = self._key(inode)
         if key[0] == 'image':
             image = self._image(key[1])
             return self._attr(inode, stat.S_IFREG | 0o600, image.size)
         if key[0] == 'vdir':
-            return self._attr(inode, stat.S_IFDIR | 0o555, 0, timeout=0)
+            return self._attr(inode, stat.S_IFDIR | 0o500, 0, timeout=0)
         header = await self._header(key[1])
         return self._attr(inode, stat.S_IFREG | 0o400, header.size)
 
