@@ -334,6 +334,9 @@ function configure_blobcr_listener {
         iniset_rpc_backend blobcr "$conf"
     fi
     iniset "$conf" oslo_messaging_notifications transport_url "$(get_notification_url)"
+    # The listener acts only on what Nova's and Cinder's APIs confirm: it
+    # asks them as Nova's service user (admin in devstack).
+    configure_keystoneauth "$conf" nova nova
     if is_service_enabled nova; then
         # Versioned notifications, with the volumes of each instance
         # (nova-compute's nova-cpu.conf is a copy of nova.conf made when

@@ -38,14 +38,43 @@ calls (doc/source/nova.rst, "Notifications", has the table and why):
   ``live_migration_rollback.end`` and ``resize_revert.end`` leave (or
   put) the mirror on the source.
 
+A notification proves nothing (any compute host may publish one, in
+any host's name and with any payload: issue 54), so the listener acts
+only on what Nova's and Cinder's APIs confirm (authority.py, asked with
+the listener's own credentials, ``[nova]``), and only on the hosts
+Nova names:
+
+* ``delete.end``: Nova reports the instance deleted on the publisher;
+* ``shelve_offload.end``: Nova reports it shelved offloaded, on no host
+  (or deleted since, on no host);
+* ``shelve.end``: shelved, on the publisher or on no host;
+* ``volume_detach.end``: the instance on the publisher, and Cinder
+  reports the volume attached neither to it nor on that host, and
+  settled (not attaching, detaching or copying: ``SETTLED``);
+* a move's start: Nova's newest migration of the instance is from the
+  payload's host to the publisher (or to no host yet: a resize's
+  destination claims after resize_prep.start), and is under way or done;
+  its end: that migration (the one seen starting) is at its end
+  (``END_STATUSES``) and Nova reports the instance on the destination;
+  a resize's revert: it is ``reverted`` and the instance back on the
+  source; a rollback: the instance is on the source.
+
+A notification they do not confirm (or that cannot be checked: Nova
+does not answer) is dropped with a warning naming its publisher.
+
 Which images are an instance's on a host: the agent's instance bindings
 (``status``: ``attached[image]['instances']``, set by every attach that
-named the instance, Cinder's included), and the Cinder volumes of the
-payload (``block_devices``, ``volume_id``), whose image is named
-``volume-<id>`` by the BlobCR Cinder driver. What the listener cannot
-know (an image nobody bound, a host that does not answer) it logs; it
-never detaches what it was not sure of, never discards writes and
-attaches on a destination only what the source committed.
+named the instance, Cinder's included), and those of the payload's
+Cinder volumes (``block_devices``, ``volume_id``) that Nova lists as the
+instance's (for a deleted instance, whose volumes Nova no longer lists:
+those Cinder reports deleted or attached nowhere on that host), whose
+image is named ``volume-<id>`` by the BlobCR Cinder driver; releasing
+one needs Cinder to report it settled and attached neither to the
+instance nor on that host. The project a move attaches for is Nova's.
+What the listener cannot know (an image nobody bound, a host that does
+not answer) it logs; it never detaches what it was not sure of, never
+discards writes and attaches on a destination only what the source
+committed.
 
 Notifications are acknowledged once handled, failed or not: a dead
 agent is an error in the log, not a notification handled again and
@@ -53,6 +82,7 @@ again. ``python -m blobcr_nova.listener --config-file
 /etc/blobcr/nova-listener.conf``.
 """
 
+import collections
 import signal
 import sys
 import threading
@@ -64,6 +94,7 @@ import oslo_messaging as messaging
 
 from blobcr_common import exception as agent_exception
 from blobcr_common.rpc import api as rpc_api
+from blobcr_nova import authority as nova_authority
 from blobcr_nova import listener_opts
 
 LOG = oslo_log.getLogger(__name__)
@@ -95,18 +126,34 @@ EVENTS = {
 }
 
 
+# Cinder's statuses of a volume nobody is attaching, detaching or copying
+# ('reserved': Nova's shelve offload leaves an attachment without a host).
+SETTLED = ('available', 'in-use', 'reserved', 'deleting')
+# Nova's statuses of a migration under way or done, at its start (a late
+# listener may see it done) and at its end (post_dest.end and post.end
+# come while it is 'running', resize_finish.end once 'finished').
+START_STATUSES = ('queued', 'accepted', 'preparing', 'running', 'completed',
+                  'pre-migrating', 'migrating', 'post-migrating', 'finished')
+END_STATUSES = ('running', 'completed', 'finished', 'confirming',
+                'confirmed')
+
+Refused = nova_authority.Refused
+
+
 class AgentDown(Exception):
     """An agent did not answer: the event is not handled on its host."""
 
 
 def _host_of(publisher_id):
     """The host of a publisher id ``nova-compute:HOST``."""
-    return publisher_id.split(':', 1)[1] if ':' in (publisher_id or '') \
-        else None
+    if not isinstance(publisher_id, str) or ':' not in publisher_id:
+        return None
+    return publisher_id.split(':', 1)[1]
 
 
 def _data(payload):
-    data = (payload or {}).get('nova_object.data')
+    data = payload.get('nova_object.data') if isinstance(payload, dict) \
+        else None
     return data if isinstance(data, dict) else {}
 
 
@@ -122,6 +169,13 @@ def _volumes(data):
     return ids
 
 
+def _migration(m):
+    if m is None:
+        return 'none'
+    return 'from %s to %s (%s)' % (m.get('source_compute'),
+                                   m.get('dest_compute'), m.get('status'))
+
+
 class Migration(object):
     def __init__(self, instance, source, dest):
         self.instance = instance
@@ -135,12 +189,16 @@ class Migration(object):
 
 
 class Handler(object):
-    """What each event does, with an AgentAPI to the agents."""
+    """What each event does, with an AgentAPI to the agents, once the
+    Authority confirmed it.
+    """
 
-    def __init__(self, api, conf_group):
+    def __init__(self, api, conf_group, authority):
         self.api = api
         self.opts = conf_group
-        self.migrations = {}            # instance -> Migration
+        self.authority = authority
+        # instance -> Migration, oldest first (at most max_migrations).
+        self.migrations = collections.OrderedDict()
         self._lock = threading.Lock()
         self._instance_locks = [threading.Lock() for _ in range(LOCKS)]
 
@@ -156,7 +214,7 @@ class Handler(object):
         data = _data(payload)
         instance = data.get('uuid')
         publisher = _host_of(publisher_id)
-        if not instance or not publisher:
+        if not instance or not isinstance(instance, str) or not publisher:
             LOG.error('%s from %r without an instance uuid or a host: '
                       'ignored', event_type, publisher_id)
             return None
@@ -164,6 +222,9 @@ class Handler(object):
             try:
                 getattr(self, '_' + action)(event_type, publisher, instance,
                                             data)
+            except Refused as e:
+                LOG.warning('%s of instance %s from %s dropped: %s',
+                            event_type, instance, publisher_id, e)
             except AgentDown as e:
                 LOG.error('%s of instance %s not handled: %s', event_type,
                           instance, e)
@@ -195,7 +256,106 @@ class Handler(object):
             if now - m.seen > self.opts.migration_ttl:
                 LOG.warning('migration of %s from %s to %s never ended: '
                             'forgotten', instance, m.source, m.dest)
-                del self.migrations[instance]
+                self.migrations.pop(instance, None)
+
+    def _remember(self, m):
+        with self._lock:
+            self.migrations.pop(m.instance, None)
+            self.migrations[m.instance] = m
+            while len(self.migrations) > self.opts.max_migrations:
+                instance, old = self.migrations.popitem(last=False)
+                LOG.warning('%d migrations under way ([listener] '
+                            'max_migrations): the oldest, of %s from %s to '
+                            '%s, is forgotten', len(self.migrations) + 1,
+                            instance, old.source, old.dest)
+
+    # -- what Nova and Cinder confirm --------------------------------------
+
+    def _server(self, instance):
+        server = self.authority.server(instance)
+        if server is None:
+            raise Refused('Nova has no record of instance %s' % instance)
+        return server
+
+    def _on(self, instance, host):
+        """Nova's record of ``instance``, which runs on ``host``."""
+        server = self._server(instance)
+        if server.deleted or server.host != host:
+            raise Refused('Nova reports instance %s %s, not on host %s'
+                          % (instance, server, host))
+        return server
+
+    def _own_volumes(self, instance, data):
+        """The payload's volumes that Nova attaches to ``instance``."""
+        own = self.authority.volumes_of(instance)
+        return [v for v in _volumes(data) if v in own]
+
+    def _cinder_holds(self, volume, host, instance):
+        """Why Cinder keeps ``volume``'s image on ``host`` (attached
+        there or to ``instance``, or busy), or None: it may go.
+        """
+        record = self.authority.volume(
+            nova_authority.check_id(volume, 'volume'))
+        if record is None:
+            return None                 # deleted
+        status = record.get('status')
+        on = sorted({'%s (host %s)' % (a.get('server_id'), a.get('host_name'))
+                     for a in record.get('attachments') or ()
+                     if isinstance(a, dict) and (
+                         a.get('host_name') == host or
+                         a.get('server_id') == instance)})
+        if on:
+            return 'Cinder reports volume %s attached to %s' % (
+                volume, ', '.join(on))
+        if status not in SETTLED:
+            return 'Cinder reports volume %s %s' % (volume, status)
+        return None
+
+    def _releasable(self, event_type, host, instance, volumes):
+        """Those of ``volumes`` whose image may leave ``host``."""
+        free = []
+        for volume in volumes:
+            why = self._cinder_holds(volume, host, instance)
+            if why is None:
+                free.append(volume)
+            else:
+                LOG.info('%s of instance %s: %s: its image on %s is left '
+                         'alone', event_type, instance, why, host)
+        return free
+
+    def _confirm_release(self, event_type, host, instance, data):
+        """The volumes whose images may be released with the instance's
+        on ``host``; Refused unless Nova says the instance left it.
+        """
+        server = self._server(instance)
+        if event_type == 'instance.delete.end':
+            if not server.deleted or server.host != host:
+                raise Refused('Nova reports instance %s %s, not deleted on '
+                              'host %s' % (instance, server, host))
+            # Nova lists no volume of a deleted server: Cinder decides.
+            volumes = _volumes(data)
+        else:
+            if server.host or not (
+                    server.deleted or server.vm_state == 'shelved_offloaded'):
+                raise Refused('Nova reports instance %s %s, not shelved '
+                              'offloaded' % (instance, server))
+            volumes = self._own_volumes(instance, data)
+        return self._releasable(event_type, host, instance, volumes)
+
+    def _confirm_move(self, instance, source, dest, on, statuses, data):
+        """(project, volumes) of a move of ``instance`` from ``source``
+        to ``dest``: Refused unless Nova's newest migration of it is that
+        one, in one of ``statuses``, and the instance is on ``on``.
+        """
+        server = self._on(instance, on)
+        m = self.authority.migration(instance)
+        if m is None or (m.get('source_compute'), m.get('dest_compute')) != \
+                (source, dest) or m.get('status') not in statuses:
+            raise Refused('Nova\'s newest migration of instance %s is %s, '
+                          'not one from %s to %s (%s)' % (
+                              instance, _migration(m), source, dest,
+                              ', '.join(statuses)))
+        return server.project, self._own_volumes(instance, data)
 
     # -- agent calls ---------------------------------------------------------
 
@@ -207,15 +367,15 @@ class Handler(object):
                             '(%s, %d s): nothing was changed by this event '
                             'there' % (host, method, self.opts.agent_timeout))
 
-    def _held(self, host, instance, data):
+    def _held(self, host, instance, volumes):
         """{image id: its status entry} of the images of ``instance`` that
         ``host``'s agent mirrors: bound to the instance, or the image of
-        one of the payload's Cinder volumes.
+        one of the Cinder ``volumes`` (confirmed the instance's).
         """
         attached = self._call(host, 'status')['attached']
         held = {image: a for image, a in attached.items()
                 if instance in (a.get('instances') or ())}
-        for volume in _volumes(data):
+        for volume in volumes:
             try:
                 image = self._call(host, 'list_versions',
                                    'volume-%s' % volume)['image']
@@ -265,7 +425,8 @@ class Handler(object):
         (delete.end, shelve_offload.end). Returns {image: version} of
         what was released.
         """
-        held = self._held(host, instance, data)
+        volumes = self._confirm_release(event_type, host, instance, data)
+        held = self._held(host, instance, volumes)
         if not held:
             LOG.info('%s: host %s holds no BlobCR image of instance %s: '
                      'nothing to do', event_type, host, instance)
@@ -300,7 +461,12 @@ class Handler(object):
     # -- actions -------------------------------------------------------------
 
     def _shelve(self, event_type, host, instance, data):
-        held = self._held(host, instance, data)
+        server = self._server(instance)
+        if server.deleted or server.host not in (None, host) or \
+                server.vm_state not in ('shelved', 'shelved_offloaded'):
+            raise Refused('Nova reports instance %s %s, not shelved on host '
+                          '%s' % (instance, server, host))
+        held = self._held(host, instance, self._own_volumes(instance, data))
         if not held:
             LOG.info('%s: host %s holds no BlobCR image of instance %s: '
                      'nothing to do', event_type, host, instance)
@@ -317,6 +483,10 @@ class Handler(object):
             LOG.error('%s of instance %s names no volume: ignored',
                       event_type, instance)
             return
+        self._on(instance, host)
+        why = self._cinder_holds(volume, host, instance)
+        if why is not None:
+            raise Refused(why)
         try:
             image = self._call(host, 'list_versions',
                                'volume-%s' % volume)['image']
@@ -354,9 +524,21 @@ class Handler(object):
             LOG.error('%s of instance %s: no source host in the payload: '
                       'ignored', event_type, instance)
             return
+        nova = self.authority.migration(instance)
+        if nova is None or nova.get('source_compute') != source or \
+                nova.get('dest_compute') not in (dest, None) or \
+                nova.get('status') not in START_STATUSES:
+            raise Refused('Nova\'s newest migration of instance %s is %s, '
+                          'not one from %s to %s under way' % (
+                              instance, _migration(nova), source, dest))
+        server = self._server(instance)
+        if server.deleted or server.host not in (source, dest):
+            raise Refused('Nova reports instance %s %s, not on %s or %s'
+                          % (instance, server, source, dest))
+        volumes = self._own_volumes(instance, data)
         m = Migration(instance, source, dest)
-        self.migrations[instance] = m
-        held = self._held(source, instance, data)
+        self._remember(m)
+        held = self._held(source, instance, volumes)
         if not held:
             LOG.info('%s: source %s holds no BlobCR image of instance %s: '
                      'nothing to move', event_type, source, instance)
@@ -388,14 +570,16 @@ class Handler(object):
             LOG.info('%s: move of instance %s from %s to %s already done',
                      event_type, instance, m.source, m.dest)
             return
-        self._move(event_type, m, m.source, m.dest, data)
+        project, volumes = self._confirm_move(
+            instance, m.source, m.dest, m.dest, END_STATUSES, data)
+        self._move(event_type, m, m.source, m.dest, volumes, project)
         # Both ends come (post_dest.end from the destination, post.end
         # from the source): the second one is a no-op.
         m.done = True
 
-    def _move(self, event_type, m, source, dest, data):
+    def _move(self, event_type, m, source, dest, volumes, project):
         start = time.monotonic()
-        held = self._held(source, m.instance, data)
+        held = self._held(source, m.instance, volumes)
         if not held and not m.versions:
             LOG.info('%s: instance %s has no BlobCR image on %s: nothing '
                      'to move', event_type, m.instance, source)
@@ -424,7 +608,7 @@ class Handler(object):
         for image, version in sorted(moved.items()):
             try:
                 self._attach_moved(event_type, m.instance, image, version,
-                                   source, dest, data.get('tenant_id'))
+                                   source, dest, project)
             except AgentDown as e:
                 LOG.error('%s: image %s of instance %s was released on %s '
                           'at version %s and is not attached on %s: %s',
@@ -498,22 +682,35 @@ class Handler(object):
         on: the mirror moves back from the destination if the listener
         moved it there.
         """
-        m = self.migrations.pop(instance, None)
+        m = self.migrations.get(instance)
         dest = m.dest if m is not None and m.done else None
         if dest is None:
+            self.migrations.pop(instance, None)
             LOG.info('%s: instance %s is back on %s; the listener moved '
                      'nothing (or does not remember it): nothing to do',
                      event_type, instance, source)
             return
+        if source != m.source:
+            raise Refused('the listener moved instance %s from %s, not from '
+                          '%s' % (instance, m.source, source))
+        project, volumes = self._confirm_move(
+            instance, m.source, m.dest, source, ('reverted',), data)
+        self.migrations.pop(instance, None)
         back = Migration(instance, dest, source)
-        self._move(event_type, back, dest, source, data)
+        self._move(event_type, back, dest, source, volumes, project)
 
     def _rollback(self, event_type, publisher, instance, data):
-        m = self.migrations.pop(instance, None)
+        m = self.migrations.get(instance)
         if m is None:
             LOG.info('%s of instance %s: no migration under way: nothing '
                      'to do', event_type, instance)
             return
+        if publisher not in (m.source, m.dest):
+            raise Refused('%s is neither the source %s nor the destination '
+                          '%s of the migration of instance %s' % (
+                              publisher, m.source, m.dest, instance))
+        self._on(instance, m.source)
+        self.migrations.pop(instance, None)
         LOG.info('%s: live migration of instance %s from %s to %s rolled '
                  'back: its images stay on %s (versions %s were committed '
                  'there for it)', event_type, instance, m.source, m.dest,
@@ -537,10 +734,14 @@ def register_opts(conf):
     listener_opts.register_opts(conf)
 
 
-def make_listener(conf, api=None):
-    """(listener, handler) on the notification transport of ``conf``."""
-    api = api or rpc_api.AgentAPI(conf, timeout=conf.listener.agent_timeout)
-    handler = Handler(api, conf.listener)
+def make_listener(conf, api=None, authority=None):
+    """(listener, handler) on the notification transport of ``conf``.
+    Raises authority.NotConfigured without ``[nova]`` credentials.
+    """
+    authority = authority or nova_authority.Authority.from_conf(conf)
+    api = api or rpc_api.AgentAPI(conf, timeout=conf.listener.agent_timeout,
+                                  max_hosts=conf.listener.max_agent_hosts)
+    handler = Handler(api, conf.listener, authority)
     transport = messaging.get_notification_transport(conf)
     targets = [messaging.Target(topic=topic, exchange=conf.listener.exchange)
                for topic in conf.listener.topics]
@@ -561,7 +762,12 @@ def main(argv=None):
         sys.stderr.write('blobcr-nova-listener: %s\n' % e)
         return 2
     oslo_log.setup(conf, 'blobcr-nova-listener')
-    listener, handler = make_listener(conf)
+    try:
+        listener, handler = make_listener(conf)
+    except nova_authority.NotConfigured as e:
+        LOG.error('%s', e)
+        sys.stderr.write('blobcr-nova-listener: %s\n' % e)
+        return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -26,6 +26,15 @@ versioned notifier (``nova.rpc``, driver messagingv2), so publisher id,
 event type and payload are nova's own, field for field. The topic is
 one of this module's, set in both nova.conf and the listener's file.
 
+No real Nova runs in this lane: the listener asks a fake of Nova's and
+Cinder's APIs (tests/fake_nova_api.py, an HTTP server of the test
+process) whether each event happened, and :meth:`Cloud.notify` first
+sets there what real Nova reports once it emitted that event (the server
+deleted on the host, its host the destination after a live migration's
+post_dest.end...). ``test_forged_notifications_move_nothing`` publishes
+forged notifications on the same RabbitMQ with oslo.messaging, as a
+compromised compute host can.
+
 ``BLOBCR_LISTENER_BENCH=RUNS`` also runs the migration measurement
 (several dirty-data sizes, RUNS runs each, medians printed; see
 doc/source/nova.rst, "Notifications").
@@ -41,6 +50,8 @@ import sys
 import time
 import uuid
 
+from oslo_config import cfg
+import oslo_messaging as messaging
 import pytest
 
 from blobcr_agent.repository.backends import local
@@ -48,6 +59,7 @@ from blobcr_agent.repository import repository
 from blobcr_common.rpc import api as rpc_api
 from blobcr_lab import agent_rpc
 from blobcr_lab import agents as lab_agents
+from tests import fake_nova_api
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -159,17 +171,46 @@ class Nova(object):
             self.proc.wait()
 
 
-class Listener(object):
+class Forger(object):
+    """A compromised compute host: it holds the credentials Nova's
+    notifications are published with, and publishes ``instance.*``
+    notifications in any host's name on Nova's exchange, with
+    oslo.messaging as nova-compute does.
+    """
+
     def __init__(self, workdir, url, topic):
+        conffile = os.path.join(workdir, 'forger.conf')
+        lab_agents.write_conf(conffile, {
+            'DEFAULT': {'transport_url': url, 'control_exchange': 'nova'}})
+        self.conf = cfg.ConfigOpts()
+        self.conf(['--config-file', conffile], project='forger',
+                  default_config_files=[])
+        self.transport = messaging.get_notification_transport(self.conf)
+        self.notifier = messaging.Notifier(
+            self.transport, driver='messagingv2', topics=[topic])
+
+    def send(self, event, host, data):
+        self.notifier.prepare(publisher_id='nova-compute:%s' % host).info(
+            {}, 'instance.%s' % event,
+            {'nova_object.name': 'InstanceActionPayload',
+             'nova_object.namespace': 'nova',
+             'nova_object.version': '1.8', 'nova_object.data': data})
+
+    def stop(self):
+        self.transport.cleanup()
+
+
+class Listener(object):
+    def __init__(self, workdir, url, topic, nova_api):
         self.logfile = os.path.join(workdir, 'listener.log')
         self.conffile = os.path.join(workdir, 'listener.conf')
-        lab_agents.write_conf(self.conffile, {
+        lab_agents.write_conf(self.conffile, dict({
             'DEFAULT': {'transport_url': url, 'log_file': self.logfile,
                         'debug': 'false'},
             'listener': {'topics': topic,
                          'pool': 'test-' + uuid.uuid4().hex[:6],
                          'agent_timeout': str(AGENT_TIMEOUT),
-                         'persist_timeout': '60'}})
+                         'persist_timeout': '60'}}, **nova_api.conf()))
         self.proc = subprocess.Popen(
             [sys.executable, '-m', 'blobcr_nova.listener', '--config-file',
              self.conffile], cwd=TOP, stdout=subprocess.DEVNULL,
@@ -207,18 +248,38 @@ class Listener(object):
 
 
 class Cloud(object):
-    def __init__(self, api, repo, nova, listener, agents, url):
+    def __init__(self, api, repo, nova, listener, agents, url, nova_api,
+                 forger):
         self.api, self.repo, self.url = api, repo, url
         self.nova, self.listener = nova, listener
+        self.nova_api, self.forger = nova_api, forger
         self.agents = agents            # host -> AgentProcess
         self.a, self.b = sorted(agents)
 
-    def notify(self, event, host, instance, instance_host=None, **kw):
+    def notify(self, event, host, instance, instance_host=None,
+               genuine=True, **kw):
         """Emit ``instance.EVENT`` from ``host`` and wait until the
         listener has handled it; returns the log it wrote meanwhile.
+        ``genuine``: Nova's API first reports what that event leaves.
         """
+        if genuine:
+            self.nova_api.after(event, host, instance, instance_host or host,
+                                volumes=kw.get('volumes', ()),
+                                project=kw.get('project', 'proj-1'),
+                                volume_id=kw.get('volume_id'))
         mark = len(self.listener.text())
         self.nova.emit(event, host, instance, instance_host or host, **kw)
+        return self._handled(event, host, instance, mark)
+
+    def forge(self, event, host, instance, data):
+        """The forger publishes ``instance.EVENT`` in ``host``'s name,
+        with ``data`` in its payload; waits until it was handled.
+        """
+        mark = len(self.listener.text())
+        self.forger.send(event, host, dict(data, uuid=instance))
+        return self._handled(event, host, instance, mark)
+
+    def _handled(self, event, host, instance, mark):
         self.listener.wait_for(r'handled instance\.%s from %s of instance '
                                r'%s' % (re.escape(event), re.escape(host),
                                         instance), mark)
@@ -256,7 +317,8 @@ def cloud(rabbitmq_url, tmp_path_factory):
     repo = repository.Repository(backend)
     api = rpc_api.AgentAPI(transport_url=rabbitmq_url, timeout=60)
     topic = 'versioned-' + uuid.uuid4().hex[:8]
-    agents, nova, listener = {}, None, None
+    agents, nova, listener, forger = {}, None, None, None
+    nova_api = fake_nova_api.FakeAPI()
     try:
         for label in ('a', 'b'):
             host = agent_rpc.host_name('nl-' + label)
@@ -268,11 +330,16 @@ def cloud(rabbitmq_url, tmp_path_factory):
         for host in agents:
             agent_rpc.wait_rpc(api, host)
         nova = Nova(str(top), rabbitmq_url, topic)
-        listener = Listener(str(top), rabbitmq_url, topic)
-        yield Cloud(api, repo, nova, listener, agents, rabbitmq_url)
+        listener = Listener(str(top), rabbitmq_url, topic, nova_api)
+        forger = Forger(str(top), rabbitmq_url, topic)
+        yield Cloud(api, repo, nova, listener, agents, rabbitmq_url,
+                    nova_api, forger)
     finally:
+        if forger is not None:
+            forger.stop()
         if listener is not None:
             listener.stop()
+        nova_api.stop()
         if nova is not None:
             nova.stop()
         api.cleanup()
@@ -504,7 +571,8 @@ def test_rollback_leaves_the_source_attached(cloud):
     with open(path, 'rb') as f:
         assert f.read(MiB) == data
     # The migration is forgotten: a late post.end moves nothing.
-    log = cloud.notify('live_migration_post.end', cloud.a, instance)
+    log = cloud.notify('live_migration_post.end', cloud.a, instance,
+                       genuine=False)
     assert 'its start was not seen' in log
     assert image in cloud.api.status(cloud.a)['attached']
     cloud.api.detach(cloud.a, image)
@@ -533,6 +601,94 @@ def test_what_the_host_does_not_hold_changes_nothing(cloud):
     assert [v.number for v in cloud.repo.image(image).versions] == before
     cloud.api.checkpoint(cloud.a, image)
     cloud.api.detach(cloud.a, image)
+
+
+def test_forged_notifications_move_nothing(cloud):
+    """Issue 54, finding 1: a compromised compute host publishes, on the
+    lab's RabbitMQ and in host A's name (or its own, B), notifications
+    of events that did not happen. Nova's API (the fake: no real Nova in
+    this lane) reports what is true, and the listener drops each forged
+    one with a warning naming the publisher: on A nothing is committed,
+    detached or attached, nothing is attached on B. The same events,
+    once Nova confirms them, are acted on.
+    """
+    rng = random.Random(14)
+    fake = cloud.nova_api
+    running, deleted = str(uuid.uuid4()), str(uuid.uuid4())
+    mine, storage = str(uuid.uuid4()), str(uuid.uuid4())
+    # A's honest state: an instance runs there with its image and a
+    # Cinder volume; the storage side has a volume's image attached
+    # there for its own work (no instance bound); another instance was
+    # deleted on B.
+    image, path = cloud.volume(cloud.a, running)
+    write(path, rng, MiB)
+    volume, vpath = cloud.volume(cloud.a, running, name='volume-%s' % mine)
+    write(vpath, rng, MiB)
+    own, _ = cloud.volume(cloud.a, name='volume-%s' % storage)
+    fake.server(running, cloud.a, volumes=[mine])
+    fake.volume(mine, 'in-use', [(running, cloud.a)])
+    fake.volume(storage, 'downloading')
+    fake.server(deleted, cloud.b, 'deleted')
+    images = (image, volume, own)
+    before = {i: [v.number for v in cloud.repo.image(i).versions]
+              for i in images}
+    bdms = [{'nova_object.data': {'volume_id': v}} for v in (mine, storage)]
+    forged = [
+        ('delete.end', cloud.a, running, {'host': cloud.a}),
+        ('shelve_offload.end', cloud.a, running,
+         {'host': None, 'block_devices': bdms}),
+        ('volume_detach.end', cloud.a, running,
+         {'host': cloud.a, 'volume_id': mine}),
+        ('volume_detach.end', cloud.a, running,
+         {'host': cloud.a, 'volume_id': storage}),
+        # A delete that did happen, but on B: A's storage image is not
+        # that instance's.
+        ('delete.end', cloud.a, deleted,
+         {'host': cloud.a, 'block_devices': bdms}),
+        # B (the forger's own name) makes itself the destination.
+        ('live_migration_pre.start', cloud.b, running,
+         {'host': cloud.a, 'tenant_id': 'proj-evil'}),
+        ('live_migration_post_dest.end', cloud.b, running,
+         {'host': cloud.b, 'tenant_id': 'proj-evil'}),
+        ('resize_prep.start', cloud.b, running, {'host': cloud.a}),
+        ('resize_finish.end', cloud.b, running, {'host': cloud.b}),
+    ]
+    for event, host, instance, data in forged:
+        log = cloud.forge(event, host, instance, data)
+        # An end whose (forged) start was dropped finds no start.
+        assert re.search(r'WARNING .*instance\.%s of instance %s from '
+                         r'nova-compute:%s dropped: ' % (
+                             re.escape(event), instance, host), log) or (
+            event.endswith('.end') and 'its start was not seen' in log), log
+    attached = cloud.api.status(cloud.a)['attached']
+    assert set(images) <= set(attached)
+    assert attached[image]['instances'] == [running]
+    assert attached[image]['dirty'] and attached[volume]['dirty']
+    assert not set(images) & set(cloud.api.status(cloud.b)['attached'])
+    assert {i: [v.number for v in cloud.repo.image(i).versions]
+            for i in images} == before
+
+    # A live migration to B that Nova did start (the listener remembers
+    # it), whose end is forged while Nova still has the instance on A.
+    cloud.notify('live_migration_pre.start', cloud.b, running,
+                 instance_host=cloud.a)
+    log = cloud.forge('live_migration_post_dest.end', cloud.b, running,
+                      {'host': cloud.b})
+    assert re.search(r'WARNING .*dropped: Nova reports instance %s active '
+                     r'\(migrating\) on host %s, not on host %s' % (
+                         running, cloud.a, cloud.b), log), log
+    assert set(images) <= set(cloud.api.status(cloud.a)['attached'])
+    assert not set(images) & set(cloud.api.status(cloud.b)['attached'])
+    cloud.notify('live_migration_rollback.end', cloud.a, running)
+
+    # Confirmed by Nova, the delete releases the instance's images (the
+    # storage side's stays: not the instance's).
+    log = cloud.notify('delete.end', cloud.a, running)
+    assert 'dropped' not in log
+    attached = cloud.api.status(cloud.a)['attached']
+    assert image not in attached and volume not in attached
+    assert own in attached
+    cloud.api.detach(cloud.a, own)
 
 
 def test_dead_agent_is_an_error_and_the_next_event_is_handled(cloud):

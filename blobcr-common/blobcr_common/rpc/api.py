@@ -29,6 +29,7 @@ it in time answers ``exception.Busy`` (try again later) rather than
 letting the call time out while it still commits.
 """
 
+import collections
 import threading
 
 from oslo_config import cfg
@@ -115,14 +116,31 @@ def _unrebuilt(error):
     return clean
 
 
+class _Vhost(object):
+    """A host's virtual host: its transport, client, and the calls using
+    it (an evicted one is cleaned up once none does).
+    """
+
+    def __init__(self, transport, client):
+        self.transport = transport
+        self.client = client
+        self.users = 0
+        self.evicted = False
+
+
 class AgentAPI(object):
     """Calls to blobcr-agents: the control side on each agent's own
     queue (on its own virtual host with ``[blobcr_bus] host_vhosts``),
     the peer side (handoff, hints) on the bus agents share (rpc/bus.py).
+
+    ``max_hosts``: at most this many hosts' virtual hosts have a
+    transport kept open; past it the least recently used one is closed
+    once no call uses it (the Nova listener, which calls hosts that
+    notifications name). None: no bound.
     """
 
     def __init__(self, conf=None, transport_url=None, timeout=None,
-                 version_cap=None):
+                 version_cap=None, max_hosts=None):
         conf = conf or cfg.CONF
         if version_cap is None:
             version_cap = configured_version_cap(conf)
@@ -130,12 +148,15 @@ class AgentAPI(object):
         self._url = transport_url
         self._timeout = timeout
         self._cap = version_cap
+        self._max_hosts = max_hosts
         self._vhost_format = bus.host_vhost_format(conf)
         self._lock = threading.Lock()
         self.transport = self._transport(transport_url)
         self.client = self._client(self.transport, rpc.TOPIC)
-        # Per host vhost: (transport, client), made at the first call.
-        self._vhosts = {}
+        # Per host vhost URL: a _Vhost, made at the first call, least
+        # recently used first; and each one's by its client.
+        self._vhosts = collections.OrderedDict()
+        self._by_client = {}
         peer_url = bus.peer_url(conf, transport_url)
         self.peer_transport = self.transport if peer_url == transport_url \
             else self._transport(peer_url)
@@ -153,17 +174,53 @@ class AgentAPI(object):
 
     def client_for(self, host):
         """The RPC client that reaches the control side of ``host``'s
-        agent.
+        agent. With ``max_hosts``, it stays usable until handed back
+        with :meth:`give_back` (each call of this class does).
         """
         if self._vhost_format is None:
             return self.client
         url = bus.host_url(self._conf, self._url, self._vhost_format, host)
         with self._lock:
-            if url not in self._vhosts:
+            vhost = self._vhosts.get(url)
+            if vhost is None:
                 transport = self._transport(url)
-                self._vhosts[url] = (transport,
-                                     self._client(transport, rpc.TOPIC))
-            return self._vhosts[url][1]
+                vhost = _Vhost(transport, self._client(transport, rpc.TOPIC))
+                self._vhosts[url] = vhost
+                self._by_client[id(vhost.client)] = vhost
+            else:
+                self._vhosts.move_to_end(url)
+            vhost.users += 1
+            unused = self._evict()
+        for transport in unused:
+            transport.cleanup()
+        return vhost.client
+
+    def give_back(self, client):
+        """The caller of :meth:`client_for` no longer uses ``client``."""
+        with self._lock:
+            vhost = self._by_client.get(id(client))
+            if vhost is None or vhost.client is not client:
+                return
+            vhost.users -= 1
+            done = vhost.evicted and vhost.users <= 0
+            if done:
+                del self._by_client[id(client)]
+        if done:
+            vhost.transport.cleanup()
+
+    def _evict(self):
+        """Past ``max_hosts``, evict the least recently used vhosts;
+        the transports of those no call uses, to clean up. Under _lock.
+        """
+        unused = []
+        while self._max_hosts is not None and \
+                len(self._vhosts) > self._max_hosts:
+            _, vhost = self._vhosts.popitem(last=False)
+            vhost.evicted = True
+            if vhost.users <= 0:
+                del self._by_client[id(vhost.client)]
+                unused.append(vhost.transport)
+        return unused
 
     def _peer_client(self, host):
         """The peer side once every agent serves it (cap 1.12), else
@@ -179,8 +236,8 @@ class AgentAPI(object):
         # (and fall back to rpc_response_timeout): pass it only if set.
         extra = {} if rpc_timeout is None else {'timeout': rpc_timeout}
         client = self._peer_client(host) if peer else self.client_for(host)
-        cctxt = client.prepare(server=host, version=api_version, **extra)
         try:
+            cctxt = client.prepare(server=host, version=api_version, **extra)
             return cctxt.call(context.outgoing(), method, **kwargs)
         except exception.BlobCRError as e:
             raise _without_remote_traceback(e) from None
@@ -189,6 +246,8 @@ class AgentAPI(object):
             if agent_error is None:
                 raise
             raise agent_error from None
+        finally:
+            self.give_back(client)
 
     @staticmethod
     def _since(api_version, **arguments):
@@ -467,8 +526,9 @@ class AgentAPI(object):
 
     def cleanup(self):
         with self._lock:
-            transports = [t for t, _ in self._vhosts.values()]
-            self._vhosts = {}
+            transports = [v.transport for v in self._by_client.values()]
+            self._vhosts = collections.OrderedDict()
+            self._by_client = {}
         if self.peer_transport is not self.transport:
             transports.append(self.peer_transport)
         for transport in [self.transport] + transports:
