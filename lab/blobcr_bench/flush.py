@@ -154,7 +154,9 @@ def _fio(target, name, every, size, runtime):
            '--iodepth=1', '--numjobs=1', '--size=%d' % size,
            '--time_based=1', '--runtime=%dms' % int(runtime * 1000),
            '--randrepeat=1', '--lat_percentiles=1',
-           '--output-format=json']
+           # fresh random data in every write, as a guest's: nothing
+           # dedups in a checkpoint (fio reuses its buffer otherwise)
+           '--refill_buffers=1', '--output-format=json']
     if every:
         cmd.append('--fsync=%d' % every)
     env = dict(os.environ)
