@@ -38,6 +38,9 @@
 # has a local.conf.
 
 BLOBCR_SERVICES="blobcr-agent blobcr-vendordata blobcr-nova-listener blobcr-cinder-sync"
+# The secrets made at random when local.conf leaves them empty
+# (blobcr_secrets): one per broker user, and the host secret.
+BLOBCR_SECRETS="BLOBCR_AGENT_BUS_PASSWORD BLOBCR_CONTROL_BUS_PASSWORD BLOBCR_HOST_SECRET"
 
 # The directory devstack installs console scripts into (its venv's bin).
 function blobcr_bindir {
@@ -68,9 +71,41 @@ function blobcr_check_settings {
             && ! is_plugin_enabled devstack-plugin-ceph && [[ ! -r $BLOBCR_CEPH_CONF ]]; then
         die $LINENO "BlobCR: BLOBCR_BACKEND=ceph needs a cluster: enable_plugin devstack-plugin-ceph before blobcr, set BLOBCR_CEPH_CLUSTER=micro, or point BLOBCR_CEPH_CONF at an existing cluster's ceph.conf (no $BLOBCR_CEPH_CONF)"
     fi
-    if [[ -z $BLOBCR_HOST_SECRET ]]; then
-        die $LINENO "BlobCR: BLOBCR_HOST_SECRET is empty (its default is SERVICE_PASSWORD)"
+    if [[ -n ${BLOBCR_BUS_PASSWORD:-} ]]; then
+        die $LINENO "BlobCR: BLOBCR_BUS_PASSWORD is gone: each broker user has a password of its own, BLOBCR_AGENT_BUS_PASSWORD and BLOBCR_CONTROL_BUS_PASSWORD (left empty, each is made at random)"
     fi
+    if [[ -n $BLOBCR_AGENT_BUS_PASSWORD && $BLOBCR_AGENT_BUS_PASSWORD == "$BLOBCR_CONTROL_BUS_PASSWORD" ]]; then
+        die $LINENO "BlobCR: BLOBCR_AGENT_BUS_PASSWORD and BLOBCR_CONTROL_BUS_PASSWORD are the same: one password for both broker users undoes the split bus"
+    fi
+}
+
+# blobcr_secrets: each of BLOBCR_SECRETS that local.conf leaves empty is
+# read from BLOBCR_SECRETS_FILE, or made at random (24 bytes, in hex) and
+# kept there for the next stack: no broker user, no secret, shares a
+# password with another or with devstack's (issue 54, finding 7).
+function blobcr_secrets {
+    local name value python=${PYTHON:-python3}
+    for name in $BLOBCR_SECRETS; do
+        [[ -z ${!name} ]] || continue
+        value=""
+        if [[ -f $BLOBCR_SECRETS_FILE ]]; then
+            value=$(sed -n "s/^$name=//p" "$BLOBCR_SECRETS_FILE")
+        fi
+        if [[ -z $value ]]; then
+            value=$("$python" -c 'import secrets; print(secrets.token_hex(24))')
+            sudo install -d -o "$STACK_USER" -m 0755 "${BLOBCR_SECRETS_FILE%/*}"
+            (umask 077 && echo "$name=$value" >>"$BLOBCR_SECRETS_FILE")
+        fi
+        printf -v "$name" '%s' "$value"
+    done
+}
+
+# blobcr_new_conf FILE: FILE made anew, empty, the stack user's alone
+# (mode 0600) before any credential goes in; the agent, as root, reads
+# its own.
+function blobcr_new_conf {
+    rm -f "$1"
+    install -m 0600 /dev/null "$1"
 }
 
 function install_blobcr_packages {
@@ -122,11 +157,11 @@ function blobcr_split_bus {
     [[ $BLOBCR_SPLIT_BUS == True ]] && is_service_enabled rabbit
 }
 
-# blobcr_bus_url USER VHOST: devstack's transport URL, as USER (password
-# BLOBCR_BUS_PASSWORD) on VHOST.
+# blobcr_bus_url USER PASSWORD VHOST: devstack's transport URL, as USER
+# (with PASSWORD) on VHOST.
 function blobcr_bus_url {
     local python=${PYTHON:-python3}
-    "$python" - "$(get_transport_url)" "$1" "$BLOBCR_BUS_PASSWORD" "$2" <<'EOF_URL'
+    "$python" - "$(get_transport_url)" "$1" "$2" "$3" <<'EOF_URL'
 import sys
 from urllib import parse
 url, user, password, vhost = sys.argv[1:]
@@ -144,15 +179,15 @@ function blobcr_bus_vhost {
     fi
 }
 
-# blobcr_bus_user USER VHOST...: USER (its password set anew) with every
-# permission on each VHOST (made if missing).
+# blobcr_bus_user USER PASSWORD VHOST...: USER (its password set anew to
+# PASSWORD) with every permission on each VHOST (made if missing).
 function blobcr_bus_user {
-    local user=$1 vhost
-    shift
+    local user=$1 password=$2 vhost
+    shift 2
     if ! sudo rabbitmqctl list_users -q | awk '{print $1}' | grep -qxF "$user"; then
-        sudo rabbitmqctl add_user "$user" "$BLOBCR_BUS_PASSWORD"
+        sudo rabbitmqctl add_user "$user" "$password"
     fi
-    sudo rabbitmqctl change_password "$user" "$BLOBCR_BUS_PASSWORD"
+    sudo rabbitmqctl change_password "$user" "$password"
     for vhost in "$@"; do
         blobcr_bus_vhost "$vhost"
         sudo rabbitmqctl set_permissions -p "$vhost" "$user" '.*' '.*' '.*'
@@ -173,16 +208,17 @@ function blobcr_bus_peer {
 
 function configure_blobcr_bus {
     local vhost=blobcr-$BLOBCR_AGENT_HOST
-    blobcr_bus_user "$vhost" "$vhost"
+    blobcr_bus_user "$vhost" "$BLOBCR_AGENT_BUS_PASSWORD" "$vhost"
     blobcr_bus_peer "$vhost" "$BLOBCR_AGENT_HOST"
-    blobcr_bus_user blobcr-control "$vhost"
+    blobcr_bus_user blobcr-control "$BLOBCR_CONTROL_BUS_PASSWORD" "$vhost"
 }
 
 # blobcr_bus_caller FILE SECTION OPTION: a caller of the agents (cinder-
 # volume, the listener) as the control user, each agent on its vhost.
 function blobcr_bus_caller {
     local file=$1 section=$2 option=$3
-    iniset "$file" "$section" "$option" "$(blobcr_bus_url blobcr-control /)"
+    blobcr_secrets
+    iniset "$file" "$section" "$option" "$(blobcr_bus_url blobcr-control "$BLOBCR_CONTROL_BUS_PASSWORD" /)"
     iniset "$file" blobcr_bus host_vhosts True
 }
 
@@ -263,13 +299,13 @@ function init_blobcr_ceph {
 # blobcr.conf, the agent's configuration, written anew.
 function configure_blobcr_agent {
     local conf=$BLOBCR_CONF
-    rm -f "$conf"
+    blobcr_new_conf "$conf"
     iniset "$conf" DEFAULT debug "$ENABLE_DEBUG_LOG_LEVEL"
     if blobcr_split_bus; then
         local user=blobcr-$BLOBCR_AGENT_HOST
-        iniset "$conf" DEFAULT transport_url "$(blobcr_bus_url "$user" "$user")"
+        iniset "$conf" DEFAULT transport_url "$(blobcr_bus_url "$user" "$BLOBCR_AGENT_BUS_PASSWORD" "$user")"
         iniset "$conf" blobcr_bus host_vhosts True
-        iniset "$conf" blobcr_bus peer_transport_url "$(blobcr_bus_url "$user" blobcr-peer)"
+        iniset "$conf" blobcr_bus peer_transport_url "$(blobcr_bus_url "$user" "$BLOBCR_AGENT_BUS_PASSWORD" blobcr-peer)"
         # The broker tells each agent which host calls (user_id).
         iniset "$conf" blobcr_bus authenticated_peers True
     else
@@ -307,7 +343,7 @@ function configure_blobcr_agent {
 
 function configure_blobcr_vendordata {
     local conf=$BLOBCR_VENDORDATA_CONF
-    rm -f "$conf"
+    blobcr_new_conf "$conf"
     iniset "$conf" DEFAULT debug "$ENABLE_DEBUG_LOG_LEVEL"
     iniset "$conf" vendordata listen "$BLOBCR_VENDORDATA_LISTEN"
     iniset "$conf" vendordata port "$BLOBCR_VENDORDATA_PORT"
@@ -326,7 +362,7 @@ function configure_blobcr_vendordata {
 
 function configure_blobcr_listener {
     local conf=$BLOBCR_LISTENER_CONF
-    rm -f "$conf"
+    blobcr_new_conf "$conf"
     iniset "$conf" DEFAULT debug "$ENABLE_DEBUG_LOG_LEVEL"
     if blobcr_split_bus; then
         blobcr_bus_caller "$conf" DEFAULT transport_url
@@ -353,15 +389,17 @@ function configure_blobcr_sync {
     if [[ -z $backends ]]; then
         die $LINENO "BlobCR: blobcr-cinder-sync is enabled but CINDER_ENABLED_BACKENDS=$CINDER_ENABLED_BACKENDS has no blobcr:NAME"
     fi
-    rm -f "$conf"
+    blobcr_new_conf "$conf"
     iniset "$conf" DEFAULT debug "$ENABLE_DEBUG_LOG_LEVEL"
     iniset "$conf" blobcr_sync backends "$backends"
-    # Cinder's user: devstack gives it the admin role, which manage needs.
-    configure_keystoneauth "$conf" cinder blobcr_sync
-    # A devstack cloud is the developer's own: the sync may grant itself
-    # the role on each tenant's project. An operator grants it instead
-    # (doc/source/cinder.rst); the option is off by default.
-    iniset "$conf" blobcr_sync assign_admin_role True
+    # A Keystone user of its own, granted the admin role on every project
+    # of the Default domain (inherited) here, as install.rst (step 5) has
+    # the operator grant it. [blobcr_sync] assign_admin_role stays off
+    # (its default): the sync grants itself nothing.
+    create_service_user "$BLOBCR_SYNC_USER"
+    openstack --os-cloud devstack-system-admin role add --user "$BLOBCR_SYNC_USER" \
+        --user-domain "$SERVICE_DOMAIN_NAME" --domain Default --inherited admin
+    configure_keystoneauth "$conf" "$BLOBCR_SYNC_USER" blobcr_sync
 }
 
 # The panel's enabled files into Horizon (its collectstatic runs after
@@ -394,6 +432,7 @@ function configure_blobcr {
     else
         sudo install -d -m 0700 "$BLOBCR_STORE_DIR"
     fi
+    blobcr_secrets
     if blobcr_split_bus; then
         configure_blobcr_bus
     fi
@@ -461,7 +500,8 @@ function cleanup_blobcr {
         die $LINENO "BlobCR: $BLOBCR_MOUNTPOINT is still mounted: not removing $BLOBCR_DATA_DIR"
     fi
     sudo rm -rf --one-file-system "$BLOBCR_DATA_DIR"
-    sudo rm -f "$BLOBCR_CONF" "$BLOBCR_VENDORDATA_CONF" "$BLOBCR_LISTENER_CONF" "$BLOBCR_SYNC_CONF"
+    sudo rm -f "$BLOBCR_CONF" "$BLOBCR_VENDORDATA_CONF" "$BLOBCR_LISTENER_CONF" "$BLOBCR_SYNC_CONF" \
+        "$BLOBCR_SECRETS_FILE"
     if [[ -d $HORIZON_DIR/openstack_dashboard/local/enabled ]]; then
         for file in "$BLOBCR_DIR"/blobcr-dashboard/blobcr_dashboard/enabled/_[0-9]*.py; do
             [[ -f $file ]] || continue

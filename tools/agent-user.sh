@@ -16,7 +16,8 @@
 # The agent's own user, as a host that runs it unprivileged needs it
 # (doc/source/install.rst, "An unprivileged agent"), for the tests that
 # run it so (tests/functional/test_unprivileged_agent.py):
-#   - the system user "blobcr" (BLOBCR_AGENT_USER);
+#   - the system user "blobcr" (BLOBCR_AGENT_USER), and the other
+#     services' users, one each (tools/service-users.sh);
 #   - user_allow_other in /etc/fuse.conf, so that a mount made through
 #     fusermount3 by that user lets root (QEMU, losetup) in;
 #   - a sudoers rule that lets it start the privileged daemon from the
@@ -36,6 +37,7 @@ if ! id -u "$user" >/dev/null 2>&1; then
     useradd --system --user-group --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin "$user"
 fi
+bash "$top/tools/service-users.sh" >/dev/null
 touch /etc/fuse.conf
 sed -i -e '$a\' /etc/fuse.conf      # a last line ended, before one is added
 if ! grep -qx 'user_allow_other' /etc/fuse.conf; then

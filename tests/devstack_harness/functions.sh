@@ -29,8 +29,9 @@
 # and stop_process stops it by that pid. What they only record:
 # package installs (tools/install-deps.sh installs what the tests need),
 # setup_develop (the tree is already installed in the test venv), Keystone
-# accounts (create_service_user). sudo runs the command as is: the tests
-# run as root, devstack as a user with passwordless sudo.
+# accounts and grants (create_service_user, openstack). sudo runs the
+# command as is: the tests run as root, devstack as a user with
+# passwordless sudo.
 #
 # Environment: HARNESS_DIR, HARNESS_CALLS, HARNESS_BINDIR (devstack's
 # bin directory: the test venv's), HARNESS_TRANSPORT_URL (what
@@ -167,6 +168,12 @@ function rabbitmqctl {
 
 function create_service_user {
     harness_record create_service_user "$@"
+}
+
+# The openstack client (devstack's clouds.yaml names the clouds): only
+# recorded, as the Keystone accounts are (role grants).
+function openstack {
+    harness_record openstack "$@"
 }
 
 # A service user's keystoneauth password options in SECTION.

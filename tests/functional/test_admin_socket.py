@@ -25,6 +25,7 @@ import grp
 import json
 import logging
 import os
+import pwd
 import shutil
 import stat
 import subprocess
@@ -38,6 +39,10 @@ from blobcr_lab import agents
 
 NOBODY = 65534
 GROUP = 'users'
+TOP = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+SERVICE_USERS = os.path.join(TOP, 'tools', 'service-users.sh')
+AGENT = 'blobcr-agent'
 
 # A stdlib-only client (run by /usr/bin/python3 -I as another user).
 CLIENT = '''
@@ -191,3 +196,101 @@ def test_an_unknown_admin_group_stops_the_start(repo, tmp_path):
         agent.start(timeout=30)
     with open(agent.log.name, errors='replace') as f:
         assert "no group 'no-such-group-here' on this host" in f.read()
+
+
+# Issue 54, finding 2: the four services ran as one user, so the
+# listener, the sync and vendordata passed the agent's check (root or
+# the agent's own uid) and got root's dispatch, and each read the
+# others' credentials.
+
+def _service_users(conf_dir=None):
+    """{service: (user, group)}, the users made as the tools make them
+    (tools/service-users.sh, from etc/systemd's units).
+    """
+    argv = ['bash', SERVICE_USERS]
+    if conf_dir:
+        argv += ['--conf-dir', conf_dir]
+    done = subprocess.run(argv, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return {service: (user, group) for service, user, group in
+            (line.split() for line in done.stdout.splitlines())}
+
+
+def _user(user, group):
+    return ['--reuid', user, '--regid', group, '--init-groups']
+
+
+def test_other_services_users_are_refused_the_agents_socket(user_space,
+                                                            agent_factory):
+    users = _service_users()
+    assert users[AGENT][0] == user_space.user
+    others = {s: u for s, u in users.items() if s != AGENT}
+    assert len(others) == 3
+    agent = user_space.local_agent(agent_factory,
+                                   {'agent': {'quiesce': 'none'}})
+    path = agent.control
+    # The agent's own user is admitted (the check admits its uid).
+    assert _as(_user(*users[AGENT]), path, 'status')['ok'] is True
+    # The others: the modes keep them out; opened up, the check does,
+    # before any dispatch (delete_image would be root's).
+    for service, who in others.items():
+        assert _as(_user(*who), path, 'status') == {'errno': 13}, service
+    _open_up(path)
+    for service, who in others.items():
+        for op, args in (('status', {}), ('delete_image', {'image': 'x'})):
+            reply = _as(_user(*who), path, op, **args)
+            assert reply['ok'] is False, (service, op, reply)
+            assert 'permission denied: uid %d (%s, pid ' % (
+                pwd.getpwnam(who[0]).pw_uid, who[0]) in reply['error']
+            assert 'only root may use this socket' in reply['error']
+    with open(agent.log.name, errors='replace') as f:
+        log = f.read()
+    for user, _ in others.values():
+        assert '(%s, pid ' % user in log
+
+
+READ = '''
+import json, sys
+got = {}
+for path in sys.argv[1:]:
+    try:
+        open(path).read()
+        got[path] = "read"
+    except OSError as e:
+        got[path] = e.errno
+print(json.dumps(got))
+'''
+
+
+def test_each_service_reads_its_own_configuration_only(public_dir):
+    """The sync's Keystone credentials (admin on every project) and the
+    listener's blobcr-control password, on the storage host beside the
+    agent: only their own service's user reads them.
+    """
+    conf_dir = os.path.join(public_dir, 'etc-blobcr')
+    os.mkdir(conf_dir, 0o755)
+    files = {AGENT: 'blobcr.conf',
+             'blobcr-cinder-sync': 'blobcr-cinder-sync.conf',
+             'blobcr-nova-listener': 'nova-listener.conf',
+             'blobcr-vendordata': 'nova-vendordata.conf'}
+    paths = {s: os.path.join(conf_dir, name) for s, name in files.items()}
+    for path in paths.values():
+        with open(path, 'w') as f:
+            f.write('[DEFAULT]\npassword = secret\n')
+        os.chmod(path, 0o644)       # as a careless copy leaves it
+    users = _service_users(conf_dir)
+    assert set(users) == set(files)
+    for service, path in paths.items():
+        st = os.stat(path)
+        assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (
+            0, grp.getgrnam(users[service][1]).gr_gid, 0o640), service
+    for service, who in users.items():
+        done = subprocess.run(
+            ['setpriv'] + _user(*who) + ['/usr/bin/python3', '-I', '-c',
+                                         READ] + list(paths.values()),
+            capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        got = json.loads(done.stdout)
+        assert got == {p: 'read' if s == service else 13
+                       for s, p in paths.items()}, service

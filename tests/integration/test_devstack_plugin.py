@@ -168,6 +168,11 @@ def test_harness_iniset_keeps_devstack_rules(tmp_path):
      'BLOBCR_CEPH_CLUSTER=rook is not one of'),
     ({'BLOBCR_CONNECTION_TYPE': 'iscsi'},
      'BLOBCR_CONNECTION_TYPE=iscsi is not one of: local gpfs blobcr'),
+    # One password for every broker user (issue 54, finding 7).
+    ({'BLOBCR_BUS_PASSWORD': 'x'}, 'BLOBCR_BUS_PASSWORD is gone'),
+    ({'BLOBCR_AGENT_BUS_PASSWORD': 'x', 'BLOBCR_CONTROL_BUS_PASSWORD': 'x'},
+     'BLOBCR_AGENT_BUS_PASSWORD and BLOBCR_CONTROL_BUS_PASSWORD are the '
+     'same'),
 ])
 def test_bad_settings_stop_pre_install(tmp_path, settings, message):
     env = devstack_env(tmp_path, 'rabbit://unused', **settings)
@@ -244,6 +249,9 @@ def test_stack_local_store_real_services(tmp_path, rabbitmq_url,
         # it; the stack's Cinder user is devstack's "cinder" service user.
         KEYSTONE_SERVICE_URI=stack.auth_url.rsplit('/v3', 1)[0],
         SERVICE_PASSWORD=stack_module.PASSWORDS['cinder'],
+        # The sync's Keystone user: the stack's, as the harness makes no
+        # account (its grant is only recorded, check_recorded).
+        BLOBCR_SYNC_USER='cinder',
         BLOBCR_VENDORDATA_LISTEN='127.0.0.1',
         BLOBCR_VENDORDATA_PORT=str(vendordata_port))
     cinder_conf_from_stack(stack, env['CINDER_CONF'], cinder_host)
@@ -553,6 +561,10 @@ def check_recorded(work, env):
     assert ('setup_develop', os.path.join(harness.TREE,
                                           'python-blobcrclient')) in recorded
     assert ('create_service_user', 'blobcr') in recorded
+    # The sync's user is granted the role as install.rst grants it.
+    assert ('openstack', '--os-cloud', 'devstack-system-admin', 'role',
+            'add', '--user', 'cinder', '--user-domain', 'Default',
+            '--domain', 'Default', '--inherited', 'admin') in recorded
     # The agent runs as root with the generated file; the others as the
     # stack user.
     agent = [c for c in recorded if c[:2] == ('run_process', 'blobcr-agent')]
@@ -674,6 +686,163 @@ def test_zuul_jobs_use_what_the_plugin_defines():
         named = [j if isinstance(j, str) else next(iter(j))
                  for j in project[0][pipeline]['jobs']]
         assert set(named) <= set(jobs), (pipeline, named)
+
+
+# -- Issue 54, finding 7: the defaults (no stack needed) ----------------------
+
+# devstack's own passwords, each shared by many of its services.
+SHARED = ('SERVICE_PASSWORD', 'RABBIT_PASSWORD', 'ADMIN_PASSWORD',
+          'DATABASE_PASSWORD')
+
+
+def _plugin_texts():
+    texts = []
+    for path in harness.PLUGIN_FILES[:2]:
+        with open(path) as f:
+            texts.append(f.read())
+    return texts
+
+
+def test_no_bus_user_or_secret_defaults_to_a_shared_password():
+    """Lint: no BLOBCR_* setting defaults to one of devstack's shared
+    passwords; each broker user the plugin makes gets a password setting
+    of its own, which its URLs carry; the secrets left empty are made at
+    random (blobcr_secrets), the host secret among them.
+    """
+    plugin, settings = _plugin_texts()
+    for name, value in re.findall(r'^(BLOBCR_\w+)=(.*)$', settings, re.M):
+        assert not [s for s in SHARED if s in value], (name, value)
+    for line in re.findall(r'rabbitmqctl (?:add_user|change_password).*',
+                           plugin):
+        assert not [s for s in SHARED if s in line], line
+    generated = re.search(r'^BLOBCR_SECRETS="([^"]*)"', plugin, re.M)
+    generated = set(generated.group(1).split()) if generated else set()
+    users = re.findall(r'^\s*blobcr_bus_user (\S+) "\$\{?(\w+)\}?"',
+                       plugin, re.M)
+    assert len(users) >= 2, users
+    passwords = [password for _, password in users]
+    assert len(set(passwords)) == len(passwords), users
+    assert set(passwords) <= generated, (passwords, generated)
+    in_urls = set(re.findall(r'blobcr_bus_url \S+ "\$\{?(\w+)\}?"', plugin))
+    assert in_urls == set(passwords), in_urls
+    secret = re.search(r'iniset "\$conf" proxy host_secret "\$(\w+)"',
+                       plugin).group(1)
+    token = re.search(r'iniset "\$conf" vendordata token_secret '
+                      r'"\$(\w+)"', plugin).group(1)
+    assert secret == token and secret in generated
+    assert secret not in passwords
+
+
+def test_the_sync_grants_itself_nothing_by_default():
+    """Lint: as install.rst has it, the sync has a Keystone user of its
+    own, granted the admin role on the domain's projects (inherited) by
+    the plugin, and [blobcr_sync] assign_admin_role is not turned on.
+    """
+    plugin, settings = _plugin_texts()
+    assert not re.search(r'assign_admin_role\s+"?(?i:true|yes|1|on)',
+                         plugin + settings)
+    assert re.search(r'configure_keystoneauth "\$conf" "\$BLOBCR_SYNC_USER" '
+                     r'blobcr_sync', plugin)
+    assert re.search(r'role add --user "\$BLOBCR_SYNC_USER" .*--inherited '
+                     r'admin', plugin.replace('\\\n', ' '))
+    assert re.search(r'^BLOBCR_SYNC_USER=\$\{BLOBCR_SYNC_USER:-blobcr-sync\}',
+                     settings, re.M)
+
+
+# What the plugin does for the split bus, with rabbitmqctl recorded only.
+STACK_SECRETS = """
+harness_load_plugins
+harness_run_phase stack pre-install
+function rabbitmqctl { harness_record rabbitmqctl "$@"; }
+harness_configure_cinder_backends
+configure_blobcr
+"""
+
+
+def _stack_secrets(env, work):
+    """Run STACK_SECRETS with ``env``, its calls recorded in ``work``."""
+    os.makedirs(work)
+    shell = harness.DevstackShell(dict(env, HARNESS_DIR=work))
+    try:
+        shell.run(STACK_SECRETS)
+    finally:
+        shell.close()
+
+
+def test_stack_makes_a_secret_per_user_and_keeps_it(tmp_path):
+    """A stack (the split bus's broker users recorded, not made) gives
+    each broker user a password of its own, made at random, and the
+    agents and vendordata a host secret of their own; none is one of
+    devstack's. A second stack keeps them; clean forgets them. The sync
+    logs in as its own Keystone user, granted as install.rst grants it,
+    and does not grant itself the role.
+    """
+    env = devstack_env(
+        tmp_path, 'rabbit://stackrabbit:rabbit-secret@127.0.0.1:5672/',
+        RABBIT_PASSWORD='rabbit-secret',
+        ENABLED_SERVICES='c-vol,rabbit,blobcr-vendordata,'
+                         'blobcr-nova-listener,blobcr-cinder-sync',
+        KEYSTONE_SERVICE_URI='http://127.0.0.1/identity')
+    first = str(tmp_path / 'first')
+    _stack_secrets(env, first)
+    confs = {name: os.path.join(env['BLOBCR_CONF_DIR'], name) for name in (
+        'blobcr.conf', 'nova-vendordata.conf', 'nova-listener.conf',
+        'blobcr-cinder-sync.conf', 'devstack-secrets')}
+    for path in confs.values():
+        assert os.stat(path).st_mode & 0o777 == 0o600, path
+    host = env['BLOBCR_AGENT_HOST']
+    recorded = harness.calls(first, 'rabbitmqctl')
+    passwords = {}
+    for call in recorded:
+        if call[1] in ('add_user', 'change_password'):
+            passwords.setdefault(call[2], set()).add(call[3])
+    assert set(passwords) == {'blobcr-%s' % host, 'blobcr-control'}
+    assert all(len(p) == 1 for p in passwords.values()), passwords
+    agent_pw, = passwords['blobcr-%s' % host]
+    control_pw, = passwords['blobcr-control']
+    agent = read_conf(confs['blobcr.conf'])
+    secret = agent.get('proxy', 'host_secret')
+    values = [agent_pw, control_pw, secret]
+    assert len(set(values)) == 3
+    for value in values:
+        assert re.fullmatch(r'[0-9a-f]{48}', value), value
+        assert value not in (env['SERVICE_PASSWORD'], 'rabbit-secret')
+    assert read_conf(confs['nova-vendordata.conf']).get(
+        'vendordata', 'token_secret') == secret
+    # Each URL carries its own user's password, and only that.
+    for url in (agent.get('DEFAULT', 'transport_url'),
+                agent.get('blobcr_bus', 'peer_transport_url')):
+        assert ':%s@' % agent_pw in url and control_pw not in url
+    listener = read_conf(confs['nova-listener.conf'])
+    cinder = read_conf(env['CINDER_CONF'])
+    for url in (listener.get('DEFAULT', 'transport_url'),
+                cinder.get(BACKEND, 'blobcr_transport_url')):
+        assert 'blobcr-control:%s@' % control_pw in url
+        assert agent_pw not in url
+    sync = read_conf(confs['blobcr-cinder-sync.conf'])
+    assert not sync.has_option('blobcr_sync', 'assign_admin_role')
+    assert sync.get('blobcr_sync', 'username') == 'blobcr-sync'
+    assert ('openstack', '--os-cloud', 'devstack-system-admin', 'role',
+            'add', '--user', 'blobcr-sync', '--user-domain', 'Default',
+            '--domain', 'Default', '--inherited', 'admin') in \
+        harness.calls(first, 'openstack')
+
+    # A second stack keeps every secret.
+    second = str(tmp_path / 'second')
+    _stack_secrets(env, second)
+    assert read_conf(confs['blobcr.conf']).get(
+        'proxy', 'host_secret') == secret
+    again = {c[2]: c[3] for c in harness.calls(second, 'rabbitmqctl')
+             if c[1] == 'change_password'}
+    assert again == {'blobcr-%s' % host: agent_pw,
+                     'blobcr-control': control_pw}
+
+    shell = harness.DevstackShell(env, errexit=False)
+    try:
+        shell.run('harness_clean', timeout=120)
+    finally:
+        shell.close()
+    assert not os.path.exists(confs['devstack-secrets'])
 
 
 def test_stack_ceph_micro_cluster(tmp_path, rabbitmq_url, cleanup_services):

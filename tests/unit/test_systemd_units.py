@@ -96,3 +96,81 @@ def test_the_agent_notifies_and_keeps_the_hosts_mounts():
     # Its stop drains persists for [agent] shutdown_timeout first.
     assert int(service['TimeoutStopSec']) > 300
     assert not set(NAMESPACING) & set(service)
+
+
+# Issue 54, finding 2: a Unix user per service, so that none reads
+# another's credentials (the sync's Keystone admin, the listener's
+# blobcr-control password) nor passes the agent's admin socket check,
+# which admits root and the agent's own uid.
+INSTALL = os.path.join(TOP, 'doc', 'source', 'install.rst')
+# The agent's user is the one tools/agent-user.sh makes and the tests'
+# unprivileged agents run as (tests/conftest.py).
+AGENT_USER = 'blobcr'
+
+
+def _services():
+    return {os.path.basename(u)[:-len('.service')]: _unit(u)['Service']
+            for u in UNITS}
+
+
+def _config_files(service):
+    argv = service['ExecStart'].split()
+    return [argv[i + 1] for i, arg in enumerate(argv)
+            if arg == '--config-file']
+
+
+def test_each_service_runs_as_a_user_of_its_own():
+    services = _services()
+    users = {name: s['User'] for name, s in services.items()}
+    groups = {name: s['Group'] for name, s in services.items()}
+    assert users['blobcr-agent'] == AGENT_USER
+    assert len(set(users.values())) == len(users), users
+    assert len(set(groups.values())) == len(groups), groups
+    for name, service in services.items():
+        # Its own group (useradd --user-group), and no other service's
+        # user or group among its supplementary groups.
+        assert groups[name] == users[name]
+        others = {v for n in services if n != name
+                  for v in (users[n], groups[n])}
+        extra = set(service.get('SupplementaryGroups', '').split())
+        assert not extra & others, (name, extra & others)
+        assert 'DynamicUser' not in service
+
+
+def _install_commands():
+    """The shell commands of install.rst's literal blocks, continuation
+    lines joined, each split into words.
+    """
+    with open(INSTALL) as f:
+        text = f.read().replace('\\\n', ' ')
+    return [line.split('#')[0].split() for line in text.splitlines()
+            if line.startswith('    ') and line.split()]
+
+
+def test_install_gives_each_configuration_file_to_its_service_only():
+    """install.rst makes each unit's user (its own group) and gives each
+    configuration file a unit names to root and that group, mode 0640:
+    the service reads it, cannot change it, and no other service's user
+    reads it.
+    """
+    commands = _install_commands()
+    made = {words[-1] for words in commands
+            if words[:1] == ['useradd'] and '--user-group' in words}
+    owners = {}
+    modes = {}
+    for words in commands:
+        if words[:1] == ['chown']:
+            for path in words[2:]:
+                owners.setdefault(path, set()).add(words[1])
+        elif words[:1] == ['chmod']:
+            for path in words[2:]:
+                modes.setdefault(path, set()).add(words[1])
+    for name, service in _services().items():
+        assert service['User'] in made, (name, made)
+        files = _config_files(service)
+        assert files, name
+        for path in files:
+            assert owners.get(path) == {'root:%s' % service['Group']}, \
+                (name, path, owners.get(path))
+            assert modes.get(path) and modes[path] <= {'0640', '0600'}, \
+                (name, path, modes.get(path))
