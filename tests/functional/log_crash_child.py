@@ -18,7 +18,7 @@
 ``write``: a `cluster` mirror of IMAGE in CACHE takes rounds of writes
 (``content(n)`` at a block chosen from n), each ended by a flush, with a
 checkpoint made stable every third round (the log is trimmed); its
-journal (as flush_writer's) says what each flush covered.
+journal (as blobcr_lab.flush_writer's) says what each flush covered.
 ``take-over``: the image taken over (its log sealed and folded).
 Usage: python -m tests.functional.log_crash_child MODE SPEC_JSON IMAGE
 [CACHE JOURNAL]
@@ -31,7 +31,7 @@ import sys
 from blobcr_agent.mirror import image as image_mod
 from blobcr_agent.repository.backends import rados
 from blobcr_agent.repository import repository
-from tests.functional import flush_writer
+from blobcr_lab import flush_writer
 
 CHUNK = 64 * 1024
 BLOCKS = 64

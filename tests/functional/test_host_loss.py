@@ -48,6 +48,7 @@ from blobcr_agent.mirror import image as image_mod
 from blobcr_agent.repository.backends import rados
 from blobcr_agent.repository import repository
 from blobcr_common import exception
+from blobcr_lab import flush_writer
 
 BLOCK = 4096
 CHUNK = 64 * 1024
@@ -176,49 +177,21 @@ def test_walk_with_host_losses(backend_factory, tmp_path, seed):
 
 
 def _promised(journal, blocks):
-    """From a flush_writer's journal: per block, the write the last
-    successful fsync covered (0: none) and every write after it; and the
-    fsyncs that failed.
-    """
-    writes, flushed_through, failed = [], 0, []
-    with open(journal) as f:
-        for line in f:
-            parts = line.split()
-            if parts[0] == 'W' and len(parts) == 3:
-                writes.append((int(parts[1]), int(parts[2])))
-            elif parts[0] == 'F' and len(parts) == 2:
-                flushed_through = int(parts[1])
-            elif parts[0] == 'E' and len(parts) == 3:
-                failed.append((int(parts[1]), int(parts[2])))
-    floor = [0] * blocks
-    later = [set() for _ in range(blocks)]
-    for n, block in writes:
-        if n <= flushed_through:
-            floor[block] = n
-        else:
-            later[block].add(n)
-    return floor, later, flushed_through, failed
+    return flush_writer.promised(journal, blocks)
 
 
-def _check_promises(content, base, floor, later):
-    from tests.functional import flush_writer
-    kept = 0
-    for b, n in enumerate(floor):
-        block = content[b * BLOCK:(b + 1) * BLOCK]
-        allowed = {flush_writer.content(m) for m in later[b]}
-        allowed.add(flush_writer.content(n) if n
-                    else base[b * BLOCK:(b + 1) * BLOCK])
-        assert block in allowed, (
-            'block %d: neither its last flushed write (%d) nor a later one'
-            % (b, n))
-        kept += n > 0
-    return kept
+def _check_promises(volume, base, floor, later):
+    kept = flush_writer.check(volume, base, floor, later)
+    assert not kept['bad'], (
+        'blocks holding neither their last flushed write nor a later one: '
+        '%s' % kept['bad'][:20])
+    return kept['flushed_blocks']
 
 
 def _start_writer(path, journal, every=16):
     writer = subprocess.Popen(
-        [sys.executable, '-m', 'tests.functional.flush_writer', path,
-         str(NBLOCKS), str(every), journal], stdout=subprocess.PIPE,
+        [sys.executable, '-m', 'blobcr_lab.flush_writer', str(NBLOCKS),
+         str(every), journal, 'file', path], stdout=subprocess.PIPE,
         text=True)
     assert writer.stdout.readline().strip() == 'ready'
     return writer
@@ -403,7 +376,8 @@ def test_the_log_is_trimmed_emptied_at_detach_and_collected(
     a.client.call('detach', image=image)
     assert store.log_state(image)[1] == {}
     b.client.call('attach', image=image)         # no take-over needed
-    with open(b.client.call('attach', image=image)['path'], 'r+b') as f:
+    with open(b.client.call('attach', image=image)['path'], 'r+b',
+              buffering=0) as f:
         f.write(b'b' * BLOCK)
         os.fsync(f.fileno())
     b.kill()
