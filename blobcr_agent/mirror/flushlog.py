@@ -45,6 +45,7 @@ LOG = logging.getLogger(__name__)
 
 DURABILITIES = ('cluster', 'host')
 RETRY_SECONDS = 0.5
+_UNKNOWN = object()
 # An entry's most bytes of data: one RADOS op each, far below the OSDs'
 # osd_max_write_size (90 MiB); a bigger cut is several entries.
 MAX_ENTRY = 4 << 20
@@ -115,7 +116,11 @@ class FlushLog(object):
         # differs from the current segment's.
         self._base = image.meta.get('last')
         self._segment = None
-        self._segment_base = None
+        # Unknown until this log opens a segment: the first one opened
+        # here (an attach, an agent restart) claims no COMMIT since the
+        # segments before it, so it is "rolled" (writelog.py).
+        self._segment_base = _UNKNOWN
+        self._segment_bytes = 0
         self._seq = 0
         self.entries = 0
         self.bytes = 0
@@ -154,14 +159,20 @@ class FlushLog(object):
                   for off, length in extents]
         self._seq += 1
         entry = writelog.encode(self._seq, writes)
-        new = self._segment is None or base != self._segment_base
+        # A new segment after a COMMIT; after a full one, or first here,
+        # a rolled one with the same base (writelog.py).
+        by_commit = self._segment_base is not _UNKNOWN and \
+            base != self._segment_base
+        full = self._segment_bytes + len(entry) > writelog.MAX_SEGMENT
+        new = self._segment is None or by_commit or full
+        rolled = new and not by_commit
         segment = self._next_segment if new else self._segment
         deadline = time.monotonic() + self.timeout if self.timeout else None
         while True:
             try:
                 self.backend.log_append(self.image.id, segment, entry,
                                         self.image.epoch, base_version=base,
-                                        new=new)
+                                        new=new, rolled=rolled)
                 break
             except exception.Fenced as e:
                 LOG.error('flush of %s refused: %s', self.image.id, e)
@@ -184,6 +195,8 @@ class FlushLog(object):
         if new:
             self._segment, self._segment_base = segment, base
             self._next_segment = segment + 1
+            self._segment_bytes = 0
+        self._segment_bytes += len(entry)
         self.entries += 1
         self.bytes += len(entry)
 
@@ -206,7 +219,7 @@ class FlushLog(object):
             self.backend.log_drop(self.image.id, sorted(segments),
                                   self.image.epoch)
             crashpoint.reached('log-dropped')
-        self._segment = None
+        self._segment, self._segment_base = None, _UNKNOWN
 
     def stats(self):
         return {'entries': self.entries, 'bytes': self.bytes,

@@ -20,12 +20,15 @@ A guest's flush appends one *entry*: the 4 KiB blocks written since the
 previous one (the core's log map, native/core_log.c) with their content
 read after the cut, so each block holds its newest write at least. The
 entries are grouped in *segments*, each registered after a *base*: the
-newest version whose COMMIT came before its first entry's cut. So every
-write in a segment's entries was acknowledged after the COMMIT of the
-previous segments' bases, and a segment is covered, and dropped, once a
-later segment's base is stable (:func:`needed`). The mirror starts a new
-segment at its first flush after each checkpoint
-(mirror/flushlog.py).
+newest version whose COMMIT came before its first entry's cut. The
+mirror starts a new segment at its first flush after each checkpoint
+(mirror/flushlog.py), so every write of the earlier segments was
+acknowledged before that COMMIT, and a segment is covered, and dropped,
+once a later segment's base is stable (:func:`needed`). A segment that
+grows past ``MAX_SEGMENT`` is followed by one with the same base,
+marked *rolled*: no COMMIT came between them, so it covers nothing
+(RADOS objects have a size limit, ``osd_max_object_size``, 128 MiB by
+default).
 
 After a take-over (its host lost), :func:`fold` seals the log (no
 append from the lost host succeeds from then on: backends/rados_log.py),
@@ -46,6 +49,9 @@ from blobcr_common import exception
 LOG = logging.getLogger(__name__)
 
 MAGIC = b'BWL1'
+# Bytes of entries after which the next entry opens a new segment: well
+# under the OSDs' object size limit (osd_max_object_size, 128 MiB).
+MAX_SEGMENT = 32 << 20
 # magic, crc32 (of what follows it), sequence, extents, entry length
 _HEADER = struct.Struct('<4sIQII')
 _EXTENT = struct.Struct('<QI')
@@ -89,23 +95,32 @@ def decode(blob, what='write log'):
     return entries
 
 
-def _base_key(base):
-    return -1 if base is None else base
+def _opening(value):
+    """A segment's index value: ``(base, by_commit)``. A segment opened
+    by a checkpoint's COMMIT is its base version (an int, or None before
+    any version); one opened because its predecessor was full is
+    ``{"base": b, "rolled": true}``: no COMMIT came between, so it
+    covers nothing before it.
+    """
+    if isinstance(value, dict):
+        return value.get('base'), not value.get('rolled')
+    return value, True
 
 
 def needed(segments, stable):
-    """The segments (``{segment: base}``) whose writes stable version
+    """The segments (``{segment: value}``) whose writes stable version
     ``stable`` (None: no version) may not hold, in order: a segment is
-    covered once a later segment's base is at or before ``stable`` (that
-    base's COMMIT came after every write of the earlier segments). The
-    last segment is never covered.
+    covered once a later segment opened by a COMMIT has its base at or
+    before ``stable`` (that COMMIT came after every write of the earlier
+    segments). The last segment is never covered.
     """
     order = sorted(segments)
     keep = []
     for k, segment in enumerate(order):
-        later = order[k + 1:]
         covered = stable is not None and any(
-            _base_key(segments[s]) <= stable for s in later)
+            by_commit and (base is None or base <= stable)
+            for base, by_commit in (_opening(segments[s])
+                                    for s in order[k + 1:]))
         if not covered:
             keep.append(segment)
     return keep

@@ -19,13 +19,15 @@ checkpoints and its host's loss.
 The model is the mirror's protocol without storage: blocks hold write
 numbers (later writes have larger ones), a flush cuts the blocks written
 since the last cut into an entry of the segment of the newest COMMIT
-(flushlog.py), versions turn stable or fail in order, trims drop what
-``covered`` says a stable version holds. At any point the host may be
+(flushlog.py), segments fill up and agents restart (then a rolled
+segment follows, with the same base), versions turn stable or fail in
+order, trims drop what ``covered`` says a stable version holds. At any point the host may be
 lost: the newest stable version with the ``needed`` segments replayed in
 order must hold, per block, the write flushed last or a later one.
 """
 
 from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 import pytest
 
@@ -34,6 +36,7 @@ from blobcr_agent.repository import writelog
 from blobcr_common import exception
 
 BLOCKS = 6
+UNKNOWN = object()
 
 
 def test_entries_round_trip_and_damage_is_refused():
@@ -80,7 +83,8 @@ class Model(object):
         self.owed = set()                # the core's log map
         self.segments = {}               # segment -> base
         self.entries = {}                # segment -> [{block: write}]
-        self.segment = self.segment_base = None
+        self.segment, self.segment_base = None, UNKNOWN
+        self.full = False
         self.next_segment = 1
         self.base = None                 # newest COMMIT
         self.versions = []               # [(number, content)] in flight
@@ -95,15 +99,27 @@ class Model(object):
     def flush(self):
         cut, self.owed = self.owed, set()
         if cut:
-            if self.segment is None or self.base != self.segment_base:
+            by_commit = self.segment_base is not UNKNOWN and \
+                self.base != self.segment_base
+            if self.segment is None or by_commit or self.full:
                 self.segment, self.segment_base = \
                     self.next_segment, self.base
                 self.next_segment += 1
-                self.segments[self.segment] = self.base
+                self.segments[self.segment] = self.base if by_commit \
+                    else {'base': self.base, 'rolled': True}
                 self.entries[self.segment] = []
+                self.full = False
             self.entries[self.segment].append(
                 {b: self.now[b] for b in cut})
         self.floor = list(self.now)
+
+    def fill(self):
+        """The current segment is full (writelog.MAX_SEGMENT)."""
+        self.full = True
+
+    def restart(self):
+        """The agent restarts: its log map survives, its segment not."""
+        self.segment, self.segment_base = None, UNKNOWN
 
     def commit(self):
         self.number += 1
@@ -142,9 +158,12 @@ steps = st.lists(st.one_of(
     st.tuples(st.just('write'), st.integers(0, BLOCKS - 1)),
     st.tuples(st.just('flush'), st.none()),
     st.tuples(st.just('commit'), st.none()),
-    st.tuples(st.just('persist'), st.booleans())), max_size=60)
+    st.tuples(st.just('persist'), st.booleans()),
+    st.tuples(st.just('fill'), st.none()),
+    st.tuples(st.just('restart'), st.none())), max_size=60)
 
 
+@settings(max_examples=1500)
 @given(steps)
 def test_a_lost_host_loses_no_flushed_write(walk):
     m = Model()
@@ -166,6 +185,9 @@ def test_a_lost_host_loses_no_flushed_write(walk):
 def test_the_rule_on_examples():
     # Segment 1 after no version, 2 after version 3, 3 after version 5.
     segments = {1: None, 2: 3, 3: 5}
+    # A rolled segment covers nothing before it.
+    assert writelog.needed({1: 3, 2: {'base': 3, 'rolled': True}}, 7) == \
+        [1, 2]
     assert writelog.needed(segments, None) == [1, 2, 3]
     assert writelog.needed(segments, 2) == [1, 2, 3]
     assert writelog.needed(segments, 3) == [2, 3]

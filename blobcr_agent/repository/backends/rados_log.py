@@ -21,7 +21,8 @@ Everything is in the replicated metadata pool:
 * ``wlog.IMAGE``, the log's index: omap key ``state`` is ``open:E``
   (writers of epoch E may append) or ``sealed:E`` (a take-over to
   epoch E closed it), and one key ``seg.NNNNNNNNNNNN`` per segment whose
-  value is the version its entries follow (JSON);
+  value is the version its entries follow (JSON; a dict for a segment
+  opened because its predecessor was full: writelog._opening);
 * ``wlog.IMAGE.NNNNNNNNNNNN``, a segment: entries appended whole, and
   its own omap ``state`` (``open:E`` or ``sealed``); and ``next``, a
   segment number after every sealed one, and ``tomb.N`` for each (they
@@ -133,13 +134,18 @@ class RadosWriteLog(object):
         return max(used + [int(omap.get(_NEXT, b'1')) - 1]) + 1
 
     def log_append(self, image, segment, data, epoch, base_version=None,
-                   new=False):
+                   new=False, rolled=False):
         """Append entry ``data`` to ``segment`` as a writer of ``epoch``;
-        ``new``: register the segment first (after ``base_version``) and
-        create it. Raises Fenced once the log is sealed.
+        ``new``: register the segment first (after ``base_version``;
+        ``rolled``: opened because the previous one was full, not by a
+        COMMIT, see writelog.py) and create it. Raises Fenced once the log
+        is sealed.
         """
         if new:
-            self._log_register(image, segment, base_version, epoch)
+            self._log_register(
+                image, segment,
+                {'base': base_version, 'rolled': True} if rolled
+                else base_version, epoch)
         oid = _segment_oid(image, segment)
         with rados.WriteOpCtx() as op:
             if new:
@@ -161,13 +167,13 @@ class RadosWriteLog(object):
                     'segment %d of the write log of %s is gone'
                     % (segment, image))
 
-    def _log_register(self, image, segment, base_version, epoch):
+    def _log_register(self, image, segment, value, epoch):
         oid = _index_oid(image)
         for _ in range(3):
             with rados.WriteOpCtx() as op:
                 op.omap_cmp(_STATE, _open(epoch))
                 self._meta.set_omap(op, (_segment_key(segment),),
-                                    (json.dumps(base_version).encode(),))
+                                    (json.dumps(value).encode(),))
                 try:
                     self._log_op(oid, op, image)
                     return
