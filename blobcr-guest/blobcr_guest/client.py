@@ -59,11 +59,17 @@ class CheckpointClient(object):
     ``signature`` the Neutron metadata signature of the instance id.
     Without either, a 401 is what to expect unless a metadata proxy on
     the way adds them.
+
+    ``refresh``: a function that reads vendordata again (its ``blobcr``
+    entry), for a fresh token once the proxy refuses the one held (401:
+    tokens expire and are bound to the instance's host) or once it says
+    it has expired; the request is then sent again, once, if the token
+    found is another one of this instance.
     """
 
     def __init__(self, endpoint=config.DEFAULT_ENDPOINT, instance_id=None,
                  token=None, signature=None, timeout=60.0, retries=3,
-                 backoff=1.0, max_backoff=10.0):
+                 backoff=1.0, max_backoff=10.0, refresh=None):
         url = urllib.parse.urlsplit(endpoint)
         if url.scheme not in ('http', 'https') or not url.hostname:
             raise ValueError('endpoint must be an http(s) URL: %r'
@@ -77,6 +83,7 @@ class CheckpointClient(object):
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.refresh = refresh
 
     @classmethod
     def from_environment(cls, endpoint=None, instance_id=None, token=None,
@@ -88,6 +95,7 @@ class CheckpointClient(object):
         found = config.discover(endpoint=endpoint, instance_id=instance_id,
                                 token=token, signature=signature,
                                 config_path=config_path, warn=warn)
+        kwargs.setdefault('refresh', config.refresher())
         return cls(found.endpoint, found.instance_id, found.token,
                    found.signature, **kwargs)
 
@@ -188,8 +196,43 @@ class CheckpointClient(object):
             headers['X-Instance-ID-Signature'] = self.signature
         return headers
 
+    def _renew_token(self):
+        """Read vendordata again; True if it gave another token of this
+        instance (now held), False otherwise (nothing changes).
+        """
+        if self.refresh is None or not self.token:
+            return False
+        entry = self.refresh() or {}
+        token, instance = entry.get('token'), entry.get('instance_id')
+        if not isinstance(token, str) or not token or token == self.token:
+            return False
+        if instance != self.instance_id:
+            return False        # another instance's, or none named
+        self.token = token
+        return True
+
     def _request(self, method, path, body=None):
-        """One call, retried politely while the proxy says 429."""
+        """One call, retried politely while the proxy says 429, and
+        once with a fresh token if the one held was refused.
+        """
+        if config.expired(self.token):
+            self._renew_token()
+        status, reply = self._exchange(method, path, body)
+        if status == 401 and self._renew_token():
+            status, reply = self._exchange(method, path, body)
+        if 200 <= status < 300 and isinstance(reply, dict):
+            return reply
+        if isinstance(reply, dict) and isinstance(reply.get('error'), str):
+            message = reply['error']
+        elif 200 <= status < 300:
+            status, message = 502, 'the proxy sent no JSON object'
+        else:
+            message = 'the proxy answered %d %s' % (
+                status, http.client.responses.get(status, ''))
+        raise exception.CheckpointError(status, message)
+
+    def _exchange(self, method, path, body):
+        """``(status, reply)`` of one call, retried while 429."""
         payload = None
         headers = self._headers()
         if body is not None:
@@ -206,16 +249,7 @@ class CheckpointClient(object):
                 delay = min(delay * 2, self.max_backoff)
                 continue
             break
-        if 200 <= status < 300 and isinstance(reply, dict):
-            return reply
-        if isinstance(reply, dict) and isinstance(reply.get('error'), str):
-            message = reply['error']
-        elif 200 <= status < 300:
-            status, message = 502, 'the proxy sent no JSON object'
-        else:
-            message = 'the proxy answered %d %s' % (
-                status, http.client.responses.get(status, ''))
-        raise exception.CheckpointError(status, message)
+        return status, reply
 
     def _send(self, method, path, headers, payload):
         url = self._url

@@ -30,6 +30,12 @@ Each setting comes from the first source that has it, in this order:
 
 The endpoint defaults to the link-local metadata address.
 
+A token is good for a while only, and only on the host that runs the
+instance (it names neither: ``2.<expires>.<MAC>``, the host is in the
+MAC): once the agent refuses it (a 401: it expired, the instance moved,
+the secret was rotated), the client reads vendordata again
+(:func:`refresher`) and retries once with the token found there.
+
 A file that exists but cannot be used (unreadable, not JSON, not an
 object) is an error only when arguments and environment leave a setting
 to find (the endpoint, the instance id, or a token or signature);
@@ -40,7 +46,9 @@ import collections
 import http.client
 import json
 import os
+import re
 import sys
+import time
 import urllib.parse
 
 from blobcr_guest import exception
@@ -59,6 +67,37 @@ ENV = {'endpoint': 'BLOBCR_ENDPOINT',
 
 Credentials = collections.namedtuple('Credentials',
                                      FIELDS + ('sources',))
+# A token's expiry, as blobcr-vendordata writes it (blobcr_common/auth.py).
+_EXPIRES = re.compile(r'^2\.([0-9]{1,12})\.')
+
+
+def metadata_url(environ=None):
+    """Where vendordata is read: ``BLOBCR_METADATA_URL``, else the
+    metadata service; '' for never.
+    """
+    environ = os.environ if environ is None else environ
+    return environ.get('BLOBCR_METADATA_URL', METADATA_URL)
+
+
+def expired(token, now=None):
+    """Whether ``token`` says it expired (by this guest's clock, which
+    may be off: the agent's word is the one that counts). A token of
+    another form never says so.
+    """
+    match = _EXPIRES.match(token or '')
+    return bool(match) and int(match.group(1)) <= (
+        time.time() if now is None else now)
+
+
+def refresher(environ=None):
+    """A function that reads vendordata again, returning its ``blobcr``
+    entry ({} if none), or None when there is no metadata service to
+    ask.
+    """
+    url = metadata_url(environ)
+    if not url:
+        return None
+    return lambda: vendordata(url)
 
 
 def discover(endpoint=None, instance_id=None, token=None, signature=None,
@@ -92,7 +131,7 @@ def discover(endpoint=None, instance_id=None, token=None, signature=None,
                         'give every setting)' % e)
     if 'instance_id' not in found or not ({'token', 'signature'} &
                                           set(found)):
-        url = environ.get('BLOBCR_METADATA_URL', METADATA_URL)
+        url = metadata_url(environ)
         if url:
             take(vendordata(url), url)
     if 'endpoint' not in found:

@@ -25,25 +25,34 @@ for the target named ``blobcr``::
     {"endpoint": "<[vendordata] endpoint_url>",
      "instance_id": "<instance-id>",
      "project_id": "<project-id>",
-     "token": "<HMAC-SHA256(token_secret, instance-id), hex>"}
+     "token": "2.<expires>.<hex MAC>"}
 
 which is what the guest's ``blobcr-checkpoint`` reads there
 (blobcr_guest/config.py) and what the agent's checkpoint endpoint checks
 (blobcr_common/auth.py, ``[proxy] host_secret`` = ``token_secret``).
 
-Nova does not say which host runs the instance, so the endpoint is one
-URL for all: by default the metadata address, which each compute host's
-network forwards to its own agent (doc/source/nova.rst). The token
-proves the instance id only; the agent of the host answers only for
+The token is good for that instance, on the host that runs it, for
+``[vendordata] token_lifetime`` seconds. Nova's request does not say
+which host runs the instance: the service asks Nova's API
+(``[nova]``, ``OS-EXT-SRV-ATTR:host`` of ``GET /servers/{id}``) at each
+request, and answers nothing unless Nova has the instance, in the
+project the request names, on a host (404/409; 503 when Nova's API
+cannot be asked). The endpoint stays one URL for all: by default the
+metadata address, which each compute host's network forwards to its own
+agent (doc/source/nova.rst). The agent of the host answers only for
 instances it hosts and takes their project (the scope of their groups)
 from its own records, never from the guest.
 
 keystonemiddleware's auth_token sits in front (``[keystone_authtoken]``):
 no token or an invalid one gets 401. Behind it, a token must be
-confirmed and carry one of ``[vendordata] allowed_roles`` (Nova's
-service user), else 403: any user of the cloud could otherwise fetch
-the token of any instance. Bad requests get 400/404/405/411/413; every
-error is a JSON ``{"error": ...}``.
+confirmed, carry one of ``[vendordata] allowed_roles`` and be of one of
+``allowed_users`` (Nova's ``[vendordata_dynamic_auth]`` user, by id, or
+by name in ``allowed_user_domain``), else 403. Nova calls with its own
+service token, not the guest's owner's, so who may fetch tokens is
+Nova's user and nobody else: with a role alone (``service``) every
+service account of the cloud could fetch the token of any instance
+(issue 54, finding 6). Bad requests get 400/404/405/411/413; every error
+is a JSON ``{"error": ...}``.
 
 Run it with ``blobcr-vendordata --config-file
 /etc/blobcr/nova-vendordata.conf`` (a threaded WSGI server of the
@@ -58,14 +67,17 @@ import signal
 import socketserver
 import sys
 import threading
+import time
 from wsgiref import simple_server
 
+from keystoneauth1 import loading as ks_loading
 from keystonemiddleware import auth_token
 from oslo_config import cfg
 from oslo_log import log as oslo_log
 
 from blobcr_common import auth
 from blobcr_common import exception as agent_exception
+from blobcr_nova import authority
 from blobcr_nova import conf as nova_conf
 
 LOG = oslo_log.getLogger(__name__)
@@ -74,9 +86,10 @@ DEFAULT_CONFIG = '/etc/blobcr/nova-vendordata.conf'
 CONFIG_ENV = 'BLOBCR_VENDORDATA_CONFIG'
 _STATUS = {200: '200 OK', 400: '400 Bad Request', 401: '401 Unauthorized',
            403: '403 Forbidden', 404: '404 Not Found',
-           405: '405 Method Not Allowed', 411: '411 Length Required',
-           413: '413 Payload Too Large',
-           500: '500 Internal Server Error'}
+           405: '405 Method Not Allowed', 409: '409 Conflict',
+           411: '411 Length Required', 413: '413 Payload Too Large',
+           500: '500 Internal Server Error',
+           503: '503 Service Unavailable'}
 
 
 class RequestError(Exception):
@@ -89,17 +102,34 @@ class VendordataApp(object):
     """The WSGI application behind keystonemiddleware (see module doc)."""
 
     def __init__(self, token_secret, endpoint_url, allowed_roles=('service',),
-                 max_body=262144):
+                 max_body=262144, allowed_users=('nova',),
+                 allowed_user_domain='Default',
+                 token_lifetime=auth.DEFAULT_LIFETIME, nova=None,
+                 clock=time.time):
+        """``nova``: asked ``server(instance id)`` (an
+        authority.Authority, or what answers as it does).
+        """
         if not token_secret:
             raise ValueError('[vendordata] token_secret is required')
         if not endpoint_url:
             raise ValueError('[vendordata] endpoint_url is required')
-        self.authenticator = auth.Authenticator(host_secret=token_secret)
+        self.token_secret = token_secret
         self.endpoint_url = endpoint_url
         self.allowed_roles = {r.strip().lower() for r in allowed_roles
                               if r.strip()}
         if not self.allowed_roles:
             raise ValueError('[vendordata] allowed_roles: at least one role')
+        self.allowed_users = {u.strip() for u in allowed_users if u.strip()}
+        if not self.allowed_users:
+            raise ValueError('[vendordata] allowed_users: at least one '
+                             'user (Nova\'s [vendordata_dynamic_auth] one)')
+        self.allowed_user_domain = allowed_user_domain
+        if nova is None:
+            raise ValueError('Nova\'s API is needed ([nova]): a token is '
+                             'made for the host that runs the instance')
+        self.nova = nova
+        self.token_lifetime = int(token_lifetime)
+        self.clock = clock
         self.max_body = max_body
 
     def __call__(self, environ, start_response):
@@ -126,14 +156,25 @@ class VendordataApp(object):
                                     '[vendordata_dynamic_auth] user)')
         roles = {r.strip().lower() for r in
                  environ.get('HTTP_X_ROLES', '').split(',')}
-        user = environ.get('HTTP_X_USER_NAME') or \
-            environ.get('HTTP_X_USER_ID') or '?'
+        user_id = environ.get('HTTP_X_USER_ID') or ''
+        name = environ.get('HTTP_X_USER_NAME') or ''
+        domains = {environ.get('HTTP_X_USER_DOMAIN_NAME'),
+                   environ.get('HTTP_X_USER_DOMAIN_ID')} - {None, ''}
+        user = '%s (%s, domain %s)' % (name or '?', user_id or '?',
+                                       '/'.join(sorted(domains)) or '?')
         if not roles & self.allowed_roles:
             LOG.warning('vendordata refused to user %s: none of the roles '
                         '%s', user, ', '.join(sorted(self.allowed_roles)))
             raise RequestError(403, 'forbidden: the caller has none of the '
                                     'roles %s' % ', '.join(
                                         sorted(self.allowed_roles)))
+        if not (user_id in self.allowed_users or
+                (name in self.allowed_users and
+                 self.allowed_user_domain in domains)):
+            LOG.warning('vendordata refused to user %s: not one of '
+                        '[vendordata] allowed_users (Nova\'s user)', user)
+            raise RequestError(403, 'forbidden: only Nova\'s vendordata '
+                                    'user may fetch instance tokens')
         return user
 
     def _body(self, environ):
@@ -173,29 +214,89 @@ class VendordataApp(object):
                 not auth.INSTANCE_ID.fullmatch(instance):
             raise RequestError(400, 'instance-id: 1-64 printable ASCII '
                                     'characters')
+        if not authority.UUID.match(instance):
+            raise RequestError(400, 'instance-id: not a UUID (Nova\'s '
+                                    'instance ids are)')
         if project is None or project == '':
             raise RequestError(400, 'project-id is required')
         try:
             auth.check_project(project)
         except agent_exception.InvalidInput as e:
             raise RequestError(400, str(e))
-        LOG.info('vendordata: credentials of instance %s (project %s) for '
-                 '%s', instance, project, user)
+        host = self._host_of(instance, project)
+        expires = int(self.clock()) + self.token_lifetime
+        LOG.info('vendordata: credentials of instance %s (project %s) on '
+                 'host %s until %d for %s', instance, project, host,
+                 expires, user)
         return {'endpoint': self.endpoint_url,
                 'instance_id': instance,
                 'project_id': project,
-                'token': self.authenticator.token_for(instance)}
+                'token': auth.make_token(self.token_secret, instance, host,
+                                         expires)}
+
+    def _host_of(self, instance, project):
+        """The host Nova runs ``instance`` on, as Nova's API says (never
+        the request); a RequestError unless Nova has it, in ``project``,
+        on a host.
+        """
+        try:
+            server = self.nova.server(instance)
+        except authority.Refused as e:
+            LOG.warning('vendordata: Nova\'s API could not be asked about '
+                        'instance %s: %s', instance, e)
+            raise RequestError(503, 'Nova\'s API could not be asked where '
+                                    'the instance runs')
+        if server is None or server.deleted:
+            raise RequestError(404, 'Nova has no instance %s' % instance)
+        if server.project != project:
+            LOG.warning('vendordata: instance %s is of project %s for Nova\'s '
+                        'API, not %s as asked', instance, server.project,
+                        project)
+            raise RequestError(409, 'the instance is not of project %s'
+                               % project)
+        if not server.host:
+            raise RequestError(409, 'the instance runs on no host')
+        return server.host
+
+
+def nova_api(conf):
+    """Nova's API as ``[nova]`` of ``conf`` reaches it (an
+    authority.Authority; Cinder is never asked here).
+    """
+    plugin = ks_loading.load_auth_from_conf_options(
+        conf, authority.NOVA_GROUP)
+    if plugin is None:
+        raise ValueError('[%s] auth_type is not set: blobcr-vendordata asks '
+                         'Nova\'s API which host runs an instance (an '
+                         'admin, such as Nova\'s own service user)'
+                         % authority.NOVA_GROUP)
+    session = ks_loading.load_session_from_conf_options(
+        conf, authority.NOVA_GROUP, auth=plugin)
+    return authority.Authority(ks_loading.load_adapter_from_conf_options(
+        conf, authority.NOVA_GROUP, session=session), None)
+
+
+def application(conf):
+    """:class:`VendordataApp` for ``conf`` (a ConfigOpts already
+    loaded), without Keystone's middleware.
+    """
+    nova_conf.register_opts(conf)
+    options = conf.vendordata
+    # Without a secret, that is what the refusal names first.
+    nova = nova_api(conf) if options.token_secret else None
+    return VendordataApp(
+        options.token_secret, options.endpoint_url, options.allowed_roles,
+        options.max_body, allowed_users=options.allowed_users,
+        allowed_user_domain=options.allowed_user_domain,
+        token_lifetime=options.token_lifetime, nova=nova)
 
 
 def make_app(conf):
     """The WSGI application for ``conf`` (a ConfigOpts already loaded):
     keystonemiddleware's auth_token around :class:`VendordataApp`.
     """
-    nova_conf.register_opts(conf)
-    options = conf.vendordata
-    app = VendordataApp(options.token_secret, options.endpoint_url,
-                        options.allowed_roles, options.max_body)
-    return auth_token.AuthProtocol(app, {'oslo_config_config': conf})
+    return auth_token.AuthProtocol(application(conf),
+                                   {'oslo_config_config': conf})
 
 
 def load_conf(args=None, default_config_files=None):

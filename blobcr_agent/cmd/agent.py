@@ -67,8 +67,14 @@ def _start_proxy(conf, manager):
         LOG.warning('guest endpoint off: set [proxy] host_secret or '
                     'metadata_proxy_shared_secret')
         return None
+    if conf.proxy.previous_host_secrets and not conf.proxy.host_secret:
+        LOG.warning('[proxy] previous_host_secrets without host_secret: '
+                    'ignored (no token is accepted)')
     authenticator = auth.Authenticator(
-        conf.proxy.host_secret, conf.proxy.metadata_proxy_shared_secret)
+        conf.proxy.host_secret, conf.proxy.metadata_proxy_shared_secret,
+        host=conf.agent.host,
+        previous_secrets=conf.proxy.previous_host_secrets
+        if conf.proxy.host_secret else ())
     proxy = proxy_server.CheckpointProxy(
         authenticator, GuestOperations(manager), rate=conf.proxy.rate,
         burst=conf.proxy.burst,

@@ -218,9 +218,21 @@ proxy_opts = [
                 help='TCP port of the endpoint (0: any free port, '
                      'written to <state_path>/proxy.port).'),
     cfg.StrOpt('host_secret', secret=True,
-               help='Secret of this host for per-instance tokens: a guest '
-                    'presents HMAC-SHA256(host_secret, instance id), '
-                    'handed out by Nova vendordata.'),
+               help='The secret per-instance tokens are signed with: '
+                    'blobcr-vendordata\'s [vendordata] token_secret. A '
+                    'token (handed to the guest through Nova vendordata) '
+                    'is good for one instance, on the host whose [agent] '
+                    'host it was made for (the name Nova knows this host '
+                    'by: its nova-compute\'s [DEFAULT] host), until it '
+                    'expires. Clocks must agree (NTP).'),
+    cfg.ListOpt('previous_host_secrets', default=[], secret=True,
+                help='Secrets that signed tokens before host_secret, '
+                     'still accepted: to rotate the secret, set the new '
+                     'one as host_secret and the old one here on every '
+                     'agent, then as [vendordata] token_secret; remove it '
+                     'from here once the tokens it signed have expired '
+                     '([vendordata] token_lifetime, plus Nova\'s [api] '
+                     'metadata_cache_expiration).'),
     cfg.StrOpt('metadata_proxy_shared_secret', secret=True,
                help='The secret Neutron\'s metadata proxy signs '
                     'X-Instance-ID with (same as Nova\'s [neutron] '

@@ -78,6 +78,7 @@ from blobcr_lab.metadata_front import vendordata_answer
 
 DIRECT_PORT = 8775
 SECRET, META = 'bench-host-secret', 'bench-metadata-secret'
+HOST = 'bench-host'                 # the agent's [agent] host
 
 # The relay, a process of its own: prints its port, serves until stdin
 # closes.
@@ -258,7 +259,8 @@ def main(argv=None):
         os.makedirs(os.path.join(scratch, 'agent'))
         agent = agents.AgentProcess(os.path.join(scratch, 'agent'),
                                     repo.backend, {
-            'agent': {'libvirt_uri': lv.uri, 'quiesce': 'none'},
+            'agent': {'libvirt_uri': lv.uri, 'quiesce': 'none',
+                      'host': HOST},
             # The per-instance limit (1 checkpoint/s, burst 5) off: the
             # guest asks back to back.
             'proxy': {'host_secret': SECRET,
@@ -268,7 +270,8 @@ def main(argv=None):
         instance, project = str(uuid.uuid4()), uuid.uuid4().hex
         path = agent.client.call('attach', image='data', instance=instance,
                                  project=project)['path']
-        document = {'blobcr': vendordata_answer(instance, project, SECRET)}
+        document = {'blobcr': vendordata_answer(instance, project, SECRET,
+                                                HOST)}
         relay = subprocess.Popen(
             [sys.executable, '-c', RELAY, json.dumps({
                 'document': document, 'agent_port': agent.proxy_port(),

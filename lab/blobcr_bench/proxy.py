@@ -105,7 +105,9 @@ def run(repo, backend_args, args, log):
         api = rpc_api.AgentAPI(transport_url=url, timeout=60)
         api.status(host)                 # the RPC server is up
         token = {'X-Instance-ID': instance,
-                 'X-BlobCR-Token': auth.sign('bench', instance)}
+                 'X-BlobCR-Token': auth.Authenticator(
+                     'bench', host=host).token_for(instance,
+                                                   lifetime=86400)}
         endpoint = _Endpoint(agent.proxy_port(), token)
         fd = os.open(path, os.O_RDWR)
         counter = [0]

@@ -67,6 +67,7 @@ from blobcr_bench import common
 from blobcr_bench import scale_cinder
 from blobcr_bench import scale_model
 from blobcr_bench import scale_vm
+from blobcr_common import auth
 from blobcr_common.rpc import api as rpc_api
 from blobcr_lab import agent_rpc
 from blobcr_lab import agents
@@ -200,8 +201,13 @@ class VM(object):
         self.version = None
 
 
-def _vm_process(host, argv):
-    env = dict(os.environ, BLOBCR_HOST_SECRET=SECRET)
+def _vm_process(host, argv, token=None):
+    """A rank on ``host``; ``token``: its instance's, for the host's
+    guest endpoint (as blobcr-vendordata would hand it out).
+    """
+    env = dict(os.environ)
+    if token:
+        env['BLOBCR_TOKEN'] = token
     return subprocess.Popen(host.python('blobcr_bench.scale_vm', *argv),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env)
@@ -378,11 +384,15 @@ def checkpoint_phase(cluster, vms, args, label, log):
         for vm in vms:
             argv = common_argv + ['--path', vm.path, '--seed',
                                   str(vm.seed)]
+            token = None
             if with_group:
                 argv += ['--endpoint', cluster.endpoint(vm.run_host),
                          '--instance', vm.instance, '--group', label,
                          '--members', str(len(vms))]
-            procs.append(_vm_process(vm.run_host, argv))
+                token = auth.Authenticator(
+                    SECRET, host=cluster.name(vm.run_host)).token_for(
+                        vm.instance, lifetime=86400)
+            procs.append(_vm_process(vm.run_host, argv, token))
         return _results(procs)
 
     log('M=%d %s: baseline (no checkpoint)' % (len(vms), label))

@@ -41,7 +41,6 @@ per read with ``--think-ms`` between reads. Prints the seconds it took.
 
 import argparse
 import hashlib
-import hmac
 import http.client
 import json
 import os
@@ -69,13 +68,12 @@ def layout(size):
 class Endpoint(object):
     """The host's guest endpoint, with this instance's credentials."""
 
-    def __init__(self, url, instance, secret):
+    def __init__(self, url, instance, token):
         host, _, port = url.split('//', 1)[1].rpartition(':')
         self.host, self.port = host, int(port)
         self.headers = {
             'X-Instance-ID': instance,
-            'X-BlobCR-Token': hmac.new(secret.encode(), instance.encode(),
-                                       hashlib.sha256).hexdigest(),
+            'X-BlobCR-Token': token,
             'Content-Type': 'application/json'}
 
     def request(self, method, path, body=None, busy=None):
@@ -140,7 +138,7 @@ def run(args):
     rng = random.Random(args.seed)
     where = layout(args.size)
     endpoint = Endpoint(args.endpoint, args.instance,
-                        os.environ['BLOBCR_HOST_SECRET']) \
+                        os.environ['BLOBCR_TOKEN']) \
         if args.group else None
     fd = os.open(args.path, os.O_RDWR)
     result = {'iterations': [], 'checkpoints': []}

@@ -26,6 +26,7 @@ import threading
 
 from blobcr_common import auth
 from blobcr_lab import guest_vm
+from blobcr_nova import authority
 from blobcr_nova import vendordata
 
 
@@ -96,11 +97,31 @@ class MetadataFront(object):
         self.server.server_close()
 
 
-def vendordata_answer(instance, project, secret):
-    """blobcr-vendordata's application asked as Nova asks it (its Keystone
-    check is tested in tests/integration/test_nova_vendordata.py).
+class _Nova(object):
+    """Nova's API as blobcr-vendordata asks it: ``instance`` of
+    ``project`` runs on ``host``.
     """
-    app = vendordata.VendordataApp(secret, 'http://%s' % guest_vm.METADATA_IP)
+
+    def __init__(self, instance, project, host):
+        self.record = {'id': instance, 'tenant_id': project,
+                       'OS-EXT-SRV-ATTR:host': host,
+                       'OS-EXT-STS:vm_state': 'active'}
+
+    def server(self, instance):
+        if instance != self.record['id']:
+            return None
+        return authority.Server(self.record)
+
+
+def vendordata_answer(instance, project, secret, host):
+    """blobcr-vendordata's application asked as Nova asks it, by Nova's
+    user, for ``instance`` (of ``project``) running on ``host`` (the
+    ``[agent] host`` of its agent): its Keystone check is tested in
+    tests/integration/test_nova_vendordata.py, its question to Nova's API
+    in tests/unit/test_nova_vendordata.py.
+    """
+    app = vendordata.VendordataApp(secret, 'http://%s' % guest_vm.METADATA_IP,
+                                   nova=_Nova(instance, project, host))
     body = json.dumps({'instance-id': instance,
                        'project-id': project}).encode()
     got = []
@@ -108,7 +129,8 @@ def vendordata_answer(instance, project, secret):
                    'CONTENT_LENGTH': str(len(body)),
                    'wsgi.input': io.BytesIO(body),
                    'HTTP_X_IDENTITY_STATUS': 'Confirmed',
-                   'HTTP_X_ROLES': 'service'},
+                   'HTTP_X_ROLES': 'service', 'HTTP_X_USER_NAME': 'nova',
+                   'HTTP_X_USER_DOMAIN_NAME': 'Default'},
                   lambda status, headers: got.append(status))
     if got != ['200 OK']:
         raise RuntimeError('blobcr-vendordata answered %s' % got)

@@ -135,7 +135,7 @@ def test_manage_commands_drive_the_agent(image, agent_factory, tmp_path):
 
 def test_sigterm_drains_persists_and_restart_picks_up(image, agent_factory):
     repo, image_id, base = image
-    settings = {'agent': {'quiesce': 'none'},
+    settings = {'agent': {'quiesce': 'none', 'host': 'host-1'},
                 'proxy': {'host_secret': 'hs'}}
     agent = agent_factory(repo.backend, settings)
     path = agent.client.call('attach', image=image_id,
@@ -159,7 +159,9 @@ def test_sigterm_drains_persists_and_restart_picks_up(image, agent_factory):
     port = agent.proxy_port()
     conn = http.client.HTTPConnection('127.0.0.1', port, timeout=30)
     conn.request('POST', '/v1/checkpoint', headers={
-        'X-Instance-ID': 'vm-1', 'X-BlobCR-Token': auth.sign('hs', 'vm-1')})
+        'X-Instance-ID': 'vm-1',
+        'X-BlobCR-Token': auth.Authenticator('hs', host='host-1').token_for(
+            'vm-1')})
     reply = conn.getresponse()
     # The next version after the one persisted (the reservation made
     # before the stop ended failed: one number may be skipped).

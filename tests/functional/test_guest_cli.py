@@ -16,7 +16,9 @@
 real blobcr-agent process (its mirror, its proxy) over 127.0.0.1: what
 was written before the command is in the version it prints, --wait-stable
 returns once the version is stable, forged or foreign requests exit
-non-zero with the proxy's message and commit nothing.
+non-zero with the proxy's message and commit nothing, a token the agent
+refuses (expired, made for another host or under a retired secret) is
+replaced by a fresh one from vendordata.
 """
 
 import glob
@@ -34,16 +36,18 @@ from blobcr_agent.repository import repository
 from blobcr_common import auth
 import blobcr_guest
 from blobcr_lab.agent_rpc import committed
+from tests.unit.test_nova_vendordata import serve_vendor_data2
 
 CHUNK = 64 * 1024
 # The directory holding the guest package (its distribution's).
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(
     blobcr_guest.__file__)))
 COMMAND = os.path.join(os.path.dirname(sys.executable), 'blobcr-checkpoint')
+HOST = 'host-a'
 SETTINGS = {'proxy': {'host_secret': 'host-secret',
                       'metadata_proxy_shared_secret': 'neutron-secret',
                       'rate': '5', 'burst': '10'},
-            'agent': {'quiesce': 'none'}}
+            'agent': {'quiesce': 'none', 'host': HOST}}
 
 
 @pytest.fixture
@@ -62,8 +66,10 @@ def setup(backend_factory, agent_factory):
     repo.close()
 
 
-def token(instance):
-    return auth.Authenticator('host-secret').token_for(instance)
+def token(instance, host=HOST, secret='host-secret', lifetime=600):
+    """What blobcr-vendordata hands out for ``instance`` on ``host``."""
+    return auth.make_token(secret, instance, host,
+                           int(time.time()) + lifetime)
 
 
 def run(args, env=None, command=(COMMAND,), cwd=None):
@@ -137,6 +143,71 @@ def test_forged_and_foreign_requests_exit_non_zero_and_commit_nothing(
         assert result.stdout == ''
         assert result.stderr == 'blobcr-checkpoint: error: %s\n' % message
     assert {i: versions(repo, i) for i in images.values()} == before
+
+
+@pytest.mark.parametrize('how', ['--token', 'BLOBCR_TOKEN', 'file'])
+def test_a_refused_token_is_replaced_from_vendordata(setup, tmp_path, how):
+    """Finding 6 of issue 54: tokens now expire and are bound to a host,
+    so a guest's token goes stale (its lifetime, a migration, a secret
+    rotated). Refused (401), the command reads vendor_data2.json again
+    and retries once with the fresh token; a stale token that is
+    expired by its own date is replaced before it is even sent.
+    """
+    repo, images, _, endpoint = setup
+    document = {'blobcr': {'endpoint': endpoint, 'instance_id': 'vm-a',
+                           'token': token('vm-a')}}
+    metadata = serve_vendor_data2(document)
+    url = 'http://127.0.0.1:%d/openstack/latest/vendor_data2.json' % \
+        metadata.server_port
+    try:
+        stale = [token('vm-a', lifetime=-60),               # expired
+                 token('vm-a', host='host-b'),              # migrated
+                 token('vm-a', secret='retired-secret'),    # rotated
+                 auth.sign('host-secret', 'vm-a')]          # old form
+        for number, old in enumerate(stale, start=2):
+            env = {'BLOBCR_METADATA_URL': url}
+            args = ['--endpoint', endpoint, '--instance-id', 'vm-a',
+                    '--json']
+            if how == '--token':
+                args += ['--token', old]
+            elif how == 'BLOBCR_TOKEN':
+                env['BLOBCR_TOKEN'] = old
+            else:
+                conf = str(tmp_path / 'guest.json')
+                with open(conf, 'w') as f:
+                    json.dump({'endpoint': endpoint, 'instance_id': 'vm-a',
+                               'token': old}, f)
+                env['BLOBCR_GUEST_CONFIG'] = conf
+                args = ['--json']
+            asked = len(metadata.asked)
+            result = run(args, env=env)
+            assert result.returncode == 0, (old, result.stderr)
+            assert json.loads(result.stdout)['version'] == number
+            assert len(metadata.asked) == asked + 1
+        # Vendordata has nothing better: refused, once, with the
+        # agent's message.
+        document['blobcr']['token'] = stale[2]
+        asked = len(metadata.asked)
+        result = run(['--endpoint', endpoint, '--instance-id', 'vm-a',
+                      '--token', stale[2]], env={'BLOBCR_METADATA_URL': url})
+        assert result.returncode == 3, result
+        assert 'HTTP 401' in result.stderr
+        assert len(metadata.asked) == asked + 1
+        # Vendordata's token is another instance's: not taken.
+        document['blobcr'].update(instance_id='vm-b', token=token('vm-b'))
+        result = run(['--endpoint', endpoint, '--instance-id', 'vm-a',
+                      '--token', stale[2]], env={'BLOBCR_METADATA_URL': url})
+        assert result.returncode == 3, result
+    finally:
+        metadata.shutdown()
+        metadata.server_close()
+    # The refused requests committed nothing (the last version may
+    # still be on its way to stable).
+    deadline = time.monotonic() + 60
+    while versions(repo, images['vm-a']) != [1, 2, 3, 4, 5]:
+        assert time.monotonic() < deadline, versions(repo, images['vm-a'])
+        time.sleep(0.1)
+    assert versions(repo, images['vm-b']) == [1]
 
 
 def test_a_group_checkpoint_of_two_vms(setup):

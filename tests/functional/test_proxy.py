@@ -13,16 +13,19 @@
 #    under the License.
 
 """The guest checkpoint endpoint of a real blobcr-agent process, over
-HTTP on 127.0.0.1: authentication both ways, refusals that commit
-nothing, limits, global (group) checkpoints that show a guest only
-counts, and junk (bodies, framing headers, random header bytes) that
-never gets a 5xx nor commits anything.
+HTTP on 127.0.0.1: authentication both ways (a token good for its
+instance, on its host, until it expires, under the current or a
+previous secret), refusals that commit nothing, limits, global (group)
+checkpoints that show a guest only counts, and junk (bodies, framing
+headers, random header bytes) that never gets a 5xx nor commits
+anything.
 
 The connection caps and timeouts are tested on a CheckpointProxy run in
 this process with a stub agent (at the end): the handler threads they
 bound can only be counted in-process.
 """
 
+import configparser
 import http.client
 import json
 import os
@@ -43,12 +46,20 @@ from blobcr_common import exception
 from blobcr_lab.agent_rpc import committed
 
 CHUNK = 64 * 1024
-
+HOST = 'host-a'
 
 SETTINGS = {'proxy': {'host_secret': 'host-secret',
                       'metadata_proxy_shared_secret': 'neutron-secret',
                       'rate': '0.5', 'burst': '3'},
-            'agent': {'quiesce': 'none'}}
+            'agent': {'quiesce': 'none', 'host': HOST}}
+
+
+def token(instance, host=HOST, secret='host-secret', lifetime=600):
+    """What blobcr-vendordata hands out for ``instance`` running on
+    ``host``, good for ``lifetime`` seconds from now.
+    """
+    return auth.make_token(secret, instance, host,
+                           int(time.time()) + lifetime)
 
 
 @pytest.fixture
@@ -62,7 +73,8 @@ def setup(backend_factory, agent_factory):
     agent = agent_factory(repo.backend, SETTINGS)
     for instance, image in images.items():
         agent.client.call('attach', image=image, instance=instance)
-    authenticator = auth.Authenticator('host-secret', 'neutron-secret')
+    authenticator = auth.Authenticator('host-secret', 'neutron-secret',
+                                       host=HOST)
     yield repo, images, authenticator, agent.proxy_port(), agent
     repo.close()
 
@@ -105,18 +117,26 @@ def test_token_and_metadata_signature(setup):
     ({'X-Instance-ID': 'vm-a'}, 401),
     ({'X-Instance-ID': 'vm-a', 'X-BlobCR-Token': 'f' * 64}, 401),
     ({'X-Instance-ID': 'vm-a',          # vm-b's valid token
-      'X-BlobCR-Token': auth.sign('host-secret', 'vm-b')}, 401),
+      'X-BlobCR-Token': token('vm-b')}, 401),
     ({'X-Instance-ID': 'vm-a',          # signed with the wrong secret
       'X-Instance-ID-Signature': auth.sign('host-secret', 'vm-a')}, 401),
+    ({'X-Instance-ID': 'vm-a',          # signed with another secret
+      'X-BlobCR-Token': token('vm-a', secret='guessed')}, 401),
+    ({'X-Instance-ID': 'vm-a',          # the old form: HMAC(instance)
+      'X-BlobCR-Token': auth.sign('host-secret', 'vm-a')}, 401),
+    ({'X-Instance-ID': 'vm-a',          # expired
+      'X-BlobCR-Token': token('vm-a', lifetime=-1)}, 401),
+    ({'X-Instance-ID': 'vm-a',          # made for another host
+      'X-BlobCR-Token': token('vm-a', host='host-b')}, 401),
     ({'X-Instance-ID': 'vm-elsewhere',  # valid, but not on this host
-      'X-BlobCR-Token': auth.sign('host-secret', 'vm-elsewhere')}, 403),
+      'X-BlobCR-Token': token('vm-elsewhere')}, 403),
     # Not ASCII: hmac.compare_digest raised TypeError (a 500).
     ({'X-Instance-ID': 'vm-a', 'X-BlobCR-Token': '\xff\xfe'}, 401),
     ({'X-Instance-ID': 'vm-a', 'X-Instance-ID-Signature': 'sig\xe9'}, 401),
     ({'X-Instance-ID': 'vm-\xe9',
-      'X-BlobCR-Token': auth.sign('host-secret', 'vm-\xe9')}, 401),
+      'X-BlobCR-Token': token('vm-\xe9')}, 401),
     ({'X-Instance-ID': 'vm-a\x01',     # not printable
-      'X-BlobCR-Token': auth.sign('host-secret', 'vm-a\x01')}, 401),
+      'X-BlobCR-Token': token('vm-a\x01')}, 401),
 ])
 def test_forged_or_foreign_requests_commit_nothing(setup, headers, status):
     repo, images, _, port, _ = setup
@@ -124,6 +144,120 @@ def test_forged_or_foreign_requests_commit_nothing(setup, headers, status):
     got, reply = request(port, 'POST', '/v1/checkpoint', headers)
     assert got == status and reply['error']
     assert {i: versions(repo, i) for i in images.values()} == before
+
+
+def _vm_a(repo, agent_factory, settings):
+    """An agent with ``settings`` and vm-a (an image of its own)
+    attached: (agent, image id).
+    """
+    header = repo.create_image('vm-a-%s' % settings['agent']['host'],
+                               16 * CHUNK)
+    repo.commit(header.id, {0: os.urandom(CHUNK)})
+    agent = agent_factory(repo.backend, settings)
+    agent.client.call('attach', image=header.id, instance='vm-a')
+    return agent, header.id
+
+
+def _with(settings, **sections):
+    return {name: dict(settings.get(name, {}), **sections.get(name, {}))
+            for name in set(settings) | set(sections)}
+
+
+def test_a_token_made_for_one_host_is_refused_by_another(
+        backend_factory, agent_factory):
+    """Finding 6 of issue 54: a token was HMAC(instance id) under the one
+    secret of every agent, so whoever held an instance's token could use
+    it at any host. Two hosts with the same secret, each with an
+    instance vm-a (as on both sides of a migration): the token made for
+    vm-a on host-a passes at host-a only.
+    """
+    repo = repository.Repository(backend_factory(), chunk_size=CHUNK)
+    a, image_a = _vm_a(repo, agent_factory, SETTINGS)
+    b, image_b = _vm_a(repo, agent_factory,
+                       _with(SETTINGS, agent={'host': 'host-b'}))
+    for_a = {'X-Instance-ID': 'vm-a', 'X-BlobCR-Token': token('vm-a')}
+    before = versions(repo, image_b)
+    status, reply = request(b.proxy_port(), 'POST', '/v1/checkpoint', for_a)
+    assert status == 401, reply
+    assert request(b.proxy_port(), 'GET', '/v1/checkpoint/1',
+                   for_a)[0] == 401
+    assert versions(repo, image_b) == before
+    # At its own host it passes, and host-b's own token at host-b.
+    assert request(a.proxy_port(), 'POST', '/v1/checkpoint',
+                   for_a)[0] == 200
+    for_b = {'X-Instance-ID': 'vm-a',
+             'X-BlobCR-Token': token('vm-a', host='host-b')}
+    assert request(b.proxy_port(), 'POST', '/v1/checkpoint',
+                   for_b)[0] == 200
+    assert request(a.proxy_port(), 'POST', '/v1/checkpoint',
+                   for_b)[0] == 401
+    repo.close()
+
+
+def test_an_expired_token_is_refused(setup):
+    """Finding 6 of issue 54: tokens never expired."""
+    repo, images, _, port, _ = setup
+    before = versions(repo, images['vm-a'])
+    for lifetime in (-1, -3600, -10 ** 6):
+        expired = {'X-Instance-ID': 'vm-a',
+                   'X-BlobCR-Token': token('vm-a', lifetime=lifetime)}
+        status, reply = request(port, 'POST', '/v1/checkpoint', expired)
+        assert status == 401, reply
+        assert request(port, 'GET', '/v1/checkpoint/1', expired)[0] == 401
+    assert versions(repo, images['vm-a']) == before
+    # The same instance's token still good a little longer passes.
+    assert request(port, 'POST', '/v1/checkpoint', {
+        'X-Instance-ID': 'vm-a',
+        'X-BlobCR-Token': token('vm-a', lifetime=5)})[0] == 200
+
+
+def _reconfigure(agent, section, **values):
+    """Restart ``agent`` with options of ``section`` set (None: unset),
+    as an operator edits blobcr.conf and restarts the service.
+    """
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(agent.conffile)
+    for name, value in values.items():
+        if value is None:
+            parser.remove_option(section, name)
+        else:
+            parser.set(section, name, value)
+    with open(agent.conffile, 'w') as f:
+        parser.write(f)
+    agent.stop()
+    agent.start()
+
+
+def test_secret_rotation_with_an_overlap(backend_factory, agent_factory):
+    """A new secret at the agents first, the old one kept in
+    ``[proxy] previous_host_secrets``: tokens blobcr-vendordata made
+    with either pass while both are there (the overlap, as long as
+    tokens live); once the old secret is removed, its tokens are refused.
+    """
+    repo = repository.Repository(backend_factory(), chunk_size=CHUNK)
+    agent, image = _vm_a(repo, agent_factory, _with(SETTINGS, proxy={
+        'host_secret': 'new-secret',
+        'previous_host_secrets': 'older-secret,host-secret'}))
+    old = {'X-Instance-ID': 'vm-a', 'X-BlobCR-Token': token('vm-a')}
+    new = {'X-Instance-ID': 'vm-a',
+           'X-BlobCR-Token': token('vm-a', secret='new-secret')}
+    oldest = {'X-Instance-ID': 'vm-a',
+              'X-BlobCR-Token': token('vm-a', secret='older-secret')}
+    for headers in (old, new, oldest):
+        status, reply = request(agent.proxy_port(), 'POST',
+                                '/v1/checkpoint', headers)
+        assert status == 200, reply
+    # The overlap is over: the previous secrets are removed.
+    _reconfigure(agent, 'proxy', previous_host_secrets=None)
+    before = versions(repo, image)
+    for headers in (old, oldest):
+        status, reply = request(agent.proxy_port(), 'POST',
+                                '/v1/checkpoint', headers)
+        assert status == 401, reply
+    assert versions(repo, image) == before
+    assert request(agent.proxy_port(), 'POST', '/v1/checkpoint',
+                   new)[0] == 200
+    repo.close()
 
 
 def test_bad_bodies_and_limits(setup):
@@ -378,7 +512,7 @@ def guarded(agent_factory, tmp_path):
     agent.client.call('attach', image=header.id, instance='vm-a')
     yield agent.proxy_port(), {
         'X-Instance-ID': 'vm-a',
-        'X-BlobCR-Token': auth.Authenticator('host-secret').token_for('vm-a')}
+        'X-BlobCR-Token': token('vm-a')}
     repo.close()
 
 
@@ -549,7 +683,7 @@ class StubAgent(object):
                 'complete': False}
 
 
-AUTH = auth.Authenticator('host-secret')
+AUTH = auth.Authenticator('host-secret', host=HOST)
 
 
 def _recorded(repo, group, project, count, timeout=30):
@@ -842,7 +976,8 @@ def test_authenticator_refuses_what_is_not_ascii():
                     {'X-Instance-ID': 'x' * 65,
                      'X-BlobCR-Token': AUTH.token_for('x' * 65)}):
         assert AUTH.instance(headers) is None
-    both = auth.Authenticator('host-secret', 'neutron-secret')
+    both = auth.Authenticator('host-secret', 'neutron-secret',
+                              host=HOST)
     assert both.instance({'X-Instance-ID': 'vm-a',
                           'X-Instance-ID-Signature': '\xff'}) is None
     assert AUTH.instance({'X-Instance-ID': 'vm-a',
@@ -856,7 +991,7 @@ def test_groups_are_scoped_by_the_instances_project(
     repo = repository.Repository(backend_factory(), chunk_size=CHUNK)
     agent = agent_factory(repo.backend, SETTINGS)
     projects = {'vm-a': 'p1', 'vm-b': 'p2', 'vm-c': 'p1', 'vm-d': None}
-    authenticator = auth.Authenticator('host-secret')
+    authenticator = auth.Authenticator('host-secret', host=HOST)
     images, headers = {}, {}
     for instance, project in projects.items():
         header = repo.create_image(instance, 16 * CHUNK)

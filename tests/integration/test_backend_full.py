@@ -400,7 +400,8 @@ def _guest(agent, method, path):
     try:
         conn.request(method, path, headers={
             'X-Instance-ID': 'vm-1',
-            'X-BlobCR-Token': auth.sign('hs', 'vm-1')})
+            'X-BlobCR-Token': auth.Authenticator(
+                'hs', host='host-1').token_for('vm-1')})
         reply = conn.getresponse()
         return reply.status, json.loads(reply.read())
     finally:
@@ -432,7 +433,8 @@ def test_agent_checkpoint_on_a_full_store(tmpfs, agent_factory,
     image = repo.create_image('disk', n * CHUNK).id
     v1 = repo.commit(image, base_chunks)
     expected = {v1: _image_bytes(n, base_chunks)}
-    agent = agent_factory(backend, {'agent': {'quiesce': 'none'},
+    agent = agent_factory(backend, {'agent': {'quiesce': 'none',
+                                              'host': 'host-1'},
                                     'proxy': {'host_secret': 'hs'}})
     path = agent.client.call('attach', image=image, instance='vm-1')['path']
     writes = _chunks(rng, range(n))             # the guest rewrites 4 MiB

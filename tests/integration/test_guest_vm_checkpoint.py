@@ -142,13 +142,14 @@ def test_vm_checkpoints_itself_and_restarts_from_a_version(
     workdir.mkdir()
     agent = agents.AgentProcess(str(workdir), repo.backend, {
         'agent': {'libvirt_uri': session_libvirt.uri,
-                  'quiesce': 'suspend'},
+                  'quiesce': 'suspend', 'host': 'tcg-host'},
         'proxy': {'host_secret': SECRET}})
     agent.start()
     try:
         disk = agent.client.call('attach', image='data',
                                  instance=INSTANCE)['path']
-        files = _files(auth.sign(SECRET, INSTANCE), 'f' * 64)
+        files = _files(auth.Authenticator(SECRET, host='tcg-host').token_for(
+            INSTANCE), 'f' * 64)
         t0 = time.monotonic()
         console = _boot('blobcr-ck', disk, session_libvirt.uri, guest_image,
                         agent.proxy_port(), files, FIRST_BOOT,

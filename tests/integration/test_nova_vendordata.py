@@ -17,16 +17,20 @@ OpenStack stack), blobcr-vendordata as its own process behind
 keystonemiddleware, Nova's own DynamicVendorData and metadata-signature
 code (nova 34, run in a child process: its options live on the global
 cfg.CONF), a real blobcr-agent whose guest endpoint checks the tokens and
-signatures, and the guest's own discovery and client.
+signatures, and the guest's own discovery and client. Nova's API, which
+blobcr-vendordata asks where an instance runs, is tests/fake_nova_api.py's
+stand-in (no Nova API runs here).
 
 Identities: a ``nova`` user (role service in project service), whose
 token Nova's ``[vendordata_dynamic_auth]`` sends; a ``blobcr`` user
-(service) with which keystonemiddleware validates tokens; the stack's
-``demo`` member stands for any other user of the cloud.
+(service) with which keystonemiddleware validates tokens, and which
+stands for any other service account; the stack's ``demo`` member stands
+for any other user of the cloud.
 """
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,9 +49,12 @@ from blobcr_guest import exception as guest_exception
 from blobcr_lab import agent_rpc
 from blobcr_lab import agents
 from blobcr_lab import openstack as stack_module
+from tests import fake_nova_api
 from tests.unit.test_nova_vendordata import serve_vendor_data2
 
 SECRET = 'token-secret-of-every-agent'
+HOST = 'compute-a'                  # the agent's [agent] host
+TOKEN = re.compile(r'2\.[0-9]+\.[0-9a-f]{64}')
 META = 'neutron-metadata-proxy-secret'
 CHUNK = 64 * 1024
 PASSWORD = 'nova-side-secret'
@@ -161,7 +168,8 @@ class Host(object):
         workdir = os.path.join(directory, 'agent')
         os.makedirs(workdir)
         self.agent = agents.AgentProcess(workdir, self.repo.backend, {
-            'agent': {'quiesce': 'none', 'libvirt_uri': 'test:///default'},
+            'agent': {'quiesce': 'none', 'libvirt_uri': 'test:///default',
+                      'host': HOST},
             'proxy': {'host_secret': SECRET,
                       'metadata_proxy_shared_secret': META}})
         self.instances, self.images, self.projects = {}, {}, {}
@@ -194,7 +202,8 @@ class VendordataService(object):
     command) with its own configuration file, stopped by its pid.
     """
 
-    def __init__(self, directory, stack, user, endpoint_url, command=None):
+    def __init__(self, directory, stack, user, endpoint_url, nova_api,
+                 nova_user, command=None):
         # command: the console script of another install
         # (test_separate_venvs.py), not this venv's module.
         self.command = command or [sys.executable, '-m',
@@ -207,7 +216,9 @@ class VendordataService(object):
             'DEFAULT': {'use_stderr': 'true', 'debug': 'true'},
             'vendordata': {'listen': '127.0.0.1', 'port': self.port,
                            'endpoint_url': endpoint_url,
-                           'token_secret': SECRET},
+                           'token_secret': SECRET,
+                           'allowed_users': nova_user},
+            'nova': nova_api.conf()['nova'],
             'keystone_authtoken': {
                 'www_authenticate_uri': stack.auth_url,
                 'auth_url': stack.auth_url, 'auth_type': 'password',
@@ -255,14 +266,21 @@ class VendordataService(object):
 
 @pytest.fixture(scope='module')
 def cloud(openstack_cloud, identities, tmp_path_factory):
-    """(stack, host, vendordata service, nova.conf, users)."""
+    """(stack, host, vendordata service, nova.conf, users); Nova's API
+    (``host.nova_api``) runs the host's instances on HOST.
+    """
     users, projects = identities
     directory = str(tmp_path_factory.mktemp('nova-side'))
     host = Host(directory, projects).start()
+    host.nova_api = nova_api = fake_nova_api.FakeAPI()
+    for name in 'ABC':
+        nova_api.server(host.instances[name], HOST,
+                        project=host.projects[name])
     service = None
     try:
         service = VendordataService(directory, openstack_cloud,
-                                    users['blobcr'], host.url).start()
+                                    users['blobcr'], host.url, nova_api,
+                                    users['nova']).start()
         conf = nova_conf(os.path.join(directory, 'nova.conf'),
                          openstack_cloud, service.url, user=users['nova'])
         yield openstack_cloud, host, service, conf, users
@@ -270,6 +288,7 @@ def cloud(openstack_cloud, identities, tmp_path_factory):
         if service is not None:
             assert service.stop() == 0, service.log()
         host.stop()
+        nova_api.stop()
 
 
 def _eventually(predicate, timeout=30):
@@ -306,19 +325,26 @@ def test_nova_hands_out_credentials_the_guest_checkpoints_with(cloud,
              'hostname': 'vm-%s' % n.lower()} for n in 'ABC']
     # D: an instance of another host (Nova knows it, this agent does not).
     elsewhere = str(uuid.uuid4())
+    host.nova_api.server(elsewhere, 'compute-d', project=host.projects['A'])
     spec.append({'uuid': elsewhere, 'project': host.projects['A'],
                  'hostname': 'vm-d'})
     out = run_nova(conf, spec)
     data = dict(zip('ABCD', out['vendordata']))
+    agent_auth = auth.Authenticator(SECRET, host=HOST)
     for name in 'ABC':
         assert set(data[name]) == {'blobcr'}, data[name]
-        assert data[name]['blobcr'] == {
+        answer = dict(data[name]['blobcr'])
+        token = answer.pop('token')
+        assert answer == {
             'endpoint': host.url, 'instance_id': host.instances[name],
-            'project_id': host.projects[name],
-            'token': auth.sign(SECRET, host.instances[name])}
-    assert "instance %s (project %s) for %s" % (
-        host.instances['A'], host.projects['A'], users['nova']) in \
-        service.log()
+            'project_id': host.projects[name]}
+        # Made for this instance on HOST (where Nova's API says it runs).
+        assert agent_auth.instance({
+            'X-Instance-ID': host.instances[name],
+            'X-BlobCR-Token': token}) == host.instances[name]
+    assert "instance %s (project %s) on host %s until " % (
+        host.instances['A'], host.projects['A'], HOST) in service.log()
+    assert " for %s (" % users['nova'] in service.log()
 
     guests = {n: guest_of(data[n], tmp_path) for n in 'ABC'}
     before = host.committed('A')
@@ -335,13 +361,12 @@ def test_nova_hands_out_credentials_the_guest_checkpoints_with(cloud,
     assert refused.value.status == 401
     assert host.committed('B') == b_before
 
-    # D's own valid token, at an agent that does not host D: 403, and
-    # nothing is committed anywhere.
+    # D's own valid token, made for D's host, at an agent of another
+    # host: 401, and nothing is committed anywhere.
     counts = {n: host.committed(n) for n in 'ABC'}
     with pytest.raises(guest_exception.CheckpointError) as refused:
         guest_of(data['D'], tmp_path).checkpoint(sync=False)
-    assert refused.value.status == 403
-    assert 'not hosted here' in refused.value.message
+    assert refused.value.status == 401
     assert {n: host.committed(n) for n in 'ABC'} == counts
 
     # Groups per project: C (project Q) uses P's group id and count but
@@ -377,12 +402,11 @@ def test_forged_vendordata_requests_get_no_token(cloud, tmp_path):
     stack, host, service, conf, users = cloud
     body = {'instance-id': host.instances['A'],
             'project-id': host.projects['A']}
-    token = auth.sign(SECRET, host.instances['A'])
 
     def post(headers):
         reply = requests.post(service.url, json=body, headers=headers,
                               timeout=30)
-        assert token not in reply.text
+        assert not TOKEN.search(reply.text)
         return reply.status_code
     # No token; a made-up one; the identity headers keystonemiddleware
     # sets, sent by the client itself (the middleware drops them).
@@ -394,6 +418,17 @@ def test_forged_vendordata_requests_get_no_token(cloud, tmp_path):
     demo = stack.session('demo').get_token()
     assert post({'X-Auth-Token': demo}) == 403
     assert post({'X-Auth-Token': demo, 'X-Roles': 'service'}) == 403
+    # A real token of a service account that is not Nova's: the blobcr
+    # user has the service role in the service project, as every
+    # service's user has (issue 54, finding 6).
+    from keystoneauth1.identity import v3
+    from keystoneauth1 import session
+    blobcr = session.Session(auth=v3.Password(
+        auth_url=stack.auth_url, username=users['blobcr'],
+        password=PASSWORD, project_name='service',
+        user_domain_name='Default',
+        project_domain_name='Default')).get_token()
+    assert post({'X-Auth-Token': blobcr}) == 403
     # Nova's own client with a wrong password gets no token either
     # (failure_fatal: the error surfaces instead of empty vendordata).
     bad = nova_conf(str(tmp_path / 'nova-bad.conf'), stack, service.url,
@@ -403,8 +438,6 @@ def test_forged_vendordata_requests_get_no_token(cloud, tmp_path):
                           'hostname': 'vm-a'}])
     assert 'Unauthorized' in out['vendordata'][0]['error'], out
     # The service's own answer to bad input from a valid caller.
-    from keystoneauth1.identity import v3
-    from keystoneauth1 import session
     nova_token = {'X-Auth-Token': session.Session(auth=v3.Password(
         auth_url=stack.auth_url, username=users['nova'], password=PASSWORD,
         project_name='service', user_domain_name='Default',
@@ -419,7 +452,10 @@ def test_forged_vendordata_requests_get_no_token(cloud, tmp_path):
         assert 'token' not in reply.json()
     reply = requests.post(service.url, json=body, headers=nova_token,
                           timeout=30)
-    assert reply.status_code == 200 and reply.json()['token'] == token
+    assert reply.status_code == 200
+    assert auth.Authenticator(SECRET, host=HOST).instance({
+        'X-Instance-ID': host.instances['A'],
+        'X-BlobCR-Token': reply.json()['token']}) == host.instances['A']
 
 
 def test_metadata_proxy_route_signed_as_nova_checks_it(cloud, tmp_path):

@@ -314,7 +314,8 @@ def test_guest_boots_from_the_disk_nova_describes_and_checkpoints(
     workdir = tmp_path / 'agent'
     workdir.mkdir()
     agent = agents.AgentProcess(str(workdir), repo.backend, {
-        'agent': {'libvirt_uri': session_libvirt.uri, 'quiesce': 'suspend'},
+        'agent': {'libvirt_uri': session_libvirt.uri, 'quiesce': 'suspend',
+                  'host': 'tcg-host'},
         'proxy': {'host_secret': secret}})
     agent.start()
     front = None
@@ -332,7 +333,8 @@ def test_guest_boots_from_the_disk_nova_describes_and_checkpoints(
                          disk_info=disk_info)
         check_block_disk(out['disks'][0], device, dev='vda')
         front = MetadataFront(
-            {'blobcr': vendordata_answer(instance, project, secret)},
+            {'blobcr': vendordata_answer(instance, project, secret,
+                                         'tcg-host')},
             agent.proxy_port())
         (tmp_path / 'vm').mkdir()
         vm = NovaDiskVM(

@@ -50,6 +50,7 @@ from blobcr_lab import agents
 from blobcr_lab import cinder_hosts as cinder_hosts_module
 from blobcr_lab import openstack as stack_module
 from blobcr_lab import service_venvs
+from tests import fake_nova_api
 from tests.integration import test_nova_vendordata as vendordata
 from tests.integration.test_nova_vendordata import identities  # noqa
 
@@ -227,10 +228,14 @@ def test_the_nova_side_runs_from_novas_own_venv(nova_bin, openstack_cloud,
     assert service_venvs.importable(nova_bin, nova_side) == nova_side
     users, projects = identities
     host = vendordata.Host(str(tmp_path), projects).start()
+    nova_api = fake_nova_api.FakeAPI()
+    nova_api.server(host.instances['A'], vendordata.HOST,
+                    project=host.projects['A'])
     service = None
     try:
         service = vendordata.VendordataService(
             str(tmp_path), openstack_cloud, users['blobcr'], host.url,
+            nova_api, users['nova'],
             command=[os.path.join(nova_bin, 'blobcr-vendordata')]).start()
         conf = vendordata.nova_conf(str(tmp_path / 'nova.conf'),
                                     openstack_cloud, service.url,
@@ -251,6 +256,7 @@ def test_the_nova_side_runs_from_novas_own_venv(nova_bin, openstack_cloud,
         if service is not None:
             assert service.stop() == 0, service.log()
         host.stop()
+        nova_api.stop()
 
 
 def test_the_panel_runs_from_horizons_own_venv(horizon_bin):

@@ -31,7 +31,7 @@ TOP = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 @pytest.mark.parametrize('list_opts', [
     conf.list_opts, cinder_options.list_opts,
     lambda: [(cinder_options.SYNC_GROUP, cinder_options.sync_opts)],
-    nova_conf.list_opts,
+    lambda: [(nova_conf.vendordata_group, nova_conf.vendordata_opts)],
     lambda: [(listener_opts.listener_group, listener_opts.listener_opts)]])
 def test_every_option_has_help(list_opts):
     for group, opts in list_opts():

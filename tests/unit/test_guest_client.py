@@ -409,6 +409,90 @@ def test_vendordata_without_our_key(server, monkeypatch):
     assert len(server.received('GET', VENDORDATA)) == 1
 
 
+def _vendordata_token(server, monkeypatch, token, instance='vm-1'):
+    monkeypatch.setenv('BLOBCR_METADATA_URL', server.url + VENDORDATA)
+    server.on('GET', VENDORDATA, (200, {'blobcr': {
+        'endpoint': server.url, 'instance_id': instance, 'token': token}}))
+
+
+def test_a_refused_token_is_replaced_once_from_vendordata(server,
+                                                          monkeypatch):
+    """Tokens expire and are bound to the instance's host (issue 54,
+    finding 6): refused, the client reads vendordata again and retries
+    once with the token it finds there.
+    """
+    _vendordata_token(server, monkeypatch, 'fresh')
+    server.on('POST', '/v1/checkpoint', (401, {'error': 'unauthenticated'}),
+              (200, {'version': 4}))
+    server.on('GET', '/v1/checkpoint/4', (401, {'error': 'expired'}),
+              (200, {'state': 'stable'}))
+    guest = client.CheckpointClient.from_environment(
+        endpoint=server.url, instance_id='vm-1', token='stale')
+    assert guest.checkpoint(sync=False).version == 4
+    assert [(r['method'], r['path'], r['headers'].get('X-BlobCR-Token'))
+            for r in server.received()] == [
+        ('POST', '/v1/checkpoint', 'stale'), ('GET', VENDORDATA, None),
+        ('POST', '/v1/checkpoint', 'fresh')]
+    assert guest.token == 'fresh'
+    # A poll refused later (the fresh token expired in turn) too.
+    server.on('GET', VENDORDATA, (200, {'blobcr': {
+        'instance_id': 'vm-1', 'token': 'fresher'}}))
+    assert guest.state(4) == 'stable'
+    assert [r['headers'].get('X-BlobCR-Token')
+            for r in server.received()[3:]] == ['fresh', None, 'fresher']
+
+
+def test_a_token_past_its_own_expiry_is_replaced_before_it_is_sent(
+        server, monkeypatch):
+    _vendordata_token(server, monkeypatch, 'fresh')
+    server.on('POST', '/v1/checkpoint', (200, {'version': 2}))
+    expired = '2.%d.%s' % (time.time() - 5, 'ab' * 32)
+    guest = client.CheckpointClient.from_environment(
+        endpoint=server.url, instance_id='vm-1', token=expired)
+    guest.checkpoint(sync=False)
+    sent = [(r['method'], r['headers'].get('X-BlobCR-Token'))
+            for r in server.received()]
+    assert sent == [('GET', None), ('POST', 'fresh')]
+    # One still good for a while is sent as it is.
+    good = '2.%d.%s' % (time.time() + 600, 'ab' * 32)
+    guest = client.CheckpointClient.from_environment(
+        endpoint=server.url, instance_id='vm-1', token=good)
+    guest.checkpoint(sync=False)
+    assert server.received()[-1]['headers']['X-BlobCR-Token'] == good
+
+
+@pytest.mark.parametrize('offered', ['same', 'another instance', 'none',
+                                     'no metadata'])
+def test_no_retry_without_a_better_token(server, monkeypatch, capsys,
+                                         offered):
+    if offered == 'same':
+        _vendordata_token(server, monkeypatch, 'stale')
+    elif offered == 'another instance':
+        _vendordata_token(server, monkeypatch, 'fresh', instance='vm-2')
+    elif offered == 'none':
+        monkeypatch.setenv('BLOBCR_METADATA_URL', server.url + VENDORDATA)
+        server.on('GET', VENDORDATA, (404, {}))
+    server.on('POST', '/v1/checkpoint', (401, {'error': 'unauthenticated'}),
+              (200, {'version': 2}))
+    code, out, err = run(['--endpoint', server.url, '--instance-id', 'vm-1',
+                          '--token', 'stale', '--no-sync'], capsys)
+    assert code == cli.EXIT_REFUSED, err
+    assert err == 'blobcr-checkpoint: error: unauthenticated (HTTP 401)\n'
+    assert len(server.received('POST')) == 1
+    assert len(server.received('GET', VENDORDATA)) == (
+        0 if offered == 'no metadata' else 1)
+
+
+def test_a_signature_alone_is_never_replaced(server, monkeypatch):
+    _vendordata_token(server, monkeypatch, 'fresh')
+    server.on('POST', '/v1/checkpoint', (401, {'error': 'unauthenticated'}))
+    guest = client.CheckpointClient.from_environment(
+        endpoint=server.url, instance_id='vm-1', signature='sig')
+    with pytest.raises(client.CheckpointError):
+        guest.checkpoint(sync=False)
+    assert server.received('GET', VENDORDATA) == []
+
+
 @pytest.mark.parametrize('content', ['{not json', '[1, 2]'])
 def test_an_unusable_file_is_an_error(tmp_path, content):
     path = tmp_path / 'guest.json'
