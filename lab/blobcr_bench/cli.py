@@ -71,6 +71,7 @@ from blobcr_bench import cinder
 from blobcr_bench import common as bench_common
 from blobcr_bench import flush
 from blobcr_bench import handoff
+from blobcr_bench import host_loss
 from blobcr_bench import peers
 from blobcr_bench import scale
 from blobcr_lab import agents
@@ -273,12 +274,6 @@ def build_parser():
                         '--data-pool if missing)')
     p.add_argument('--upload-ahead', type=float, default=0.0,
                    help='the mirrors\' --upload-ahead (default 0: off)')
-    p.add_argument('--osd-max-object-size', type=_size, default=1 << 30,
-                   help='with blobcr-cluster, raise the OSDs\' '
-                        'osd_max_object_size to this for the run if it is '
-                        'below (put back after; 0: leave it): a write-log '
-                        'segment grows past the default 128 MiB between '
-                        'checkpoints (default 1G)')
 
     p = sub.add_parser('protect', parents=[common],
                        help='fio random writes on an agent with and '
@@ -319,6 +314,12 @@ def build_parser():
                             'cluster of blobcr-ceph and rbd-snap)')
     peers.add_arguments(p, _size)
 
+    p = sub.add_parser('host-loss', parents=[common],
+                       help='data at risk when a host is lost for good, '
+                            'measured by losing it (--ceph-conf: the '
+                            'cluster of the BlobCR and RBD peers)')
+    host_loss.add_arguments(p)
+
     p = sub.add_parser('scale', parents=[common],
                        help='M VMs on H hosts (network namespaces): '
                             'global checkpoints, then a restart of all on '
@@ -351,6 +352,9 @@ def main(argv=None):
             args.workdir = scratch
             result = {'bench': 'scale'}
             result.update(scale.run(args, log, open_repository))
+        elif args.bench == 'host-loss':
+            result = {'bench': 'host-loss'}
+            result.update(host_loss.run(args, log))
         elif args.bench == 'peers':
             args.workdir = scratch
             result = {'bench': 'peers'}

@@ -47,6 +47,8 @@ SCALED = {
     'proxy': ['--size', '4M', '--dirty', '1', '--flood-seconds', '0.5'],
     'handoff': ['--size', '16M', '--dirty', '1', '4', '16',
                 '--precopy-ms', '100'],
+    'host-loss': ['--runs', '1', '--seconds', '1.5', '--peers',
+                  'blobcr-cluster,blobcr-host,rbd,local-file'],
 }
 # Those that need services of their own run in tests/integration: in
 # CI a bounded form (fewer runs), with BLOBCR_BENCH_DEFAULTS=1 their
@@ -343,6 +345,25 @@ def test_flush(capsys, tmp_path, request):
     assert result['jobs']['no-flush']['ratios'][
         'blobcr-cluster/blobcr-host']['mib_s']['median'] > 0
     assert result['write_log_at_end']['blobcr-host']['state'] is None
+
+
+def test_host_loss(capsys, tmp_path, request):
+    """Hosts lost for good, peer by peer: a cluster volume and RBD lose
+    no flushed write, a host volume and a local file lose what was
+    flushed since their last checkpoint or backup (here: all of it).
+    """
+    cluster = request.getfixturevalue('ceph_cluster')
+    rc, result, err = run_scaled(capsys, tmp_path, 'host-loss',
+                                 '--ceph-conf', cluster.conffile)
+    assert rc == 0, err
+    peers = result['peers']
+    assert sorted(peers) == ['blobcr-cluster', 'blobcr-host', 'local-file',
+                             'rbd']
+    for name in ('blobcr-cluster', 'rbd'):
+        assert peers[name]['lost_flushed_blocks'] == 0, (name, peers[name])
+    for name in ('blobcr-host', 'local-file'):
+        assert peers[name]['lost_flushed_blocks'] == \
+            peers[name]['flushed_blocks'] > 0, (name, peers[name])
 
 
 def test_protect(capsys, tmp_path):
