@@ -60,12 +60,11 @@ state); each BlobCR image is then checkpointed and the version waited
 for (and again after each run, not timed), so that the write log holds
 one run at most. Upload-ahead is off (``--upload-ahead``): the flush
 path alone is compared, no background persist competing with it.
-With ``blobcr-cluster``, the OSDs' ``osd_max_object_size`` is raised to
-``--osd-max-object-size`` (1 GiB) for the run and put back after: a
-write-log segment is one object that grows until the first flush after
-a checkpoint, and past the default 128 MiB (the fill alone, or one job)
-its appends fail with EFBIG, which a flush retries for ever
-(``osd_max_object_size`` in the result says what was changed).
+The cluster keeps its defaults: the fill alone is a whole image in one
+flush, and a job appends hundreds of MiB to the write log, so a run
+also checks that the log's segments stay under the OSDs'
+``osd_max_object_size`` (128 MiB; before segments rolled, appends past
+it failed with EFBIG, retried for ever, and the bench hung).
 
 Figures per target and job (median and spread over ``--runs``): IOPS,
 MiB/s, flush latency (fio's ``sync`` latency) p50 and p99, write latency
@@ -269,6 +268,12 @@ class WriteLogProbe(object):
         self.ioctx = self.cluster.open_ioctx(backend.meta_pool)
         if backend.namespace:
             self.ioctx.set_namespace(backend.namespace)
+        self.largest = 0            # the largest segment seen
+
+    def object_size_limit(self):
+        """The OSDs' ``osd_max_object_size``: no segment may reach it."""
+        return int(rbd_common.mon(self.cluster, prefix='config get',
+                                  who='osd', key='osd_max_object_size'))
 
     def read(self, image):
         """``{'state': ..., 'segments': {n: bytes}}`` (state None: no
@@ -291,6 +296,7 @@ class WriteLogProbe(object):
                         'wlog.%s.%012d' % (image, n))[0]
                 except rados.ObjectNotFound:
                     segments[n] = 0
+        self.largest = max([self.largest] + list(segments.values()))
         return {'state': omap.get('state', b'').decode(),
                 'segments': segments}
 
@@ -306,42 +312,6 @@ class WriteLogProbe(object):
     def close(self):
         self.ioctx.close()
         self.cluster.shutdown()
-
-
-def _room_for_log(conffile, size):
-    """Raise the OSDs' ``osd_max_object_size`` to ``size`` if it is
-    below; returns the value to put back (None: nothing changed).
-
-    A write-log segment is one RADOS object that grows until the first
-    flush after a checkpoint starts the next one (flushlog.py): a guest
-    that flushes more than ``osd_max_object_size`` (128 MiB by default)
-    between two checkpoints meets EFBIG, which the flush retries for
-    ever. The fill alone is a whole image in one segment.
-    """
-    import rados
-    cluster = rados.Rados(conffile=conffile)
-    cluster.connect(timeout=10)
-    try:
-        was = int(rbd_common.mon(cluster, prefix='config get', who='osd',
-                                 key='osd_max_object_size').strip() or 0)
-        if was >= size:
-            return None
-        rbd_common.mon(cluster, prefix='config set', who='osd',
-                       name='osd_max_object_size', value=str(size))
-        return was
-    finally:
-        cluster.shutdown()
-
-
-def _restore_object_size(conffile, was):
-    import rados
-    cluster = rados.Rados(conffile=conffile)
-    cluster.connect(timeout=10)
-    try:
-        rbd_common.mon(cluster, prefix='config set', who='osd',
-                       name='osd_max_object_size', value=str(was))
-    finally:
-        cluster.shutdown()
 
 
 def _rbd_conf(args, name):
@@ -456,11 +426,6 @@ def run(repo, backend_args, args, log):
     targets, mirrors, images, cleanups = {}, {}, {}, []
     probe = None
     runs = []
-    object_size = None
-    if 'blobcr-cluster' in names and args.osd_max_object_size:
-        object_size = {'set': args.osd_max_object_size,
-                       'was': _room_for_log(repo.backend.conffile,
-                                            args.osd_max_object_size)}
     try:
         for name in names:
             if name not in BLOBCR:
@@ -495,6 +460,8 @@ def run(repo, backend_args, args, log):
             rbd_targets, described = _rbd_targets(args, size, rbd_names,
                                                   checks, cleanups)
             targets.update(rbd_targets)
+        if probe:       # the fill's flush: the whole image in the log
+            probe.read(images['blobcr-cluster'])
         _checkpoint(mirrors, images)
         for k in range(args.runs):
             result = {name: {} for name in names}
@@ -525,6 +492,13 @@ def run(repo, backend_args, args, log):
         logs = {}
         if probe:
             logs['blobcr-cluster'] = probe.read(images['blobcr-cluster'])
+            limit = probe.object_size_limit()
+            logs['blobcr-cluster'].update(largest_segment=probe.largest,
+                                          object_size_limit=limit)
+            checks.require_true(
+                'blobcr-cluster: write-log segments below the OSDs\' '
+                'osd_max_object_size', probe.largest < limit,
+                'an append past it fails (EFBIG)', value=probe.largest)
         if 'blobcr-host' in names and probe:
             logs['blobcr-host'] = probe.read(images['blobcr-host'])
             checks.require_true(
@@ -546,8 +520,6 @@ def run(repo, backend_args, args, log):
             probe.close()
         for cleanup in cleanups:
             cleanup()
-        if object_size and object_size['was'] is not None:
-            _restore_object_size(repo.backend.conffile, object_size['was'])
     _check_runs(checks, names, jobs, runs)
     out = {}
     for job, every, interval in jobs:
@@ -573,12 +545,11 @@ def run(repo, backend_args, args, log):
     return {'size': size, 'runtime_s': args.runtime,
             'commit_runtime_s': commit_s, 'runs': args.runs,
             'targets': names, 'upload_ahead': args.upload_ahead,
-            'osd_max_object_size': object_size,
             'rbd': described,
-            'write_log_at_end': {n: {'state': v['state'],
-                                     'segments': len(v['segments']),
-                                     'bytes': sum(v['segments'].values())}
-                                 for n, v in logs.items()},
+            'write_log_at_end': {n: dict(
+                v, segments=len(v['segments']),
+                bytes=sum(v['segments'].values()))
+                for n, v in logs.items()},
             'jobs': out, 'goals': goals, 'per_run': runs,
             'checks': checks.as_list()}
 
