@@ -350,6 +350,11 @@ function configure_blobcr_vendordata {
     iniset "$conf" vendordata token_secret "$BLOBCR_HOST_SECRET"
     create_service_user "$BLOBCR_SERVICE_USER"
     configure_keystone_authtoken_middleware "$conf" "$BLOBCR_SERVICE_USER"
+    # It asks Nova's API which host runs an instance (its tokens are
+    # bound to it), as Nova's service user (admin in devstack); only
+    # that user, who calls it for Nova's metadata API, gets tokens.
+    configure_keystoneauth "$conf" nova nova
+    iniset "$conf" vendordata allowed_users nova
     if is_service_enabled nova; then
         # Nova's metadata API asks blobcr-vendordata, as its own user
         # (which has the service role blobcr-vendordata asks for).
