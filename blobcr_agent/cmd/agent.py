@@ -162,7 +162,16 @@ class GuestOperations(object):
         return getattr(self._manager, op)
 
     def checkpoint(self, image, **kwargs):
-        return self._manager.checkpoint(image, tag_after_ack=True, **kwargs)
+        result = self._manager.checkpoint(image, tag_after_ack=True,
+                                          **kwargs)
+        # A guest's checkpoints are kept up to a budget per image (issue
+        # 54, finding 3): the older ones are obsoleted, GC frees them.
+        try:
+            self._manager.retain_guest_checkpoints(image,
+                                                   result['version'])
+        except Exception:       # the next checkpoint tries again
+            LOG.exception('guest checkpoints of %s: retention', image)
+        return result
 
 
 class Agent(object):

@@ -94,6 +94,16 @@ agent_opts = [
                help='Also checkpoint an attached image by itself once this '
                     'many bytes of it (whole chunks) are written since its '
                     'last checkpoint. 0: never by size.'),
+    cfg.IntOpt('guest_checkpoints_kept', default=16, min=0,
+               help='Guest checkpoints (versions a guest asked for through '
+                    'the guest endpoint, unlabelled) kept per image: after '
+                    'each new one, the agent obsoletes those past the '
+                    'newest this many, and GC frees them, so that a guest '
+                    'cannot fill the shared store. Members of a group '
+                    'checkpoint, pinned versions and versions a clone was '
+                    'made from are never obsoleted this way. A Cinder '
+                    'snapshot blobcr-cinder-sync registered for an '
+                    'obsoleted one loses its data. 0: keep them all.'),
     cfg.FloatOpt('settle_timeout', default=45.0, min=0.0,
                  help='A detach asked from Cinder returns once the last '
                       'checkpoint is taken; it persists in the background. '

@@ -71,7 +71,8 @@ class AgentManager(Attachments, Handoff, Checkpoints, MemberBatches, Volumes,
                  gc_interval=0, settle_timeout=45.0, protect_interval=0,
                  protect_dirty_bytes=0, readahead_chunks=64,
                  delta_tracking_mb=64, restart_hints=True,
-                 upload_ahead=0.0, durability='', flush_timeout=0.0):
+                 upload_ahead=0.0, durability='', flush_timeout=0.0,
+                 guest_checkpoints_kept=0):
         if quiesce not in domains.QUIESCE_MODES:
             raise exception.InvalidInput('unknown quiesce mode %r'
                                          % (quiesce,))
@@ -105,6 +106,9 @@ class AgentManager(Attachments, Handoff, Checkpoints, MemberBatches, Volumes,
         # Started by the agent too: background protection checkpoints.
         self.protector = protection.Protector(self, protect_interval,
                                               protect_dirty_bytes)
+        # Guest checkpoints kept per image (0: all); how many obsoleted.
+        self.guest_checkpoints_kept = guest_checkpoints_kept
+        self.guest_retired = 0
         # Group tags of guests' checkpoints, after their ack.
         self.tagger = tagger_mod.GroupTagger(repo)
         self._handoff_lock = threading.Lock()
@@ -130,6 +134,8 @@ class AgentManager(Attachments, Handoff, Checkpoints, MemberBatches, Volumes,
                       gc_interval=conf.repository.gc_interval,
                       settle_timeout=conf.agent.settle_timeout,
                       protect_interval=conf.agent.protect_interval,
-                      protect_dirty_bytes=conf.agent.protect_dirty_bytes)
+                      protect_dirty_bytes=conf.agent.protect_dirty_bytes,
+                      guest_checkpoints_kept=conf.agent
+                      .guest_checkpoints_kept)
         manager.mirror.handoff_timeout = conf.agent.handoff_timeout
         return manager

@@ -29,6 +29,7 @@ import time
 
 from blobcr_agent.hypervisor import domains
 from blobcr_agent.repository import groups
+from blobcr_agent.repository import image as image_mod
 from blobcr_common import exception
 
 LOG = logging.getLogger(__name__)
@@ -121,6 +122,32 @@ class Checkpoints(object):
         if group is not None:
             result['group'] = group
         return result
+
+    def retain_guest_checkpoints(self, image, newest):
+        """A guest checkpoint (unlabelled: made_by '') was just taken as
+        version ``newest`` of ``image``: the guest checkpoints past the
+        newest ``guest_checkpoints_kept`` (it included, in the order
+        they turned stable) are obsoleted, so that GC frees them; never
+        a group checkpoint's member, a pinned version, nor what
+        Protector.retire keeps. Returns how many were obsoleted.
+        """
+        kept = self.guest_checkpoints_kept
+        attached = self.mirror.attached.get(image)
+        if not kept or attached is None:
+            return 0
+
+        def past_budget(versions):
+            guest = sorted((v for v in versions
+                            if v.state == image_mod.STABLE and
+                            not v.made_by and v.parent is not None and
+                            v.number != newest),
+                           key=lambda v: v.seq)
+            # The new one (still pending) is the newest of the kept.
+            over = guest[:max(0, len(guest) - (kept - 1))]
+            return [v for v in over if not v.group and not v.pins]
+        retired = self.protector.retire(attached.id, attached, past_budget)
+        self.guest_retired += retired
+        return retired
 
     def hold(self, image, quiesce=None, timeout=60):
         """Phase one of a group checkpoint across hosts: hold the guest

@@ -116,19 +116,31 @@ class Protector(object):
 
     def _supersede(self, image_id, attached):
         """Obsolete the protection versions a newer stable one holds."""
+        self.superseded += self.retire(
+            image_id, attached,
+            lambda versions: [v for v in versions if v.made_by == LABEL])
+
+    def retire(self, image_id, attached, pick):
+        """Obsolete the stable versions of the attached image that
+        ``pick(header.versions)`` returns, but never its head, a version
+        a clone was made from, nor the attached image's last or attached
+        version; GC is kicked. How many were obsoleted. (The protection
+        versions a newer one supersedes, and the guest checkpoints past
+        ``[agent] guest_checkpoints_kept``: manager/checkpoints.py.)
+        """
         header = self.manager.repo.image(image_id)
         head = header.head()
         if head is None:
-            return
-        old = [v.number for v in header.versions
-               if v.made_by == LABEL and v.state == image_mod.STABLE
+            return 0
+        old = [v.number for v in pick(header.versions)
+               if v.state == image_mod.STABLE
                and v is not head and not v.clones
                and v.number not in (attached.meta['last'],
                                     attached.attached_version)]
         if old:
             self.manager.repo.obsolete(image_id, old)
-            self.superseded += len(old)
             self.manager.collector.kick()
+        return len(old)
 
     def exposure(self, attached, stable_at):
         """The image's exposure window in seconds (see the top);

@@ -55,6 +55,9 @@ class Status(object):
                 'default_quiesce': self.default_quiesce,
                 'gc': self.collector.status(),
                 'protection': self.protector.status(),
+                'guest_checkpoints': {
+                    'kept': self.guest_checkpoints_kept,
+                    'obsoleted': self.guest_retired},
                 'loop_devices': self.loops.status(),
                 'attached': attached}
 

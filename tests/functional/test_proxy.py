@@ -1065,3 +1065,52 @@ def test_an_unknown_project_is_refused_not_unscoped():
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_a_guest_keeps_only_its_newest_checkpoints(backend_factory,
+                                                   agent_factory):
+    """Finding 3 of issue 54: guest checkpoints were never obsoleted, so
+    a guest taking one a second filled the shared store. With
+    ``[agent] guest_checkpoints_kept`` N, a guest taking N+5 (each
+    waited for, as a polite guest does) leaves its newest N stable and
+    the older ones obsolete, then freed by GC; a group checkpoint's
+    member and the image's first content are never touched.
+    """
+    kept = 3
+    repo = repository.Repository(backend_factory(), chunk_size=CHUNK)
+    agent, image = _vm_a(repo, agent_factory, _with(SETTINGS, proxy={
+        'rate': '100', 'burst': '100'}, agent={
+        'guest_checkpoints_kept': str(kept)}))
+    port = agent.proxy_port()
+    headers = {'X-Instance-ID': 'vm-a', 'X-BlobCR-Token': token('vm-a')}
+
+    def take(body=None):
+        status, reply = request(port, 'POST', '/v1/checkpoint', headers,
+                                body)
+        assert status == 200, reply
+        number = reply['version']
+        deadline = time.monotonic() + 30
+        while request(port, 'GET', '/v1/checkpoint/%d' % number,
+                      headers)[1]['state'] != 'stable':
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        return number
+
+    member = take(json.dumps({'group': 'job-1', 'members': 1}))
+    _recorded(repo, 'job-1', None, 1)
+    taken = [take() for _ in range(kept + 5)]
+    header = repo.image(image)
+    state = {v.number: v.state for v in header.versions}
+    assert [state.get(n) for n in taken[-kept:]] == ['stable'] * kept
+    assert all(state.get(n, 'obsolete') == 'obsolete'
+               for n in taken[:-kept]), state
+    assert state[1] == 'stable' and state[member] == 'stable'
+    assert agent.client.call('status')['guest_checkpoints'][
+        'obsoleted'] == 5
+    # GC frees them: they leave the header.
+    deadline = time.monotonic() + 30
+    while set(taken[:-kept]) & {v.number
+                                for v in repo.image(image).versions}:
+        assert time.monotonic() < deadline, 'GC did not free them'
+        time.sleep(0.2)
+    repo.close()
