@@ -157,6 +157,13 @@ class GuestOperations(object):
 
     def __init__(self, manager):
         self._manager = manager
+        # A guest's checkpoints are kept up to a budget per image (issue
+        # 54, finding 3): the older ones are obsoleted, GC frees them,
+        # by one thread off the guest's wait (image -> newest version).
+        self._retain = {}
+        self._wake = threading.Condition()
+        threading.Thread(target=self._retain_loop, daemon=True,
+                         name='blobcr-guest-retention').start()
 
     def __getattr__(self, op):
         return getattr(self._manager, op)
@@ -164,14 +171,21 @@ class GuestOperations(object):
     def checkpoint(self, image, **kwargs):
         result = self._manager.checkpoint(image, tag_after_ack=True,
                                           **kwargs)
-        # A guest's checkpoints are kept up to a budget per image (issue
-        # 54, finding 3): the older ones are obsoleted, GC frees them.
-        try:
-            self._manager.retain_guest_checkpoints(image,
-                                                   result['version'])
-        except Exception:       # the next checkpoint tries again
-            LOG.exception('guest checkpoints of %s: retention', image)
+        with self._wake:
+            self._retain[image] = result['version']
+            self._wake.notify()
         return result
+
+    def _retain_loop(self):
+        while True:
+            with self._wake:
+                while not self._retain:
+                    self._wake.wait()
+                image, newest = self._retain.popitem()
+            try:
+                self._manager.retain_guest_checkpoints(image, newest)
+            except Exception:       # the next checkpoint tries again
+                LOG.exception('guest checkpoints of %s: retention', image)
 
 
 class Agent(object):
