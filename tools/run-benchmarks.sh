@@ -24,7 +24,8 @@
 # NAMEs (default: all, in this order): peers interval-rados
 # persist-rados persist-local repo-local repo-rados mirror flush (BlobCR
 # cluster and host durability, a plain file and RBD, into
-# flush-durability.json) proxy cinder (on a cloud of its own: blobcr_bench/cinder_stack.py) handoff
+# flush-durability.json) host-loss (the data each peer loses with its
+# host, measured by losing it) proxy cinder (on a cloud of its own: blobcr_bench/cinder_stack.py) handoff
 # interval-local protect busy-local busy-rados (checkpoints every 2 s
 # under fio writing 4 KiB at queue depth 8, O_DIRECT, 3 runs of 30 s). Progress and each benchmark's log go to
 # stderr. Not here: scale (about 20 minutes), checkpoint and restart;
@@ -37,7 +38,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 [ -x .venv/bin/blobcr-bench ] || bash tools/install-deps.sh
 out=doc/source/_static
-all="peers interval-rados persist-rados persist-local repo-local repo-rados mirror flush proxy cinder handoff interval-local protect busy-local busy-rados"
+all="peers interval-rados persist-rados persist-local repo-local repo-rados mirror flush host-loss proxy cinder handoff interval-local protect busy-local busy-rados"
 busy=(checkpoint --interval 2 --iodepth 8 --write-size 4K --checkpoints 15
       --runs 3)
 names=${*:-$all}
@@ -89,6 +90,8 @@ for name in $names; do
         flush) needs_ceph
             bench flush-durability flush --backend rados --rbd \
                 --ceph-conf "$ceph/ceph.conf" ;;
+        host-loss) needs_ceph
+            bench host-loss host-loss --ceph-conf "$ceph/ceph.conf" ;;
         protect) bench protect protect ;;
         proxy) bench proxy-local proxy --plot "$out/proxy-local.png" ;;
         handoff) bench handoff handoff ;;

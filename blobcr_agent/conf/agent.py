@@ -94,7 +94,7 @@ agent_opts = [
                help='Also checkpoint an attached image by itself once this '
                     'many bytes of it (whole chunks) are written since its '
                     'last checkpoint. 0: never by size.'),
-    cfg.IntOpt('guest_checkpoints_kept', default=16, min=0,
+    cfg.IntOpt('guest_checkpoints_kept', default=0, min=0,
                help='Guest checkpoints (versions a guest asked for through '
                     'the guest endpoint, unlabelled) kept per image: after '
                     'each new one, the agent obsoletes those past the '
@@ -103,7 +103,10 @@ agent_opts = [
                     'checkpoint, pinned versions and versions a clone was '
                     'made from are never obsoleted this way. A Cinder '
                     'snapshot blobcr-cinder-sync registered for an '
-                    'obsoleted one loses its data. 0: keep them all.'),
+                    'obsoleted one loses its data: the sync does not '
+                    'mark what it registered yet, so this is off by '
+                    'default (0: keep them all); set it where guests\' '
+                    'checkpoints are not registered as snapshots.'),
     cfg.FloatOpt('settle_timeout', default=45.0, min=0.0,
                  help='A detach asked from Cinder returns once the last '
                       'checkpoint is taken; it persists in the background. '
