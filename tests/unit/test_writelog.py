@@ -21,9 +21,10 @@ numbers (later writes have larger ones), a flush cuts the blocks written
 since the last cut into an entry of the segment of the newest COMMIT
 (flushlog.py), segments fill up and agents restart (then a rolled
 segment follows, with the same base), versions turn stable or fail in
-order, trims drop what ``covered`` says a stable version holds. At any point the host may be
-lost: the newest stable version with the ``needed`` segments replayed in
-order must hold, per block, the write flushed last or a later one.
+order, trims drop what ``covered`` says a stable version holds. At any
+point the host may be lost: the newest stable version with the
+``needed`` segments replayed in order must hold, per block, the write
+flushed last or a later one.
 """
 
 from hypothesis import given
