@@ -73,3 +73,67 @@ def test_commit_and_read_with_one_osd_down(ceph_cluster):
         assert scrub.verify(repo, image, number).ok
     assert scrub.verify(repo, clone, 2).ok
     repo.close()
+
+
+def test_a_cluster_flush_waits_for_osds_and_never_lies(ceph_cluster,
+                                                       tmp_path):
+    """Issue 53: a `cluster` volume's flush with OSDs down. One of three
+    down: the replicated log pool (size 3, min_size 2) still takes the
+    append, the flush returns. Two down: its placement groups are
+    inactive, the flush waits (it never returns for a block not in the
+    log); once they are back it returns, and a host lost afterwards
+    loses nothing it covered.
+    """
+    import threading
+
+    from blobcr_agent.mirror import image as image_mod
+    namespace = 'flush-fault-%s' % os.urandom(4).hex()
+
+    def connect():
+        return repository.Repository(rados.RadosBackend(
+            ceph_cluster.conffile, 'blobcr-data', 'blobcr-meta',
+            namespace=namespace), chunk_size=CHUNK)
+
+    repo = connect()
+    image = repo.create_image('flush-fault', 8 * CHUNK).id
+    repo.commit(image, {i: bytes(CHUNK) for i in range(8)})
+    attached = image_mod.AttachedImage(
+        repo, image, None, str(tmp_path / 'cache'), durability='cluster',
+        reserve=False, prefetch=False)
+    expected = bytearray(8 * CHUNK)
+
+    def write(offset):
+        data = os.urandom(4096)
+        attached.write(offset, data)
+        expected[offset:offset + 4096] = data
+
+    write(0)
+    attached.flush()
+    outcome = []
+    ceph_cluster.stop_osd(1)
+    try:
+        write(CHUNK)
+        attached.flush()                        # min_size 2: goes on
+        ceph_cluster.stop_osd(2)
+        try:
+            write(2 * CHUNK)
+            waiter = threading.Thread(
+                target=lambda: outcome.append(attached.flush()),
+                daemon=True)
+            waiter.start()
+            waiter.join(8)
+            assert waiter.is_alive() and not outcome, outcome
+        finally:
+            ceph_cluster.start_osd(2)
+    finally:
+        ceph_cluster.start_osd(1)
+    waiter.join(180)
+    assert outcome == [None]
+    ceph_cluster.wait_clean(timeout=180)
+    attached.close(timeout=30)
+    other = connect()
+    taken = other.take_over(image, 'test')
+    assert taken['replayed']['writes'] >= 3, taken
+    assert other.read(image, None, 0, 8 * CHUNK) == bytes(expected)
+    other.close()
+    repo.close()
