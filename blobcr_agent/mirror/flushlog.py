@@ -179,6 +179,11 @@ class FlushLog(object):
                 raise OSError(errno.EIO, str(e))
             except (exception.BackendUnavailable, exception.BackendFull) as e:
                 self.retries += 1
+                if self.image._closing:
+                    # The agent stops: the blocks stay owed (log.bin) to
+                    # the next agent's first flush; this one fails.
+                    raise OSError(errno.EIO, 'the agent is stopping: %s'
+                                  % e)
                 if deadline is not None and time.monotonic() >= deadline:
                     LOG.error('flush of %s failed after %.0f s: %s',
                               self.image.id, self.timeout, e)
