@@ -26,8 +26,9 @@
 # cluster and host durability, a plain file and RBD, into
 # flush-durability.json) host-loss (the data each peer loses with its
 # host, measured by losing it) proxy cinder (on a cloud of its own: blobcr_bench/cinder_stack.py) handoff
-# interval-local protect busy-local busy-rados (checkpoints every 2 s
-# under fio writing 4 KiB at queue depth 8, O_DIRECT, 3 runs of 30 s). Progress and each benchmark's log go to
+# interval-local protect busy-local busy-rados busy-flush-rados (checkpoints every 2 s
+# under fio writing 4 KiB at queue depth 8, O_DIRECT, 3 runs of 30 s;
+# busy-flush-rados: the writer flushes every 16 writes, durability cluster). Progress and each benchmark's log go to
 # stderr. Not here: scale (about 20 minutes), checkpoint and restart;
 # their commands are in benchmarks.rst.
 # Nothing else should run on the machine meanwhile: every figure is a
@@ -38,7 +39,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 [ -x .venv/bin/blobcr-bench ] || bash tools/install-deps.sh
 out=doc/source/_static
-all="peers interval-rados persist-rados persist-local repo-local repo-rados mirror flush host-loss proxy cinder handoff interval-local protect busy-local busy-rados"
+all="peers interval-rados persist-rados persist-local repo-local repo-rados mirror flush host-loss proxy cinder handoff interval-local protect busy-local busy-rados busy-flush-rados"
 busy=(checkpoint --interval 2 --iodepth 8 --write-size 4K --checkpoints 15
       --runs 3)
 names=${*:-$all}
@@ -104,6 +105,10 @@ for name in $names; do
         busy-rados) needs_ceph
             bench checkpoint-busy-rados "${busy[@]}" --backend rados \
                 --ceph-conf "$ceph/ceph.conf" --plot "$out/checkpoint-busy-rados.png" ;;
+        busy-flush-rados) needs_ceph    # the writer flushes every 16 writes
+            bench checkpoint-busy-flush-rados "${busy[@]}" --fsync 16 \
+                --durability cluster --backend rados --ceph-conf "$ceph/ceph.conf" \
+                --plot "$out/checkpoint-busy-flush-rados.png" ;;
         cinder)
             echo "run-benchmarks: cinder: a cloud of its own (cinder_stack)" >&2
             began=$SECONDS

@@ -865,6 +865,8 @@ class AttachedImage(object):
                  delta_packs=self.persister.delta_packs,
                  pack_moved=self.persister.pack_moved,
                  **(self.uploader.stats() if self.uploader else {}),
+                 **({'log_' + k: v for k, v in self.flushlog.stats().items()}
+                    if self.flushlog is not None else {}),
                  attached_version=self.attached_version,
                  last_version=self.meta['last'],
                  persisting=self.meta['persisting'],

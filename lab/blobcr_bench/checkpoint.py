@@ -271,6 +271,8 @@ def new_mirror(workdir, backend_args, args, name='mirror'):
         extra += ['--delta-max-fraction', str(args.delta_max_fraction)]
     if getattr(args, 'delta_pack_kb', None) is not None:
         extra += ['--delta-pack-kb', str(args.delta_pack_kb)]
+    if getattr(args, 'durability', None):
+        extra += ['--durability', args.durability]
     return agents.MirrorProcess(path, backend_args, extra)
 
 

@@ -46,7 +46,8 @@ from blobcr_lab import agents
 # that were aborted unused.
 INTERVAL_COUNTERS = cp_mod.COUNTERS + (
     'busy_full', 'busy_gens', 'busy_prechecked', 'busy_aborted',
-    'cut_writers', 'reservations_used', 'reservations_aborted')
+    'cut_writers', 'reservations_used', 'reservations_aborted',
+    'log_entries', 'log_bytes', 'log_retries')
 # The mirror's phases of a checkpoint's ack, in order (``core_wait``
 # and ``drain``: parts of ``commit``; ``held``: the guest kept still,
 # the core's lock held by the COMMIT, or any hold around it), and two the
@@ -95,8 +96,8 @@ class _FioWriter(object):
     write (``refill_buffers``), so nothing dedups.
     """
 
-    def __init__(self, subject, write_size, seed, iodepth):
-        self.cmd = ['fio', '--name=busy-writer',
+    def __init__(self, subject, write_size, seed, iodepth, fsync=0):
+        self.cmd = ['fio', '--name=busy-writer', '--fsync=%d' % fsync,
                     '--filename=%s' % subject.path, '--rw=randwrite',
                     '--bs=%d' % write_size, '--ioengine=libaio',
                     '--direct=1', '--iodepth=%d' % iodepth,
@@ -169,7 +170,7 @@ def _interval_run(repo, mirror, control, args, mode, pattern, r, log):
         before = subject.stats()
         if args.iodepth > 1:
             writer = _FioWriter(subject, args.write_size, args.seed + r,
-                                args.iodepth)
+                                args.iodepth, args.fsync)
         else:
             writer = _RandomWriter(subject, args.write_size, args.seed + r)
         writer.start()
@@ -211,7 +212,8 @@ def _interval_run(repo, mirror, control, args, mode, pattern, r, log):
     return {'checkpoints': checkpoints, 'counters': counters,
             'writer_mib_s': writer.bytes / common.MIB /
             max(writer.elapsed, 1e-6),
-            'writes': writer.writes, 'drain_s': drain}
+            'writes': writer.writes, 'drain_s': drain,
+            'flushes': writer.writes // args.fsync if args.fsync else 0}
 
 
 @contextlib.contextmanager
@@ -334,6 +336,16 @@ def run(repo, backend_args, args, log):
         checks.require('%s: dirty chunks per CHECKPOINT (min)' % mode,
                        min(c['chunks'] or 0 for c in ok),
                        'every periodic CHECKPOINT must find written chunks')
+        if args.fsync and args.durability != 'host' and \
+                repo.backend.name != 'local':
+            # Each flush with blocks written since the one before appends
+            # one entry (concurrent flushes may share one): of the order
+            # of the writer's flushes, not merely some.
+            checks.require(
+                '%s: write-log entries per 2 flushes (min over runs)' % mode,
+                min(2 * r['counters']['log_entries'] //
+                    max(r['flushes'], 1) for r in runs),
+                'the writer\'s flushes must reach the write-ahead log')
         if mode.startswith('selective-cow'):
             checks.require(
                 '%s: cow_copies + waits (min over runs)' % mode,
@@ -360,7 +372,9 @@ def run(repo, backend_args, args, log):
                 common.summary([common.ratio(median_ack(a), median_ack(b))
                                 for a, b in zip(with_, without)])
     result = {'workload': 'interval', 'interval_s': args.interval,
-              'iodepth': args.iodepth,
+              'iodepth': args.iodepth, 'fsync_every': args.fsync,
+              'durability': args.durability or (
+                  'host' if repo.backend.name == 'local' else 'cluster'),
               'reserve_ahead': settings, 'ratios': ratios,
               'image_size': args.image_size, 'write_size': args.write_size,
               'checkpoints_per_run': args.checkpoints, 'runs': args.runs,

@@ -199,6 +199,15 @@ def build_parser():
                         'is fio (libaio, O_DIRECT, fresh random data), as a '
                         'guest on cache=none writes (default 1: one thread '
                         'of buffered pwrite)')
+    p.add_argument('--fsync', type=int, default=0, metavar='N',
+                   help='--interval with --iodepth above 1: fio flushes '
+                        'after every N writes, as a database guest does '
+                        '(default 0: never)')
+    p.add_argument('--durability', choices=['cluster', 'host'],
+                   default=None,
+                   help='[agent] durability of the mirror: what a flush '
+                        'waits for (default: the agent\'s, cluster on '
+                        'RADOS)')
     p.add_argument('--reserve-ahead', choices=['0', '1', 'both'],
                    default=None,
                    help='--interval: the mirror registers each next '
