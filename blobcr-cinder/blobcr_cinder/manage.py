@@ -211,6 +211,21 @@ class ManageMixin(object):
                 existing_ref=existing_ref,
                 reason=_('%(ref)s is already snapshot %(taken)s')
                 % {'ref': provider_id, 'taken': ', '.join(taken)})
+        # Marked in the store as this snapshot's, so that the agents'
+        # retention of guest checkpoints never obsoletes it (issue 54,
+        # finding 3). The label refuses a version obsoleted meanwhile,
+        # and the retention re-checks the label in the same header swap:
+        # one of the two wins, never both.
+        try:
+            self.api.label(self.storage_host, image, version['version'],
+                           refs.managed_label(snapshot.id))
+        except (agent_exception.ImageNotFound,
+                agent_exception.VersionNotFound,
+                agent_exception.VersionNotStable) as e:
+            raise exception.ManageExistingInvalidReference(
+                existing_ref=existing_ref,
+                reason=_('version %(ref)s is gone: %(error)s')
+                % {'ref': provider_id, 'error': e})
         # Only the reference: the snapshot keeps the metadata its manage
         # request gave, as given (Tempest checks it; blobcr-cinder-sync
         # gives the version's facts itself).
@@ -237,6 +252,7 @@ class ManageMixin(object):
         (``volume_id``) that a manage request must give.
         """
         managed = {s.provider_id: s.id for s in cinder_snapshots}
+        managed_ids = set(managed.values())
         volumes = {v.provider_id: v
                    for v in objects.VolumeList.get_all_by_host(
                        cinder_context.get_admin_context(), self.host)
@@ -253,7 +269,17 @@ class ManageMixin(object):
                 if v['state'] != 'stable' or v['parent'] is None:
                     continue
                 ref = refs.version_ref(image['id'], v['version'])
+                if ref in managed and not v['made_by']:
+                    # A snapshot registered before versions were marked
+                    # (issue 54): marked now, before retention finds it.
+                    self._mark_managed(image['id'], v, managed[ref])
                 was = refs.unmanaged_snapshot(v['made_by'])
+                # Labelled by a manage whose snapshot is no more (its
+                # record removed without the driver's delete): offered
+                # again.
+                stale = refs.managed_snapshot(v['made_by']) and \
+                    ref not in managed and \
+                    refs.managed_snapshot(v['made_by']) not in managed_ids
                 # Unsafe, so that blobcr-cinder-sync leaves it alone: an
                 # unmanaged snapshot (named by its old id), or one of the
                 # driver's own versions.
@@ -261,7 +287,7 @@ class ManageMixin(object):
                     'already a snapshot' if ref in managed else
                     'unmanaged snapshot %s' % was if was else
                     'made by %s, not a checkpoint' % v['made_by']
-                    if v['made_by'] else None)
+                    if v['made_by'] and not stale else None)
                 entries.append({
                     'reference': {'source-name':
                                   'snapshot-%s' % was if was else ref},
@@ -279,3 +305,12 @@ class ManageMixin(object):
                                          'volume_id': volume.id}})
         return volume_utils.paginate_entries_list(
             entries, marker, limit, offset, sort_keys, sort_dirs)
+
+    def _mark_managed(self, image, version, snapshot_id):
+        try:
+            self.api.label(self.storage_host, image, version['version'],
+                           refs.managed_label(snapshot_id))
+            version['made_by'] = refs.managed_label(snapshot_id)
+        except agent_exception.BlobCRError as e:
+            LOG.warning('could not mark version %d of image %s as snapshot '
+                        '%s: %s', version['version'], image, snapshot_id, e)

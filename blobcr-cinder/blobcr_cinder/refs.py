@@ -27,6 +27,12 @@ from cinder.i18n import _
 # 'unmanaged:<snapshot id>', so that a manage request can name it again
 # by that id.
 UNMANAGED = 'unmanaged'
+# Version.made_by of a version that is a Cinder snapshot made by manage
+# (blobcr-cinder-sync's registrations, or an admin's): 'managed:<snapshot
+# id>'. The agent's retention of guest checkpoints never obsoletes a
+# labelled version, and its budget counts these as the guest's
+# (blobcr_agent/manager/budget.py, MANAGED).
+MANAGED = 'managed'
 # A snapshot reference built from a snapshot's id, as Tempest's
 # [volume] manage_snapshot_ref builds it ('_snapshot-%s' by default) and
 # as RBD names its snapshots ('snapshot-%s').
@@ -60,6 +66,18 @@ def origin_ref(origin):
 
 def unmanaged_label(snapshot_id):
     return '%s:%s' % (UNMANAGED, snapshot_id)
+
+
+def managed_label(snapshot_id):
+    return '%s:%s' % (MANAGED, snapshot_id)
+
+
+def managed_snapshot(made_by):
+    """The id of the Cinder snapshot a managed version is, or None."""
+    prefix = MANAGED + ':'
+    if made_by and made_by.startswith(prefix):
+        return made_by[len(prefix):]
+    return None
 
 
 def unmanaged_snapshot(made_by):

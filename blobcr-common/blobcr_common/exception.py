@@ -100,3 +100,16 @@ class Fenced(BlobCRError):
 
 class QuiesceFailed(BlobCRError):
     """The guest could not be quiesced; nothing was checkpointed."""
+
+
+class OverBudget(BlobCRError):
+    """A guest checkpoint past its image's or its project's budget, or a
+    new group past its project's (issue 54, finding 3); nothing was
+    done. The guest endpoint answers 507 with the reason.
+    """
+
+    def __init__(self, reason, scope, usage=None, limits=None):
+        super().__init__(reason)
+        self.scope = scope
+        self.usage = usage
+        self.limits = limits

@@ -169,8 +169,10 @@ class GuestOperations(object):
         return getattr(self._manager, op)
 
     def checkpoint(self, image, **kwargs):
+        # Within the image's and the project's budgets (issue 54,
+        # finding 3): refused before anything is taken.
         result = self._manager.checkpoint(image, tag_after_ack=True,
-                                          **kwargs)
+                                          guest=True, **kwargs)
         with self._wake:
             self._retain[image] = result['version']
             self._wake.notify()

@@ -209,6 +209,11 @@ def do_checkpoint(args):
         return 1
 
 
+def _budget(limit):
+    return '%s checkpoints / %s MiB' % (limit['versions'] or 'no cap',
+                                        limit['bytes'] >> 20 or 'no cap')
+
+
 def do_status(args):
     with _agent(args) as agent:
         result = agent.call('status')
@@ -217,6 +222,23 @@ def do_status(args):
         return
     print('agent on %s, mount %s, proxy %s'
           % (result['host'], result['mountpoint'], result['proxy'] or 'off'))
+    guest = result.get('guest_checkpoints')
+    if guest:
+        limits = guest['limits']
+        print('guest checkpoints: newest %s kept per image (and %s groups), '
+              '%d obsoleted; budget %s per image, %s per project, %s '
+              'groups per project; refused %d (image), %d (project), '
+              '%d (groups)'
+              % (guest['kept'] or 'all', guest['groups_kept'] or 'all',
+                 guest['obsoleted'],
+                 _budget(limits['image']), _budget(limits['project']),
+                 guest['groups_per_project'] or 'no cap',
+                 guest['refused']['image'], guest['refused']['project'],
+                 guest['refused']['groups']))
+        for project, usage in sorted(guest['usage'].items()):
+            print('  project %s: %d checkpoints, %d MiB written, %d '
+                  'images' % (project, usage['versions'],
+                              usage['bytes'] >> 20, usage['images']))
     for image_id, a in sorted(result['attached'].items()):
         print('  %s  %s  attached from v%s, last v%s, %d dirty chunks, '
               'instances: %s'

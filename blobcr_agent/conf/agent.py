@@ -94,19 +94,58 @@ agent_opts = [
                help='Also checkpoint an attached image by itself once this '
                     'many bytes of it (whole chunks) are written since its '
                     'last checkpoint. 0: never by size.'),
-    cfg.IntOpt('guest_checkpoints_kept', default=0, min=0,
+    cfg.IntOpt('guest_checkpoints_kept', default=8, min=0,
                help='Guest checkpoints (versions a guest asked for through '
-                    'the guest endpoint, unlabelled) kept per image: after '
-                    'each new one, the agent obsoletes those past the '
-                    'newest this many, and GC frees them, so that a guest '
-                    'cannot fill the shared store. Members of a group '
-                    'checkpoint, pinned versions and versions a clone was '
-                    'made from are never obsoleted this way. A Cinder '
-                    'snapshot blobcr-cinder-sync registered for an '
-                    'obsoleted one loses its data: the sync does not '
-                    'mark what it registered yet, so this is off by '
-                    'default (0: keep them all); set it where guests\' '
-                    'checkpoints are not registered as snapshots.'),
+                    'the guest endpoint, unlabelled) kept per image when '
+                    'they are not Cinder snapshots: after each new one, '
+                    'the agent obsoletes those past the newest this many, '
+                    'and GC frees them, so that a guest cannot fill the '
+                    'shared store. Never obsoleted this way: a version '
+                    'that is a Cinder snapshot (the driver labels it when '
+                    'blobcr-cinder-sync, or anyone, manages it; deleting '
+                    'the snapshot deletes the version), members of the '
+                    'newest guest_groups_kept group checkpoints, pinned '
+                    'versions, versions a clone was made from. 0: keep '
+                    'them all (up to the budgets below).'),
+    cfg.IntOpt('guest_groups_kept', default=4, min=0,
+               help='Group checkpoints whose members a guest\'s image '
+                    'keeps (its newest this many groups); the members of '
+                    'older groups that are not Cinder snapshots are '
+                    'obsoleted with the guest checkpoints past '
+                    'guest_checkpoints_kept. 0: every group\'s members '
+                    'are kept (up to the budgets below).'),
+    cfg.IntOpt('guest_checkpoints_per_image', default=64, min=0,
+               help='Budget of an image\'s guest checkpoints the store '
+                    'keeps (pending or stable, Cinder snapshots of them '
+                    'included, the image\'s first content not): a guest '
+                    'asking for one more is answered 507 with the reason, '
+                    'and nothing is taken. It frees itself as retention '
+                    'obsoletes old ones, or as the tenant deletes '
+                    'snapshots. 0: no budget.'),
+    cfg.IntOpt('guest_checkpoints_per_project', default=512, min=0,
+               help='Budget of guest checkpoints of one project\'s images '
+                    'attached on this host (an image counts for the '
+                    'project its instance was attached for), as '
+                    'guest_checkpoints_per_image counts them; past it, '
+                    '507. 0: no budget.'),
+    cfg.IntOpt('guest_checkpoint_mib_per_image', default=256 * 1024, min=0,
+               help='Budget of the bytes an image\'s guest checkpoints '
+                    'wrote to the store (MiB; each version\'s own '
+                    'objects, as counted when it turned stable), past '
+                    'which the next guest checkpoint is answered 507. '
+                    '0: no budget.'),
+    cfg.IntOpt('guest_checkpoint_mib_per_project', default=1024 * 1024,
+               min=0,
+               help='The same budget in MiB for one project\'s images '
+                    'attached on this host. 0: no budget.'),
+    cfg.IntOpt('guest_groups_per_project', default=1000, min=0,
+               help='Group ids guests of one project may have made (each '
+                    'is an index record in the store): a guest naming a '
+                    'new group past this many is answered 507 with the '
+                    'reason, and nothing is taken. Groups none of whose '
+                    'members still has a version in the group (retention '
+                    'obsoleted them, GC freed them) are forgotten to make '
+                    'room, their records deleted. 0: no cap.'),
     cfg.FloatOpt('settle_timeout', default=45.0, min=0.0,
                  help='A detach asked from Cinder returns once the last '
                       'checkpoint is taken; it persists in the background. '

@@ -41,6 +41,7 @@ from blobcr_agent.hypervisor import domains
 from blobcr_agent.hypervisor import timed_hold
 from blobcr_agent import instances as instances_mod
 from blobcr_agent.manager.attachments import Attachments
+from blobcr_agent.manager import budget
 from blobcr_agent.manager.checkpoints import Checkpoints
 from blobcr_agent.manager import collector as collector_mod
 from blobcr_agent.manager.handoff import Handoff
@@ -72,7 +73,8 @@ class AgentManager(Attachments, Handoff, Checkpoints, MemberBatches, Volumes,
                  protect_dirty_bytes=0, readahead_chunks=64,
                  delta_tracking_mb=64, restart_hints=True,
                  upload_ahead=0.0, durability='', flush_timeout=0.0,
-                 guest_checkpoints_kept=0):
+                 guest_checkpoints_kept=0, guest_groups_kept=0,
+                 guest_budget=None, guest_groups_per_project=0):
         if quiesce not in domains.QUIESCE_MODES:
             raise exception.InvalidInput('unknown quiesce mode %r'
                                          % (quiesce,))
@@ -108,7 +110,12 @@ class AgentManager(Attachments, Handoff, Checkpoints, MemberBatches, Volumes,
                                               protect_dirty_bytes)
         # Guest checkpoints kept per image (0: all); how many obsoleted.
         self.guest_checkpoints_kept = guest_checkpoints_kept
+        self.guest_groups_kept = guest_groups_kept
         self.guest_retired = 0
+        # Their budgets (manager/budget.py) and the groups a project's
+        # guests may make (repository/groups.py, count_new).
+        self.guest_budget = guest_budget or budget.GuestBudget()
+        self.guest_groups_per_project = guest_groups_per_project
         # Group tags of guests' checkpoints, after their ack.
         self.tagger = tagger_mod.GroupTagger(repo)
         self._handoff_lock = threading.Lock()
@@ -136,6 +143,14 @@ class AgentManager(Attachments, Handoff, Checkpoints, MemberBatches, Volumes,
                       protect_interval=conf.agent.protect_interval,
                       protect_dirty_bytes=conf.agent.protect_dirty_bytes,
                       guest_checkpoints_kept=conf.agent
-                      .guest_checkpoints_kept)
+                      .guest_checkpoints_kept,
+                      guest_groups_kept=conf.agent.guest_groups_kept,
+                      guest_budget=budget.GuestBudget(
+                          conf.agent.guest_checkpoints_per_image,
+                          conf.agent.guest_checkpoints_per_project,
+                          conf.agent.guest_checkpoint_mib_per_image,
+                          conf.agent.guest_checkpoint_mib_per_project),
+                      guest_groups_per_project=conf.agent
+                      .guest_groups_per_project)
         manager.mirror.handoff_timeout = conf.agent.handoff_timeout
         return manager

@@ -66,7 +66,7 @@ class Checkpoints(object):
 
     def checkpoint(self, image, quiesce=None, group=None, members=None,
                    project=None, creator='operator', label=None,
-                   tag_after_ack=False):
+                   tag_after_ack=False, guest=False):
         """Hold the guest still, COMMIT, resume; returns as soon as the
         snapshot is taken (the version is ``pending`` until persisted).
 
@@ -81,7 +81,10 @@ class Checkpoints(object):
         checkpoints (the guest's) cost no header update here.
         ``tag_after_ack`` (the guest endpoint's and RPC's): the group
         membership is recorded in the background (tagger.py), off the
-        guest's wait; ``wait_stable`` waits for it.
+        guest's wait; ``wait_stable`` waits for it. ``guest`` (the guest
+        endpoint's): refused (OverBudget, nothing taken) past the image's
+        or ``project``'s budget (manager/budget.py), or for a new group
+        past the project's ``guest_groups_per_project``.
         """
         mode = self._mode(quiesce)
         if (group is None) != (members is None):
@@ -96,6 +99,18 @@ class Checkpoints(object):
         # Attached here by id (Cinder's calls): no header read.
         image_id = self.mirror.get(image).id    # attached here?
         mark = _phase(phases, 'lookup', mark)
+        if guest:
+            self.guest_budget.check(self.repo, image_id, project,
+                                    self.images_of_project(project))
+            if group is not None and index is None and \
+                    (group, project) not in self.tagger.counts:
+                try:
+                    groups.count_new(self.repo, group, project,
+                                     self.guest_groups_per_project)
+                except exception.OverBudget:
+                    self.guest_budget.refused['groups'] += 1
+                    raise
+            mark = _phase(phases, 'budget', mark)
         tag = None
         if group is not None:
             # Tagged and labelled by the header write that registers the
@@ -127,11 +142,15 @@ class Checkpoints(object):
         """A guest checkpoint (unlabelled: made_by '') was just taken as
         version ``newest`` of ``image``: the guest checkpoints past the
         newest ``guest_checkpoints_kept`` (it included, in the order
-        they turned stable) are obsoleted, so that GC frees them; never
-        a group checkpoint's member, a pinned version, nor what
+        they turned stable) are obsoleted, so that GC frees them, and so
+        are the members of groups older than the image's newest
+        ``guest_groups_kept`` (0: every group's kept). Never a labelled
+        version (a Cinder snapshot's: manage.py labels it
+        ``managed:<id>``; the driver's own), a pinned one, nor what
         Protector.retire keeps. Returns how many were obsoleted.
         """
         kept = self.guest_checkpoints_kept
+        groups_kept = self.guest_groups_kept
         attached = self.mirror.attached.get(image)
         if not kept or attached is None:
             return 0
@@ -142,12 +161,37 @@ class Checkpoints(object):
                             not v.made_by and v.parent is not None and
                             v.number != newest),
                            key=lambda v: v.seq)
+            plain = [v for v in guest if not v.group]
             # The new one (still pending) is the newest of the kept.
-            over = guest[:max(0, len(guest) - (kept - 1))]
-            return [v for v in over if not v.group and not v.pins]
+            over = [v for v in plain[:max(0, len(plain) - (kept - 1))]
+                    if not v.pins]
+            if not groups_kept:
+                return over
+            # Groups by their newest member here, newest first; any
+            # version of the image tagged counts (a labelled one too).
+            newest_of = {}
+            for v in versions:
+                if v.group and v.state in (image_mod.STABLE,
+                                           image_mod.PENDING):
+                    key = _group_key(v.group)
+                    newest_of[key] = max(newest_of.get(key, 0), v.seq or
+                                         float('inf'))
+            keep = set(sorted(newest_of, key=newest_of.get,
+                              reverse=True)[:groups_kept])
+            return over + [v for v in guest
+                           if v.group and not v.pins and
+                           _group_key(v.group) not in keep]
         retired = self.protector.retire(attached.id, attached, past_budget)
         self.guest_retired += retired
         return retired
+
+    def images_of_project(self, project):
+        """The images attached here for instances of ``project``."""
+        if project is None:
+            return []
+        return [image_id for image_id in list(self.mirror.attached)
+                if any(self.instances.project_of(i) == project
+                       for i in self.instances.instances_of(image_id))]
 
     def hold(self, image, quiesce=None, timeout=60):
         """Phase one of a group checkpoint across hosts: hold the guest
@@ -255,6 +299,10 @@ class Checkpoints(object):
             if not a.wait_persisted(max(0, deadline - time.monotonic())):
                 left.append(image_id)
         return left
+
+
+def _group_key(tag):
+    return (tag.get('id'), tag.get('project'))
 
 
 def _phase(phases, name, since):

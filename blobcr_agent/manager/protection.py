@@ -128,19 +128,29 @@ class Protector(object):
         versions a newer one supersedes, and the guest checkpoints past
         ``[agent] guest_checkpoints_kept``: manager/checkpoints.py.)
         """
-        header = self.manager.repo.image(image_id)
-        head = header.head()
-        if head is None:
+        def eligible(header):
+            head = header.head()
+            if head is None:
+                return []
+            return [v.number for v in pick(header.versions)
+                    if v.state == image_mod.STABLE
+                    and v is not head and not v.clones
+                    and v.number not in (attached.meta['last'],
+                                         attached.attached_version)]
+        old = eligible(self.manager.repo.image(image_id))
+        if not old:
             return 0
-        old = [v.number for v in pick(header.versions)
-               if v.state == image_mod.STABLE
-               and v is not head and not v.clones
-               and v.number not in (attached.meta['last'],
-                                    attached.attached_version)]
-        if old:
-            self.manager.repo.obsolete(image_id, old)
+        # Judged again on the header swapped (a version labelled since,
+        # a Cinder snapshot's, stays): what goes is what both allow.
+        gone = []
+
+        def still(header):
+            gone[:] = [n for n in eligible(header) if n in old]
+            return gone
+        self.manager.repo.obsolete(image_id, old, still=still)
+        if gone:
             self.manager.collector.kick()
-        return len(old)
+        return len(gone)
 
     def exposure(self, attached, stable_at):
         """The image's exposure window in seconds (see the top);

@@ -55,11 +55,25 @@ class Status(object):
                 'default_quiesce': self.default_quiesce,
                 'gc': self.collector.status(),
                 'protection': self.protector.status(),
-                'guest_checkpoints': {
-                    'kept': self.guest_checkpoints_kept,
-                    'obsoleted': self.guest_retired},
+                'guest_checkpoints': dict(
+                    self.guest_budget.status(self._projects_of_images()),
+                    kept=self.guest_checkpoints_kept,
+                    groups_kept=self.guest_groups_kept,
+                    obsoleted=self.guest_retired,
+                    groups_per_project=self.guest_groups_per_project),
                 'loop_devices': self.loops.status(),
                 'attached': attached}
+
+    def _projects_of_images(self):
+        """image id -> the project its instances were attached for (the
+        first one's), or None, for the images attached here.
+        """
+        found = {}
+        for image_id in list(self.mirror.attached):
+            projects = [self.instances.project_of(i)
+                        for i in self.instances.instances_of(image_id)]
+            found[image_id] = next((p for p in projects if p), None)
+        return found
 
     def _stable_at(self, image_id, number):
         if number is None:

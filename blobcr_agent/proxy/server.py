@@ -98,10 +98,11 @@ _BUSY = (b'HTTP/1.0 503 Service Unavailable\r\n'
 
 
 class HTTPError(Exception):
-    def __init__(self, status, message, retry_after=None):
+    def __init__(self, status, message, retry_after=None, **extra):
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
+        self.extra = extra          # more of the reply's fields
 
 
 class RateLimiter(object):
@@ -586,7 +587,7 @@ class CheckpointProxy(object):
         try:
             return 200, self._route(method, path, headers, body, instance)
         except HTTPError as e:
-            reply = {'error': str(e)}
+            reply = dict(e.extra, error=str(e))
             if e.retry_after is not None:
                 reply['retry_after'] = e.retry_after
             return e.status, reply
@@ -679,14 +680,35 @@ class CheckpointProxy(object):
                             % ', '.join(domains.QUIESCE_MODES))
         return request
 
+    def _project(self, instance, group):
+        """The instance's project: a group's scope, and whose budget a
+        checkpoint spends. One libvirt cannot tell refuses a group (503,
+        never the scope of callers without a project); a plain
+        checkpoint then spends its image's budget only.
+        """
+        try:
+            return self.agent.project_of(instance)
+        except exception.BackendUnavailable as e:
+            if group:
+                raise
+            LOG.warning('project of %s unknown (%s): its checkpoint '
+                        'counts for its image\'s budget only', instance, e)
+            return None
+
     def _checkpoint(self, instance, image, request):
         try:
             group = request.get('group')
             result = self.agent.checkpoint(
                 image, group=group, members=request.get('members'),
                 quiesce=request.get('quiesce'),
-                project=self.agent.project_of(instance) if group else None,
+                project=self._project(instance, group),
                 creator='instance %s' % instance)
+        except exception.OverBudget as e:
+            # Insufficient Storage: the store keeps no more of this
+            # guest's (or its project's) checkpoints until some go.
+            LOG.info('instance %s: checkpoint refused: %s', instance, e)
+            raise HTTPError(507, str(e), budget={
+                'scope': e.scope, 'usage': e.usage, 'limits': e.limits})
         except exception.InvalidInput as e:
             raise HTTPError(400, str(e))
         # downtime: request to ack on the agent; held: the guest kept

@@ -62,6 +62,13 @@ from blobcr_common import exception
 GROUP_ID = re.compile(r'^[A-Za-z0-9_.-]{1,64}$')
 MAX_MEMBERS = 100000
 RECORD_PREFIX = 'group.'
+# A project's guest-made groups (issue 54, finding 3): one record per
+# project, so that a cap on them costs one read, not a listing.
+PROJECT_PREFIX = 'groups-of.'
+# A group is forgotten to make room only once its record (or its entry
+# here) is this old: its members' tags follow their ack (tagger.py).
+RECLAIM_AFTER = 60.0
+RECLAIM_TRIES = 32      # groups looked at per refusal
 
 
 def check(group, members):
@@ -176,6 +183,140 @@ def admit(repo, group, members, project=None, known=None, declare=False):
     elif known is not None and declare:
         known[(group, project)] = members
     return index
+
+
+def project_record_name(project):
+    key = json.dumps(project).encode()
+    return PROJECT_PREFIX + hashlib.sha256(key).hexdigest()[:40]
+
+
+class ProjectGroups(object):
+    """The groups guests of one project made: ``{index record name:
+    [group id, when]}``.
+    """
+
+    def __init__(self, project, groups=None):
+        self.project = project
+        self.groups = dict(groups or {})
+
+    @classmethod
+    def decoder(cls, project):
+        def decode(data):
+            if data is None:
+                return cls(project)
+            try:
+                raw = json.loads(data)
+                found = cls(raw['project'], raw['groups'])
+            except (ValueError, KeyError, TypeError) as e:
+                raise exception.CorruptObject(
+                    'project groups', project_record_name(project), str(e))
+            if found.project != project:
+                raise exception.CorruptObject(
+                    'project groups', project_record_name(project),
+                    'it belongs to another project')
+            return found
+        return decode
+
+    def to_bytes(self):
+        return json.dumps({'project': self.project, 'groups': self.groups},
+                          sort_keys=True).encode()
+
+
+def count_new(repo, group, project, cap):
+    """A guest names ``group``, new (no index yet): count it in its
+    project's record, or refuse it (OverBudget) when the project has
+    ``cap`` groups already and none of them can be forgotten (see
+    :func:`reclaim`). Before the checkpoint: a refusal takes nothing.
+    Returns whether it was counted now.
+    """
+    name = record_name(group, project)
+    found = repo.backend.read_header(project_record_name(project))
+    if found is not None and \
+            name in ProjectGroups.decoder(project)(found[0]).groups:
+        return False        # counted already: no write
+
+    def mutate(record):
+        if name in record.groups:
+            return False
+        if cap and len(record.groups) >= cap:
+            raise exception.OverBudget(
+                'project %s has %d groups, at most %d: group %s is not '
+                'made (reuse a group id, or let old groups\' checkpoints '
+                'go)' % (project, len(record.groups), cap, group),
+                'groups', {'groups': len(record.groups)},
+                {'groups': cap})
+        record.groups[name] = [group, time.time()]
+        return True
+    update = (lambda: repo.update_record(
+        project_record_name(project), ProjectGroups.decoder(project),
+        mutate, 'groups of project %s' % project)[1])
+    try:
+        return update()
+    except exception.OverBudget:
+        if not reclaim(repo, project):
+            raise
+    return update()
+
+
+def _alive(repo, index):
+    """Whether a member of the group still has a version in it."""
+    for image_id in index.images:
+        try:
+            header, _ = repo._read(image_id)
+        except exception.ImageNotFound:
+            continue
+        if header.deleted:
+            continue
+        if any(_in_group(v, index.group, index.project) and
+               v.state in (image_mod.PENDING, image_mod.STABLE)
+               for v in header.versions):
+            return True
+    return False
+
+
+def reclaim(repo, project, now=None):
+    """Forget the oldest groups of ``project``'s record none of whose
+    members has a version in them any more (retention obsoleted them,
+    GC freed them), and delete their index records: how many.
+    """
+    now = time.time() if now is None else now
+    found = repo.backend.read_header(project_record_name(project))
+    record = ProjectGroups.decoder(project)(found[0] if found else None)
+    dead = []
+    oldest = sorted(record.groups.items(), key=lambda kv: kv[1][1])
+    for name, (group, made) in oldest[:RECLAIM_TRIES]:
+        if now - made < RECLAIM_AFTER:
+            break
+        index = _read_index(repo, group, project)
+        if index is not None and (
+                now - (index.updated or 0) < RECLAIM_AFTER or
+                _alive(repo, index)):
+            continue
+        dead.append(name)
+    if not dead:
+        return 0
+
+    def forget(record):
+        for name in dead:
+            record.groups.pop(name, None)
+    repo.update_record(project_record_name(project),
+                       ProjectGroups.decoder(project), forget,
+                       'groups of project %s' % project)
+    for name in dead:
+        found = repo.backend.read_header(name)
+        if found is not None:
+            try:
+                repo.backend.delete_header(name, found[1])
+            except exception.Conflict:
+                pass            # written meanwhile: it stays, uncounted
+    return len(dead)
+
+
+def project_groups(repo, project):
+    """How many groups ``project``'s record counts."""
+    found = repo.backend.read_header(project_record_name(project))
+    return len(ProjectGroups.decoder(project)(
+        found[0] if found else None).groups)
 
 
 def member_tag(group, members, project=None):

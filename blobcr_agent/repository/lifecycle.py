@@ -206,7 +206,7 @@ class Lifecycle(object):
         LOG.info('cloned %s@%d as %s', source.id, number, clone_id)
         return header
 
-    def obsolete(self, ref, numbers, keep_head=False):
+    def obsolete(self, ref, numbers, keep_head=False, still=None):
         """Mark versions obsolete; GC then frees what nothing else uses.
 
         A pinned version is obsolete at once too, but GC keeps its
@@ -220,13 +220,22 @@ class Lifecycle(object):
         writes: a checkpoint in flight can turn stable in between, and a
         copy that turns stable after it would then be the head with the
         older content (issue 32).
+
+        ``still(header)``: the numbers that may still go, judged again on
+        the header being swapped; the others of ``numbers`` are left as
+        they are (a version labelled meanwhile, as a Cinder snapshot is
+        by its manage, is not obsoleted by a retention that read the
+        header before; records.label refuses the other order).
         """
         image_id = self.image(ref).id
 
         def mutate(header):
             pinned = []
             head = header.head() if keep_head else None
+            allowed = set(still(header)) if still is not None else None
             for number in numbers:
+                if allowed is not None and number not in allowed:
+                    continue
                 v = header.version(number)
                 if v.state == image_mod.PENDING:
                     raise exception.InvalidInput(

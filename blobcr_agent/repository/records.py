@@ -66,9 +66,17 @@ class Records(object):
                                   'header of image %s' % image_id)
 
     def label(self, ref, number, made_by):
-        """Record who made version ``number`` (Version.made_by)."""
+        """Record who made version ``number`` (Version.made_by). A version
+        that is obsolete or failed is refused (VersionNotStable): in one
+        compare-and-set with the label, so that a label that keeps a
+        version (a Cinder snapshot's, manage.py) and an obsolete that
+        re-checks it (the guest checkpoints' retention) never both win.
+        """
         def mutate(header):
-            header.version(number).made_by = made_by
+            v = header.version(number)
+            if v.state in (image_mod.OBSOLETE, image_mod.FAILED):
+                raise exception.VersionNotStable(header.id, number, v.state)
+            v.made_by = made_by
         self.update_header(self.image(ref).id, mutate)
 
     def update_record(self, name, decode, mutate, what):

@@ -1006,17 +1006,7 @@ def test_groups_are_scoped_by_the_instances_project(
     repo = repository.Repository(backend_factory(), chunk_size=CHUNK)
     agent = agent_factory(repo.backend, SETTINGS)
     projects = {'vm-a': 'p1', 'vm-b': 'p2', 'vm-c': 'p1', 'vm-d': None}
-    authenticator = auth.Authenticator('host-secret', host=HOST)
-    images, headers = {}, {}
-    for instance, project in projects.items():
-        header = repo.create_image(instance, 16 * CHUNK)
-        repo.commit(header.id, {0: os.urandom(CHUNK)})
-        images[instance] = header.id
-        agent.client.call('attach', image=header.id, instance=instance,
-                          project=project)
-        headers[instance] = {
-            'X-Instance-ID': instance,
-            'X-BlobCR-Token': authenticator.token_for(instance)}
+    images, headers = _guests(repo, agent, projects)
     port = agent.proxy_port()
     job = json.dumps({'group': 'job', 'members': 2})
     assert request(port, 'POST', '/v1/checkpoint', headers['vm-a'],
@@ -1098,22 +1088,10 @@ def test_a_guest_keeps_only_its_newest_checkpoints(backend_factory,
         'guest_checkpoints_kept': str(kept)}))
     port = agent.proxy_port()
     headers = {'X-Instance-ID': 'vm-a', 'X-BlobCR-Token': token('vm-a')}
-
-    def take(body=None):
-        status, reply = request(port, 'POST', '/v1/checkpoint', headers,
-                                body)
-        assert status == 200, reply
-        number = reply['version']
-        deadline = time.monotonic() + 30
-        while request(port, 'GET', '/v1/checkpoint/%d' % number,
-                      headers)[1]['state'] != 'stable':
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        return number
-
-    member = take(json.dumps({'group': 'job-1', 'members': 1}))
+    member = _take(port, headers,
+                   json.dumps({'group': 'job-1', 'members': 1}))
     _recorded(repo, 'job-1', None, 1)
-    taken = [take() for _ in range(kept + 5)]
+    taken = [_take(port, headers) for _ in range(kept + 5)]
     # Off the guest's wait: by the agent's retention thread.
     deadline = time.monotonic() + 30
     while agent.client.call('status')['guest_checkpoints'][
@@ -1133,4 +1111,208 @@ def test_a_guest_keeps_only_its_newest_checkpoints(backend_factory,
                                 for v in repo.image(image).versions}:
         assert time.monotonic() < deadline, 'GC did not free them'
         time.sleep(0.2)
+    repo.close()
+
+
+def _take(port, headers, body=None, expect=200):
+    """A guest checkpoint through the endpoint, waited for until stable
+    (as a polite guest does); its number, or the refusal's reply.
+    """
+    status, reply = request(port, 'POST', '/v1/checkpoint', headers, body)
+    assert status == expect, reply
+    if status != 200:
+        return reply
+    number = reply['version']
+    deadline = time.monotonic() + 30
+    while request(port, 'GET', '/v1/checkpoint/%d' % number,
+                  headers)[1]['state'] != 'stable':
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return number
+
+
+def _guests(repo, agent, instances):
+    """Images of ``instances`` ({instance: project}) attached on the
+    agent for them: ({instance: image id}, {instance: headers}).
+    """
+    images, headers = {}, {}
+    for instance, project in instances.items():
+        header = repo.create_image(instance, 16 * CHUNK)
+        repo.commit(header.id, {0: os.urandom(CHUNK)})
+        images[instance] = header.id
+        agent.client.call('attach', image=header.id, instance=instance,
+                          project=project)
+        headers[instance] = _headers(instance)
+    return images, headers
+
+
+def test_a_guest_past_its_budget_is_refused_and_nothing_is_taken(
+        backend_factory, agent_factory):
+    """Finding 3 of issue 54: a guest could checkpoint for ever, each
+    checkpoint kept. Past its image's budget (checkpoints, or bytes they
+    wrote), or its project's (over the project's images on this host),
+    the endpoint answers 507 with the reason and the counts, and takes
+    nothing; another project's guest goes on. ``blobcr-manage status``
+    counts them.
+    """
+    repo = repository.Repository(backend_factory(), chunk_size=CHUNK)
+    agent = agent_factory(repo.backend, _with(SETTINGS, proxy={
+        'rate': '100', 'burst': '100'}, agent={
+        # Retention off: every checkpoint stays, as Cinder snapshots of
+        # them would.
+        'guest_checkpoints_kept': '0',
+        'guest_checkpoints_per_image': '3',
+        'guest_checkpoints_per_project': '5',
+        'guest_checkpoint_mib_per_image': '1'}))
+    images, headers = _guests(repo, agent, {
+        'vm-a': 'p1', 'vm-c': 'p1', 'vm-b': 'p2', 'vm-w': 'p3'})
+    port = agent.proxy_port()
+    for _ in range(3):
+        _take(port, headers['vm-a'])
+    before = versions(repo, images['vm-a'])
+    reply = _take(port, headers['vm-a'], expect=507)
+    assert 'budget of image %s' % images['vm-a'] in reply['error']
+    assert reply['budget']['scope'] == 'image'
+    assert reply['budget']['usage']['versions'] == 3
+    assert versions(repo, images['vm-a']) == before
+    # vm-c, of the same project: two more reach p1's 5.
+    _take(port, headers['vm-c'])
+    _take(port, headers['vm-c'])
+    reply = _take(port, headers['vm-c'], expect=507)
+    assert reply['budget']['scope'] == 'project' and \
+        'project p1' in reply['error']
+    # A group checkpoint spends it too, and is refused the same way.
+    _take(port, headers['vm-c'], json.dumps({'group': 'g', 'members': 1}),
+          expect=507)
+    # Another project is not held back by p1's.
+    _take(port, headers['vm-b'])
+    # Bytes: vm-w rewrites its whole image (1 MiB) and checkpoints it;
+    # its next checkpoint is past its 1 MiB.
+    path = agent.client.call('status')['attached'][images['vm-w']]['path']
+    with open(path, 'r+b') as f:
+        f.write(os.urandom(16 * CHUNK))
+        f.flush()
+        os.fsync(f.fileno())
+    _take(port, headers['vm-w'])
+    reply = _take(port, headers['vm-w'], expect=507)
+    assert 'bytes written' in reply['error'], reply
+    guest = agent.client.call('status')['guest_checkpoints']
+    assert guest['refused'] == {'image': 2, 'project': 2, 'groups': 0}
+    assert guest['limits']['image'] == {'versions': 3, 'bytes': 1 << 20}
+    assert guest['usage']['p1']['versions'] == 5
+    repo.close()
+
+
+def test_new_groups_past_the_projects_cap_are_refused(backend_factory,
+                                                      agent_factory):
+    """Finding 3 of issue 54: each new group id a guest named made an
+    index record in the store, with no cap. Past ``[agent]
+    guest_groups_per_project`` a new id is refused (507, nothing taken);
+    an id the project has already still checkpoints, another project is
+    not held back, and a group whose members' checkpoints are all gone
+    is forgotten (its record deleted) to make room.
+    """
+    repo = repository.Repository(backend_factory(), chunk_size=CHUNK)
+    agent = agent_factory(repo.backend, _with(SETTINGS, proxy={
+        'rate': '100', 'burst': '100'}, agent={
+        'guest_groups_per_project': '2', 'guest_checkpoints_kept': '0'}))
+    images, headers = _guests(repo, agent, {'vm-a': 'p1', 'vm-b': 'p2'})
+    port = agent.proxy_port()
+
+    def group(name):
+        return json.dumps({'group': name, 'members': 1})
+    first = _take(port, headers['vm-a'], group('job-1'))
+    _take(port, headers['vm-a'], group('job-2'))
+    _recorded(repo, 'job-2', 'p1', 1)
+    before = versions(repo, images['vm-a'])
+    reply = _take(port, headers['vm-a'], group('job-3'), expect=507)
+    assert 'project p1 has 2 groups, at most 2' in reply['error']
+    assert reply['budget']['scope'] == 'groups'
+    assert versions(repo, images['vm-a']) == before
+    assert repo.backend.read_header(groups.record_name('job-3', 'p1')) \
+        is None
+    _take(port, headers['vm-a'], group('job-1'))       # known: goes on
+    _take(port, headers['vm-b'], group('job-3'))       # p2's own
+    assert groups.project_groups(repo, 'p1') == 2
+    assert agent.client.call('status')['guest_checkpoints'][
+        'refused']['groups'] == 1
+    # job-2's only member version goes (obsoleted, as retention would):
+    # once old enough, it is forgotten and its record deleted.
+    job2 = groups.state(repo, 'job-2', 'p1')['versions'][images['vm-a']]
+    agent.client.call('obsolete', image=images['vm-a'],
+                      versions=[job2['version']])
+    assert groups.reclaim(repo, 'p1') == 0              # too recent
+    assert groups.reclaim(repo, 'p1', now=time.time() +
+                          2 * groups.RECLAIM_AFTER) == 1
+    assert repo.backend.read_header(groups.record_name('job-2', 'p1')) \
+        is None
+    assert first and groups.project_groups(repo, 'p1') == 1
+    _take(port, headers['vm-a'], group('job-3'))
+    repo.close()
+
+
+def test_retention_spares_cinder_snapshots_and_keeps_newest_groups(
+        backend_factory, agent_factory):
+    """Finding 3 of issue 54: retention was off by default, as it would
+    have obsoleted versions blobcr-cinder-sync registered as Cinder
+    snapshots, and it kept every group's members for ever. The driver's
+    manage now labels the version ``managed:<snapshot id>`` (done here
+    as the driver's RPC does it): retention spares it, and the label is
+    refused on a version retention obsoleted first, in one header swap
+    either way. Members of groups older than the newest
+    ``guest_groups_kept`` go like the rest.
+    """
+    repo = repository.Repository(backend_factory(), chunk_size=CHUNK)
+    agent, image = _vm_a(repo, agent_factory, _with(SETTINGS, proxy={
+        'rate': '100', 'burst': '100'}, agent={
+        'guest_checkpoints_kept': '3', 'guest_groups_kept': '1'}))
+    port = agent.proxy_port()
+    headers = {'X-Instance-ID': 'vm-a', 'X-BlobCR-Token': token('vm-a')}
+    old_group = _take(port, headers,
+                      json.dumps({'group': 'job-1', 'members': 1}))
+    _recorded(repo, 'job-1', None, 1)
+    registered = _take(port, headers)
+    repo.label(image, registered, 'managed:snapshot-1')
+    _take(port, headers, json.dumps({'group': 'job-2', 'members': 1}))
+    _recorded(repo, 'job-2', None, 1)
+    new_group = groups.state(repo, 'job-2')['versions'][image]['version']
+    taken = [_take(port, headers) for _ in range(6)]
+    deadline = time.monotonic() + 30
+    while True:
+        state = {v.number: v.state for v in repo.image(image).versions}
+        if state.get(old_group, 'obsolete') == 'obsolete' and all(
+                state.get(n, 'obsolete') == 'obsolete'
+                for n in taken[:-3]):
+            break
+        assert time.monotonic() < deadline, state
+        time.sleep(0.1)
+    assert state[registered] == 'stable'
+    assert state[new_group] == 'stable'
+    assert [state[n] for n in taken[-3:]] == ['stable'] * 3
+    # The other order: retention first, then a manage of that version.
+    with pytest.raises(exception.VersionNotStable):
+        repo.label(image, taken[0], 'managed:snapshot-2')
+    repo.close()
+
+
+def test_an_obsolete_rechecks_on_the_header_it_swaps(backend_factory):
+    """The retention's obsolete judged on a header read before a manage
+    labelled a version: judged again on the header it swaps, the
+    labelled version stays (a registered Cinder snapshot kept its data
+    only by luck of timing before).
+    """
+    repo = repository.Repository(backend_factory(), chunk_size=CHUNK)
+    header = repo.create_image('race', 4 * CHUNK)
+    for _ in range(3):
+        repo.commit(header.id, {0: os.urandom(CHUNK)})
+    read = repo.image(header.id)
+    picked = [v.number for v in read.versions
+              if not v.made_by and v.parent is not None]
+    assert picked == [2, 3]
+    repo.label(header.id, 2, 'managed:snapshot-1')     # meanwhile
+
+    def still(fresh):
+        return [v.number for v in fresh.versions if not v.made_by]
+    repo.obsolete(header.id, picked[:1], still=still)
+    assert repo.image(header.id).version(2).state == 'stable'
     repo.close()

@@ -51,6 +51,7 @@ import ctypes.util
 import errno
 import fcntl
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -448,6 +449,10 @@ class LocalBackend(base.ObjectBackend):
                 raise exception.Conflict('header %s changed' % name)
             os.unlink(path)
             self._fsync_dir(os.path.dirname(path))
+            # Its key set goes with it, as an object's omap does.
+            shutil.rmtree(os.path.join(self.root, 'keys',
+                                       base.check_name(name)),
+                          ignore_errors=True)
         finally:
             # The lock file stays: unlinking it would let a waiter lock
             # an orphaned inode while a newcomer locks a fresh one.
