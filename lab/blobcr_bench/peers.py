@@ -134,6 +134,12 @@ def add_arguments(p, size_type=int):
     p.add_argument('--peers', nargs='+', choices=PEERS, default=list(PEERS))
     p.add_argument('--workloads', nargs='+', choices=WORKLOADS,
                    default=list(WORKLOADS))
+    p.add_argument('--late-runs', choices=['drop', 'keep'], default='drop',
+                   help='a run with a checkpoint acknowledged after the '
+                        'workload\'s last write is invalid: dropped from '
+                        'the figures and failing the checks (default), or '
+                        'kept, still listed under invalid_runs (for '
+                        'scaled-down passes too short to outlast an ack)')
     p.add_argument('--paced-mib-s', type=float, default=32.0,
                    help='write rate of the paced workload (default 32 MiB/s: '
                         'a 128 MiB pass every 4 s)')
@@ -704,6 +710,24 @@ def _run_or_record(peer, workload, pattern, args, epoch, run, log, failed):
         return None
 
 
+def _valid_or_recorded(result, name, workload, run, log, invalid,
+                       keep=False):
+    """``result``, or None (and recorded in ``invalid``) when one of its
+    checkpoints was acknowledged after the workload's last write: that
+    checkpoint raced with nothing, and its run's figures would flatter
+    the peer. ``keep``: recorded, and kept in the figures.
+    """
+    if result is None or not result['late_checkpoints']:
+        return result
+    invalid.append({'peer': name, 'workload': workload.name,
+                    'run': run + 1, 'kept': keep,
+                    'late_checkpoints': result['late_checkpoints']})
+    log.event('run invalid', peer=name, workload=workload.name,
+              run=run + 1, late_checkpoints=result['late_checkpoints'],
+              kept=keep)
+    return result if keep else None
+
+
 def _ms(seconds):
     return None if seconds is None else round(seconds * 1000, 3)
 
@@ -905,7 +929,7 @@ def run(args, log, open_repository):
                              streams=1 + max(w.stream for w in chosen))
     peers, refused = {}, {}
     orders = []
-    failed = []
+    failed, invalid = [], []
     checks = common.Checks()
     results = {w.name: {} for w in chosen}
     try:
@@ -930,9 +954,11 @@ def run(args, log, open_repository):
                 log.event('order', run=r + 1, workload=w.name, order=order)
                 for name in order:
                     epoch = r * epochs_per_run
-                    results[w.name][name].append(_run_or_record(
-                        peers[name], w, pattern, args, epoch, r, log,
-                        failed))
+                    results[w.name][name].append(_valid_or_recorded(
+                        _run_or_record(peers[name], w, pattern, args,
+                                       epoch, r, log, failed),
+                        name, w, r, log, invalid,
+                        keep=args.late_runs == 'keep'))
     finally:
         for peer in peers.values():
             shutdown = getattr(peer, 'shutdown', None)
@@ -953,7 +979,8 @@ def run(args, log, open_repository):
            'peers': {n: (peers[n].describe()
                          if hasattr(peers[n], 'describe') else {})
                      for n in peers},
-           'refused': refused, 'failed_runs': failed, 'workloads': {},
+           'refused': refused, 'failed_runs': failed,
+           'invalid_runs': invalid, 'workloads': {},
            'order': {'seed': args.seed, 'runs': orders}}
     checks.require_true('blobcr-local ran', 'blobcr-local' in peers or
                         'blobcr-local' not in args.peers,
@@ -964,6 +991,13 @@ def run(args, log, open_repository):
         'a run that failed is recorded under failed_runs and left out of '
         'the figures; the other runs and peers went on',
         value=['%(peer)s/%(workload)s run %(run)d' % f for f in failed])
+    checks.require_true(
+        'no run had a checkpoint acknowledged after its last write',
+        not invalid or args.late_runs == 'keep',
+        'such a checkpoint had nothing left to race with: its run is '
+        'recorded under invalid_runs and left out of the figures',
+        value=['%(peer)s/%(workload)s run %(run)d: %(late_checkpoints)d'
+               % i for i in invalid])
     for w in chosen:
         res = results[w.name]
         done = {n: [r for r in res[n] if r is not None] for n in res}

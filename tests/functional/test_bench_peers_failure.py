@@ -24,6 +24,7 @@ invalid.
 """
 
 import tempfile
+import time
 
 from blobcr_bench import cli
 from blobcr_bench import common
@@ -67,3 +68,50 @@ def test_a_failed_run_is_recorded_and_the_others_go_on(monkeypatch):
     assert by_what['every run of every peer completed']['ok'] is False
     assert by_what['blobcr-local/checkpoint: restarts at a point in '
                    'time']['ok'] is True
+
+
+def test_a_checkpoint_acknowledged_after_the_last_write_invalidates_its_run(
+        monkeypatch):
+    """A checkpoint whose ack comes after the workload's last write
+    raced with nothing: its run is listed and left out of the figures,
+    and the checks fail; with --late-runs keep it is listed and kept.
+    """
+    real_checkpoint = peers.BlobcrPeer.checkpoint
+    opened = []
+    real_open = peers.BlobcrPeer.open
+
+    def open_(self, path, size):
+        opened.append(path)
+        return real_open(self, path, size)
+
+    def slow_checkpoint(self):
+        # The second run's checkpoints answer late: the store slow to
+        # acknowledge, the 8 MiB pass long written by then.
+        if opened[-1].endswith('-checkpoint-1'):
+            time.sleep(1.5)
+        return real_checkpoint(self)
+
+    monkeypatch.setattr(peers.BlobcrPeer, 'open', open_)
+    monkeypatch.setattr(peers.BlobcrPeer, 'checkpoint', slow_checkpoint)
+    for late_runs, kept in (('drop', RUNS - 1), ('keep', RUNS)):
+        opened.clear()
+        workdir = tempfile.mkdtemp(prefix='pl-', dir='/tmp')
+        args = cli.build_parser().parse_args([
+            'peers', '--peers', 'blobcr-local', '--workloads', 'checkpoint',
+            '--size', '8M', '--block', '1M', '--iterations', '2',
+            '--runs', str(RUNS), '--workdir', workdir,
+            '--late-runs', late_runs])
+        result = peers.run(args, common.Log('peers', quiet=True),
+                           cli.open_repository)
+        late = [(i['peer'], i['run'], i['kept'])
+                for i in result['invalid_runs']]
+        assert late == [('blobcr-local', 2, late_runs == 'keep')], late
+        assert result['invalid_runs'][0]['late_checkpoints'] >= 1
+        figures = result['workloads']['checkpoint']['peers']['blobcr-local']
+        assert len(figures['runs']) == kept
+        assert sum(figures['late_checkpoints']) == (
+            0 if late_runs == 'drop' else
+            result['invalid_runs'][0]['late_checkpoints'])
+        by_what = {c['what']: c for c in result['checks']}
+        assert by_what['no run had a checkpoint acknowledged after its '
+                       'last write']['ok'] is (late_runs == 'keep')
