@@ -46,7 +46,6 @@ with the file itself: the block device that stock Nova opens for a
 ``loop_over_mirror`` is that path over the file's, run by run.
 """
 
-import contextlib
 import os
 import subprocess
 import tempfile
@@ -55,6 +54,7 @@ from blobcr_bench import common
 from blobcr_bench import fio
 import blobcr_lab
 from blobcr_lab import agents
+from blobcr_lab import loopdev
 
 
 def build_passthrough(workdir):
@@ -65,23 +65,6 @@ def build_passthrough(workdir):
                            'source tree' % source)
     subprocess.run(['make', '-s', '-C', source, 'OUT=' + out], check=True)
     return out
-
-
-@contextlib.contextmanager
-def _loop_device(path):
-    """A loop device over ``path`` with direct I/O, as the agent sets
-    up for a 'local' connection; None where the host has none.
-    """
-    if not os.path.exists('/dev/loop-control'):
-        yield None
-        return
-    device = subprocess.run(
-        ['losetup', '--find', '--show', '--direct-io=on', path],
-        check=True, capture_output=True, text=True).stdout.strip()
-    try:
-        yield device
-    finally:
-        subprocess.run(['losetup', '--detach', device], check=False)
 
 
 def _figure(job_result):
@@ -115,7 +98,7 @@ def run(repo, backend_args, args, log):
                 os.fdatasync(sync_fd)
 
         with fio.PassthroughMount(binary, backing, options) as passthrough, \
-                _loop_device(path) as loop:
+                loopdev.over(path) as loop:
             connections = {'mirror': fio.connection_info(path),
                            'passthrough': fio.connection_info(
                                passthrough.path)}

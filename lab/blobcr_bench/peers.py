@@ -22,6 +22,10 @@ refused and the others run):
   mirror on the local store and on the micro Ceph cluster (data in its
   erasure-coded pool); writes through the FUSE mirror, CHECKPOINT on
   the mirror's control socket; durable when the version is stable.
+* ``blobcr-ceph-loop``: ``blobcr-ceph`` written as a guest on stock Nova
+  writes: O_DIRECT through a loop device (direct I/O) over the mirror
+  file, the block device Nova hands QEMU (cache=none) for the driver's
+  'local' connection.
 * ``qemu-backup``: qemu-storage-daemon, a persistent dirty bitmap and
   ``blockdev-backup sync=incremental`` per checkpoint (peers_qemu.py).
 * ``rbd-snap``, ``rbd-snap-rep``: an RBD image (its data in an EC pool
@@ -29,11 +33,16 @@ refused and the others run):
   as with Nova's cache=none (``--rbd-cache writeback``: on), ``rbd snap
   create`` per checkpoint and ``rbd export-diff`` as copy-out
   (peers_rbd.py).
+* ``rbd-snap-wb``: ``rbd-snap-rep`` with librbd's writeback cache
+  (QEMU's cache=writeback), whatever ``--rbd-cache`` says.
 * ``qcow2-layers``: external qcow2 snapshots, each closed layer copied
   out (peers_qemu.py), the naive baseline.
 
-Every peer keeps 256 KiB granularity (BlobCR's chunk, the bitmap's
-granularity, the qcow2 clusters, the RBD objects).
+Every peer but RBD keeps 256 KiB granularity (BlobCR's chunk, the
+bitmap's granularity, the qcow2 clusters). RBD images have RBD's
+default 4 MiB objects (``--rbd-object-size``), as its operators run it:
+smaller objects made each 1 MiB write span several and each first write
+after a snapshot pay an OSD clone of each (issue 55).
 
 Workloads (``--workloads``): ``checkpoint``, the checkpoint benchmark's
 (rewrite ``--size`` in ``--block`` blocks in order, pass after pass),
@@ -95,6 +104,7 @@ copy-on-write (copies or waits); a zero makes the run invalid.
 import argparse
 import copy
 import json
+import mmap
 import os
 import random
 import shutil
@@ -107,9 +117,10 @@ from blobcr_bench import common
 from blobcr_bench import peers_common
 from blobcr_lab import agents
 from blobcr_lab import ceph
+from blobcr_lab import loopdev
 
-PEERS = ('blobcr-local', 'blobcr-ceph', 'qemu-backup', 'rbd-snap',
-         'rbd-snap-rep', 'qcow2-layers')
+PEERS = ('blobcr-local', 'blobcr-ceph', 'blobcr-ceph-loop', 'qemu-backup',
+         'rbd-snap', 'rbd-snap-rep', 'rbd-snap-wb', 'qcow2-layers')
 WORKLOADS = ('checkpoint', 'random4k', 'paced')
 REFERENCES = ('blobcr-local', 'blobcr-ceph')
 RATIO_KEYS = ('ack_ms', 'pause_ms', 'pause_to_durable_ms', 'slowdown_s',
@@ -166,6 +177,9 @@ def add_arguments(p, size_type=int):
                         'as with Nova\'s default cache mode none (the '
                         'default here), or on, as QEMU sets it with '
                         'cache=writeback')
+    p.add_argument('--rbd-object-size', type=size_type, default=4 << 20,
+                   help='object size of the RBD images (default 4M, RBD\'s '
+                        'own default)')
     p.add_argument('--queue-depth', type=int, default=8,
                    help='the application\'s writes in flight at once, '
                         'as QEMU issues a guest\'s (default 8): librbd\'s '
@@ -357,6 +371,66 @@ class BlobcrPeer(peers_common.Peer):
                 'readahead_chunks': self.args.readahead_chunks}
 
 
+class BlobcrLoopPeer(BlobcrPeer):
+    """BlobCR written through a loop device over the mirror file, with
+    O_DIRECT, as QEMU with cache=none writes the block device stock Nova
+    opens for the driver's 'local' connection.
+    """
+
+    def __init__(self, args, name, backend, open_repository):
+        if not loopdev.available():
+            raise peers_common.PeerRefused('no loop devices on this host')
+        super().__init__(args, name, backend, open_repository)
+        self.device = self.device_fd = None
+        self.buffers = threading.local()
+        # Bytes the loop device wrote, by run (its work directory's name).
+        self.device_written = {}
+
+    def open(self, workdir, size):
+        super().open(workdir, size)
+        self.run_name = os.path.basename(workdir)
+        self.device = loopdev.attach(self.subject.path)
+        # (A loop device's counts go on from its earlier uses.)
+        self.written_before = loopdev.written(self.device)
+        self.device_fd = os.open(self.device, os.O_RDWR | os.O_DIRECT)
+
+    def write(self, offset, data):
+        # O_DIRECT wants an aligned buffer: one per writing thread.
+        buf = getattr(self.buffers, 'buf', None)
+        if buf is None or len(buf) < len(data):
+            buf = self.buffers.buf = mmap.mmap(-1, max(len(data), 1 << 20))
+        buf[:len(data)] = data
+        with memoryview(buf) as view:
+            os.pwrite(self.device_fd, view[:len(data)], offset)
+
+    def close(self):
+        if self.device_fd is not None:
+            os.close(self.device_fd)
+            self.device_fd = None
+        if self.device is not None:
+            self.device_written[self.run_name] = \
+                loopdev.written(self.device) - self.written_before
+            loopdev.detach(self.device)
+            self.device = None
+        super().close()
+
+    def check_runs(self, checks, workload, runs):
+        super().check_runs(checks, workload, runs)
+        written = [n for run, n in self.device_written.items()
+                   if run.startswith('%s-%s-' % (self.name, workload))]
+        # Each run writes the whole disk at least once (its fill).
+        checks.require_true(
+            '%s/%s: bytes the loop device wrote, per run (min), at least '
+            'the disk' % (self.name, workload),
+            written and min(written) >= self.args.size,
+            'the application must write through the loop device',
+            value=min(written) if written else None)
+
+    def describe(self):
+        return dict(super().describe(), path='loop device, direct I/O, '
+                    'written with O_DIRECT')
+
+
 class _MirrorReader(object):
     def __init__(self, client, image, version):
         self.client = client
@@ -381,10 +455,13 @@ def make_peer(name, args, open_repository):
         return BlobcrPeer(args, name, 'local', open_repository)
     if name == 'blobcr-ceph':
         return BlobcrPeer(args, name, 'rados', open_repository)
-    if name in ('rbd-snap', 'rbd-snap-rep'):
+    if name == 'blobcr-ceph-loop':
+        return BlobcrLoopPeer(args, name, 'rados', open_repository)
+    if name in ('rbd-snap', 'rbd-snap-rep', 'rbd-snap-wb'):
         from blobcr_bench import peers_rbd
         return {'rbd-snap': peers_rbd.RbdPeer,
-                'rbd-snap-rep': peers_rbd.ReplicatedRbdPeer}[name](args)
+                'rbd-snap-rep': peers_rbd.ReplicatedRbdPeer,
+                'rbd-snap-wb': peers_rbd.WritebackRbdPeer}[name](args)
     from blobcr_bench import peers_qemu
     why = peers_qemu.refusal()
     if why:

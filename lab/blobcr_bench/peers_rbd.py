@@ -19,7 +19,11 @@ BlobCR-on-Ceph, written through librbd by the application's own client:
   enabled) of the same profile and as many placement groups as BlobCR's
   data pool, its header in a replicated pool;
 * ``rbd-snap-rep``: the whole image in the replicated pool, as most
-  RBD deployments keep it.
+  RBD deployments keep it;
+* ``rbd-snap-wb``: ``rbd-snap-rep`` with librbd's writeback cache on,
+  as QEMU sets it with cache=writeback.
+
+Images have RBD's default 4 MiB objects (``--rbd-object-size``).
 
 The client is set up as Nova sets it: librbd's cache off (cache mode
 none, Nova's default); ``--rbd-cache writeback`` is the variant with
@@ -49,6 +53,9 @@ class RbdPeer(peers_common.Peer):
     name = 'rbd-snap'
     durable_at = 'snapshot in RADOS (ack); export-diff file fsync\'ed'
     erasure_coded = True
+    # librbd's cache of the application's client: --rbd-cache, unless
+    # the peer is a cache mode of its own.
+    cache = None
 
     def __init__(self, args):
         super().__init__(args)
@@ -79,8 +86,9 @@ class RbdPeer(peers_common.Peer):
                     % (self.data_pool, self.data_pool_refused))
         # Two clients: the application's (it owns the exclusive lock) and
         # the orchestrator's, which asks for snapshots.
+        self.cache_mode = self.cache or args.rbd_cache
         self.clients = []
-        for conf in ({'rbd_cache': str(args.rbd_cache == 'writeback')
+        for conf in ({'rbd_cache': str(self.cache_mode == 'writeback')
                       .lower()}, {}):
             c = rados.Rados(conffile=args.ceph_conf, conf=conf)
             c.connect(timeout=10)
@@ -100,7 +108,7 @@ class RbdPeer(peers_common.Peer):
         rbd = self.rbd
         features = (rbd.RBD_FEATURE_LAYERING | rbd.RBD_FEATURE_EXCLUSIVE_LOCK
                     | rbd.RBD_FEATURE_OBJECT_MAP | rbd.RBD_FEATURE_FAST_DIFF)
-        order = self.args.granularity.bit_length() - 1
+        order = self.args.rbd_object_size.bit_length() - 1
         rbd.RBD().create(self.app_io, self.image_name, size, order=order,
                          old_format=False, features=features,
                          data_pool=self.data_pool)
@@ -196,12 +204,12 @@ class RbdPeer(peers_common.Peer):
 
     def check_runs(self, checks, workload, runs):
         what = '%s/%s' % (self.name, workload)
-        wanted = str(self.args.rbd_cache == 'writeback').lower()
+        wanted = str(self.cache_mode == 'writeback').lower()
         checks.require_true(
             '%s: the application client\'s rbd_cache, read back' % what,
             self.client_cache == wanted,
             'the cache setting measured must be the one asked for '
-            '(--rbd-cache %s)' % self.args.rbd_cache,
+            '(%s)' % self.cache_mode,
             value=self.client_cache)
         checks.require_true(
             '%s: the application owned the exclusive lock at every '
@@ -216,8 +224,8 @@ class RbdPeer(peers_common.Peer):
     def describe(self):
         return {'pool': self.args.rbd_pool, 'data_pool': self.data_pool,
                 'data_pool_shape': self.data_pool_shape,
-                'object_size': self.args.granularity,
-                'rbd_cache': self.args.rbd_cache,
+                'object_size': self.args.rbd_object_size,
+                'rbd_cache': self.cache_mode,
                 'rbd_cache_client': self.client_cache,
                 'features': 'layering,exclusive-lock,object-map,fast-diff'}
 
@@ -227,6 +235,13 @@ class ReplicatedRbdPeer(RbdPeer):
 
     name = 'rbd-snap-rep'
     erasure_coded = False
+
+
+class WritebackRbdPeer(ReplicatedRbdPeer):
+    """The replicated one with librbd's writeback cache."""
+
+    name = 'rbd-snap-wb'
+    cache = 'writeback'
 
 
 class _SnapshotReader(object):

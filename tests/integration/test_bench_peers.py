@@ -115,11 +115,12 @@ def test_every_peer_runs_or_says_why(ceph_cluster, quick_snap_trim, workdir,
         assert why, name
     # Both BlobCR references run here, and the QEMU peers with the
     # qemu-storage-daemon install-deps.sh installs.
-    assert {'blobcr-local', 'blobcr-ceph', 'qemu-backup',
+    assert {'blobcr-local', 'blobcr-ceph', 'blobcr-ceph-loop', 'qemu-backup',
             'qcow2-layers'} <= ran
-    # Both RBD variants on this cluster: the EC one shaped like BlobCR's
-    # data pool, the replicated one without a data pool; cache off.
-    assert {'rbd-snap', 'rbd-snap-rep'} <= ran
+    # The RBD variants on this cluster: the EC one shaped like BlobCR's
+    # data pool, the replicated one without a data pool; cache off, but
+    # on the writeback one; RBD's default 4 MiB objects.
+    assert {'rbd-snap', 'rbd-snap-rep', 'rbd-snap-wb'} <= ran
     shape = result['peers']['rbd-snap']['data_pool_shape']
     blobcr_pgs = json.loads(subprocess.run(
         ['ceph', '--conf', ceph_cluster.conffile, 'osd', 'pool', 'get',
@@ -127,8 +128,17 @@ def test_every_peer_runs_or_says_why(ceph_cluster, quick_snap_trim, workdir,
         text=True, check=True, timeout=60).stdout)['pg_num']
     assert shape['pg_num'] == blobcr_pgs
     assert result['peers']['rbd-snap-rep']['data_pool'] is None
-    assert {p['rbd_cache'] for n, p in result['peers'].items()
-            if n.startswith('rbd')} == {'off'}
+    assert {n: p['rbd_cache'] for n, p in result['peers'].items()
+            if n.startswith('rbd')} == {'rbd-snap': 'off', 'rbd-snap-rep':
+                                        'off', 'rbd-snap-wb': 'writeback'}
+    assert {p['object_size'] for n, p in result['peers'].items()
+            if n.startswith('rbd')} == {4 << 20}
+    # The loop peer's writes went through its loop device.
+    assert all(c['ok'] for c in result['checks']
+               if 'the loop device wrote' in c['what'])
+    assert len([c for c in result['checks']
+                if 'the loop device wrote' in c['what']]) == \
+        len(peers.WORKLOADS)
     # A random order per run and workload, recorded with its seed.
     assert [set(o['order']) for o in result['order']['runs']] == \
         [ran] * len(peers.WORKLOADS) * RUNS
@@ -172,8 +182,9 @@ def test_every_peer_runs_or_says_why(ceph_cluster, quick_snap_trim, workdir,
     assert 'osd_in_bytes_per_checkpoint' not in paced['blobcr-local']
     # RBD as set up: the cache read back from the client, and the image
     # locked by its writer at every snapshot.
-    for name in ('rbd-snap', 'rbd-snap-rep'):
-        assert result['peers'][name]['rbd_cache_client'] == 'false'
+    for name in ('rbd-snap', 'rbd-snap-rep', 'rbd-snap-wb'):
+        assert result['peers'][name]['rbd_cache_client'] == (
+            'true' if name == 'rbd-snap-wb' else 'false')
         for wname in peers.WORKLOADS:
             assert any(c['what'].startswith('%s/%s: the application owned '
                                             'the exclusive lock' % (name,
