@@ -217,8 +217,13 @@ class ManageMixin(object):
         # and the retention re-checks the label in the same header swap:
         # one of the two wins, never both.
         try:
-            self.api.label(self.storage_host, image, version['version'],
-                           refs.managed_label(snapshot.id))
+            # A version labelled otherwise (an unmanaged snapshot's, the
+            # driver's own) keeps its label: retention spares it already.
+            if not version.get('made_by') or \
+                    refs.managed_snapshot(version['made_by']):
+                self.api.label(self.storage_host, image,
+                               version['version'],
+                               refs.managed_label(snapshot.id))
         except (agent_exception.ImageNotFound,
                 agent_exception.VersionNotFound,
                 agent_exception.VersionNotStable) as e:

@@ -97,6 +97,20 @@ sync_opts = [
                      'guest checkpoints become Cinder snapshots.'),
     cfg.IntOpt('interval', default=10, min=1,
                help='Seconds between two rounds.'),
+    cfg.IntOpt('max_per_round', default=50, min=1,
+               help='Registrations a round makes at most, taken in turn '
+                    'from each project, and within a project from each '
+                    'volume, oldest version first; the next round starts '
+                    'with the project after the last one served. A guest '
+                    'checkpointing faster than rounds register cannot '
+                    'delay another project\'s checkpoints by more than '
+                    'a round; its own wait (the agent obsoletes its '
+                    'unregistered checkpoints past [agent] '
+                    'guest_checkpoints_kept meanwhile).'),
+    cfg.FloatOpt('pause', default=0.1, min=0,
+                 help='Seconds between two registrations, so that a '
+                      'round\'s POSTs do not crowd cinder-api and '
+                      'cinder-volume.'),
     cfg.BoolOpt('assign_admin_role', default=False,
                 help='Cinder registers a managed snapshot in the project '
                      'of the token that asks, and only an admin may ask, '

@@ -34,6 +34,14 @@ itself the role.
 A volume is skipped in a round while it is changing (not available or
 in-use, or with a snapshot being made or deleted): its driver may be
 making a version that it will register itself.
+
+Rounds are paced and fair across tenants (issue 54, finding 3): at
+most ``max_per_round`` registrations, ``pause`` seconds apart, taken in
+turn from each project (and within one, from each volume, oldest
+version first), starting each round after the project served last; a
+project whose registration fails (its snapshot quota reached, no role)
+gets no more POSTs that round. One guest's hundreds of checkpoints wait
+their turns; another project's are registered in the next round.
 """
 
 import collections
@@ -89,6 +97,8 @@ class Synchronizer(object):
         self.cinder = self._cinder(self.session)
         self._projects = {}
         self.no_role = set()        # projects of the last round
+        self._last_served = None    # where the next round starts after
+        self.pending = 0            # left for later rounds, last round
 
     def _cinder(self, session):
         return adapter.Adapter(
@@ -153,11 +163,15 @@ class Synchronizer(object):
         return not any(s['status'] in CHANGING for s in snaps)
 
     def run_once(self):
-        """Register every safe manageable version: returns the counts
-        registered, deferred (volume changing) and failed.
+        """Register safe manageable versions, in turns across projects
+        and volumes, up to ``max_per_round``: returns the counts
+        registered, deferred (volume changing) and failed. ``pending``
+        is then what is left for later rounds.
         """
         counts = collections.Counter()
         self.no_role = set()
+        # project -> [(volume, its entries oldest first)], in turns.
+        queues = collections.OrderedDict()
         for host in self.opts.backends:
             for volume_id, entries in self.manageable(host).items():
                 volume = self.cinder.get('/volumes/%s' % volume_id).json()[
@@ -168,12 +182,51 @@ class Synchronizer(object):
                     counts['deferred'] += len(entries)
                     continue
                 project = volume['os-vol-tenant-attr:tenant_id']
-                for entry in sorted(entries,
-                                    key=lambda e: int(e['extra_info'][
-                                        'version'])):
-                    ok = self._register(project, volume, entry)
-                    counts['registered' if ok else 'failed'] += 1
+                queues.setdefault(project, []).append(
+                    (volume, collections.deque(sorted(
+                        entries,
+                        key=lambda e: int(e['extra_info']['version'])))))
+        budget = self.opts.max_per_round
+        order = self._turns(sorted(queues))
+        failed = set()
+        while budget > 0 and order:
+            for project in list(order):
+                if budget <= 0:
+                    break
+                volumes = queues[project]
+                volume, entries = volumes.pop(0)
+                entry = entries.popleft()
+                if entries:
+                    volumes.append((volume, entries))   # its next turn
+                if not volumes:
+                    order.remove(project)
+                if counts['registered'] + counts['failed'] and \
+                        self.opts.pause:
+                    time.sleep(self.opts.pause)
+                budget -= 1
+                self._last_served = project
+                if self._register(project, volume, entry):
+                    counts['registered'] += 1
+                    continue
+                counts['failed'] += 1
+                # No more POSTs for it this round (quota, role, Cinder
+                # refusing): the others' turns go on.
+                failed.add(project)
+                if project in order:
+                    order.remove(project)
+        self.pending = sum(len(entries) for project in queues
+                           if project not in failed
+                           for _, entries in queues[project])
         return counts['registered'], counts['deferred'], counts['failed']
+
+    def _turns(self, projects):
+        """The projects in the order they get turns this round: after
+        the one served last, so that no project always goes first.
+        """
+        if self._last_served is None:
+            return list(projects)
+        after = [p for p in projects if p > self._last_served]
+        return after + [p for p in projects if p <= self._last_served]
 
     def _register(self, project, volume, entry):
         info = entry['extra_info']
@@ -233,9 +286,10 @@ def main(argv=None):
             counts = sync.run_once()
         except (ks_exceptions.ClientException, RuntimeError) as e:
             LOG.error('sync round failed: %s', e)
-            counts = (0, 0, 1)
+            counts, sync.pending = (0, 0, 1), 0
         LOG.info('sync round: %d registered, %d deferred, %d failed, '
-                 '%.1f s', *counts, time.monotonic() - started)
+                 '%d waiting for later rounds, %.1f s', *counts,
+                 sync.pending, time.monotonic() - started)
         if sync.no_role:
             LOG.error('sync round: no role on %d project(s): %s (see the '
                       'errors above for the grant)', len(sync.no_role),

@@ -71,19 +71,22 @@ def sync_user(openstack_cloud):
                                  os_inherit_extension_inherited=True)
 
 
-def run_sync(stack, hosts, workdir, expect_ok=True, user=SYNC_USER):
-    """One round of the real blobcr-cinder-sync (``--once``)."""
+def run_sync(stack, hosts, workdir, expect_ok=True, user=SYNC_USER,
+             **options):
+    """One round of the real blobcr-cinder-sync (``--once``), with
+    ``options`` in its [blobcr_sync].
+    """
     conf = os.path.join(workdir, 'sync.conf')
     agents.write_conf(conf, {
         'DEFAULT': {'use_stderr': True},
-        'blobcr_sync': {
+        'blobcr_sync': dict(options, **{
             'backends': '%s@%s' % (stack.cinder_host, hosts.section),
             'auth_type': 'password', 'auth_url': stack.auth_url,
             'username': user, 'password': SYNC_PASSWORD,
             'user_domain_name': stack_module.DOMAIN,
             'project_name': stack_module.PROJECTS['cinder'],
             'project_domain_name': stack_module.DOMAIN,
-            'region_name': stack_module.REGION}})
+            'region_name': stack_module.REGION})})
     proc = subprocess.run(
         [sys.executable, '-m', 'blobcr_cinder.sync', '--config-file', conf,
          '--once'], capture_output=True, text=True, timeout=120)
@@ -115,14 +118,15 @@ def manageable(stack, hosts):
     return {e['reference']['source-name']: e for e in got}
 
 
-def snapshots_of(stack, volume_id):
+def snapshots_of(stack, volume_id, user='demo'):
     listed = stack.openstack('volume', 'snapshot', 'list', '--long',
-                             '--volume', volume_id)
+                             '--volume', volume_id, user=user)
     return {s['ID']: s for s in listed}
 
 
-def version_of(stack, snapshot_id):
-    shown = stack.openstack('volume', 'snapshot', 'show', snapshot_id)
+def version_of(stack, snapshot_id, user='demo'):
+    shown = stack.openstack('volume', 'snapshot', 'show', snapshot_id,
+                            user=user)
     return int(shown['properties']['blobcr:version'])
 
 
@@ -293,3 +297,82 @@ def test_manage_an_image_made_outside_cinder(cinder_hosts, openstack_cloud,
         stack.wait_status('volume', bad, 'deleted')
     stack.openstack('volume', 'delete', managed, user='admin', json=False)
     stack.wait_status('volume', managed, 'deleted')
+
+
+def test_a_noisy_project_does_not_starve_another(openstack_cloud,
+                                                 cinder_hosts, sync_user,
+                                                 agent_api, tmp_path):
+    """Finding 3 of issue 54: blobcr-cinder-sync posted every unregistered
+    version each round, with no cap, so one guest's hundreds of
+    checkpoints held every other tenant's registration back behind
+    them (and a project past its snapshot quota was asked again for
+    each). A round now takes turns across projects up to
+    ``max_per_round``: the quiet project's one checkpoint is registered
+    in the round the noisy one has 150 waiting; a project refused (its
+    snapshot quota) gets one refusal a round, not one per version. The
+    registered versions are labelled as the snapshots they are (what the
+    agents' retention spares).
+    """
+    stack, hosts = openstack_cloud, cinder_hosts['local']
+    host = hosts.compute[0]
+    volumes, images, atts = {}, {}, []
+    for user in ('demo', 'admin'):
+        made = stack.openstack('volume', 'create', '--type',
+                               hosts.volume_type, '--size', '1',
+                               'noisy' if user == 'demo' else 'quiet',
+                               user=user)
+        volumes[user] = stack.wait_status('volume', made['id'], 'available',
+                                          timeout=120)['id']
+        att = Attachment(stack, volumes[user], host, user=user)
+        atts.append(att)
+        images[user] = att.connection['blobcr_image']
+    # The noisy guest's checkpoints first: its versions are the oldest.
+    noisy = [agent_api.checkpoint(host, images['demo'],
+                                  creator='instance vm-noisy')['version']
+             for _ in range(150)]
+    quiet = agent_api.checkpoint(host, images['admin'],
+                                 creator='instance vm-quiet')['version']
+    for user, last in (('demo', noisy[-1]), ('admin', quiet)):
+        assert agent_api.wait_stable(host, images[user], last, 120) == \
+            'stable'
+    said = run_sync(stack, hosts, str(tmp_path), max_per_round=6,
+                    pause=0)
+    assert 'sync round: 6 registered, 0 deferred, 0 failed' in said, \
+        said[-3000:]
+    for user, volume_id in volumes.items():
+        for snap_id in snapshots_of(stack, volume_id, user=user):
+            stack.wait_status('snapshot', snap_id, 'available',
+                              timeout=120)
+    quiet_snaps = snapshots_of(stack, volumes['admin'], user='admin')
+    assert [version_of(stack, s, user='admin') for s in quiet_snaps] == \
+        [quiet]
+    noisy_snaps = snapshots_of(stack, volumes['demo'])
+    assert sorted(version_of(stack, s) for s in noisy_snaps) == noisy[:5]
+    offered = manageable(stack, hosts)
+    waiting = [e for e in offered.values() if e['safe_to_manage'] and
+               e['source_reference']['volume_id'] == volumes['demo']]
+    assert len(waiting) == 145
+    listed = {v['version']: v for v in agent_api.list_versions(
+        hosts.storage, images['demo'])['versions']}
+    for snap_id in noisy_snaps:
+        assert listed[version_of(stack, snap_id)]['made_by'] == \
+            'managed:%s' % snap_id
+    # Cinder's default snapshot quota (10 a project): the noisy project
+    # gets 5 more, then one refusal, and no more POSTs this round.
+    said = run_sync(stack, hosts, str(tmp_path), expect_ok=False,
+                    max_per_round=50, pause=0)
+    assert 'sync round: 5 registered, 0 deferred, 1 failed' in said, \
+        said[-3000:]
+    for att in atts:
+        att.detach()
+    for user, volume_id in volumes.items():
+        for snap_id in snapshots_of(stack, volume_id, user=user):
+            stack.wait_status('snapshot', snap_id, 'available',
+                              timeout=120)
+            stack.openstack('volume', 'snapshot', 'delete', snap_id,
+                            json=False, user='admin')
+            stack.wait_status('snapshot', snap_id, 'deleted')
+        stack.wait_status('volume', volume_id, 'available')
+        stack.openstack('volume', 'delete', volume_id, json=False,
+                        user=user)
+        stack.wait_status('volume', volume_id, 'deleted')
