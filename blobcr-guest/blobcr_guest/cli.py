@@ -32,7 +32,7 @@ from blobcr_guest import exception
 EXIT_OK = 0
 EXIT_CONFIG = 1       # a configuration file is unusable
 EXIT_USAGE = 2        # bad arguments (argparse's own code)
-EXIT_REFUSED = 3      # the proxy refused (4xx): retrying will not help
+EXIT_REFUSED = 3      # the proxy refused (4xx, 507): retrying will not help
 EXIT_UNAVAILABLE = 4  # unreachable, 5xx or timed out: try again later
 EXIT_FAILED = 5       # the snapshot was taken but could not be persisted
 EXIT_CRIU = 6         # CRIU is missing or could not dump / restore

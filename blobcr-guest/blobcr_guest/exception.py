@@ -33,8 +33,11 @@ class CheckpointError(GuestError):
 
     @property
     def refused(self):
-        """A 4xx: the request itself was refused (retrying won't help)."""
-        return 400 <= self.status < 500
+        """A 4xx, or 507 (the image's or project's checkpoint budget is
+        reached until snapshots are deleted): the request itself was
+        refused (retrying won't help).
+        """
+        return 400 <= self.status < 500 or self.status == 507
 
 
 class EndpointUnreachable(GuestError):

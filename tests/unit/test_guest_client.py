@@ -205,6 +205,10 @@ def test_bad_arguments_send_nothing(server, kwargs):
     (413, 'body over 4096 bytes', True),
     (500, 'internal error', False),
     (503, 'the checkpoint could not be taken: disk full', False),
+    # Past the image's or project's budget (issue 54, finding 3): until
+    # snapshots go, asking again will not help.
+    (507, 'checkpoint budget of image i reached: 64 checkpoints kept, '
+          'at most 64', True),
 ])
 def test_each_error_status_keeps_the_server_message(server, status, message,
                                                     refused):
