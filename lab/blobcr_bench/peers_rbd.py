@@ -98,8 +98,11 @@ class RbdPeer(peers_common.Peer):
         self.app_io = self.clients[0].open_ioctx(args.rbd_pool)
         self.admin_io = self.clients[1].open_ioctx(args.rbd_pool)
         self.image = self.admin = None
+        # The OSDs' clones, by run (its work directory's name).
+        self.clones = {}
 
     def open(self, workdir, size):
+        self.run_name = os.path.basename(workdir)
         self.workdir = workdir
         self.size = size
         self.index = 0
@@ -186,12 +189,66 @@ class RbdPeer(peers_common.Peer):
         if getattr(self, 'image_name', None):
             img = self.rbd.Image(self.app_io, self.image_name)
             try:
+                self.clones[self.run_name] = self._clones(img)
                 for s in list(img.list_snaps()):
                     img.remove_snap(s['name'])
             finally:
                 img.close()
             self.rbd.RBD().remove(self.app_io, self.image_name)
             self.image_name = None
+
+    def _clones(self, img):
+        """The OSDs' clones of ``img``'s data objects (``rados
+        listsnaps``: a clone per object per snapshot it was written
+        after), its snapshots and its data objects.
+        """
+        prefix = img.stat()['block_name_prefix'] + '.'
+        pool = self.data_pool or self.args.rbd_pool
+        io = self.clients[1].open_ioctx(pool)
+        try:
+            names = [o.key for o in io.list_objects()
+                     if o.key.startswith(prefix)]
+        finally:
+            io.close()
+        clones = 0
+        for name in names:
+            listed = subprocess.run(
+                ['rados', '--conf', self.args.ceph_conf, '-p', pool,
+                 'listsnaps', name], capture_output=True, text=True,
+                check=True, stdin=subprocess.DEVNULL).stdout
+            # After the object's name: a header, then a line per clone
+            # (its id first) and one for the head.
+            clones += sum(1 for line in listed.splitlines()[2:]
+                          if line.split() and line.split()[0].isdigit())
+        return {'clones': clones, 'objects': len(names),
+                'expected': self._objects_written_after_snapshots(img)}
+
+    def _objects_written_after_snapshots(self, img):
+        """Per snapshot, the data objects written between it and the
+        next one (or the head), summed: each is one clone an OSD makes
+        (librbd's diff, by whole object).
+        """
+        osz = img.stat()['obj_size']
+        size = img.size()
+        snaps = [s['name'] for s in sorted(img.list_snaps(),
+                                           key=lambda s: s['id'])]
+        total = 0
+        for k, snap in enumerate(snaps):
+            later = self.rbd.Image(self.admin_io, self.image_name,
+                                   snapshot=snaps[k + 1], read_only=True) \
+                if k + 1 < len(snaps) else img
+            changed = set()
+
+            def extent(offset, length, exists):
+                changed.update(range(offset // osz,
+                                     (offset + length - 1) // osz + 1))
+            try:
+                later.diff_iterate(0, size, snap, extent, whole_object=True)
+            finally:
+                if later is not img:
+                    later.close()
+            total += len(changed)
+        return total
 
     def shutdown(self):
         for io in (self.app_io, self.admin_io):
@@ -220,6 +277,24 @@ class RbdPeer(peers_common.Peer):
             'snapshotted, as a running guest\'s is',
             value=[sum(1 for c in r['checkpoints']
                        if c.get('application_owns_lock')) for r in runs])
+        self.check_runs_clones(checks, workload)
+
+    def check_runs_clones(self, checks, workload):
+        """Every data object written after each snapshot was cloned by
+        its OSD, and the run wrote at least the disk's objects after its
+        snapshots.
+        """
+        found = [c for run, c in self.clones.items()
+                 if run.startswith('%s-%s-' % (self.name, workload))]
+        checks.require_true(
+            '%s/%s: OSD clones per run, one per object written after each '
+            'snapshot, and at least the disk\'s objects'
+            % (self.name, workload),
+            found and all(c['clones'] == c['expected'] >= c['objects']
+                          for c in found),
+            'an RBD snapshot of a volume in use must cost the OSDs a clone '
+            'of each object written after it',
+            value=found)
 
     def describe(self):
         return {'pool': self.args.rbd_pool, 'data_pool': self.data_pool,

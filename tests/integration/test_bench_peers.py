@@ -133,6 +133,11 @@ def test_every_peer_runs_or_says_why(ceph_cluster, quick_snap_trim, workdir,
                                         'off', 'rbd-snap-wb': 'writeback'}
     assert {p['object_size'] for n, p in result['peers'].items()
             if n.startswith('rbd')} == {4 << 20}
+    # Each RBD snapshot cost the OSDs a clone of every object written
+    # after it, counted from the OSDs (rados listsnaps).
+    clones = [c for c in result['checks'] if 'OSD clones' in c['what']]
+    assert len(clones) == 3 * len(peers.WORKLOADS)
+    assert all(c['ok'] for c in clones), clones
     # The loop peer's writes went through its loop device.
     assert all(c['ok'] for c in result['checks']
                if 'the loop device wrote' in c['what'])
