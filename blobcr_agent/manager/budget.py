@@ -18,7 +18,8 @@ image and per project, before the guest endpoint refuses the next one
 (HTTP 507, nothing committed).
 
 What counts: an image's live versions (pending or stable) that a guest
-made, registered as a Cinder snapshot or not: unlabelled ones, and
+made, registered as a Cinder snapshot or not: unlabelled ones (an
+operator's checkpoint without a label too, as retention sees it), and
 those labelled ``managed:<snapshot id>`` (the Cinder driver's manage,
 blobcr_cinder/manage.py), but not the image's first content. Their
 bytes are what each wrote to the store (Version.stored_bytes; a version
@@ -121,14 +122,16 @@ class GuestBudget(object):
         for key, unit in (('versions', 'checkpoints'),
                           ('bytes', 'bytes written')):
             if limits[key] and usage[key] >= limits[key]:
-                with self._lock:
-                    self.refused[scope] += 1
                 raise exception.OverBudget(
                     'checkpoint budget of %s reached: %d %s kept, at most '
                     '%d; delete snapshots of its volumes to make room '
                     '(older unregistered checkpoints are obsoleted by '
                     'themselves)' % (what, usage[key], unit, limits[key]),
                     scope, usage, limits)
+
+    def count_refusal(self, scope):
+        with self._lock:
+            self.refused[scope] = self.refused.get(scope, 0) + 1
 
     def status(self, projects):
         """The limits, the refusals, and the counts last seen by project

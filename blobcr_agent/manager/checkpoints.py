@@ -100,16 +100,15 @@ class Checkpoints(object):
         image_id = self.mirror.get(image).id    # attached here?
         mark = _phase(phases, 'lookup', mark)
         if guest:
-            self.guest_budget.check(self.repo, image_id, project,
-                                    self.images_of_project(project))
-            if group is not None and index is None and \
-                    (group, project) not in self.tagger.counts:
-                try:
+            try:
+                self._within_budget(image_id, project)
+                if group is not None and index is None and \
+                        (group, project) not in self.tagger.counts:
                     groups.count_new(self.repo, group, project,
                                      self.guest_groups_per_project)
-                except exception.OverBudget:
-                    self.guest_budget.refused['groups'] += 1
-                    raise
+            except exception.OverBudget as e:
+                self.guest_budget.count_refusal(e.scope)
+                raise
             mark = _phase(phases, 'budget', mark)
         tag = None
         if group is not None:
@@ -138,7 +137,25 @@ class Checkpoints(object):
             result['group'] = group
         return result
 
-    def retain_guest_checkpoints(self, image, newest):
+    def _within_budget(self, image_id, project):
+        """OverBudget past the image's or the project's budget (what
+        retention leaves counts; versions it has not looked at yet, an
+        operator's unlabelled checkpoints among them, are retired first).
+        """
+        images = self.images_of_project(project)
+        try:
+            self.guest_budget.check(self.repo, image_id, project, images)
+        except exception.OverBudget:
+            retired = 0
+            for other in set(images) | {image_id}:
+                if self.retain_guest_checkpoints(other):
+                    retired += 1
+                    self.guest_budget.forget(other)
+            if not retired:
+                raise
+            self.guest_budget.check(self.repo, image_id, project, images)
+
+    def retain_guest_checkpoints(self, image, newest=None):
         """A guest checkpoint (unlabelled: made_by '') was just taken as
         version ``newest`` of ``image``: the guest checkpoints past the
         newest ``guest_checkpoints_kept`` (it included, in the order
@@ -147,7 +164,9 @@ class Checkpoints(object):
         ``guest_groups_kept`` (0: every group's kept). Never a labelled
         version (a Cinder snapshot's: manage.py labels it
         ``managed:<id>``; the driver's own), a pinned one, nor what
-        Protector.retire keeps. Returns how many were obsoleted.
+        Protector.retire keeps. Without ``newest`` (no new one pending),
+        the newest ``guest_checkpoints_kept`` stable ones are kept.
+        Returns how many were obsoleted.
         """
         kept = self.guest_checkpoints_kept
         groups_kept = self.guest_groups_kept
@@ -163,7 +182,8 @@ class Checkpoints(object):
                            key=lambda v: v.seq)
             plain = [v for v in guest if not v.group]
             # The new one (still pending) is the newest of the kept.
-            over = [v for v in plain[:max(0, len(plain) - (kept - 1))]
+            room = kept - 1 if newest is not None else kept
+            over = [v for v in plain[:max(0, len(plain) - room)]
                     if not v.pins]
             if not groups_kept:
                 return over

@@ -1316,3 +1316,26 @@ def test_an_obsolete_rechecks_on_the_header_it_swaps(backend_factory):
     repo.obsolete(header.id, picked[:1], still=still)
     assert repo.image(header.id).version(2).state == 'stable'
     repo.close()
+
+
+def test_checkpoints_retention_has_not_seen_do_not_lock_a_guest_out(
+        backend_factory, agent_factory):
+    """Unlabelled checkpoints an operator took (blobcr-manage, RPC) fill
+    the image's budget without a guest checkpoint to run retention
+    after: the guest's next one is not refused for them, retention runs
+    first (and only what it keeps counts).
+    """
+    repo = repository.Repository(backend_factory(), chunk_size=CHUNK)
+    agent, image = _vm_a(repo, agent_factory, _with(SETTINGS, proxy={
+        'rate': '100', 'burst': '100'}, agent={
+        'guest_checkpoints_kept': '2',
+        'guest_checkpoints_per_image': '4'}))
+    for _ in range(6):
+        taken = agent.client.call('checkpoint', image=image)
+        agent.client.call('wait_stable', image=image,
+                          version=taken['version'])
+    headers = {'X-Instance-ID': 'vm-a', 'X-BlobCR-Token': token('vm-a')}
+    _take(agent.proxy_port(), headers)
+    guest = agent.client.call('status')['guest_checkpoints']
+    assert guest['refused']['image'] == 0 and guest['obsoleted'] >= 4
+    repo.close()
