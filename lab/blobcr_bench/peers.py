@@ -921,17 +921,22 @@ def ratios(results, reference):
     return out
 
 
-def check(checks, name, workload, runs, paced=False):
+def check(checks, name, workload, runs, paced=False, pass_bytes=1):
     """``paced``: the writer waits between writes, so a quick
     checkpoint may well fall between two of them (no pause to measure).
+    ``pass_bytes``: the distinct bytes a pass writes.
     """
     what = '%s/%s' % (name, workload)
-    # A checkpoint acknowledged after the application stopped writing
-    # may have nothing to copy; every run's checkpoints together must.
-    checks.require('%s: bytes copied out by the checkpoints of a run (min)'
-                   % what, min(sum(c['copied_bytes'] or 0
-                                   for c in r['checkpoints']) for r in runs),
-                   'the checkpoints must copy the written data out')
+    # Each checkpoint follows a whole pass. One acknowledged after the
+    # application stopped writing may have nothing to copy (sent ahead);
+    # every run's checkpoints together must copy half a pass at least.
+    copied = min(sum(c['copied_bytes'] or 0 for c in r['checkpoints'])
+                 for r in runs)
+    checks.require_true(
+        '%s: bytes copied out by the checkpoints of a run (min)' % what,
+        copied >= max(pass_bytes // 2, 1),
+        'the checkpoints must copy the written data out: at least half '
+        'of the %d bytes a pass writes' % pass_bytes, value=copied)
     if not paced:
         checks.require('%s: checkpoints the application wrote through, '
                        'per run (min)' % what,
@@ -1088,7 +1093,8 @@ def run(args, log, open_repository):
         for n in done:
             if done[n]:
                 check(checks, n, w.name, done[n],
-                      paced=w.interval is not None)
+                      paced=w.interval is not None,
+                      pass_bytes=w.bytes_per_pass)
                 peers[n].check_runs(checks, w.name, done[n])
     for n in peers:
         cp = [r for r in results.get('checkpoint', {}).get(n, ())

@@ -164,6 +164,19 @@ def test_checks_fail_when_a_path_did_not_run():
         'blobcr-local/checkpoint: cow_copies + waits per run (min)'}
 
 
+def test_a_run_must_copy_out_half_a_pass_at_least():
+    """Not merely some bytes: a peer whose checkpoints copied out a
+    header and nothing of the pass fails.
+    """
+    pass_bytes = 16 << 20
+    for copied, ok in ((4096, False), (pass_bytes // 2 - 1, False),
+                       (pass_bytes // 2, True), (pass_bytes, True)):
+        checks = common.Checks()
+        peers.check(checks, 'rbd-snap', 'checkpoint',
+                    [_run([1], 10, copied=copied)], pass_bytes=pass_bytes)
+        assert (not checks.failed) == ok, (copied, checks.failed)
+
+
 def test_checks_hold_per_run_not_summed():
     """A run where a path did not run fails its check even when the
     other runs, summed, would pass.
