@@ -284,6 +284,31 @@ def build_parser():
     p.add_argument('--upload-ahead', type=float, default=0.0,
                    help='the mirrors\' --upload-ahead (default 0: off)')
 
+    p = sub.add_parser('guest-io', parents=[common],
+                       help='fio on the guest\'s path: the loop device '
+                            'over the mirror file, the file, a plain file '
+                            'and RBD (--rbd); idle, during a persist and '
+                            'a lazy restart')
+    p.add_argument('--size', type=_size, default=1 << 30,
+                   help='the disk (default 1G: a persist of it outlasts '
+                        'a job)')
+    p.add_argument('--runs', type=int, default=3)
+    p.add_argument('--runtime', type=float, default=5,
+                   help='seconds per fio job')
+    p.add_argument('--jobs', nargs='*',
+                   help='some of the jobs (default: all six)')
+    p.add_argument('--rbd', action='store_true',
+                   help='also librbd on the --ceph-conf cluster, cache off '
+                        'and writeback')
+    p.add_argument('--rbd-pool', default='blobcr-rbd-bench',
+                   help='replicated pool of the RBD image (made if '
+                        'missing)')
+    p.add_argument('--no-persist', action='store_true',
+                   help='skip the jobs during a persist')
+    p.add_argument('--no-restart', action='store_true',
+                   help='skip the lazy restart\'s first reads')
+    p.add_argument('--seed', type=int, default=42)
+
     p = sub.add_parser('protect', parents=[common],
                        help='fio random writes on an agent with and '
                             'without protection checkpoints')
@@ -393,7 +418,7 @@ def main(argv=None):
                 'checkpoint_interval': 'checkpoint_interval',
                 'mirror': 'mirror_io', 'proxy': 'proxy', 'flush': 'flush',
                 'protect': 'protect', 'handoff': 'handoff',
-                'persist': 'persist'}[name])
+                'persist': 'persist', 'guest-io': 'guest_io'}[name])
             args.workdir = scratch
             repo = open_repository(args, scratch)
             try:

@@ -242,3 +242,16 @@ class Pattern(object):
         start = stream * self.size + \
             ((epoch * self.laps + lap) % self.windows) * self.SHIFT
         return self.view[start + inner:start + inner + length]
+
+
+def fill(path, size):
+    """``path`` (made if missing) written in full with random data
+    that does not dedup, and synced: a used disk, not a sparse one.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for offset in range(0, size, 1 << 20):
+            os.pwrite(fd, os.urandom(min(1 << 20, size - offset)), offset)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)

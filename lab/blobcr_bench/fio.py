@@ -49,6 +49,21 @@ class FioError(Exception):
     pass
 
 
+def engine(target):
+    """fio's options and environment for ``target``: a path (libaio,
+    O_DIRECT) or an RBD target of rbd_common.fio_targets (fio's rbd
+    engine, librbd reading the target's ceph.conf).
+    """
+    env = dict(os.environ)
+    if isinstance(target, dict) and target.get('kind') == 'rbd':
+        env['CEPH_CONF'] = target['conf']
+        return ['--ioengine=rbd', '--clientname=admin',
+                '--pool=%s' % target['pool'],
+                '--rbdname=%s' % target['image']], env
+    path = target['path'] if isinstance(target, dict) else target
+    return ['--ioengine=libaio', '--direct=1', '--filename=%s' % path], env
+
+
 def fio_command(path, job, size, runtime=DEFAULT_RUNTIME, fio='fio'):
     """The fio command line of one job on ``path``, JSON output."""
     return [

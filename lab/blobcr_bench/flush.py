@@ -110,6 +110,7 @@ import threading
 import time
 
 from blobcr_bench import common
+from blobcr_bench import fio
 from blobcr_bench import rbd_common
 from blobcr_lab import agents
 
@@ -125,13 +126,6 @@ JOBS = (('fsync-every-write', 1),
 TARGETS = ('blobcr-cluster', 'blobcr-host', 'plain', 'rbd', 'rbd-ec',
            'rbd-writeback')
 BLOBCR = {'blobcr-cluster': 'cluster', 'blobcr-host': 'host'}
-# librbd's settings per RBD target ([client.admin] of its ceph.conf).
-RBD_SETTINGS = {
-    'rbd': {'rbd_cache': 'false'},
-    'rbd-ec': {'rbd_cache': 'false'},
-    'rbd-writeback': {'rbd_cache': 'true', 'rbd_cache_policy': 'writeback',
-                      'rbd_cache_writethrough_until_flush': 'false'},
-}
 # Ratios (numerator, denominator): each side's baseline, then across.
 PAIRS = (('blobcr-cluster', 'plain'), ('blobcr-host', 'plain'),
          ('rbd-ec', 'rbd'), ('rbd-writeback', 'rbd'),
@@ -158,15 +152,9 @@ def _fio(target, name, every, size, runtime):
            '--refill_buffers=1', '--output-format=json']
     if every:
         cmd.append('--fsync=%d' % every)
-    env = dict(os.environ)
-    if target['kind'] == 'rbd':
-        cmd += ['--ioengine=rbd', '--clientname=admin',
-                '--pool=%s' % target['pool'],
-                '--rbdname=%s' % target['image']]
-        env['CEPH_CONF'] = target['conf']
-    else:
-        cmd += ['--ioengine=psync', '--direct=1',
-                '--filename=%s' % target['path']]
+    options, env = fio.engine(target)
+    # (Queue depth 1: psync, not libaio, for the files.)
+    cmd += [o.replace('=libaio', '=psync') for o in options]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise RuntimeError('%s: %s' % (' '.join(cmd), (
@@ -243,17 +231,6 @@ def _loop(commit, rng, blocks, seconds):
             return times
 
 
-def _fill(path, size):
-    block = os.urandom(1 << 20)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for offset in range(0, size, len(block)):
-            os.pwrite(fd, block[:min(len(block), size - offset)], offset)
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-
-
 class WriteLogProbe(object):
     """An image's write-ahead log as RADOS holds it: the ``wlog.IMAGE``
     index's omap (``state``, ``seg.N`` keys) and the size of each
@@ -314,91 +291,13 @@ class WriteLogProbe(object):
         self.cluster.shutdown()
 
 
-def _rbd_conf(args, name):
-    """A ceph.conf of ``--ceph-conf``'s cluster with the target's librbd
-    settings for client.admin (fio's rbd engine reads $CEPH_CONF).
-    """
-    path = os.path.join(args.workdir, 'ceph-%s.conf' % name)
-    with open(args.ceph_conf) as f:
-        text = f.read()
-    with open(path, 'w') as f:
-        f.write(text + '\n[client.admin]\n' + ''.join(
-            '%s = %s\n' % kv for kv in sorted(RBD_SETTINGS[name].items())))
-    return path
-
-
-def _rbd_targets(args, size, names, checks, cleanups):
-    import rados
-    import rbd
-    rbd_common.ensure_rbd_pool(args.ceph_conf, args.rbd_pool)
-    shape = None
-    if 'rbd-ec' in names:
-        refused, shape = rbd_common.ensure_ec_data_pool(
-            args.ceph_conf, args.rbd_ec_pool, like=args.data_pool)
-        if refused:
-            raise RuntimeError('cannot have the erasure-coded data pool '
-                               '%s: %s' % (args.rbd_ec_pool, refused))
-    cluster = rados.Rados(conffile=args.ceph_conf)
-    cluster.connect(timeout=10)
-    ioctx = cluster.open_ioctx(args.rbd_pool)
-    made = []
-
-    def remove():
-        for image in made:
-            try:
-                rbd.RBD().remove(ioctx, image)
-            except Exception:       # not over the error that got here
-                pass
-        ioctx.close()
-        cluster.shutdown()
-    cleanups.append(remove)
-    stem = 'blobcr-flush-%d-%d' % (os.getpid(), int(time.time()))
-    images = {}
-    # rbd and rbd-writeback take turns on one image (another client's
-    # settings); rbd-ec has its own, its data in the erasure-coded pool.
-    for name in names:
-        data_pool = args.rbd_ec_pool if name == 'rbd-ec' else None
-        if data_pool not in images:
-            image = stem + ('-ec' if data_pool else '')
-            rbd.RBD().create(ioctx, image, size, old_format=False,
-                             features=rbd.RBD_FEATURE_LAYERING |
-                             rbd.RBD_FEATURE_EXCLUSIVE_LOCK,
-                             data_pool=data_pool)
-            made.append(image)
-            with rbd.Image(ioctx, image) as img:
-                block = os.urandom(1 << 20)
-                for offset in range(0, size, len(block)):
-                    img.write(block, offset)
-                img.flush()
-            images[data_pool] = image
-    targets, described = {}, {}
-    for name in names:
-        conf = _rbd_conf(args, name)
-        # As librbd will read it: the setting measured, not the one asked.
-        probe = rados.Rados(conffile=conf, rados_id='admin')
-        read = {k: probe.conf_get(k) for k in RBD_SETTINGS[name]}
-        probe.shutdown()
-        checks.require_true(
-            '%s: librbd settings as read' % name,
-            read == RBD_SETTINGS[name],
-            'the target must run with the cache it claims', value=read)
-        data_pool = args.rbd_ec_pool if name == 'rbd-ec' else None
-        targets[name] = {'name': name, 'kind': 'rbd', 'pool': args.rbd_pool,
-                         'image': images[data_pool], 'conf': conf}
-        described[name] = {'pool': args.rbd_pool, 'data_pool': data_pool,
-                           'librbd': read}
-    if shape:
-        described['rbd-ec']['data_pool_shape'] = shape
-    return targets, described
-
-
 def _names(args, backend):
     wanted = list(args.targets or TARGETS)
     if not args.targets:
         if backend.name != 'rados' or not backend.supports_write_log:
             wanted.remove('blobcr-cluster')
         if not args.rbd:
-            wanted = [n for n in wanted if n not in RBD_SETTINGS]
+            wanted = [n for n in wanted if n not in rbd_common.RBD_SETTINGS]
     elif 'blobcr-cluster' in wanted and backend.name != 'rados':
         raise ValueError('blobcr-cluster needs --backend rados')
     return wanted
@@ -452,13 +351,13 @@ def run(repo, backend_args, args, log):
                                 'path': os.path.join(where, 'plain.raw')}
         for name, target in targets.items():
             log.event('fill', target=name)
-            _fill(target['path'], size)
-        rbd_names = [n for n in names if n in RBD_SETTINGS]
+            common.fill(target['path'], size)
+        rbd_names = [n for n in names if n in rbd_common.RBD_SETTINGS]
         described = {}
         if rbd_names:
             log.event('fill', target=','.join(rbd_names))
-            rbd_targets, described = _rbd_targets(args, size, rbd_names,
-                                                  checks, cleanups)
+            rbd_targets, described = rbd_common.fio_targets(
+                args, size, rbd_names, checks, cleanups)
             targets.update(rbd_targets)
         if probe:       # the fill's flush: the whole image in the log
             probe.read(images['blobcr-cluster'])

@@ -14,16 +14,27 @@
 
 """RADOS and librbd plumbing that the RBD baselines share
 (``blobcr-bench peers``' RBD peers, ``blobcr-bench cinder``'s RBD
-backend, the test stack's RBD pool): the pools they write to and
-librbd's asynchronous writes, as QEMU's rbd driver issues them.
+backend, the test stack's RBD pool, fio's rbd engine in ``flush`` and
+``guest-io``): the pools they write to, the images fio writes with each
+librbd setting, and librbd's asynchronous writes, as QEMU's rbd driver
+issues them.
 """
 
 import json
+import os
 import threading
+import time
 
 from blobcr_bench import peers_common
 
 EC_PROFILE = 'blobcr_k2m1'
+# librbd's settings per RBD target ([client.admin] of its ceph.conf).
+RBD_SETTINGS = {
+    'rbd': {'rbd_cache': 'false'},
+    'rbd-ec': {'rbd_cache': 'false'},
+    'rbd-writeback': {'rbd_cache': 'true', 'rbd_cache_policy': 'writeback',
+                      'rbd_cache_writethrough_until_flush': 'false'},
+}
 
 
 def mon(cluster, **command):
@@ -125,3 +136,88 @@ class AioWrites(peers_common.QueuedWrites):
 
     def close(self):
         self.drain()
+
+
+def fio_conf(args, name):
+    """A ceph.conf of ``--ceph-conf``'s cluster with the target's librbd
+    settings for client.admin (fio's rbd engine reads $CEPH_CONF).
+    """
+    path = os.path.join(args.workdir, 'ceph-%s.conf' % name)
+    with open(args.ceph_conf) as f:
+        text = f.read()
+    with open(path, 'w') as f:
+        f.write(text + '\n[client.admin]\n' + ''.join(
+            '%s = %s\n' % kv for kv in sorted(RBD_SETTINGS[name].items())))
+    return path
+
+
+def fio_targets(args, size, names, checks, cleanups):
+    """RBD images for fio's rbd engine, one per kind of pool, filled
+    with data that does not dedup: ``{name: target}`` (``kind`` 'rbd',
+    ``pool``, ``image``, ``conf``: a ceph.conf with the name's librbd
+    settings) and what each is, as read back; ``cleanups`` gets their
+    removal. ``args``: ``ceph_conf``, ``rbd_pool``, ``rbd_ec_pool``,
+    ``data_pool`` (the shape of the erasure-coded one), ``workdir``.
+    """
+    import rados
+    import rbd
+    ensure_rbd_pool(args.ceph_conf, args.rbd_pool)
+    shape = None
+    if 'rbd-ec' in names:
+        refused, shape = ensure_ec_data_pool(
+            args.ceph_conf, args.rbd_ec_pool, like=args.data_pool)
+        if refused:
+            raise RuntimeError('cannot have the erasure-coded data pool '
+                               '%s: %s' % (args.rbd_ec_pool, refused))
+    cluster = rados.Rados(conffile=args.ceph_conf)
+    cluster.connect(timeout=10)
+    ioctx = cluster.open_ioctx(args.rbd_pool)
+    made = []
+
+    def remove():
+        for image in made:
+            try:
+                rbd.RBD().remove(ioctx, image)
+            except Exception:       # not over the error that got here
+                pass
+        ioctx.close()
+        cluster.shutdown()
+    cleanups.append(remove)
+    stem = 'blobcr-flush-%d-%d' % (os.getpid(), int(time.time()))
+    images = {}
+    # rbd and rbd-writeback take turns on one image (another client's
+    # settings); rbd-ec has its own, its data in the erasure-coded pool.
+    for name in names:
+        data_pool = args.rbd_ec_pool if name == 'rbd-ec' else None
+        if data_pool not in images:
+            image = stem + ('-ec' if data_pool else '')
+            rbd.RBD().create(ioctx, image, size, old_format=False,
+                             features=rbd.RBD_FEATURE_LAYERING |
+                             rbd.RBD_FEATURE_EXCLUSIVE_LOCK,
+                             data_pool=data_pool)
+            made.append(image)
+            with rbd.Image(ioctx, image) as img:
+                block = os.urandom(1 << 20)
+                for offset in range(0, size, len(block)):
+                    img.write(block, offset)
+                img.flush()
+            images[data_pool] = image
+    targets, described = {}, {}
+    for name in names:
+        conf = fio_conf(args, name)
+        # As librbd will read it: the setting measured, not the one asked.
+        probe = rados.Rados(conffile=conf, rados_id='admin')
+        read = {k: probe.conf_get(k) for k in RBD_SETTINGS[name]}
+        probe.shutdown()
+        checks.require_true(
+            '%s: librbd settings as read' % name,
+            read == RBD_SETTINGS[name],
+            'the target must run with the cache it claims', value=read)
+        data_pool = args.rbd_ec_pool if name == 'rbd-ec' else None
+        targets[name] = {'name': name, 'kind': 'rbd', 'pool': args.rbd_pool,
+                         'image': images[data_pool], 'conf': conf}
+        described[name] = {'pool': args.rbd_pool, 'data_pool': data_pool,
+                           'librbd': read}
+    if shape:
+        described['rbd-ec']['data_pool_shape'] = shape
+    return targets, described

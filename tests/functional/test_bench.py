@@ -41,6 +41,7 @@ SCALED = {
     'restart': ['--size', '16M'],
     'persist': ['--persist-mib', '16'],
     'mirror': ['--size', '16M', '--runtime', '0.5'],
+    'guest-io': ['--size', '32M', '--runtime', '0.3'],
     'repo': ['--image-size', '64G', '--dirty', '256', '--persist-mib', '16'],
     'flush': ['--size', '16M', '--runtime', '0.2'],
     'protect': ['--size', '16M', '--runtime', '3', '--interval', '1'],
@@ -345,6 +346,42 @@ def test_flush(capsys, tmp_path, request):
     assert result['jobs']['no-flush']['ratios'][
         'blobcr-cluster/blobcr-host']['mib_s']['median'] > 0
     assert result['write_log_at_end']['blobcr-host']['state'] is None
+
+
+def test_guest_io(capsys, tmp_path, request):
+    """The guest's path (a loop device over the mirror file of a
+    cluster volume) against the file, a plain file and RBD: every job
+    on every target, ratios per run, the loop device's own block
+    statistics counting what fio wrote through it, and a lazy restart
+    whose every read fetched its chunk.
+    """
+    cluster = request.getfixturevalue('ceph_cluster')
+    rc, result, err = run_scaled(capsys, tmp_path, 'guest-io', '--rbd',
+                                 *rados_args(cluster))
+    failed = [c['what'] for c in result['checks'] if not c['ok']]
+    # Scaled down to 32 MiB, a persist may end before the job does: the
+    # only miss let by (with the defaults, 1 GiB, it outlasts a job).
+    assert failed in ([], ['persist: share of each job a persist '
+                           'overlapped (median), at least half']), err
+    assert rc == (3 if failed else 0), err
+    assert result['targets'] == ['loop', 'mirror', 'plain', 'rbd',
+                                 'rbd-writeback']
+    assert result['rbd']['rbd-writeback']['librbd']['rbd_cache'] == 'true'
+    jobs = [j[0] for j in result['jobs']]
+    assert len(jobs) == 6
+    for name in ('loop_over_mirror', 'loop_over_plain', 'loop_over_rbd',
+                 'loop_over_rbd_writeback', 'loop_persist_over_idle'):
+        assert set(result['ratios'][name]) == set(jobs), name
+        assert all(s['n'] == 3 for s in result['ratios'][name].values())
+    for target, figures in result['figures']['idle'].items():
+        for job in jobs:
+            assert figures[job]['lat_ms_p99']['median'] >= \
+                figures[job]['lat_ms_p50']['median'] > 0, (target, job)
+    restart = result['restart']
+    assert restart['ios'] == 32 * 4 and restart['read_fetches'] >= 0.9 * \
+        restart['ios']
+    assert set(result['goals']) == {'loop_over_mirror', 'loop_over_rbd',
+                                    'persist_over_idle'}
 
 
 def test_host_loss(capsys, tmp_path, request):
