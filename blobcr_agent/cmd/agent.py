@@ -241,6 +241,7 @@ class Agent(object):
         self.manager.mirror.recover()
         self.manager.collector.start()
         self.manager.protector.start()
+        self.manager.usage_publisher.start()
         self.httpd = _start_proxy(self.conf, self.manager)
         if self.conf.agent.rpc_enabled:
             # Connecting waits for the broker: the mount, the admin socket
@@ -286,6 +287,7 @@ class Agent(object):
             self.admin.shutdown()
             self.manager.collector.stop()
             self.manager.protector.stop()
+            self.manager.usage_publisher.stop()
             if not self.manager.tagger.stop(self.conf.agent.shutdown_timeout):
                 LOG.warning('group tags left unrecorded: their groups stay '
                             'incomplete')

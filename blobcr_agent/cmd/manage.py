@@ -236,9 +236,14 @@ def do_status(args):
                  guest['refused']['image'], guest['refused']['project'],
                  guest['refused']['groups']))
         for project, usage in sorted(guest['usage'].items()):
+            others = usage.get('other_hosts') or {
+                'versions': 0, 'bytes': 0, 'hosts': 0}
             print('  project %s: %d checkpoints, %d MiB written, %d '
-                  'images' % (project, usage['versions'],
-                              usage['bytes'] >> 20, usage['images']))
+                  'images here; %d checkpoints, %d MiB on %d other '
+                  'host(s), as they last published'
+                  % (project, usage['versions'], usage['bytes'] >> 20,
+                     usage['images'], others['versions'],
+                     others['bytes'] >> 20, others['hosts']))
     for image_id, a in sorted(result['attached'].items()):
         print('  %s  %s  attached from v%s, last v%s, %d dirty chunks, '
               'instances: %s'

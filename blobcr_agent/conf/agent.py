@@ -124,10 +124,12 @@ agent_opts = [
                     'snapshots. 0: no budget.'),
     cfg.IntOpt('guest_checkpoints_per_project', default=512, min=0,
                help='Budget of guest checkpoints of one project\'s images '
-                    'attached on this host (an image counts for the '
+                    'attached on any host (an image counts for the '
                     'project its instance was attached for), as '
                     'guest_checkpoints_per_image counts them; past it, '
-                    '507. 0: no budget.'),
+                    '507. Other hosts\' images count as their agents '
+                    'last published them in the store (a few seconds '
+                    'behind). 0: no budget.'),
     cfg.IntOpt('guest_checkpoint_mib_per_image', default=256 * 1024, min=0,
                help='Budget of the bytes an image\'s guest checkpoints '
                     'wrote to the store (MiB; each version\'s own '
@@ -137,7 +139,7 @@ agent_opts = [
     cfg.IntOpt('guest_checkpoint_mib_per_project', default=1024 * 1024,
                min=0,
                help='The same budget in MiB for one project\'s images '
-                    'attached on this host. 0: no budget.'),
+                    'attached on any host. 0: no budget.'),
     cfg.IntOpt('guest_groups_per_project', default=1000, min=0,
                help='Group ids guests of one project may have made (each '
                     'is an index record in the store): a guest naming a '

@@ -116,6 +116,8 @@ class AgentManager(Attachments, Handoff, Checkpoints, MemberBatches, Volumes,
         # guests may make (repository/groups.py, count_new).
         self.guest_budget = guest_budget or budget.GuestBudget()
         self.guest_groups_per_project = guest_groups_per_project
+        # The projects' counts across hosts (started by the agent).
+        self.usage_publisher = budget.Publisher(self)
         # Group tags of guests' checkpoints, after their ack.
         self.tagger = tagger_mod.GroupTagger(repo)
         self._handoff_lock = threading.Lock()

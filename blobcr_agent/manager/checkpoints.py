@@ -126,6 +126,8 @@ class Checkpoints(object):
         _phase(phases, 'quiesce', mark)
         result = self.mirror.checkpoint(image_id, hold, made_by=label or '',
                                         group=tag)
+        # Its project's count, as this host publishes it (budget.py).
+        self.guest_budget.changed(image_id)
         # Where the whole call went (ms): the manager's steps, then the
         # mirror's (mirror/image.py: last_phases).
         result['phases_ms'] = dict(phases, **result['phases_ms'])
@@ -144,7 +146,8 @@ class Checkpoints(object):
         """
         images = self.images_of_project(project)
         try:
-            self.guest_budget.check(self.repo, image_id, project, images)
+            self.guest_budget.check(self.repo, image_id, project, images,
+                                    self.host)
         except exception.OverBudget:
             retired = 0
             for other in set(images) | {image_id}:
@@ -153,7 +156,8 @@ class Checkpoints(object):
                     self.guest_budget.forget(other)
             if not retired:
                 raise
-            self.guest_budget.check(self.repo, image_id, project, images)
+            self.guest_budget.check(self.repo, image_id, project, images,
+                                    self.host)
 
     def retain_guest_checkpoints(self, image, newest=None):
         """A guest checkpoint (unlabelled: made_by '') was just taken as
@@ -203,6 +207,8 @@ class Checkpoints(object):
                            _group_key(v.group) not in keep]
         retired = self.protector.retire(attached.id, attached, past_budget)
         self.guest_retired += retired
+        if retired:
+            self.guest_budget.changed(attached.id)
         return retired
 
     def images_of_project(self, project):

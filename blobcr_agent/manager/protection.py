@@ -30,9 +30,9 @@ older) is in each image's status as ``exposure_s``.
 """
 
 import logging
-import threading
 import time
 
+from blobcr_agent.manager import periodic
 from blobcr_agent.repository import image as image_mod
 from blobcr_common import exception
 
@@ -43,14 +43,13 @@ TICK = 0.5          # how often the images are looked at (s)
 SUPERSEDE_EVERY = 2.0
 
 
-class Protector(object):
+class Protector(periodic.Periodic):
 
     def __init__(self, manager, interval=0, dirty_bytes=0):
+        super(Protector, self).__init__('blobcr-protect', TICK)
         self.manager = manager
         self.interval = interval
         self.dirty_bytes = dirty_bytes
-        self._stop = threading.Event()
-        self._thread = None
         self.taken = self.failed = self.superseded = 0
         # image id -> monotonic time of its first write not yet in a
         # checkpoint, as seen by the ticks
@@ -61,26 +60,13 @@ class Protector(object):
     def enabled(self):
         return bool(self.interval or self.dirty_bytes)
 
-    def start(self):
-        if not self.enabled:
-            return
-        self._thread = threading.Thread(target=self._loop, daemon=True,
-                                        name='blobcr-protect')
-        self._thread.start()
-
-    def stop(self):
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
-
-    def _loop(self):
-        while not self._stop.wait(TICK):
-            for image_id, attached in list(
-                    self.manager.mirror.attached.items()):
-                try:
-                    self._look_at(image_id, attached)
-                except Exception:       # the next tick tries again
-                    LOG.exception('protection checkpoint of %s', image_id)
+    def tick(self):
+        for image_id, attached in list(
+                self.manager.mirror.attached.items()):
+            try:
+                self._look_at(image_id, attached)
+            except Exception:       # the next tick tries again
+                LOG.exception('protection checkpoint of %s', image_id)
 
     def _look_at(self, image_id, attached):
         if attached.incoming is not None and \

@@ -60,7 +60,8 @@ class Status(object):
                     kept=self.guest_checkpoints_kept,
                     groups_kept=self.guest_groups_kept,
                     obsoleted=self.guest_retired,
-                    groups_per_project=self.guest_groups_per_project),
+                    groups_per_project=self.guest_groups_per_project,
+                    published=self.usage_publisher.status()),
                 'loop_devices': self.loops.status(),
                 'attached': attached}
 

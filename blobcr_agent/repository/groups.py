@@ -50,12 +50,12 @@ kept small: a refusal does not say the group's member count, and
 id). Operators get everything from ``state``.
 """
 
-import hashlib
 import json
 import re
 import time
 
 from blobcr_agent.repository import image as image_mod
+from blobcr_agent.repository import records
 from blobcr_common import auth
 from blobcr_common import exception
 
@@ -83,8 +83,7 @@ def record_name(group, project=None):
     """The name of a group's index record (the digest keeps names of
     any project and id apart and within the backend's name rules).
     """
-    key = json.dumps([project, group]).encode()
-    return RECORD_PREFIX + hashlib.sha256(key).hexdigest()[:40]
+    return records.digest_name(RECORD_PREFIX, [project, group])
 
 
 class GroupIndex(object):
@@ -186,40 +185,21 @@ def admit(repo, group, members, project=None, known=None, declare=False):
 
 
 def project_record_name(project):
-    key = json.dumps(project).encode()
-    return PROJECT_PREFIX + hashlib.sha256(key).hexdigest()[:40]
+    return records.digest_name(PROJECT_PREFIX, project)
 
 
-class ProjectGroups(object):
+class ProjectGroups(records.ProjectRecord):
     """The groups guests of one project made: ``{index record name:
     [group id, when]}``.
     """
 
-    def __init__(self, project, groups=None):
-        self.project = project
-        self.groups = dict(groups or {})
+    PREFIX = PROJECT_PREFIX
+    FIELD = 'groups'
+    WHAT = 'project groups'
 
-    @classmethod
-    def decoder(cls, project):
-        def decode(data):
-            if data is None:
-                return cls(project)
-            try:
-                raw = json.loads(data)
-                found = cls(raw['project'], raw['groups'])
-            except (ValueError, KeyError, TypeError) as e:
-                raise exception.CorruptObject(
-                    'project groups', project_record_name(project), str(e))
-            if found.project != project:
-                raise exception.CorruptObject(
-                    'project groups', project_record_name(project),
-                    'it belongs to another project')
-            return found
-        return decode
-
-    def to_bytes(self):
-        return json.dumps({'project': self.project, 'groups': self.groups},
-                          sort_keys=True).encode()
+    @property
+    def groups(self):
+        return self.entries
 
 
 def count_new(repo, group, project, cap):

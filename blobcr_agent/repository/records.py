@@ -22,6 +22,8 @@ after every lost race, so a refusal raised by ``mutate`` sees the
 current header and no update is ever applied over one it did not see.
 """
 
+import hashlib
+import json
 import random
 import time
 
@@ -30,6 +32,63 @@ from blobcr_agent.repository import image as image_mod
 from blobcr_common import exception
 
 CAS_TRIES = 100
+
+
+def digest_name(prefix, key):
+    """A record's name from any JSON-able ``key`` (a project, a group
+    and its project): the digest keeps names apart and within the
+    backend's name rules.
+    """
+    return prefix + hashlib.sha256(json.dumps(key).encode()).hexdigest()[:40]
+
+
+class ProjectRecord(object):
+    """A record of one project beside the image headers, ``{"project",
+    FIELD: entries}`` (a dict), changed by Records.update_record.
+    Subclasses say its name's PREFIX and may check each entry
+    (``check_entry``: ValueError, KeyError or TypeError).
+    """
+
+    PREFIX = None
+    FIELD = 'entries'
+    WHAT = 'project record'
+
+    def __init__(self, project, entries=None):
+        self.project = project
+        self.entries = dict(entries or {})
+
+    @classmethod
+    def record_name(cls, project):
+        return digest_name(cls.PREFIX, project)
+
+    @staticmethod
+    def check_entry(entry):
+        pass
+
+    @classmethod
+    def decoder(cls, project):
+        def decode(data):
+            if data is None:
+                return cls(project)
+            try:
+                raw = json.loads(data)
+                found = cls(raw['project'], raw[cls.FIELD])
+                for entry in found.entries.values():
+                    cls.check_entry(entry)
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                raise exception.CorruptObject(
+                    cls.WHAT, cls.record_name(project), str(e))
+            if found.project != project:
+                raise exception.CorruptObject(
+                    cls.WHAT, cls.record_name(project),
+                    'it belongs to another project')
+            return found
+        return decode
+
+    def to_bytes(self):
+        return json.dumps({'project': self.project,
+                           self.FIELD: self.entries},
+                          sort_keys=True).encode()
 
 
 class Records(object):

@@ -32,6 +32,8 @@ import os
 import random
 import selectors
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -41,6 +43,7 @@ from blobcr_agent.proxy import server as proxy_server
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import groups
 from blobcr_agent.repository import repository
+from blobcr_agent.repository import usage
 from blobcr_common import auth
 from blobcr_common import exception
 from blobcr_lab.agent_rpc import committed
@@ -1338,4 +1341,100 @@ def test_checkpoints_retention_has_not_seen_do_not_lock_a_guest_out(
     _take(agent.proxy_port(), headers)
     guest = agent.client.call('status')['guest_checkpoints']
     assert guest['refused']['image'] == 0 and guest['obsoleted'] >= 4
+    repo.close()
+
+
+def _others_seen(agent, project, versions, timeout=30):
+    """Wait until ``agent`` counts ``versions`` checkpoints of
+    ``project`` on other hosts (its status); False if it never does
+    (then the refusals below tell what it let through).
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        usage = agent.client.call('status')['guest_checkpoints'][
+            'usage'].get(project, {})
+        if usage.get('other_hosts', {}).get('versions') == versions:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_projects_budget_counts_its_images_on_every_host(
+        backend_factory, agent_factory):
+    """Finding 3 of issue 54: a project's budget was counted by each
+    agent over the project's images on its own host, so a project with
+    images on N hosts had N times its budget. Two agents on one store,
+    p1's images on both: once p1's 5 checkpoints are taken across them,
+    the next guest checkpoint on either host is refused (507, scope
+    project, nothing taken); p2 goes on, on both. When p1's last image
+    on host-b is detached, host-b's count goes, and host-a's guest may
+    checkpoint again.
+    """
+    repo = repository.Repository(backend_factory(), chunk_size=CHUNK)
+    agents, images, headers = {}, {}, {}
+    for host, guests in (('host-a', {'vm-a': 'p1', 'vm-x': 'p2'}),
+                         ('host-b', {'vm-c': 'p1', 'vm-y': 'p2'})):
+        agents[host] = agent_factory(repo.backend, _with(SETTINGS, proxy={
+            'rate': '100', 'burst': '100'}, agent={
+            'host': host, 'guest_checkpoints_kept': '0',
+            'guest_checkpoints_per_project': '5'}))
+        found, _ = _guests(repo, agents[host], guests)
+        images.update(found)
+        for instance in guests:
+            headers[instance] = {'X-Instance-ID': instance,
+                                 'X-BlobCR-Token': token(instance, host)}
+    a, b = (agents[h].proxy_port() for h in ('host-a', 'host-b'))
+    for _ in range(3):
+        _take(a, headers['vm-a'])
+    _others_seen(agents['host-b'], 'p1', 3)
+    _take(b, headers['vm-c'])
+    _take(b, headers['vm-c'])
+    _others_seen(agents['host-a'], 'p1', 2)
+    before = {i: versions(repo, i) for i in images.values()}
+    for port, instance in ((a, 'vm-a'), (b, 'vm-c')):
+        reply = _take(port, headers[instance], expect=507)
+        assert reply['budget']['scope'] == 'project' and \
+            'project p1' in reply['error'], reply
+        assert reply['budget']['usage']['versions'] == 5
+    assert {i: versions(repo, i) for i in images.values()} == before
+    _take(a, headers['vm-x'])
+    _take(b, headers['vm-y'])
+    for host, here, there in (('host-a', 3, 2), ('host-b', 2, 3)):
+        guest = agents[host].client.call('status')['guest_checkpoints']
+        assert guest['refused']['project'] == 1
+        assert guest['usage']['p1']['versions'] == here
+        assert guest['usage']['p1']['other_hosts'] == {
+            'versions': there, 'bytes': 0, 'hosts': 1}
+    done = subprocess.run(
+        [sys.executable, '-m', 'blobcr_agent.cmd.manage', '--config-file',
+         agents['host-a'].conffile, 'status'], capture_output=True,
+        text=True, timeout=120)
+    assert 'project p1: 3 checkpoints, 0 MiB written, 1 images here; 2 ' \
+        'checkpoints, 0 MiB on 1 other host(s)' in done.stdout, done
+    # vm-c detached: host-b's entry of p1 goes, host-a counts its own.
+    agents['host-b'].client.call('detach', image=images['vm-c'])
+    assert _others_seen(agents['host-a'], 'p1', 0)
+    _take(a, headers['vm-a'])
+    repo.close()
+
+
+def test_a_hosts_count_of_a_project_goes_stale(backend_factory):
+    """The record of a project's counts: a host that stopped publishing
+    (its agent gone) counts no more after usage.STALE seconds, and the
+    next writer drops it; a host's drop of its own entry removes the
+    record once it is the last.
+    """
+    repo = repository.Repository(backend_factory(), chunk_size=CHUNK)
+    now = time.time()
+    usage.publish(repo, 'p1', 'host-a', {'versions': 4, 'bytes': 10},
+                  now=now - usage.STALE - 1)
+    usage.publish(repo, 'p1', 'host-b', {'versions': 2, 'bytes': 5},
+                  now=now)
+    record = usage.read(repo, 'p1')
+    assert set(record.hosts) == {'host-b'}       # host-a's dropped
+    assert record.others('host-c') == {'versions': 2, 'bytes': 5,
+                                       'hosts': 1}
+    assert usage.read(repo, 'p2').others('host-c')['hosts'] == 0
+    usage.publish(repo, 'p1', 'host-b', None)
+    assert repo.backend.read_header(usage.record_name('p1')) is None
     repo.close()
