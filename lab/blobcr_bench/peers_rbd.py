@@ -202,25 +202,27 @@ class RbdPeer(peers_common.Peer):
         listsnaps``: a clone per object per snapshot it was written
         after), its snapshots and its data objects.
         """
-        prefix = img.stat()['block_name_prefix'] + '.'
+        stat = img.stat()
+        prefix = stat['block_name_prefix'] + '.'
         pool = self.data_pool or self.args.rbd_pool
-        io = self.clients[1].open_ioctx(pool)
-        try:
-            names = [o.key for o in io.list_objects()
-                     if o.key.startswith(prefix)]
-        finally:
-            io.close()
-        clones = 0
-        for name in names:
+        clones = objects = 0
+        # Every data object the image may have, by name (a pool listing
+        # may miss some while placement groups peer).
+        for n in range(-(-img.size() // stat['obj_size'])):
             listed = subprocess.run(
                 ['rados', '--conf', self.args.ceph_conf, '-p', pool,
-                 'listsnaps', name], capture_output=True, text=True,
-                check=True, stdin=subprocess.DEVNULL).stdout
+                 'listsnaps', '%s%016x' % (prefix, n)], capture_output=True,
+                text=True, stdin=subprocess.DEVNULL)
+            if listed.returncode:
+                if 'No such file' in listed.stderr:
+                    continue        # never written
+                raise RuntimeError('rados listsnaps: %s' % listed.stderr)
+            objects += 1
             # After the object's name: a header, then a line per clone
             # (its id first) and one for the head.
-            clones += sum(1 for line in listed.splitlines()[2:]
+            clones += sum(1 for line in listed.stdout.splitlines()[2:]
                           if line.split() and line.split()[0].isdigit())
-        return {'clones': clones, 'objects': len(names),
+        return {'clones': clones, 'objects': objects,
                 'expected': self._objects_written_after_snapshots(img)}
 
     def _objects_written_after_snapshots(self, img):

@@ -93,7 +93,7 @@ def test_a_checkpoint_acknowledged_after_the_last_write_invalidates_its_run(
 
     monkeypatch.setattr(peers.BlobcrPeer, 'open', open_)
     monkeypatch.setattr(peers.BlobcrPeer, 'checkpoint', slow_checkpoint)
-    for late_runs, kept in (('drop', RUNS - 1), ('keep', RUNS)):
+    for late_runs in ('drop', 'keep'):
         opened.clear()
         workdir = tempfile.mkdtemp(prefix='pl-', dir='/tmp')
         args = cli.build_parser().parse_args([
@@ -103,15 +103,23 @@ def test_a_checkpoint_acknowledged_after_the_last_write_invalidates_its_run(
             '--late-runs', late_runs])
         result = peers.run(args, common.Log('peers', quiet=True),
                            cli.open_repository)
-        late = [(i['peer'], i['run'], i['kept'])
-                for i in result['invalid_runs']]
-        assert late == [('blobcr-local', 2, late_runs == 'keep')], late
-        assert result['invalid_runs'][0]['late_checkpoints'] >= 1
-        figures = result['workloads']['checkpoint']['peers']['blobcr-local']
-        assert len(figures['runs']) == kept
+        invalid = result['invalid_runs']
+        # The slow second run, and any other a loaded machine made late
+        # (an 8 MiB pass may end before an ack there too).
+        assert ('blobcr-local', 2) in [(i['peer'], i['run'])
+                                       for i in invalid], invalid
+        assert all(i['kept'] is (late_runs == 'keep') and
+                   i['late_checkpoints'] >= 1 for i in invalid), invalid
+        peers_figures = result['workloads']['checkpoint']['peers']
+        if late_runs == 'drop' and len(invalid) == RUNS:
+            assert 'blobcr-local' not in peers_figures     # all dropped
+            continue
+        figures = peers_figures['blobcr-local']
+        assert len(figures['runs']) == (
+            RUNS if late_runs == 'keep' else RUNS - len(invalid))
         assert sum(figures['late_checkpoints']) == (
             0 if late_runs == 'drop' else
-            result['invalid_runs'][0]['late_checkpoints'])
+            sum(i['late_checkpoints'] for i in invalid))
         by_what = {c['what']: c for c in result['checks']}
         assert by_what['no run had a checkpoint acknowledged after its '
                        'last write']['ok'] is (late_runs == 'keep')
