@@ -314,8 +314,45 @@ def test_a_noisy_project_does_not_starve_another(openstack_cloud,
     agents' retention spares).
     """
     stack, hosts = openstack_cloud, cinder_hosts['local']
-    host = hosts.compute[0]
     volumes, images, atts = {}, {}, []
+    # The noisy project may register 10 snapshots (Cinder's default quota)
+    # beside what it holds already: a test that failed earlier in the
+    # session may have left some (the CI once had one, and this test's own
+    # failure then filled the quota for every later test: hence the
+    # clean-up below whatever happens, and the quota lifted after).
+    admin_api = stack.block_storage('admin')
+    demo_project = stack.session('demo').get_project_id()
+    in_use = admin_api.get('/os-quota-sets/%s?usage=true' % demo_project
+                           ).json()['quota_set']['snapshots']['in_use']
+    admin_api.put('/os-quota-sets/%s' % demo_project,
+                  json={'quota_set': {'snapshots': in_use + 10}})
+    try:
+        _noisy_and_quiet(stack, hosts, volumes, images, atts, agent_api,
+                         tmp_path)
+    finally:
+        for att in atts:
+            try:
+                att.detach()
+            except Exception as e:      # detached already
+                print('detach: %s' % (e,))
+        for user, volume_id in volumes.items():
+            for snap_id in snapshots_of(stack, volume_id, user=user):
+                stack.wait_status('snapshot', snap_id, 'available',
+                                  timeout=120)
+                stack.openstack('volume', 'snapshot', 'delete', snap_id,
+                                json=False, user='admin')
+                stack.wait_status('snapshot', snap_id, 'deleted')
+            stack.wait_status('volume', volume_id, 'available')
+            stack.openstack('volume', 'delete', volume_id, json=False,
+                            user=user)
+            stack.wait_status('volume', volume_id, 'deleted')
+        admin_api.put('/os-quota-sets/%s' % demo_project,
+                      json={'quota_set': {'snapshots': -1}})
+
+
+def _noisy_and_quiet(stack, hosts, volumes, images, atts, agent_api,
+                     tmp_path):
+    host = hosts.compute[0]
     for user in ('demo', 'admin'):
         made = stack.openstack('volume', 'create', '--type',
                                hosts.volume_type, '--size', '1',
@@ -357,22 +394,9 @@ def test_a_noisy_project_does_not_starve_another(openstack_cloud,
     for snap_id in noisy_snaps:
         assert listed[version_of(stack, snap_id)]['made_by'] == \
             'managed:%s' % snap_id
-    # Cinder's default snapshot quota (10 a project): the noisy project
-    # gets 5 more, then one refusal, and no more POSTs this round.
+    # Its quota (10 beyond what it held): the noisy project gets 5 more,
+    # then one refusal, and no more POSTs this round.
     said = run_sync(stack, hosts, str(tmp_path), expect_ok=False,
                     max_per_round=50, pause=0)
     assert 'sync round: 5 registered, 0 deferred, 1 failed' in said, \
         said[-3000:]
-    for att in atts:
-        att.detach()
-    for user, volume_id in volumes.items():
-        for snap_id in snapshots_of(stack, volume_id, user=user):
-            stack.wait_status('snapshot', snap_id, 'available',
-                              timeout=120)
-            stack.openstack('volume', 'snapshot', 'delete', snap_id,
-                            json=False, user='admin')
-            stack.wait_status('snapshot', snap_id, 'deleted')
-        stack.wait_status('volume', volume_id, 'available')
-        stack.openstack('volume', 'delete', volume_id, json=False,
-                        user=user)
-        stack.wait_status('volume', volume_id, 'deleted')

@@ -26,6 +26,7 @@ import pytest
 
 from blobcr_agent.hypervisor import timed_hold
 from blobcr_agent import manager
+from blobcr_agent.manager import budget
 from blobcr_common import exception
 from tests.unit.test_hypervisor import hypervisor  # noqa: F401 (fixture)
 from tests.unit.test_hypervisor import PAUSED
@@ -74,6 +75,7 @@ def agent(hypervisor, tmp_path):  # noqa: F811
     agent.loops = StubLoops()
     agent.default_quiesce = 'none'
     agent.holds = timed_hold.HoldTable()
+    agent.guest_budget = budget.GuestBudget()     # no limits
     yield agent
     agent.holds.release('img')
 
