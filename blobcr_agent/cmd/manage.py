@@ -222,6 +222,13 @@ def do_status(args):
         return
     print('agent on %s, mount %s, proxy %s'
           % (result['host'], result['mountpoint'], result['proxy'] or 'off'))
+    restart = result.get('restart')
+    if restart:
+        keeps = restart['restart_keeps_disks']
+        print('restart_keeps_disks: %s (kernel %s, FUSE protocol %s): %s'
+              % ('unknown' if keeps is None else str(keeps).lower(),
+                 restart['kernel'], restart['fuse_protocol'] or '-',
+                 restart['why']))
     guest = result.get('guest_checkpoints')
     if guest:
         limits = guest['limits']

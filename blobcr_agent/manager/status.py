@@ -63,6 +63,7 @@ class Status(object):
                     groups_per_project=self.guest_groups_per_project,
                     published=self.usage_publisher.status()),
                 'loop_devices': self.loops.status(),
+                'restart': self.mirror.restart_verdict(),
                 'attached': attached}
 
     def _projects_of_images(self):

@@ -101,6 +101,14 @@ class KeptConnection(object):
         return self._fd is not None
 
     @property
+    def init(self):
+        """The FUSE_INIT the kernel sent for this connection's mount, or
+        None before there is one.
+        """
+        init = self._state.get('init')
+        return base64.b64decode(init) if init else None
+
+    @property
     def stored(self):
         """Whether a service manager keeps the connection."""
         return self._stored
@@ -190,19 +198,13 @@ class KeptConnection(object):
         # Only where a manager keeps descriptors (systemd 254 says how
         # many in $FDSTORE; the unit sets it for older ones), and after
         # the session file: a stored descriptor always has its FUSE_INIT
-        # on disk.
-        if not kernel_resends(init):
-            LOG.warning('this kernel does not resend FUSE requests (Linux '
-                        '6.9 does): the connection of %s is not kept',
-                        self.path)
-        elif _store_size() > 0 and mounted:
+        # on disk. Whether it was kept is logged by the mirror
+        # (restarts.py).
+        if kernel_resends(init) and _store_size() > 0 and mounted:
             # At most one, the current one, under the name.
             sdnotify.notify('FDSTOREREMOVE=1', 'FDNAME=' + FDNAME)
             self._stored = sdnotify.notify_fds(
                 [fd], 'FDSTORE=1', 'FDNAME=' + FDNAME)
-        if not self._stored:
-            LOG.info('no file descriptor store: guests\' disks on %s will '
-                     'fail if this agent dies', self.path)
         return loop
 
     def inode(self, image_id):

@@ -43,6 +43,7 @@ from blobcr_agent.mirror import fs
 from blobcr_agent.mirror import handoff
 from blobcr_agent.mirror import hints
 from blobcr_agent.mirror import image as image_mod
+from blobcr_agent.mirror import restarts
 from blobcr_agent.privileged import fuse
 from blobcr_common import exception
 
@@ -566,6 +567,7 @@ class MirrorService(object):
                               'previous agent left unanswered (%s): those '
                               'requests wait until the mount goes', e)
             self.native_loop.start()
+        restarts.log(self.restart_verdict())
         try:
             delay = REMOUNT_DELAY
             first = True
@@ -647,6 +649,15 @@ class MirrorService(object):
         for path in self._mounts():
             subprocess.run(['fusermount3', '-u', '-z', path], check=False,
                            capture_output=True)
+
+    def restart_verdict(self):
+        """Whether an agent restart keeps the guests' disks, as the
+        kernel said it at images/'s mount (restarts.py).
+        """
+        mounted = self.native_loop is not None
+        return restarts.verdict(self.kept.init if mounted else None,
+                                mounted and self.kept.stored,
+                                native=self.io_loop == 'native')
 
     def can_hand_over(self):
         """Whether a service manager keeps images/'s connection for the
