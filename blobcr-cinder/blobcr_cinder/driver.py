@@ -609,6 +609,16 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
             return None
         down = compute_hosts.nova_says_down(host)
         if down:
+            # Attached and running on another host (Nova deleting a live
+            # migration's destination attachment on rollback, with that
+            # destination down): the claim is not this host's, and a
+            # take-over, image-wide, would fence the live guest there.
+            elsewhere = self._attached_elsewhere(volume, host)
+            if elsewhere:
+                LOG.warning('volume %s: host %s is down (%s) but the volume '
+                            'is attached on %s: detached without taking it '
+                            'over', volume.id, host, down, elsewhere)
+                return None
             self._give_up_host(volume, host, image, down)
             return None
         try:
@@ -625,6 +635,17 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
                        'take-over %(image)s", then detach again (the '
                        'writes since its last stable version are lost)')
                 % {'host': host, 'volume': volume.id, 'image': image})
+
+    def _attached_elsewhere(self, volume, host):
+        """The hosts other than ``host`` the volume is attached on (read
+        from the database, as _attached_epoch).
+        """
+        return sorted({
+            self._agent_for(a.attached_host)
+            for a in objects.VolumeAttachmentList.get_all_by_volume_id(
+                cinder_context.get_admin_context(), volume.id)
+            if a.attach_status == 'attached' and a.attached_host and
+            self._agent_for(a.attached_host) != host})
 
     def _give_up_host(self, volume, host, image, why):
         """Fence ``host``'s claim on the volume (Repository.take_over:

@@ -161,7 +161,10 @@ class GroupsMixin(object):
                                   result['version'])
                 updates.append(dict(self._snapshot_model(snapshot, result),
                                     id=snapshot.id, status='available'))
-        except exception.CinderException:
+        except Exception:
+            # Any error, not only Cinder's: an agent's builtin one (an
+            # OSError) reaches here as itself, and the members held on
+            # other hosts stayed still until their hold timed out.
             self._release(held)
             self._forget_versions(taken)
             raise
