@@ -37,6 +37,7 @@ import oslo_messaging as messaging
 
 from blobcr_common import exception
 from blobcr_common import rpc
+from blobcr_common.rpc import auto
 from blobcr_common.rpc import bus
 from blobcr_common.rpc import context
 
@@ -58,16 +59,24 @@ upgrade_opts = [
                     'release speaks. A call that needs a newer version is '
                     'refused here with a clear error instead of failing on '
                     'the old agent. Unset it once every agent is '
-                    'upgraded.'),
+                    'upgraded. "auto": each call is capped at the version '
+                    'of the agent it goes to, which this caller asks that '
+                    'agent (once every 120 s per host); calls that name no '
+                    'host take the lowest version among the agents asked '
+                    'lately.'),
 ]
 
 
 def configured_version_cap(conf):
-    """The RPC version cap ``conf`` asks for (checked), or the newest."""
+    """The RPC version cap ``conf`` asks for (checked), the newest, or
+    ``auto.AUTO``.
+    """
     conf.register_opts(upgrade_opts, group=UPGRADE_GROUP)
     cap = conf[UPGRADE_GROUP].blobcr_agent
     if cap is None:
         return rpc.VERSION
+    if cap == auto.AUTO:
+        return cap
     try:
         wanted = tuple(int(p) for p in cap.split('.'))
     except ValueError:
@@ -75,7 +84,7 @@ def configured_version_cap(conf):
     newest = tuple(int(p) for p in rpc.VERSION.split('.'))
     if len(wanted) != 2 or wanted[0] != newest[0] or wanted > newest:
         raise exception.InvalidInput(
-            '[%s] blobcr_agent = %s: a version 1.0 to %s'
+            '[%s] blobcr_agent = %s: a version 1.0 to %s, or auto'
             % (UPGRADE_GROUP, cap, rpc.VERSION))
     return cap
 
@@ -137,6 +146,9 @@ class AgentAPI(object):
     transport kept open; past it the least recently used one is closed
     once no call uses it (the Nova listener, which calls hosts that
     notifications name). None: no bound.
+
+    ``version_cap`` ``auto`` (rpc/auto.py): each host's calls capped at
+    its agent's version, asked of it.
     """
 
     def __init__(self, conf=None, transport_url=None, timeout=None,
@@ -147,6 +159,10 @@ class AgentAPI(object):
         self._conf = conf
         self._url = transport_url
         self._timeout = timeout
+        self._versions = None
+        if version_cap == auto.AUTO:
+            version_cap = rpc.VERSION
+            self._versions = auto.AgentVersions(self._speaks)
         self._cap = version_cap
         self._max_hosts = max_hosts
         self._vhost_format = bus.host_vhost_format(conf)
@@ -222,11 +238,36 @@ class AgentAPI(object):
                 unused.append(vhost.transport)
         return unused
 
+    def _speaks(self, host, version):
+        client = self.client_for(host)
+        try:
+            return auto.speaks(client, host, version)
+        finally:
+            self.give_back(client)
+
+    def _cap_for(self, host):
+        """The version cap of calls to ``host``: the configured one, or
+        with ``auto`` its agent's.
+        """
+        if self._versions is None or host is None:
+            return self._cap
+        return self._versions.of(host)
+
+    def _can_send(self, version, host=None):
+        """Whether a call of ``version`` may go to ``host`` (None: to
+        every agent).
+        """
+        if self._versions is None:
+            return self.client.can_send_version(version)
+        cap = self._cap_for(host) if host is not None else \
+            self._versions.lowest_known() or self._cap
+        return auto.allows(cap, version)
+
     def _peer_client(self, host):
         """The peer side once every agent serves it (cap 1.12), else
         the control side, as older agents are called.
         """
-        if self.client.can_send_version('1.12'):
+        if self._can_send('1.12', host):
             return self.peer_client
         return self.client if host is None else self.client_for(host)
 
@@ -235,6 +276,8 @@ class AgentAPI(object):
         # timeout=None in prepare() would replace the client's timeout
         # (and fall back to rpc_response_timeout): pass it only if set.
         extra = {} if rpc_timeout is None else {'timeout': rpc_timeout}
+        if self._versions is not None:
+            extra['version_cap'] = self._cap_for(host)
         client = self._peer_client(host) if peer else self.client_for(host)
         try:
             cctxt = client.prepare(server=host, version=api_version, **extra)
@@ -451,7 +494,7 @@ class AgentAPI(object):
         ``chunks`` first (mirror/hints.py). Not sent while the version
         cap is below 1.8 (agents that would not understand it).
         """
-        if not self.client.can_send_version('1.8'):
+        if not self._can_send('1.8'):
             return
         client = self._peer_client(None)
         targets = [dict(fanout=True)] if hosts is None else \
@@ -466,7 +509,7 @@ class AgentAPI(object):
         it restarts members of (1.13), so that hints go to those hosts
         only, not as a fanout.
         """
-        return self.client.can_send_version('1.13')
+        return self._can_send('1.13')
 
     # -- 1.10 ----------------------------------------------------------------
 
@@ -475,7 +518,7 @@ class AgentAPI(object):
         migration from it; checkpoint what the guest wrote so far (no
         answer). False if the version cap keeps it from being sent.
         """
-        if not self.client.can_send_version('1.10'):
+        if not self._can_send('1.10', host):
             return False
         cctxt = self._peer_client(host).prepare(server=host, version='1.10')
         cctxt.cast(context.outgoing(), 'prepare_handoff', image=image,
@@ -489,7 +532,7 @@ class AgentAPI(object):
         before its members checkpoint (agent API 1.11); None, sending
         nothing, while the version cap is below 1.11.
         """
-        if not self.client.can_send_version('1.11'):
+        if not self._can_send('1.11', host):
             return None
         return self._call(host, 'admit_group', api_version='1.11',
                           group=group, members=members, project=project)
@@ -500,7 +543,7 @@ class AgentAPI(object):
         """Whether the version cap lets hold_members and
         checkpoint_members be sent.
         """
-        return self.client.can_send_version('1.14')
+        return self._can_send('1.14')
 
     def hold_members(self, host, members, timeout=60):
         """Hold still the guests of ``members`` on ``host`` (dicts with
