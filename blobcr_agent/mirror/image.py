@@ -193,6 +193,9 @@ class AttachedImage(object):
         # Bytes fetched, by what asked: 'read' (a guest's read waited for
         # them), 'write', 'readahead', 'profile', 'hint'.
         self.fetched_by = collections.Counter()
+        # Where the fetches' time went, summed over the threads that
+        # fetch (concurrent fetches overlap): a restart's trace.
+        self.fetch_times = collections.Counter()
         self._phases = {}
         self.last_phases = {}
         # Checkpoints refused Busy by the room check, before registering
@@ -479,17 +482,26 @@ class AttachedImage(object):
         # Each chunk is installed and its waiters woken as soon as it
         # arrives, not when the whole batch has (_install).
         done = set()
+        times = {}
+        started = time.perf_counter()
         if self.attached_version is not None:
             for index, data in self.repo.fetch(self.header,
                                                self.attached_version,
-                                               set(indices)):
+                                               set(indices), times):
+                mark = time.perf_counter()
                 self._install(index, data, len(data))
+                times['install'] = times.get('install', 0.0) + \
+                    time.perf_counter() - mark
                 self.fetched_by[reason] += len(data)
                 done.add(index)
         for index in indices:
             if index not in done:
                 # An all-zero chunk is not stored: nothing to fetch.
                 self._install(index, bytes(self.header.chunk_len(index)), 0)
+        times['total'] = time.perf_counter() - started
+        times['calls'] = 1
+        with self._fetch_lock:
+            self.fetch_times.update(times)     # (adds: a Counter)
 
     def _install(self, index, data, fetched):
         self.core.install(index, data)
@@ -850,6 +862,8 @@ class AttachedImage(object):
                  deltas_stored=self.tracker.deltas_stored,
                  fetched_bytes=self.fetched_bytes,
                  fetched_by=dict(self.fetched_by),
+                 fetch_ms={k: (v if k == 'calls' else round(v * 1000, 1))
+                           for k, v in self.fetch_times.items()},
                  hint_scope=self.hint_scope,
                  **(self.hints.stats(self.id) if self.hint_scope else {}),
                  busy_prechecked=self.busy_prechecked,

@@ -25,6 +25,7 @@ new file, fsynced, then linked or renamed into place).
 import errno
 import os
 import tempfile
+import time
 
 from blobcr_agent import _native
 from blobcr_agent.repository.backends import base
@@ -100,13 +101,18 @@ class DataPaths(object):
             out += data[lo:hi]
         return bytes(out)
 
-    def fetch(self, header, number, indices=None):
+    def fetch(self, header, number, indices=None, times=None):
         """Yield ``(index, data)`` of the stored chunks of a version (all,
         or those in ``indices``), many reads in flight; all-zero chunks
         are not yielded. Raises on a missing or corrupt chunk. A pinned
         version is read even once obsolete: its pin holder (a mirror
-        attached from it) still reads it.
+        attached from it) still reads it. ``times`` (a dict), if given,
+        adds the seconds spent looking the chunks up in the version's
+        tree (``lookup``), waiting for the store's reads (``load``) and
+        checking and decompressing them (``decode``): a restart's trace.
         """
+        times = {} if times is None else times
+        mark = time.perf_counter()
         t, root = self.version_tree(header, number, pinned=True)
         if indices is None:
             found = t.items(root)
@@ -117,11 +123,13 @@ class DataPaths(object):
         for index, d in found:
             if d is not None:
                 by_value.setdefault(d, []).append(index)
+        mark = _add(times, 'lookup', mark)
         # Deltas wait for their bases, fetched in further rounds per
         # group of deltas (all in flight at once, memory bounded).
         deltas_waiting = []
         for value, blob in self.load_many(list(by_value),
                                           self.max_object_size(header)):
+            mark = _add(times, 'load', mark)
             if isinstance(blob, Exception):
                 raise blob
             if chunks.is_delta(blob):
@@ -130,12 +138,16 @@ class DataPaths(object):
                     yield from self._fetch_deltas(header, deltas_waiting,
                                                   by_value)
                     deltas_waiting = []
+                mark = time.perf_counter()
                 continue
             first = by_value[value][0]
             data = chunks.decode(chunks.value_name(value), blob,
                                  header.chunk_len(first))
+            _add(times, 'decode', mark)
             for index in by_value[value]:
                 yield index, data
+            # (The time the caller took between yields is its own.)
+            mark = time.perf_counter()
         if deltas_waiting:
             yield from self._fetch_deltas(header, deltas_waiting, by_value)
 
@@ -354,3 +366,10 @@ def _fsync_dir(directory):
         pass
     finally:
         os.close(fd)
+
+
+def _add(times, phase, since):
+    """Add the seconds since ``since`` to ``times[phase]``; now."""
+    now = time.perf_counter()
+    times[phase] = times.get(phase, 0.0) + now - since
+    return now

@@ -30,9 +30,12 @@ same offsets on every target) runs the same jobs on:
   writeback.
 
 Jobs: 4 KiB random reads and writes at queue depth 1 and 16, 1 MiB
-sequential reads and writes at queue depth 16; IOPS, MiB/s, and the
-completion latency's p50 and p99. The targets take turns job by job,
-which goes first rotating from job to job and run to run.
+sequential reads and writes at queue depth 16; and, for equal
+durability with RBD, 4 KiB random writes each flushed (``fsync``: fio's
+rbd engine has no fdatasync) and 1 MiB sequential writes flushed every
+16: IOPS, MiB/s, and the completion latency's p50 and p99. The
+targets take turns job by job, which goes first rotating from job to
+job and run to run.
 
 Conditions:
 
@@ -68,13 +71,19 @@ from blobcr_lab import agents
 from blobcr_lab import loopdev
 
 CHUNK = 256 << 10
-# (name, fio rw, block size, queue depth)
-JOBS = (('rand-read-4k-qd1', 'randread', '4k', 1),
-        ('rand-write-4k-qd1', 'randwrite', '4k', 1),
-        ('rand-read-4k-qd16', 'randread', '4k', 16),
-        ('rand-write-4k-qd16', 'randwrite', '4k', 16),
-        ('seq-read-1m', 'read', '1M', 16),
-        ('seq-write-1m', 'write', '1M', 16))
+# (name, fio rw, block size, queue depth, writes per flush or 0)
+JOBS = (('rand-read-4k-qd1', 'randread', '4k', 1, 0),
+        ('rand-write-4k-qd1', 'randwrite', '4k', 1, 0),
+        ('rand-read-4k-qd16', 'randread', '4k', 16, 0),
+        ('rand-write-4k-qd16', 'randwrite', '4k', 16, 0),
+        ('seq-read-1m', 'read', '1M', 16, 0),
+        ('seq-write-1m', 'write', '1M', 16, 0),
+        # Equal durability: a write is safe from a host loss on RBD (cache
+        # off) once acknowledged, on BlobCR ('cluster') once a flush
+        # covered it (its blocks in the write-ahead log). A database
+        # flushing each commit, a file system each journal commit.
+        ('rand-write-4k-qd1-flush', 'randwrite', '4k', 1, 1),
+        ('seq-write-1m-flush16', 'write', '1M', 16, 16))
 RBD_TARGETS = ('rbd', 'rbd-writeback')
 LOOP_OVER_MIRROR_TARGET = 0.9
 PERSIST_OVER_IDLE_TARGET = 0.8
@@ -84,8 +93,10 @@ def run_job(target, job, size, runtime, extra=()):
     """One fio job on ``target`` (a path or an RBD target): its
     figures.
     """
-    name, rw, bs, depth = job
+    name, rw, bs, depth, per_flush = job
     options, env = fio.engine(target)
+    if per_flush:
+        extra = ['--fsync=%d' % per_flush] + list(extra)
     cmd = ['fio', '--name=%s' % name, '--rw=%s' % rw, '--bs=%s' % bs,
            '--iodepth=%d' % depth, '--numjobs=1', '--size=%d' % size,
            '--time_based=1', '--runtime=%dms' % int(runtime * 1000),
@@ -254,7 +265,8 @@ def _restart(disk, workdir, size, seed):
     try:
         before = stats()
         # (Not cut short by --runtime: the list is the job.)
-        result = run_job(device, ('restart-read-4k-qd1', 'randread', '4k', 1),
+        result = run_job(device, ('restart-read-4k-qd1', 'randread', '4k', 1,
+                                  0),
                          size, 3600,
                          extra=['--read_iolog=%s' % iolog,
                                 '--replay_no_stall=1', '--time_based=0'])
@@ -309,6 +321,7 @@ def run(repo, backend_args, args, log):
                 args, size, list(RBD_TARGETS), checks, cleanups)
             targets.update(rbd_targets)
         written = loopdev.written(disk.loop)
+        logged = disk.stats().get('log_entries')
         for k in range(args.runs):
             result = {'idle': _idle(targets, jobs, size, args.runtime, k)}
             if not args.no_persist:
@@ -321,6 +334,8 @@ def run(repo, backend_args, args, log):
                     figure(job[0], result['idle']['mirror'][job[0]])), 3)
                 for job in jobs})
         written = loopdev.written(disk.loop) - written
+        if logged is not None:
+            logged = disk.stats()['log_entries'] - logged
         restart = None if args.no_restart else _restart(
             disk, args.workdir, size, args.seed)
     finally:
@@ -331,10 +346,29 @@ def run(repo, backend_args, args, log):
                 cleanup()
             except Exception as e:      # not over the error that got here
                 log('cleanup failed: %s' % e)
-    return _report(args, runs, jobs, restart, written, described, checks)
+    return _report(args, runs, jobs, restart, written, logged, described,
+                   checks)
 
 
-def _report(args, runs, jobs, restart, written, described, checks):
+def _flush_check(checks, runs, jobs, logged):
+    """The flushed jobs' flushes reached the write-ahead log: about one
+    entry per flush on the loop device and the mirror file.
+    """
+    flushes = sum(r[c][name][job[0]]['ios'] // job[4]
+                  for r in runs for c in ('idle', 'persist') if c in r
+                  for name in ('loop', 'mirror') for job in jobs if job[4])
+    if not flushes:
+        return
+    checks.require_true(
+        'flush: write-ahead log entries the flushed jobs appended, at least '
+        'half their flushes', logged >= flushes // 2,
+        'a flush of a cluster-durable volume must append its blocks to the '
+        'log in RADOS before it returns',
+        value={'log_entries': logged, 'flushes': flushes})
+
+
+def _report(args, runs, jobs, restart, written, logged, described,
+            checks):
     names = list(runs[0]['idle'])
     figures = {}
     for condition in ('idle', 'persist'):
@@ -363,6 +397,12 @@ def _report(args, runs, jobs, restart, written, described, checks):
     if 'loop_over_rbd' in ratios:
         goals['loop_over_rbd'] = all(s['median'] >= 1.0 for s in
                                      ratios['loop_over_rbd'].values())
+        # Reads, and writes a flush covered: what a host loss leaves
+        # alike on both (unflushed writes are on the host only here).
+        equal = [job[0] for job in jobs if job[4] or 'read' in job[1]]
+        goals['loop_over_rbd_equal_durability'] = all(
+            ratios['loop_over_rbd'][name]['median'] >= 1.0
+            for name in equal if name in ratios['loop_over_rbd'])
     if 'persist' in runs[0]:
         goals['persist_over_idle'] = all(
             s['median'] >= PERSIST_OVER_IDLE_TARGET
@@ -382,6 +422,8 @@ def _report(args, runs, jobs, restart, written, described, checks):
         'what fio wrote through it', written >= wrote,
         'the loop device must carry the guest\'s writes',
         value={'device': written, 'fio': wrote})
+    if logged is not None:
+        _flush_check(checks, runs, jobs, logged)
     if 'persist' in runs[0]:
         overlap = [r['persist'][name][job[0]]['persist_overlap']
                    for r in runs for name in ('loop', 'mirror')
@@ -401,6 +443,9 @@ def _report(args, runs, jobs, restart, written, described, checks):
                                       'fetched': restart['read_fetches']})
     return {'size': args.size, 'runtime_s': args.runtime,
             'runs': args.runs, 'targets': names, 'rbd': described,
+            # BlobCR's: 'cluster' if its flushes append to the log.
+            'durability': 'host' if logged is None else 'cluster',
+            'log_entries': logged,
             'jobs': [list(j) for j in jobs], 'figures': figures,
             'ratios': ratios, 'goals': goals, 'restart': restart,
             'per_run': runs, 'checks': checks.as_list()}

@@ -435,19 +435,28 @@ class _MirrorReader(object):
     def __init__(self, client, image, version):
         self.client = client
         self.image = image
+        t0 = time.perf_counter()
         path = client.call('attach', image=image, version=version,
                            prefetch=False)
+        self.attach_ms = (time.perf_counter() - t0) * 1000
         self.fd = os.open(path, os.O_RDONLY)
 
     def read(self, offset, length):
         return os.pread(self.fd, length, offset)
 
     def close(self):
-        """Detach; the mirror's readahead counter of this restart."""
+        """Detach; this restart's trace: the attach, the mirror's
+        readahead and fetch counters, and where its fetches' time went
+        (``fetch_ms``: summed over the fetching threads, which overlap).
+        """
         os.close(self.fd)
         stats = self.client.call('stats', image=self.image)
         self.client.call('detach', image=self.image, discard=True)
-        return {'readahead_chunks': stats.get('readahead_chunks', 0)}
+        return {'readahead_chunks': stats.get('readahead_chunks', 0),
+                'attach_ms': round(self.attach_ms, 1),
+                'read_fetches': stats.get('read_fetches', 0),
+                'fetched_chunks': stats.get('fetched_chunks', 0),
+                'fetch_ms': stats.get('fetch_ms', {})}
 
 
 def make_peer(name, args, open_repository):
@@ -878,6 +887,9 @@ def aggregate(peer, runs):
                   'stored_bytes': [c['stored_bytes'] for c in
                                    r['checkpoints']],
                   'restart_s': round(r['restart_s'], 3),
+                  # Where the restart's time went, as far as the peer
+                  # tells (_MirrorReader, _ChainRestart).
+                  'restart_trace': r['restart_counters'],
                   'counters': r['counters']} for r in runs],
     }
     sent = [r for r in runs if r.get('osd_in_bytes') is not None]

@@ -368,7 +368,10 @@ def test_guest_io(capsys, tmp_path, request):
                                  'rbd-writeback']
     assert result['rbd']['rbd-writeback']['librbd']['rbd_cache'] == 'true'
     jobs = [j[0] for j in result['jobs']]
-    assert len(jobs) == 6
+    assert len(jobs) == 8
+    # The flushed jobs' flushes went to the write-ahead log (checked
+    # against their count in the checks above).
+    assert result['durability'] == 'cluster' and result['log_entries'] > 0
     for name in ('loop_over_mirror', 'loop_over_plain', 'loop_over_rbd',
                  'loop_over_rbd_writeback', 'loop_persist_over_idle'):
         assert set(result['ratios'][name]) == set(jobs), name
@@ -381,6 +384,7 @@ def test_guest_io(capsys, tmp_path, request):
     assert restart['ios'] == 32 * 4 and restart['read_fetches'] >= 0.9 * \
         restart['ios']
     assert set(result['goals']) == {'loop_over_mirror', 'loop_over_rbd',
+                                    'loop_over_rbd_equal_durability',
                                     'persist_over_idle'}
 
 

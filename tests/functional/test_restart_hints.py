@@ -180,10 +180,10 @@ def test_a_read_of_one_chunk_of_a_hinted_batch_waits_for_that_chunk(
     go_a, go_b = threading.Event(), threading.Event()
     fetch = repo.fetch
 
-    def held_fetch(header, number, indices=None):
+    def held_fetch(header, number, indices=None, times=None):
         # Chunk 3 first (once go_a is set), the rest once go_b is: the
         # store's own order differs (RADOS answers as it likes).
-        got = dict(fetch(header, number, indices))
+        got = dict(fetch(header, number, indices, times))
         go_a.wait(30)
         if 3 in got:
             yield 3, got.pop(3)

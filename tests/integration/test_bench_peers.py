@@ -158,6 +158,18 @@ def test_every_peer_runs_or_says_why(ceph_cluster, quick_snap_trim, workdir,
                     continue   # a quick checkpoint may fall between writes
                 assert figures[key]['n'] >= 1, (wname, name, key)
             assert figures['restart_consistent'] == [True] * RUNS
+            # The restart's trace: a BlobCR restart fetched the disk's
+            # chunks (the whole 16 MiB pass is read) and timed the fetches'
+            # phases; a QEMU one timed the chain's opening.
+            for run in figures['runs']:
+                trace = run['restart_trace']
+                if name.startswith('blobcr'):
+                    assert trace['fetched_chunks'] >= 16 * 4 // 2, trace
+                    phases = trace['fetch_ms']
+                    assert phases['total'] >= phases['load'] > 0, trace
+                    assert phases['calls'] >= 1, trace
+                elif name.startswith('q'):
+                    assert trace['attach_ms'] > 0, trace
             assert figures['copied_bytes_per_checkpoint']['max'] > 0
             assert len(figures['late_checkpoints']) == RUNS
         ratios = w['ratios']['vs_blobcr_local']
