@@ -22,7 +22,9 @@
 #   bash tools/run-benchmarks.sh [NAME ...]
 #
 # NAMEs (default: all, in this order): peers interval-rados
-# persist-rados persist-local repo-local repo-rados mirror flush (BlobCR
+# persist-rados persist-local repo-local repo-rados mirror guest-io (fio
+# on the loop device over a cluster volume's mirror file, the file, a
+# plain file and RBD cache off and writeback) flush (BlobCR
 # cluster and host durability, a plain file and RBD, into
 # flush-durability.json) host-loss (the data each peer loses with its
 # host, measured by losing it) proxy cinder (on a cloud of its own: blobcr_bench/cinder_stack.py) handoff
@@ -39,7 +41,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 [ -x .venv/bin/blobcr-bench ] || bash tools/install-deps.sh
 out=doc/source/_static
-all="peers interval-rados persist-rados persist-local repo-local repo-rados mirror flush host-loss proxy cinder handoff interval-local protect busy-local busy-rados busy-flush-rados"
+all="peers interval-rados persist-rados persist-local repo-local repo-rados mirror guest-io flush host-loss proxy cinder handoff interval-local protect busy-local busy-rados busy-flush-rados"
 busy=(checkpoint --interval 2 --iodepth 8 --write-size 4K --checkpoints 15
       --runs 3)
 names=${*:-$all}
@@ -88,6 +90,9 @@ for name in $names; do
         persist-rados) needs_ceph
             bench persist-rados persist --backend rados --ceph-conf "$ceph/ceph.conf" ;;
         mirror) bench mirror-local-1g mirror ;;
+        guest-io) needs_ceph    # the loop device stock Nova opens, and RBD
+            bench guest-io-rados guest-io --rbd --backend rados \
+                --ceph-conf "$ceph/ceph.conf" ;;
         flush) needs_ceph
             bench flush-durability flush --backend rados --rbd \
                 --ceph-conf "$ceph/ceph.conf" ;;

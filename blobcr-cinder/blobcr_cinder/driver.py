@@ -609,15 +609,19 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
             return None
         down = compute_hosts.nova_says_down(host)
         if down:
-            # Attached and running on another host (Nova deleting a live
-            # migration's destination attachment on rollback, with that
-            # destination down): the claim is not this host's, and a
-            # take-over, image-wide, would fence the live guest there.
-            elsewhere = self._attached_elsewhere(volume, host)
-            if elsewhere:
-                LOG.warning('volume %s: host %s is down (%s) but the volume '
-                            'is attached on %s: detached without taking it '
-                            'over', volume.id, host, down, elsewhere)
+            # A live migration rolled back with its destination down (Nova
+            # deletes the destination's attachment): the guest runs on the
+            # source, which holds the image, and a take-over, image-wide,
+            # would fence it there. Only that source agent's own word
+            # spares the take-over: the records alone would let a stale or
+            # forged attachment leave a dead writer unfenced (both hosts'
+            # records read 'attached' during a migration).
+            holder = self._live_holder(volume, host, image)
+            if holder:
+                LOG.warning('volume %s: host %s is down (%s) but the image '
+                            'is attached and written on %s: detached '
+                            'without taking it over', volume.id, host, down,
+                            holder)
                 return None
             self._give_up_host(volume, host, image, down)
             return None
@@ -636,16 +640,35 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
                        'writes since its last stable version are lost)')
                 % {'host': host, 'volume': volume.id, 'image': image})
 
-    def _attached_elsewhere(self, volume, host):
-        """The hosts other than ``host`` the volume is attached on (read
-        from the database, as _attached_epoch).
+    def _live_holder(self, volume, host, image):
+        """The other host whose agent itself says it holds ``image``
+        attached, not arriving by a handoff, for the instance ``host``'s
+        attachment was for; None if there is none or it cannot tell.
+        Candidates are the hosts of the volume's other attachments of
+        that instance (read from the database, as _attached_epoch).
         """
-        return sorted({
-            self._agent_for(a.attached_host)
-            for a in objects.VolumeAttachmentList.get_all_by_volume_id(
-                cinder_context.get_admin_context(), volume.id)
+        records = objects.VolumeAttachmentList.get_all_by_volume_id(
+            cinder_context.get_admin_context(), volume.id)
+        mine = {a.instance_uuid for a in records
+                if a.attached_host and self._agent_for(a.attached_host) ==
+                host}
+        others = sorted({
+            self._agent_for(a.attached_host) for a in records
             if a.attach_status == 'attached' and a.attached_host and
+            a.instance_uuid in mine and
             self._agent_for(a.attached_host) != host})
+        for other in others:
+            try:
+                attached = self.api.status(
+                    other,
+                    timeout=self.configuration.blobcr_alive_probe_timeout
+                ).get('attached', {})
+            except messaging.MessagingTimeout:
+                continue
+            held = attached.get(image)
+            if held is not None and not held.get('incoming'):
+                return other
+        return None
 
     def _give_up_host(self, volume, host, image, why):
         """Fence ``host``'s claim on the volume (Repository.take_over:

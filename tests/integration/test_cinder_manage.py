@@ -319,35 +319,45 @@ def test_a_noisy_project_does_not_starve_another(openstack_cloud,
     # beside what it holds already: a test that failed earlier in the
     # session may have left some (the CI once had one, and this test's own
     # failure then filled the quota for every later test: hence the
-    # clean-up below whatever happens, and the quota lifted after).
+    # clean-up below whatever happens, and the quota restored after).
     admin_api = stack.block_storage('admin')
     demo_project = stack.session('demo').get_project_id()
-    in_use = admin_api.get('/os-quota-sets/%s?usage=true' % demo_project
-                           ).json()['quota_set']['snapshots']['in_use']
+    quota = admin_api.get('/os-quota-sets/%s?usage=true' % demo_project
+                          ).json()['quota_set']['snapshots']
     admin_api.put('/os-quota-sets/%s' % demo_project,
-                  json={'quota_set': {'snapshots': in_use + 10}})
+                  json={'quota_set': {'snapshots': quota['in_use'] + 10}})
     try:
         _noisy_and_quiet(stack, hosts, volumes, images, atts, agent_api,
                          tmp_path)
     finally:
-        for att in atts:
-            try:
-                att.detach()
-            except Exception as e:      # detached already
-                print('detach: %s' % (e,))
-        for user, volume_id in volumes.items():
-            for snap_id in snapshots_of(stack, volume_id, user=user):
-                stack.wait_status('snapshot', snap_id, 'available',
-                                  timeout=120)
-                stack.openstack('volume', 'snapshot', 'delete', snap_id,
-                                json=False, user='admin')
-                stack.wait_status('snapshot', snap_id, 'deleted')
-            stack.wait_status('volume', volume_id, 'available')
-            stack.openstack('volume', 'delete', volume_id, json=False,
-                            user=user)
-            stack.wait_status('volume', volume_id, 'deleted')
-        admin_api.put('/os-quota-sets/%s' % demo_project,
-                      json={'quota_set': {'snapshots': -1}})
+        # The quota as it was, unless snapshots could be left behind:
+        # then none, so that they hold no later test back.
+        limit = -1
+        try:
+            _clean_up(stack, volumes, atts)
+            limit = quota['limit']
+        finally:
+            admin_api.put('/os-quota-sets/%s' % demo_project,
+                          json={'quota_set': {'snapshots': limit}})
+
+
+def _clean_up(stack, volumes, atts):
+    for att in atts:
+        try:
+            att.detach()
+        except Exception as e:      # detached already
+            print('detach: %s' % (e,))
+    for user, volume_id in volumes.items():
+        for snap_id in snapshots_of(stack, volume_id, user=user):
+            stack.wait_status('snapshot', snap_id, 'available',
+                              timeout=120)
+            stack.openstack('volume', 'snapshot', 'delete', snap_id,
+                            json=False, user='admin')
+            stack.wait_status('snapshot', snap_id, 'deleted')
+        stack.wait_status('volume', volume_id, 'available')
+        stack.openstack('volume', 'delete', volume_id, json=False,
+                        user=user)
+        stack.wait_status('volume', volume_id, 'deleted')
 
 
 def _noisy_and_quiet(stack, hosts, volumes, images, atts, agent_api,

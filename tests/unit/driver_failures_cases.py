@@ -262,21 +262,60 @@ class ProbeTestCase(DriverTestCase):
         self.api.take_over.assert_not_called()
         self.api.detach.assert_not_called()
 
-    def test_a_live_migrations_dead_destination_fences_not_the_source(self):
-        """Nova rolls a live migration back and deletes the destination's
-        attachment; host-b is down and its agent silent, the guest
-        still runs on host-a: detached without a take-over (which would
-        fence host-a).
+    def _migration(self, source_says, source_instance=fake.INSTANCE_ID):
+        """A live migration from host-a to host-b, both records
+        'attached' (Nova completes the destination's attachment in
+        pre_live_migration); host-b down and silent; host-a's agent
+        answers ``source_says``. host-b's detach: the take-over's
+        reason, or None if there was none.
         """
-        self.answer('status', {'host-b': TIMEOUT})
+        self.answer('status', {'host-b': TIMEOUT, 'host-a': source_says})
         self.services(FORCED)
-        vol = self.volume(self.attachment('host-a'),
-                          self.attachment('host-b', 'attaching'))
+        vol = self.volume(self.attachment('host-a',
+                                          instance=source_instance),
+                          self.attachment('host-b'))
         self.assertIsNone(self._detach(vol, 'host-b'))
-        self.api.take_over.assert_not_called()
         self.api.detach.assert_not_called()
+        if not self.api.take_over.called:
+            return None
+        self.api.take_over.assert_called_once_with('storage', 'img-1',
+                                                   mock.ANY)
+        return self.api.take_over.call_args.args[2]
+
+    def test_a_live_migrations_dead_destination_fences_not_the_source(self):
+        """Rolled back before the handoff: host-a's agent itself says it
+        holds the image: detached without a take-over (which, image-wide,
+        would fence the guest running on host-a).
+        """
+        self.assertIsNone(self._migration(
+            {'attached': {'img-1': {'incoming': None}}}))
         self.nova.services.list.assert_called_once_with(
             host='host-b', binary='nova-compute')
+        self.assertIn(('status', 'host-a'), self.calls())
+
+    def test_a_destination_that_took_the_handoff_is_fenced(self):
+        """host-b took the handoff (host-a detached) and died: host-a's
+        record alone, still 'attached', spares nothing: host-b is taken
+        over, or it could write again if it came back.
+        """
+        self.assertIn('host-b', self._migration({'attached': {}}))
+
+    def test_a_source_still_receiving_or_silent_spares_nothing(self):
+        for says in ({'attached': {'img-1': {'incoming': {'source':
+                                                          'host-b'}}}},
+                     TIMEOUT):
+            with self.subTest(says=says):
+                self.api.reset_mock()
+                self.db.clear()
+                self.assertIsNotNone(self._migration(says))
+
+    def test_a_record_of_another_instance_spares_nothing(self):
+        """A stale or forged 'attached' record of another instance on
+        host-a: its agent is not even asked, and host-b is fenced.
+        """
+        self.assertIsNotNone(self._migration(
+            {'attached': {'img-1': {}}}, source_instance=OTHER_INSTANCE))
+        self.assertNotIn(('status', 'host-a'), self.calls())
 
     def test_a_dead_host_attached_alone_is_taken_over(self):
         """The same, host-a's attachment gone: host-b is given up."""
