@@ -68,7 +68,9 @@ def verdict(init, stored, native=True, release=None):
     else:
         keeps, why = True, ('the kernel resends FUSE requests and the '
                             'service manager keeps the connection: a '
-                            'restart is a pause for the guests')
+                            'restart is a pause for the guests (an '
+                            'upgrade too, unless it changes the libfuse '
+                            'version or the kept session\'s format)')
     return dict(found, restart_keeps_disks=keeps, why=why)
 
 
