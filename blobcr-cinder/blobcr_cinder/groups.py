@@ -148,7 +148,8 @@ class GroupsMixin(object):
             # How long the members were held still (first hold to the
             # last release), recorded on each member's snapshot.
             since = time.monotonic()
-            if self.api.can_batch_members():
+            if self.api.can_batch_members(
+                    hosts=sorted({host for _, host in attached if host})):
                 self._checkpoint_by_host(attached, group, members, held,
                                          taken)
             else:

@@ -57,7 +57,8 @@ class Agents(object):
             self.versions[image] = self.versions.get(image, 1) + 1
             return self.versions[image]
 
-    def can_batch_members(self):
+    def can_batch_members(self, hosts):
+        self.batch_hosts = hosts
         return batch
 
     def admit_group(self, host, group, members, project=None):
@@ -140,7 +141,8 @@ for batch, fail_host, fail_phase in json.loads(sys.argv[1]):
         outcome = type(e).__name__
     results[json.dumps([batch, fail_host, fail_phase])] = {
         'calls': agents.calls, 'outcome': outcome, 'metadata': metadata,
-        'held': agents.held_flags}
+        'held': agents.held_flags,
+        'batch_hosts': getattr(agents, 'batch_hosts', None)}
 print(json.dumps(results))
 '''
 
@@ -186,6 +188,8 @@ A, B = ('img-0', 'img-1'), ('img-2',)
 def test_at_1_14_a_call_per_host_and_phase_and_no_release(scenarios):
     calls, result = _run(scenarios, batch=True, more=True)
     assert result['outcome'] == 'available'
+    # Batching is decided by the group's own hosts' agents.
+    assert result['batch_hosts'] == ['host-a', 'host-b']
     # Phase 2 tells each agent which members phase 1 held.
     assert result['held'] == {'img-0': True, 'img-1': True, 'img-2': True}
     # Each member's round trip, split where the agent said when it

@@ -31,6 +31,7 @@ letting the call time out while it still commits.
 
 import collections
 import threading
+import time
 
 from oslo_config import cfg
 import oslo_messaging as messaging
@@ -61,8 +62,9 @@ upgrade_opts = [
                     'the old agent. Unset it once every agent is '
                     'upgraded. "auto": each call is capped at the version '
                     'of the agent it goes to, which this caller asks that '
-                    'agent (once every 120 s per host); calls that name no '
-                    'host take the lowest version among the agents asked '
+                    'agent (once every 120 s per host; not for 1.0 calls, '
+                    'which every agent speaks); hints cast to every agent '
+                    'take the lowest version among the agents asked '
                     'lately.'),
 ]
 
@@ -148,7 +150,9 @@ class AgentAPI(object):
     notifications name). None: no bound.
 
     ``version_cap`` ``auto`` (rpc/auto.py): each host's calls capped at
-    its agent's version, asked of it.
+    its agent's version, asked of it; for peer calls, on the peer side
+    with ``[blobcr_bus] host_vhosts`` (an agent has no permission on
+    another host's control vhost).
     """
 
     def __init__(self, conf=None, transport_url=None, timeout=None,
@@ -159,13 +163,18 @@ class AgentAPI(object):
         self._conf = conf
         self._url = transport_url
         self._timeout = timeout
-        self._versions = None
+        self._versions = self._peer_versions = None
+        self._max_hosts = max_hosts
+        self._vhost_format = bus.host_vhost_format(conf)
         if version_cap == auto.AUTO:
             version_cap = rpc.VERSION
             self._versions = auto.AgentVersions(self._speaks)
+            # Peer calls probe where they go: the same as the control
+            # side's but with host_vhosts.
+            self._peer_versions = self._versions \
+                if self._vhost_format is None else \
+                auto.AgentVersions(self._speaks_to_peer)
         self._cap = version_cap
-        self._max_hosts = max_hosts
-        self._vhost_format = bus.host_vhost_format(conf)
         self._lock = threading.Lock()
         self.transport = self._transport(transport_url)
         self.client = self._client(self.transport, rpc.TOPIC)
@@ -238,47 +247,83 @@ class AgentAPI(object):
                 unused.append(vhost.transport)
         return unused
 
-    def _speaks(self, host, version):
+    def _speaks(self, host, version, timeout):
         client = self.client_for(host)
         try:
-            return auto.speaks(client, host, version)
+            return auto.speaks(client, host, version, timeout)
         finally:
             self.give_back(client)
 
-    def _cap_for(self, host):
+    def _speaks_to_peer(self, host, version, timeout):
+        """Asked on the peer side (with host_vhosts): an agent that does
+        not answer there is older than 1.12, and its peers cannot call
+        it on its control vhost either.
+        """
+        return auto.speaks(self.peer_client, host, version, timeout)
+
+    def _cap_for(self, host, timeout=None, peer=False):
         """The version cap of calls to ``host``: the configured one, or
-        with ``auto`` its agent's.
+        with ``auto`` its agent's (this caller's newest if it did not
+        tell within ``timeout`` s, rpc/auto.py).
         """
         if self._versions is None or host is None:
             return self._cap
-        return self._versions.of(host)
+        versions = self._peer_versions if peer else self._versions
+        return versions.of(host, timeout) or self._cap
 
-    def _can_send(self, version, host=None):
+    def _can_send(self, version, host=None, peer=False):
         """Whether a call of ``version`` may go to ``host`` (None: to
         every agent).
         """
         if self._versions is None:
             return self.client.can_send_version(version)
-        cap = self._cap_for(host) if host is not None else \
-            self._versions.lowest_known() or self._cap
+        if host is not None:
+            cap = self._cap_for(host, peer=peer)
+        else:
+            known = [v for v in (self._versions.lowest_known(),
+                                 self._peer_versions.lowest_known()) if v]
+            cap = min(known, key=auto.parse) if known else self._cap
         return auto.allows(cap, version)
 
-    def _peer_client(self, host):
-        """The peer side once every agent serves it (cap 1.12), else
-        the control side, as older agents are called.
+    def _peer_client(self, host, cap=None):
+        """The peer side once every agent serves it (cap 1.12, or
+        ``cap``, the call's), else the control side, as older agents
+        are called.
         """
-        if self._can_send('1.12', host):
+        if cap is None:
+            serves = self._can_send('1.12', host, peer=True)
+        else:
+            serves = auto.allows(cap, '1.12')
+        if serves:
             return self.peer_client
         return self.client if host is None else self.client_for(host)
+
+    def _timeout_of(self, rpc_timeout):
+        if rpc_timeout is not None:
+            return rpc_timeout
+        if self._timeout is not None:
+            return self._timeout
+        return self._conf.rpc_response_timeout
 
     def _call(self, host, method, rpc_timeout=None, api_version='1.0',
               peer=False, **kwargs):
         # timeout=None in prepare() would replace the client's timeout
         # (and fall back to rpc_response_timeout): pass it only if set.
         extra = {} if rpc_timeout is None else {'timeout': rpc_timeout}
-        if self._versions is not None:
-            extra['version_cap'] = self._cap_for(host)
-        client = self._peer_client(host) if peer else self.client_for(host)
+        # Every agent speaks X.0: only later versions, and peer calls
+        # (their path), need the agent's own.
+        if self._versions is not None and (
+                peer or auto.parse(api_version)[1] > 0):
+            timeout = self._timeout_of(rpc_timeout)
+            start = time.monotonic()
+            extra['version_cap'] = self._cap_for(host, timeout, peer)
+            # The probe's time is the call's.
+            extra['timeout'] = timeout - (time.monotonic() - start)
+            if extra['timeout'] <= 0:
+                raise messaging.MessagingTimeout(
+                    '%s did not answer in %s s (%s)' % (host, timeout, method))
+        client = self._peer_client(host, extra.get('version_cap')) if peer \
+            else self.client_for(host)
         try:
             cctxt = client.prepare(server=host, version=api_version, **extra)
             return cctxt.call(context.outgoing(), method, **kwargs)
@@ -518,9 +563,11 @@ class AgentAPI(object):
         migration from it; checkpoint what the guest wrote so far (no
         answer). False if the version cap keeps it from being sent.
         """
-        if not self._can_send('1.10', host):
+        cap = self._cap_for(host, peer=True)
+        if not auto.allows(cap, '1.10'):
             return False
-        cctxt = self._peer_client(host).prepare(server=host, version='1.10')
+        cctxt = self._peer_client(host, cap).prepare(server=host,
+                                                     version='1.10')
         cctxt.cast(context.outgoing(), 'prepare_handoff', image=image,
                    dest=dest)
         return True
@@ -539,11 +586,13 @@ class AgentAPI(object):
 
     # -- 1.14 ----------------------------------------------------------------
 
-    def can_batch_members(self):
+    def can_batch_members(self, hosts):
         """Whether the version cap lets hold_members and
-        checkpoint_members be sent.
+        checkpoint_members be sent to each of ``hosts`` (a group's).
         """
-        return self._can_send('1.14')
+        if self._versions is None:
+            return self._can_send('1.14')
+        return all(self._can_send('1.14', host) for host in hosts)
 
     def hold_members(self, host, members, timeout=60):
         """Hold still the guests of ``members`` on ``host`` (dicts with
