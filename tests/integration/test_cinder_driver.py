@@ -130,8 +130,11 @@ def test_volume_snapshot_clone_revert_extend_delete(cloud, rabbitmq_url):
     phases = dict((name, float(ms)) for name, _, ms in (
         item.partition('=') for item in props['blobcr:phases_ms'].split()))
     assert {'lookup', 'quiesce', 'register', 'commit'} <= set(phases)
-    spent = sum(ms for name, ms in phases.items()
-                if name != 'reserved')      # a flag: 1 if registered ahead
+    # Not summed: 'reserved', a flag (1 if registered ahead); 'core_wait'
+    # and 'drain', parts of 'commit'; 'held', the guest's stillness
+    # across several phases (the CI summed them once: 2.0 > 1.2 ms).
+    nested = {'reserved', 'core_wait', 'drain', 'held'}
+    spent = sum(ms for name, ms in phases.items() if name not in nested)
     # (Each figure is rounded to 0.1 ms in the metadata.)
     assert 0 < spent <= float(props['blobcr:served_ms']) + 0.05 * len(phases)
     writer.stop()
