@@ -210,6 +210,21 @@ class BlobcrDisk(object):
             raise errors[0]
 
 
+def flush_before(target):
+    """Flush a file or device target, untimed, before a flushed job: the
+    first flush after unflushed jobs would otherwise append everything
+    they wrote to the write-ahead log (up to the whole disk) inside the
+    job, and whichever target went first would pay for all (the first
+    runs measured 1/2254 and 1/0.001 loop over mirror that way).
+    """
+    if isinstance(target, str):
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def _idle(targets, jobs, size, runtime, rotate):
     """Every job on every target, taking turns."""
     names = list(targets)
@@ -217,6 +232,8 @@ def _idle(targets, jobs, size, runtime, rotate):
     for k, job in enumerate(jobs):
         shift = (k + rotate) % len(names)
         for name in names[shift:] + names[:shift]:
+            if job[4]:
+                flush_before(targets[name])
             out[name][job[0]] = run_job(targets[name], job, size, runtime)
     return out
 
@@ -232,6 +249,8 @@ def _during_persist(disk, jobs, size, runtime, rotate):
         shift = (k + rotate) % len(names)
         for name in names[shift:] + names[:shift]:
             version = disk.checkpoint_dirty()
+            if job[4]:
+                flush_before(targets[name])
             began = time.time()
             result = run_job(targets[name], job, size, runtime)
             ended = time.time()
