@@ -323,7 +323,7 @@ def test_agent_clients_per_host_are_bounded(monkeypatch):
     held = api.client_for('host-held')
     for n in range(2000):
         api.give_back(api.client_for('forged-%d' % n))
-    assert len(api._vhosts) == 4
+    assert len(api._hosts._vhosts) == 4
     assert len(closed) == 2000 - 4
     assert not any('host-held' in url for url in closed)
     api.give_back(held)
@@ -335,8 +335,8 @@ def test_agent_clients_per_host_are_bounded(monkeypatch):
     for n in range(10):
         with pytest.raises(agent_exception.Busy):
             api.status('again-%d' % n)
-    assert len(api._vhosts) == 4
-    assert len(api._by_client) == 4
+    assert len(api._hosts._vhosts) == 4
+    assert len(api._hosts) == 4
     api.cleanup()
 
 
@@ -344,7 +344,7 @@ def test_make_listener_bounds_its_agent_api(tmp_path, nova_api):
     conf = _conf(tmp_path, dict(nova_api.conf(), DEFAULT={
         'transport_url': 'fake:/'}, listener={'max_agent_hosts': '3'}))
     _, handler = listener.make_listener(conf)
-    assert handler.api._max_hosts == 3
+    assert handler.api._hosts.max_open == 3
     handler.api.cleanup()
 
 

@@ -80,7 +80,7 @@ def test_host_vhosts_give_each_agent_a_url_of_its_own():
     api = rpc_api.AgentAPI(conf, transport_url='fake://u:p@h:1/x')
     a, b = api.client_for('host-a'), api.client_for('host-b')
     assert a is api.client_for('host-a') and a is not b
-    urls = sorted(api._vhosts)
+    urls = sorted(api._hosts._vhosts)
     assert urls == ['fake://u:p@h:1/blobcr-host-a',
                     'fake://u:p@h:1/blobcr-host-b'], urls
     assert api.peer_transport is not api.transport

@@ -29,8 +29,6 @@ it in time answers ``exception.Busy`` (try again later) rather than
 letting the call time out while it still commits.
 """
 
-import collections
-import threading
 import time
 
 from oslo_config import cfg
@@ -41,6 +39,7 @@ from blobcr_common import rpc
 from blobcr_common.rpc import auto
 from blobcr_common.rpc import bus
 from blobcr_common.rpc import context
+from blobcr_common.rpc import pool
 
 # Remote errors of these modules are rebuilt as their own types.
 REMOTE_EXMODS = ['blobcr_common.exception']
@@ -127,27 +126,16 @@ def _unrebuilt(error):
     return clean
 
 
-class _Vhost(object):
-    """A host's virtual host: its transport, client, and the calls using
-    it (an evicted one is cleaned up once none does).
-    """
-
-    def __init__(self, transport, client):
-        self.transport = transport
-        self.client = client
-        self.users = 0
-        self.evicted = False
-
-
 class AgentAPI(object):
     """Calls to blobcr-agents: the control side on each agent's own
     queue (on its own virtual host with ``[blobcr_bus] host_vhosts``),
     the peer side (handoff, hints) on the bus agents share (rpc/bus.py).
 
     ``max_hosts``: at most this many hosts' virtual hosts have a
-    transport kept open; past it the least recently used one is closed
-    once no call uses it (the Nova listener, which calls hosts that
-    notifications name). None: no bound.
+    transport kept open (rpc/pool.py); past it the least recently used
+    one is closed once no call uses it. None: ``[blobcr_bus]
+    max_host_transports``. One no call used for ``[blobcr_bus]
+    host_transport_idle_timeout`` seconds is closed too.
 
     ``version_cap`` ``auto`` (rpc/auto.py): each host's calls capped at
     its agent's version, asked of it; for peer calls, on the peer side
@@ -164,8 +152,10 @@ class AgentAPI(object):
         self._url = transport_url
         self._timeout = timeout
         self._versions = self._peer_versions = None
-        self._max_hosts = max_hosts
         self._vhost_format = bus.host_vhost_format(conf)
+        settings = bus.register(conf)
+        if max_hosts is None:
+            max_hosts = settings.max_host_transports
         if version_cap == auto.AUTO:
             version_cap = rpc.VERSION
             self._versions = auto.AgentVersions(self._speaks)
@@ -175,13 +165,11 @@ class AgentAPI(object):
                 if self._vhost_format is None else \
                 auto.AgentVersions(self._speaks_to_peer)
         self._cap = version_cap
-        self._lock = threading.Lock()
         self.transport = self._transport(transport_url)
         self.client = self._client(self.transport, rpc.TOPIC)
-        # Per host vhost URL: a _Vhost, made at the first call, least
-        # recently used first; and each one's by its client.
-        self._vhosts = collections.OrderedDict()
-        self._by_client = {}
+        # Per host vhost URL, made at the first call.
+        self._hosts = pool.TransportPool(
+            self._open_host, max_hosts, settings.host_transport_idle_timeout)
         peer_url = bus.peer_url(conf, transport_url)
         self.peer_transport = self.transport if peer_url == transport_url \
             else self._transport(peer_url)
@@ -197,55 +185,23 @@ class AgentAPI(object):
         return messaging.get_rpc_client(
             transport, target, version_cap=self._cap, timeout=self._timeout)
 
+    def _open_host(self, url):
+        transport = self._transport(url)
+        return transport, self._client(transport, rpc.TOPIC)
+
     def client_for(self, host):
         """The RPC client that reaches the control side of ``host``'s
-        agent. With ``max_hosts``, it stays usable until handed back
-        with :meth:`give_back` (each call of this class does).
+        agent. With host vhosts, it stays usable until handed back with
+        :meth:`give_back` (each call of this class does).
         """
         if self._vhost_format is None:
             return self.client
-        url = bus.host_url(self._conf, self._url, self._vhost_format, host)
-        with self._lock:
-            vhost = self._vhosts.get(url)
-            if vhost is None:
-                transport = self._transport(url)
-                vhost = _Vhost(transport, self._client(transport, rpc.TOPIC))
-                self._vhosts[url] = vhost
-                self._by_client[id(vhost.client)] = vhost
-            else:
-                self._vhosts.move_to_end(url)
-            vhost.users += 1
-            unused = self._evict()
-        for transport in unused:
-            transport.cleanup()
-        return vhost.client
+        return self._hosts.get(
+            bus.host_url(self._conf, self._url, self._vhost_format, host))
 
     def give_back(self, client):
         """The caller of :meth:`client_for` no longer uses ``client``."""
-        with self._lock:
-            vhost = self._by_client.get(id(client))
-            if vhost is None or vhost.client is not client:
-                return
-            vhost.users -= 1
-            done = vhost.evicted and vhost.users <= 0
-            if done:
-                del self._by_client[id(client)]
-        if done:
-            vhost.transport.cleanup()
-
-    def _evict(self):
-        """Past ``max_hosts``, evict the least recently used vhosts;
-        the transports of those no call uses, to clean up. Under _lock.
-        """
-        unused = []
-        while self._max_hosts is not None and \
-                len(self._vhosts) > self._max_hosts:
-            _, vhost = self._vhosts.popitem(last=False)
-            vhost.evicted = True
-            if vhost.users <= 0:
-                del self._by_client[id(vhost.client)]
-                unused.append(vhost.transport)
-        return unused
+        self._hosts.give_back(client)
 
     def _speaks(self, host, version, timeout):
         client = self.client_for(host)
@@ -617,11 +573,7 @@ class AgentAPI(object):
                           group=group, count=count, label=label, **extra)
 
     def cleanup(self):
-        with self._lock:
-            transports = [v.transport for v in self._by_client.values()]
-            self._vhosts = collections.OrderedDict()
-            self._by_client = {}
+        self._hosts.close()
+        self.transport.cleanup()
         if self.peer_transport is not self.transport:
-            transports.append(self.peer_transport)
-        for transport in [self.transport] + transports:
-            transport.cleanup()
+            self.peer_transport.cleanup()

@@ -81,6 +81,22 @@ opts = [
                      'peer_user_format, with the permissions install.rst '
                      'gives on the peer vhost. Set it on every agent '
                      'together, once all run this release.'),
+    cfg.IntOpt('max_host_transports', default=64, min=1,
+               help='With host_vhosts, a caller (cinder-volume, the Nova '
+                    'listener) keeps a broker transport to each agent '
+                    'host\'s virtual host it called (an AMQP '
+                    'connection belongs to one vhost; a transport holds '
+                    'two once called: one it sends on, one the answers '
+                    'come back on); at most this many: past it the least '
+                    'recently used one is closed once no call uses it. '
+                    'The Nova listener\'s bound is [listener] '
+                    'max_agent_hosts.'),
+    cfg.IntOpt('host_transport_idle_timeout', default=300, min=0,
+               help='With host_vhosts, seconds after which a caller closes '
+                    'its transport to an agent host\'s virtual host that '
+                    'no call used since (the next call to that host opens '
+                    'it again); 0: kept until max_host_transports closes '
+                    'it.'),
     cfg.StrOpt('peer_user_format', default='blobcr-%(host)s',
                help='The broker user of the agent of host %(host)s on the '
                     'peer vhost, with authenticated_peers: how a callee '
