@@ -106,6 +106,12 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
     CI_WIKI_NAME = 'BlobCR_CI'
     # Cinder's own name for volumes served as a file on the host.
     STORAGE_PROTOCOL = constants.FILE
+    # Any cinder-volume of a cluster may serve any volume of the backend:
+    # the driver keeps nothing between calls (the store and the agents
+    # do), and each service reaches every agent over RPC. Only a shared
+    # store (RADOS) can be served so: check_for_setup_error refuses a
+    # local one in a cluster.
+    SUPPORTS_ACTIVE_ACTIVE = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -143,7 +149,7 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
                 try:
                     self.api.status(self.storage_host,
                                     timeout=ALIVE_PROBE_TIMEOUT)
-                    return
+                    break
                 except messaging.MessagingTimeout:
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -152,6 +158,25 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
                                 'answer yet: asking again for %d s more',
                                 self.storage_host, left)
                     time.sleep(min(START_PROBE_EVERY, left))
+        if self.cluster_name:
+            self._refuse_local_store_in_cluster()
+
+    def _refuse_local_store_in_cluster(self):
+        """Active-active needs every service of the cluster to reach the
+        same store: a local one is on one machine only, and the other
+        services' storage agents would not see its images.
+        """
+        with self._agent_errors(self.storage_host, 'capacity'):
+            where = self.api.capacity(self.storage_host)['backend']
+        if where.startswith('local:'):
+            raise exception.VolumeDriverException(message=_(
+                'BlobCR backend %(backend)s is in cluster %(cluster)s, but '
+                'its store is local to %(host)s (%(where)s): active-active '
+                'needs a store every service reaches (the RADOS backend); '
+                'run it without [DEFAULT] cluster') % {
+                    'backend': self.configuration.config_group,
+                    'cluster': self.cluster_name, 'host': self.storage_host,
+                    'where': where})
 
     def _agent_for(self, host):
         """The agent that serves connections to ``host``: this backend's
