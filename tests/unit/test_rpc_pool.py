@@ -16,6 +16,7 @@
 bound, idle close, and neither closing one under a call.
 """
 
+import threading
 import time
 
 from oslo_config import cfg
@@ -45,7 +46,9 @@ def _pool(max_open=None, idle_timeout=None):
 
 
 def _call(hosts, url):
+    """A call to ``url``, and the closes it started done."""
     hosts.give_back(hosts.get(url))
+    assert hosts.settle(5)
 
 
 def _wait_for(predicate, timeout=5):
@@ -76,11 +79,31 @@ def test_evicted_in_use_is_closed_when_given_back():
     _call(hosts, 'a')
     assert closed == ['b']
     hosts.give_back(held)
+    assert hosts.settle(5)
     assert closed == ['b', 'a'] and len(hosts) == 1
     # Given back twice, or a client it never gave: nothing.
     hosts.give_back(held)
     hosts.give_back(object())
     assert len(closed) == 2
+    hosts.close()
+
+
+def test_a_slow_close_does_not_hold_the_caller():
+    """oslo.messaging's cleanup waits for its reply waiter's poll (up to
+    5 s): the call that evicts a transport does not wait for it.
+    """
+    release = threading.Event()
+    slow = _Transport('a', [])
+    slow.cleanup = lambda: release.wait(10)
+    transports = iter([(slow, object()), (_Transport('b', []), object())])
+    hosts = pool.TransportPool(lambda url: next(transports), max_open=1)
+    hosts.give_back(hosts.get('a'))
+    start = time.monotonic()
+    hosts.give_back(hosts.get('b'))
+    assert time.monotonic() - start < 1
+    assert hosts.closing == 1 and not hosts.settle(0.1)
+    release.set()
+    assert hosts.settle(5) and hosts.closing == 0
     hosts.close()
 
 
@@ -113,6 +136,7 @@ def test_a_transport_in_use_is_not_closed_for_idleness():
     time.sleep(0.3)
     # A timer fired while it was held (or none was armed): not closed.
     hosts._close_idle()
+    assert hosts.settle(5)
     assert closed == [] and len(hosts) == 1
     hosts.give_back(held)
     _wait_for(lambda: closed == ['a'])
@@ -129,13 +153,13 @@ def test_a_call_just_made_is_not_closed_by_a_due_timer():
     vhost.last_used -= 120
     client = hosts.get('a')
     hosts._close_idle()
-    assert closed == []
+    assert hosts.settle(5) and closed == []
     hosts.give_back(client)
     hosts._close_idle()
-    assert closed == []
+    assert hosts.settle(5) and closed == []
     vhost.last_used -= 120
     hosts._close_idle()
-    assert closed == ['a']
+    assert hosts.settle(5) and closed == ['a']
     hosts.close()
 
 

@@ -20,11 +20,19 @@ At most ``max_open`` are kept: past it the least recently used one is
 closed. One no call used for ``idle_timeout`` seconds is closed too.
 Neither closes a transport under a call: one handed out by :meth:`get`
 is closed once given back (:meth:`give_back`).
+
+A transport is closed in a thread of its own, off the caller's path:
+oslo.messaging's cleanup waits for its reply waiter's poll to end (up
+to 5 s). Until then its connections stay (``closing`` counts those
+transports).
 """
 
 import collections
+import logging
 import threading
 import time
+
+LOG = logging.getLogger(__name__)
 
 
 class _Vhost(object):
@@ -56,6 +64,8 @@ class TransportPool(object):
         self._by_client = {}
         self._timer = None
         self._closed = False
+        # The threads closing transports.
+        self._closers = set()
 
     def __len__(self):
         """How many transports are open (evicted ones still in use
@@ -63,6 +73,27 @@ class TransportPool(object):
         """
         with self._lock:
             return len(self._by_client)
+
+    @property
+    def closing(self):
+        """How many transports are being closed."""
+        with self._lock:
+            return len(self._closers)
+
+    def settle(self, timeout=None):
+        """Wait until the transports being closed are (True), or
+        ``timeout`` s (False).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                closers = list(self._closers)
+            if not closers:
+                return True
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            closers[0].join(left)
 
     def get(self, url):
         """The client on ``url``'s transport, usable until given back."""
@@ -76,7 +107,7 @@ class TransportPool(object):
                 self._vhosts.move_to_end(url)
             vhost.users += 1
             unused = self._evict()
-        _close(unused)
+        self._close(unused)
         return vhost.client
 
     def give_back(self, client):
@@ -92,7 +123,7 @@ class TransportPool(object):
                 del self._by_client[id(client)]
             self._arm()
         if done:
-            vhost.transport.cleanup()
+            self._close([vhost.transport])
 
     def _drop(self, url):
         """Forget ``url``'s vhost; its transport if no call uses it (to
@@ -143,10 +174,36 @@ class TransportPool(object):
                     if v.users <= 0 and v.last_used <= oldest]
             unused = [self._drop(url) for url in idle]
             self._arm()
-        _close(unused)
+        self._close(unused)
+
+    def _close(self, transports):
+        """Close ``transports`` (None: one still in use), each in a
+        thread of its own.
+        """
+        for transport in transports:
+            if transport is not None:
+                self._start_closer(transport)
+
+    def _start_closer(self, transport):
+        def run():
+            try:
+                transport.cleanup()
+            except Exception:
+                LOG.warning('closing a transport to an agent host failed',
+                            exc_info=True)
+            finally:
+                with self._lock:
+                    self._closers.discard(closer)
+        closer = threading.Thread(target=run, daemon=True)
+        # Started under the lock: settle() joins only started threads.
+        with self._lock:
+            self._closers.add(closer)
+            closer.start()
 
     def close(self):
-        """Close every transport, in use or not, and stop the timer."""
+        """Close every transport, in use or not, stop the timer, and
+        wait for the closes.
+        """
         with self._lock:
             self._closed = True
             if self._timer is not None:
@@ -155,10 +212,5 @@ class TransportPool(object):
             transports = [v.transport for v in self._by_client.values()]
             self._vhosts = collections.OrderedDict()
             self._by_client = {}
-        _close(transports)
-
-
-def _close(transports):
-    for transport in transports:
-        if transport is not None:
-            transport.cleanup()
+        self._close(transports)
+        self.settle()
