@@ -667,10 +667,13 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
 
     def _live_holder(self, volume, host, image):
         """The other host whose agent itself says it holds ``image``
-        attached, not arriving by a handoff, for the instance ``host``'s
-        attachment was for; None if there is none or it cannot tell.
-        Candidates are the hosts of the volume's other attachments of
-        that instance (read from the database, as _attached_epoch).
+        attached for the instance ``host``'s attachment was for: not
+        arriving by a handoff, or arrived (the handoff done: the guest
+        runs there); None if no candidate holds it. Candidates are the
+        hosts of the volume's other attachments of that instance (read
+        from the database, as _attached_epoch). A candidate that does
+        not answer fails the detach: it may be the live writer, slow or
+        restarting, and a take-over would fence its guest.
         """
         records = objects.VolumeAttachmentList.get_all_by_volume_id(
             cinder_context.get_admin_context(), volume.id)
@@ -682,6 +685,7 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
             if a.attach_status == 'attached' and a.attached_host and
             a.instance_uuid in mine and
             self._agent_for(a.attached_host) != host})
+        silent = []
         for other in others:
             try:
                 attached = self.api.status(
@@ -689,10 +693,23 @@ class BlobCRDriver(manage.ManageMixin, groups.GroupsMixin,
                     timeout=self.configuration.blobcr_alive_probe_timeout
                 ).get('attached', {})
             except messaging.MessagingTimeout:
+                silent.append(other)
                 continue
             held = attached.get(image)
-            if held is not None and not held.get('incoming'):
+            incoming = held.get('incoming') if held is not None else None
+            if held is not None and (not incoming or incoming.get('done')):
                 return other
+        if silent:
+            raise exception.VolumeBackendAPIException(
+                data=_('host %(host)s is down, but the BlobCR agent of '
+                       '%(other)s, where the same instance has volume '
+                       '%(volume)s attached too, does not answer: it may be '
+                       'the one writing it, so %(host)s is not taken over; '
+                       'nothing was lost. Try again once it answers, or '
+                       'run "blobcr-manage take-over %(image)s" if no guest '
+                       'writes the volume any more') % {
+                    'host': host, 'other': ', '.join(silent),
+                    'volume': volume.id, 'image': image})
         return None
 
     def _give_up_host(self, volume, host, image, why):

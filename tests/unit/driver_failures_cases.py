@@ -300,14 +300,38 @@ class ProbeTestCase(DriverTestCase):
         """
         self.assertIn('host-b', self._migration({'attached': {}}))
 
-    def test_a_source_still_receiving_or_silent_spares_nothing(self):
-        for says in ({'attached': {'img-1': {'incoming': {'source':
-                                                          'host-b'}}}},
-                     TIMEOUT):
-            with self.subTest(says=says):
-                self.api.reset_mock()
-                self.db.clear()
-                self.assertIsNotNone(self._migration(says))
+    def test_a_host_still_receiving_the_handoff_spares_nothing(self):
+        """host-a is receiving the image from host-b (the handoff not
+        done: the guest ran on host-b, now dead): host-b is taken over.
+        """
+        self.assertIsNotNone(self._migration({'attached': {'img-1': {
+            'incoming': {'source': 'host-b', 'done': False}}}}))
+
+    def test_a_host_that_took_the_handoff_holds_the_image(self):
+        """host-a took the handoff (done: its guest runs and writes)
+        and host-b's record was left 'attached': no take-over, which
+        would fence host-a's guest. The status as the agent gives it
+        (Incoming.status()).
+        """
+        self.assertIsNone(self._migration({'attached': {'img-1': {
+            'incoming': {'source': 'host-b', 'done': True, 'version': 4,
+                         'early_reads': 0, 'waited_ms': 1.0,
+                         'source_phases': {}, 'source_chunks': 3}}}}))
+
+    def test_a_silent_holder_fails_the_detach_taking_nothing_over(self):
+        """host-a, which may hold the guest, does not answer: the
+        detach fails saying why and what to do, and nothing is fenced.
+        """
+        self.answer('status', {'host-b': TIMEOUT, 'host-a': TIMEOUT})
+        self.services(FORCED)
+        vol = self.volume(self.attachment('host-a'),
+                          self.attachment('host-b'))
+        with self.assertRaisesRegex(exception.VolumeBackendAPIException,
+                                    'host-a.*does not answer.*not taken '
+                                    'over'):
+            self._detach(vol, 'host-b')
+        self.api.take_over.assert_not_called()
+        self.api.detach.assert_not_called()
 
     def test_a_record_of_another_instance_spares_nothing(self):
         """A stale or forged 'attached' record of another instance on

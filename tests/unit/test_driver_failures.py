@@ -80,6 +80,10 @@ def test_every_case_ran(outcome):
 
 @pytest.mark.parametrize('name', case_names())
 def test_case(outcome, name):
-    bad = {test_id.split('.', 3)[-1]: trace
-           for test_id, trace in outcome['bad'].items()}
+    # A failed subTest's id is "Class.test_x (key=value)": the case's
+    # name is before the first space.
+    bad = {}
+    for test_id, trace in outcome['bad'].items():
+        bad.setdefault(test_id.split('.', 3)[-1].split(' ', 1)[0],
+                       []).append(trace)
     assert name not in bad, bad[name]
