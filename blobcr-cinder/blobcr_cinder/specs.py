@@ -19,6 +19,7 @@ refused, never ignored.
 
 from cinder import exception
 from cinder.i18n import _
+from oslo_utils import strutils
 
 from blobcr_cinder import options
 from blobcr_common import rpc
@@ -28,6 +29,8 @@ EXTRA_SPECS = {'quiesce': options.QUIESCE_MODES,
                'durability': rpc.DURABILITIES}
 # Snapshot properties (metadata) the driver reads and writes.
 META = 'blobcr:'
+# Cinder's extra spec for volumes attached to several servers at once.
+MULTIATTACH_SPEC = 'multiattach'
 
 
 def extra_specs(volume_type):
@@ -43,9 +46,11 @@ def extra_specs(volume_type):
 
 def checked(volume_type):
     """A volume type's extra specs, its ``blobcr:`` ones checked:
-    InvalidVolumeType for an unknown ``blobcr:`` extra spec or value.
+    InvalidVolumeType for an unknown ``blobcr:`` extra spec or value, or
+    for a multiattach type (refuse_multiattach).
     """
     specs = extra_specs(volume_type)
+    refuse_multiattach(specs)
     for key, value in specs.items():
         if not key.startswith(EXTRA_SPEC_PREFIX):
             continue
@@ -62,6 +67,25 @@ def checked(volume_type):
                 % {'key': key, 'value': value,
                    'known': ', '.join(EXTRA_SPECS[name])})
     return specs
+
+
+def refuse_multiattach(specs):
+    """InvalidVolumeType for extra specs that ask for multiattach
+    (Cinder's ``multiattach="<is> True"``). A BlobCR image is mirrored
+    by one host's agent, bound to one instance; the backends report
+    ``multiattach`` False, so Cinder's scheduler (CapabilitiesFilter)
+    places no such volume on them. This says why where no scheduler
+    filter did: at create, retype and attach (every path that reads the
+    type's specs through checked()).
+    """
+    value = str(specs.get(MULTIATTACH_SPEC, '')).strip()
+    if value.startswith('<is>') and strutils.bool_from_string(
+            value[len('<is>'):].strip()):
+        raise exception.InvalidVolumeType(
+            reason=_('BlobCR volumes are not multi-attach: a BlobCR image '
+                     'is mirrored on one host for one server at a time; '
+                     'choose a volume type without multiattach="<is> '
+                     'True"'))
 
 
 def quiesce_of(volume_type, default):
