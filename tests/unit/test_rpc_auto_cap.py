@@ -312,3 +312,88 @@ def test_batching_is_decided_by_the_groups_own_hosts(agents):
     # whose hosts are all new.
     assert api.can_batch_members(['new'])
     assert not api.can_batch_members(['new', 'old'])
+
+
+# -- the review of 584fe62 ----------------------------------------------------
+
+def test_a_failed_re_probe_keeps_what_the_agent_said_before():
+    """A re-probe that times out (a loaded agent, a short caller
+    budget) does not make an old agent one of this caller's version.
+    """
+    now = [0.0]
+    answering = [True]
+
+    def ask(host, version, timeout):
+        if not answering[0]:
+            raise oslo_messaging.MessagingTimeout('slow')
+        return auto.parse(version) <= (1, 11)
+    versions = auto.AgentVersions(ask, ttl=10, failed_ttl=5,
+                                  clock=lambda: now[0])
+    assert versions.of('old') == '1.11'
+    now[0], answering[0] = 11.0, False   # expired, and the probe fails
+    assert versions.of('old') == '1.11'
+    assert versions.lowest_known() == '1.11'
+    # Never known: nothing to keep.
+    assert versions.of('other') is None
+
+
+def _serve(api, host, endpoint):
+    server = oslo_messaging.get_rpc_server(
+        api.transport, oslo_messaging.Target(
+            exchange=rpc.EXCHANGE, topic=rpc.TOPIC, server=host), [endpoint])
+    server.start()
+    return server
+
+
+def _stop(server):
+    server.stop()
+    server.wait()
+
+
+class NewAgent(OldAgent):
+    """An agent of this release: it batches group members (1.14)."""
+
+    def __init__(self):
+        super().__init__(rpc.VERSION)
+
+    def hold_members(self, ctxt, members, timeout=60):
+        self.calls.append('hold_members')
+        return {'held': len(members)}
+
+
+def test_an_agent_upgraded_since_its_probe_is_asked_again():
+    api = rpc_api.AgentAPI(_conf('auto'), transport_url='fake:/', timeout=5)
+    server = _serve(api, 'h', OldAgent('1.11'))
+    try:
+        assert api._cap_for('h') == '1.11'
+        _stop(server)
+        upgraded = NewAgent()
+        server = _serve(api, 'h', upgraded)
+        # The cached 1.11 refuses the 1.14 call here: the agent is asked
+        # again, and the call goes.
+        assert api.hold_members('h', [{'image': 'i', 'quiesce': 'none'}]) \
+            == {'held': 1}
+        assert upgraded.calls == ['hold_members']
+        assert api._cap_for('h') == rpc.VERSION
+    finally:
+        _stop(server)
+        api.cleanup()
+
+
+def test_an_agent_rolled_back_since_its_probe_is_asked_again():
+    api = rpc_api.AgentAPI(_conf('auto'), transport_url='fake:/', timeout=5)
+    server = _serve(api, 'h', NewAgent())
+    try:
+        assert api._cap_for('h') == rpc.VERSION
+        _stop(server)
+        old = OldAgent('1.11')
+        server = _serve(api, 'h', old)
+        # The agent refuses 1.14: asked again, the call is refused here,
+        # clearly, and the next ones are capped at 1.11.
+        with pytest.raises(oslo_messaging.RPCVersionCapError):
+            api.hold_members('h', [{'image': 'i', 'quiesce': 'none'}])
+        assert api._cap_for('h') == '1.11'
+        assert api.admit_group('h', 'g', 2) == {'admitted': 2}
+    finally:
+        _stop(server)
+        api.cleanup()

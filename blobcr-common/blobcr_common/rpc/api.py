@@ -29,6 +29,7 @@ it in time answers ``exception.Busy`` (try again later) rather than
 letting the call time out while it still commits.
 """
 
+import logging
 import time
 
 from oslo_config import cfg
@@ -40,6 +41,8 @@ from blobcr_common.rpc import auto
 from blobcr_common.rpc import bus
 from blobcr_common.rpc import context
 from blobcr_common.rpc import pool
+
+LOG = logging.getLogger(__name__)
 
 # Remote errors of these modules are rebuilt as their own types.
 REMOTE_EXMODS = ['blobcr_common.exception']
@@ -107,6 +110,17 @@ def _without_remote_traceback(error):
     clean = base.__new__(base)
     Exception.__init__(clean, str(error).split('\n', 1)[0])
     return clean
+
+
+def _version_changed(error):
+    """Whether ``error`` is a version refusal: this caller's cap below
+    the call's version, or the agent not speaking it.
+    """
+    # The agent's refusal is a RemoteError over a broker, rebuilt as
+    # itself where oslo.messaging's own module is allowed.
+    return isinstance(error, messaging.RPCVersionCapError) or \
+        'UnsupportedVersion' in (getattr(error, 'exc_type', None),
+                                 type(error).__name__)
 
 
 def _unrebuilt(error):
@@ -263,6 +277,24 @@ class AgentAPI(object):
 
     def _call(self, host, method, rpc_timeout=None, api_version='1.0',
               peer=False, **kwargs):
+        try:
+            return self._call_once(host, method, rpc_timeout, api_version,
+                                   peer, **kwargs)
+        except messaging.MessagingException as e:
+            versions = self._peer_versions if peer else self._versions
+            if versions is None or host is None or not _version_changed(e):
+                raise
+            # Under auto, the agent's version changed since it was asked
+            # (upgraded: the cap refused the call here; rolled back: the
+            # agent refused it): ask it again, once.
+            LOG.info('%s: %s refused at version %s (%s): asking its agent '
+                     'its version again', method, host, api_version, e)
+            versions.forget(host)
+            return self._call_once(host, method, rpc_timeout, api_version,
+                                   peer, **kwargs)
+
+    def _call_once(self, host, method, rpc_timeout, api_version, peer,
+                   **kwargs):
         # timeout=None in prepare() would replace the client's timeout
         # (and fall back to rpc_response_timeout): pass it only if set.
         extra = {} if rpc_timeout is None else {'timeout': rpc_timeout}

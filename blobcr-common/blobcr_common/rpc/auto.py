@@ -148,7 +148,11 @@ class AgentVersions(object):
             with self._lock:
                 known = self._known.get(host)
             return None if known is None else known[0]
-        version, ttl = None, self._failed_ttl
+        # A re-probe that fails keeps what the agent said before (for
+        # failed_ttl more): a slow answer under load does not make it an
+        # agent of this caller's version.
+        version = known[0] if known is not None else None
+        ttl = self._failed_ttl
         try:
             def speaks(v):
                 left = start + budget - self._clock()
@@ -159,14 +163,21 @@ class AgentVersions(object):
             version, ttl = highest(speaks), self._ttl
         except Exception as e:
             LOG.warning('%s does not tell its RPC version (%s): its calls '
-                        'capped at %s for %s s', host, e, rpc.VERSION,
-                        self._failed_ttl)
+                        'capped at %s for %s s', host, e,
+                        version or rpc.VERSION, self._failed_ttl)
         finally:
             with self._lock:
                 self._known[host] = (version, self._clock() + ttl)
                 del self._asking[host]
             asked.set()
         return version
+
+    def forget(self, host):
+        """Drop what ``host``'s agent said: it is asked again at the
+        next call (its agent was upgraded or rolled back since).
+        """
+        with self._lock:
+            self._known.pop(host, None)
 
     def lowest_known(self):
         """The lowest version of the agents that told theirs within the
