@@ -43,6 +43,9 @@ from blobcr_common.rpc import context
 from blobcr_common.rpc import pool
 
 LOG = logging.getLogger(__name__)
+# Seconds a cast's version probe (under auto) may take: a cast is not
+# waited for, and neither should its probe be.
+CAST_PROBE_TIMEOUT = 1.0
 
 # Remote errors of these modules are rebuilt as their own types.
 REMOTE_EXMODS = ['blobcr_common.exception']
@@ -551,7 +554,10 @@ class AgentAPI(object):
         migration from it; checkpoint what the guest wrote so far (no
         answer). False if the version cap keeps it from being sent.
         """
-        cap = self._cap_for(host, peer=True)
+        # A cast the attach does not wait for: a silent source's probe
+        # must not hold the destination's attach (Nova's
+        # pre_live_migration) for the probe's 10 s.
+        cap = self._cap_for(host, timeout=CAST_PROBE_TIMEOUT, peer=True)
         if not auto.allows(cap, '1.10'):
             return False
         cctxt = self._peer_client(host, cap).prepare(server=host,
