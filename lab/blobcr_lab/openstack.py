@@ -198,6 +198,14 @@ class ServiceProcess:
         self.terminate()
         self.wait_or_kill(timeout)
 
+    def kill(self):
+        """SIGKILL the whole group at once, workers included, as a
+        machine lost takes them: nothing shuts down cleanly.
+        """
+        if self.proc and self.proc.returncode is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
 
 def _wait_unreaped(pid, timeout):
     """True once child ``pid`` has exited within ``timeout`` seconds,
@@ -996,7 +1004,25 @@ class OpenStackStack:
                                       region=REGION)
         self._sessions.clear()
 
-    def _wait_volume_rpc(self):
+    def start_volume_service(self, name, host, extra_conf=None):
+        """Another cinder-volume, ``name`` (its log ``logs/NAME.log``),
+        with the same cinder.conf but its own ``host`` (and
+        ``extra_conf``, ``{section: {option: value}}``, over it): with
+        ``[DEFAULT] cluster`` set, a second member of that cluster
+        (active-active). Returns once its backends serve RPC.
+        """
+        conf = self.path(name + '.conf')
+        sections = {'DEFAULT': {'host': host}}
+        for section, options in (extra_conf or {}).items():
+            sections.setdefault(section, {}).update(options)
+        agents.write_conf(conf, sections)
+        self._spawn(name, [os.path.join(BIN, 'cinder-volume'),
+                           '--config-file', self.path('cinder.conf'),
+                           '--config-file', conf])
+        self._wait_volume_rpc(name)
+        return self.processes[name]
+
+    def _wait_volume_rpc(self, name='cinder-volume'):
         """Wait until each backend's cinder-volume serves RPC.
 
         A starting scheduler asks the volume services for their
@@ -1005,7 +1031,7 @@ class OpenStackStack:
         with "No valid backend" until then.  So the scheduler starts after
         every backend has logged the end of its RPC initialization.
         """
-        log = os.path.join(self.logdir, 'cinder-volume.log')
+        log = os.path.join(self.logdir, name + '.log')
 
         def initialized():
             with open(log, errors='replace') as f:
@@ -1048,7 +1074,11 @@ class OpenStackStack:
             # does not consume yet, and the API waits a minute for it.
             pools = volume.get('/scheduler-stats/get_pools',
                                timeout=3).json()['pools']
-            return hosts <= {pool['name'].split('#')[0] for pool in pools}
+            return pooled <= {pool['name'].split('#')[0] for pool in pools}
+        # A clustered service's pools are named after its cluster.
+        cluster = self.extra_conf.get('DEFAULT', {}).get('cluster')
+        pooled = hosts if not cluster else {
+            '%s@%s' % (cluster, name) for name in self.backends}
         self._poll('cinder services up', services_up, 90)
         self._poll('scheduler pools', scheduler_knows_pools, 90)
 
