@@ -56,11 +56,13 @@ packages=(
 ensure_packages "${packages[@]}"
 # CRIU for blobcr-checkpoint --criu (its test says what the kernel refuses).
 ensure_packages --no-recommends criu
-# The services the tests start (RabbitMQ, libvirtd, QEMU): installed here,
+# The services the tests start (RabbitMQ, libvirtd, QEMU) and the container
+# engine that builds and runs the images (podman, debootstrap): installed here,
 # before either test lane starts, not by whichever test first runs
 # tools/rabbitmq.sh or tools/build-guest.sh.
 . "$top/tools/lib/service-packages.sh"
-ensure_packages --no-recommends "${guest_packages[@]}" "${broker_packages[@]}"
+ensure_packages --no-recommends "${guest_packages[@]}" "${broker_packages[@]}" \
+    "${container_packages[@]}"
 
 if [ ! -x "$venv/bin/python" ]; then
     echo "install-deps: creating $venv" >&2

@@ -51,7 +51,7 @@ native=$!
 # otherwise end long before this one.
 light=(agent_rpc agent_volume_rpc backend_full bench_metadata bench_peers
        bus_split ceph_faults checkpoint_under_load cinder_driver_start
-       cinder_model guest_vm guest_vm_checkpoint live_migration
+       cinder_model containers guest_vm guest_vm_checkpoint live_migration
        nova_listener nova_metadata_route rabbitmq scale_bench)
 light_paths=() heavy_ignores=()
 for name in "${light[@]}"; do

@@ -15,8 +15,8 @@
 """The container recipe (etc/container/, install.rst "In containers")
 against the tree: the programs it runs exist, the packages it installs
 are Debian's and cover bindep's, and what it mounts covers the agent's
-own default paths. No container engine runs on the test machines, so
-the image itself is not built here.
+own default paths. The images are built and run by
+tests/integration/test_containers.py (tools/build-images.sh, podman).
 """
 
 import configparser
@@ -48,9 +48,9 @@ def _default(name):
     return {o.name: o.default for o in agent_conf.agent_opts}[name]
 
 
-def _stages():
+def _stages(image='blobcr-agent'):
     """The Dockerfile's stages: [(FROM line, [its instructions])]."""
-    with open(os.path.join(RECIPE, 'blobcr-agent', 'Dockerfile')) as f:
+    with open(os.path.join(RECIPE, image, 'Dockerfile')) as f:
         text = re.sub(r'\\\n', ' ', f.read())
     stages = []
     for line in text.splitlines():
@@ -106,19 +106,33 @@ def test_the_kolla_config_runs_an_entry_point_with_its_files():
                for d, e in dests.items())
 
 
-def test_the_image_builds_what_bindep_needs_and_runs_kolla_start():
+def _pip_installs(instructions):
+    return [part for line in instructions for part in line.split('&&')
+            if 'bin/pip install ' in part]
+
+
+# What setup.py builds with: the host that makes the wheels
+# (tools/build-images.sh, after install-deps.sh) has it, the image not.
+BUILD_ONLY = {'build-essential', 'pkg-config', 'python3-dev', 'libfuse3-dev',
+              'libvirt-dev', 'librados-dev'}
+
+
+def test_the_image_installs_the_wheels_and_runs_kolla_start():
     (build_from, build), (run_from, run) = _stages()
-    assert build_from.endswith(' AS build')
+    assert build_from == 'FROM ${BASE} AS build'
     assert run_from == 'FROM ${BASE}'
     build_packages, run_packages = _apt_packages(build), _apt_packages(run)
-    # What setup.py builds with, and what the agent needs at run time.
-    assert {'build-essential', 'pkg-config', 'python3-dev', 'python3-venv',
-            'libfuse3-dev', 'libvirt-dev'} <= build_packages
+    # The venv from the wheels alone: no compiler, no index.
+    assert build_packages == {'python3-venv'}
+    installs = _pip_installs(build)
+    assert installs and all('--no-index' in i for i in installs)
+    assert not (BUILD_ONLY & (build_packages | run_packages))
+    # What the agent needs at run time.
     assert {'fuse3', 'python3-rados', 'ceph-common'} <= run_packages
-    # Less the rbd peer's and librados' headers (benchmarks) and patch
-    # (devstack's optional connection patches).
+    # Less the rbd peer (benchmarks) and patch (devstack's optional
+    # connection patches).
     assert (build_packages | run_packages) >= (
-        _bindep() - {'python3-rbd', 'librados-dev', 'patch'})
+        _bindep() - BUILD_ONLY - {'python3-rbd', 'patch'})
     # Every name a package Debian has.
     wanted = sorted(build_packages | run_packages)
     shown = subprocess.run(['apt-cache', 'show', '--no-all-versions'] +
@@ -131,7 +145,27 @@ def test_the_image_builds_what_bindep_needs_and_runs_kolla_start():
               for w in shlex.split(line) if w.startswith('/opt/blobcr/bin/')}
     assert linked and linked <= _console_scripts()
     assert run[-1] == 'CMD ["kolla_start"]'
-    assert any('-c /src/upper-constraints.txt' in line for line in build)
+    # The wheels are pinned as the tests' venv is.
+    with open(os.path.join(TOP, 'tools', 'build-images.sh')) as f:
+        assert '-c "$top/upper-constraints.txt"' in f.read()
+
+
+def test_the_cinder_volume_image_runs_cinder_volume_as_kolla_does():
+    with open(os.path.join(RECIPE, 'cinder-volume', 'config.json')) as f:
+        config = json.load(f)
+    command = shlex.split(config['command'])
+    assert command[0] == 'cinder-volume'
+    conf_file = command[command.index('--config-file') + 1]
+    dest = {e['dest']: e for e in config['config_files']}[conf_file]
+    assert dest['source'].startswith(KOLLA) and dest['owner'] == 'cinder'
+    (build_from, build), (run_from, run) = _stages('cinder-volume')
+    assert (build_from, run_from) == ('FROM ${BASE} AS build', 'FROM ${BASE}')
+    installs = _pip_installs(build)
+    assert installs and all('--no-index' in i for i in installs)
+    assert any('/var/lib/kolla/venv ' in line for line in build)
+    # kolla's cinder user (uid 42407), in the kolla group.
+    assert any('--uid 42407' in line and '-G kolla' in line for line in run)
+    assert run[-2:] == ['USER cinder', 'CMD ["kolla_start"]']
 
 
 def test_the_run_recipe_grants_and_mounts_what_the_agent_uses():

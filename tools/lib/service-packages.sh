@@ -26,3 +26,10 @@ guest_packages=(qemu-system-x86 libvirt-daemon libvirt-daemon-driver-qemu
                 libpython3.11-stdlib)
 # shellcheck disable=SC2034
 broker_packages=(rabbitmq-server)
+# The container images of etc/container (tools/build-images.sh,
+# tests/integration/test_containers.py): podman builds and runs them
+# (rootful, no daemon); debootstrap makes their Debian base from the apt
+# mirror, as no container registry need be reachable; runc: the runtime
+# tools/lib/podman.sh picks (crun refuses hybrid cgroups).
+# shellcheck disable=SC2034
+container_packages=(podman runc debootstrap)
