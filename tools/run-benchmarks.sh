@@ -27,7 +27,8 @@
 # plain file and RBD cache off and writeback) flush (BlobCR
 # cluster and host durability, a plain file and RBD, into
 # flush-durability.json) host-loss (the data each peer loses with its
-# host, measured by losing it) proxy cinder (on a cloud of its own: blobcr_bench/cinder_stack.py) handoff
+# host, measured by losing it) proxy cinder (on a cloud of its own:
+# blobcr_bench/cinder_stack.py; 64 MiB, 1 GiB and 4 GiB dirty) handoff
 # interval-local protect busy-local busy-rados busy-flush-rados (checkpoints every 2 s
 # under fio writing 4 KiB at queue depth 8, O_DIRECT, 3 runs of 30 s;
 # busy-flush-rados: the writer flushes every 16 writes, durability cluster). Progress and each benchmark's log go to
@@ -117,8 +118,12 @@ for name in $names; do
         cinder)
             echo "run-benchmarks: cinder: a cloud of its own (cinder_stack)" >&2
             began=$SECONDS
-            .venv/bin/python -m blobcr_bench.cinder_stack -- --runs 7 \
-                --write-mib 64 --plot "$out/cinder-rbd.png" > "$out/cinder-rbd.json.new"
+            # 4 GiB dirty: the write-ahead log's three replicas, the
+            # chunks and two 5 GiB RBD volumes need OSDs of 20 GiB.
+            BLOBCR_CEPH_OSD_SIZE=21474836480 \
+            .venv/bin/python -m blobcr_bench.cinder_stack -- --runs 3 \
+                --write-mib 64,1024,4096 --plot "$out/cinder-rbd.png" \
+                > "$out/cinder-rbd.json.new"
             mv "$out/cinder-rbd.json.new" "$out/cinder-rbd.json"
             echo "run-benchmarks: cinder: $((SECONDS - began)) s" >&2 ;;
         *) echo "run-benchmarks: unknown benchmark $name (known: $all)" >&2

@@ -18,17 +18,22 @@ the same operation on Cinder's RBD driver, on an existing cloud.
 It drives the cloud as an operator would, through Keystone (the usual
 ``OS_*`` variables or the ``--os-*`` options) and Cinder's v3 API:
 
-* three volumes of ``--size-gb``, one of ``--blobcr-type`` (the BlobCR
-  backend) and two of ``--baseline-type`` (``cinder.volume.drivers.rbd.
-  RBDDriver`` on the same Ceph cluster);
+* three volumes of ``--size-gb`` (default: room for the largest dirty
+  size), one of ``--blobcr-type`` (the BlobCR backend) and two of
+  ``--baseline-type`` (``cinder.volume.drivers.rbd.RBDDriver`` on the
+  same Ceph cluster);
 * the BlobCR volume is attached to ``--compute-host`` (a host whose
   blobcr-agent runs on this machine: the benchmark writes into the file
   the connection info names) through Cinder's attachments API, as Nova
   attaches a volume; one RBD volume (``rbd-attached``) is attached the
   same way (in-use, its snapshot taken as a running guest's would be),
   the other (``rbd``) stays detached; both are written through librbd
-  (``--ceph-conf``, ``--rbd-pool``, ``--rbd-user``), the image closed
-  again before its snapshot;
+  (``--ceph-conf``, ``--rbd-pool``, ``--rbd-user``). The in-use one's
+  image stays open in this process for the whole run, as a running
+  guest's QEMU keeps it: its writer owns the image's exclusive lock, so
+  the RBD driver's snapshot is a request to the lock's owner, which
+  librbd proxies here. The detached one's image is closed again after
+  each write;
 * each run writes the same ``--write-mib`` of fresh data (one random
   pattern, a new window of it per run, made before any timing) to both
   volumes, each write made durable (fsync on the mirror file, which
@@ -40,6 +45,9 @@ It drives the cloud as an operator would, through Keystone (the usual
   reported beside. Each snapshot is deleted once measured (and the deletion
   waited for, timed apart): one snapshot per volume at a time, so any
   ``--runs`` fits Cinder's default quota of 10 snapshots a project.
+  ``--write-mib 64,1024,4096`` measures each dirty size in turn,
+  ``--runs`` snapshots of each, smallest first (``by_write_mib`` in the
+  JSON).
 
 A snapshot is timed from the create request to the first poll that
 sees it ``available`` (``--poll-interval``), the create being
@@ -56,13 +64,17 @@ acknowledgment, as cinder-volume sees it), ``blobcr:downtime_ms`` (the
 same inside the mirror) and ``blobcr:held_ms`` (writes held for the
 snapshot).
 
-The path is proven to have run: every BlobCR snapshot must carry an ack
-and ``blobcr:bytes_written`` > 0, and every RBD snapshot must be in the
-pool (librbd lists it on the volume's image); either count at zero
-fails the benchmark (status 3). Volumes, snapshots and the attachment
-it made are deleted at the end, whatever happened.
+The path is proven to have run, each count against what it must be:
+every BlobCR snapshot carries an ack and a ``blobcr:bytes_written`` of
+at least the data written before it, every RBD snapshot is in the pool
+(librbd lists it on the volume's image), and the in-use RBD image's
+writer owned its exclusive lock before and after every snapshot; any
+count short fails the benchmark (status 3). Volumes, snapshots and the
+attachment it made are deleted at the end, whatever happened.
 """
 
+import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -81,6 +93,8 @@ SNAPSHOT_MICROVERSION = '3.66'      # in-use volumes without --force
 ATTACHMENT_MICROVERSION = '3.44'
 BACKENDS = ('blobcr', 'rbd', 'rbd-attached')
 RBD_BACKENDS = ('rbd', 'rbd-attached')
+# Fresh data for up to this many snapshots per backend (common.Pattern).
+PATTERN_WINDOWS = 60
 
 
 # -- what tools and tests share ---------------------------------------------
@@ -126,6 +140,17 @@ def rbd_data_pool_conf(conffile, directory, data_pool=RBD_DATA_POOL,
 
 # -- arguments ----------------------------------------------------------------
 
+def _mib_list(text):
+    try:
+        sizes = sorted({int(v) for v in text.split(',') if v.strip()})
+    except ValueError:
+        sizes = []
+    if not sizes or sizes[0] <= 0:
+        raise argparse.ArgumentTypeError(
+            'a comma-separated list of positive MiB counts, not %r' % text)
+    return sizes
+
+
 def add_arguments(p):
     env = os.environ.get
     auth = p.add_argument_group(
@@ -159,10 +184,14 @@ def add_arguments(p):
                    help='RADOS user for librbd (default: the conf\'s)')
     p.add_argument('--runs', type=int, default=5,
                    help='snapshots per backend (default 5)')
-    p.add_argument('--write-mib', type=int, default=64,
+    p.add_argument('--write-mib', type=_mib_list, default=[64],
                    help='fresh data written to each volume before each '
-                        'snapshot (default 64)')
-    p.add_argument('--size-gb', type=int, default=1)
+                        'snapshot: the dirty size. A comma-separated '
+                        'list (64,1024,4096) runs --runs snapshots of '
+                        'each, smallest first (default 64)')
+    p.add_argument('--size-gb', type=int, default=None,
+                   help='volume size (default: the largest --write-mib '
+                        'rounded up to GiB, plus 1)')
     p.add_argument('--client', choices=['api', 'cli'], default='api',
                    help='create snapshots with POST /snapshots (api) or '
                         'the openstack CLI (cli)')
@@ -346,9 +375,15 @@ class _Volumes(object):
 
 
 class _RBDImage(object):
-    """The RBD volume's image, through librbd, written as QEMU writes a
+    """The RBD volumes' images, through librbd, written as QEMU writes a
     disk in Nova's default cache mode (none): librbd's cache off,
     ``QUEUE_DEPTH`` asynchronous writes in flight, then a flush.
+
+    An image ``hold``-ed stays open between writes, as a running guest's
+    QEMU keeps it: its first write takes the image's exclusive lock and
+    this process keeps it, so Cinder's snapshot of it is a request to
+    the lock's owner (librbd proxies it here), as for an in-use volume
+    under Nova. Other images are opened for each write and closed.
     """
 
     QUEUE_DEPTH = 8
@@ -360,16 +395,30 @@ class _RBDImage(object):
                                    conf={'rbd_cache': 'false'})
         self.cluster.connect(timeout=10)
         self.ioctx = self.cluster.open_ioctx(args.rbd_pool)
+        self.held = {}
+
+    def hold(self, name):
+        import rbd
+        self.held[name] = rbd.Image(self.ioctx, name)
 
     def write(self, name, chunks):
         import rbd
 
-        with rbd.Image(self.ioctx, name) as image:
+        image = self.held.get(name)
+        with contextlib.nullcontext(image) if image is not None \
+                else rbd.Image(self.ioctx, name) as image:
             writes = rbd_common.AioWrites(image, self.QUEUE_DEPTH)
             for offset, data in chunks:
                 writes.submit(offset, data, lambda: None)
             writes.drain()
             image.flush()
+
+    def lock_owned(self, name):
+        """Whether this process owns the held image's exclusive lock
+        (None for an image not held).
+        """
+        image = self.held.get(name)
+        return None if image is None else image.is_exclusive_lock_owner()
 
     def pool_kind(self, name):
         """Where the image's data is: ``{'pool', 'data_pool',
@@ -392,7 +441,16 @@ class _RBDImage(object):
         with rbd.Image(self.ioctx, name, read_only=True) as image:
             return {s['name'] for s in image.list_snaps()}
 
+    def release(self):
+        """Close the held images (the guest gone), before their volumes
+        are deleted: an open image has a watcher, and RBD refuses to
+        remove it.
+        """
+        while self.held:
+            self.held.popitem()[1].close()
+
     def close(self):
+        self.release()
         self.ioctx.close()
         self.cluster.shutdown()
 
@@ -415,13 +473,21 @@ def run(args, log):
     cloud = Cloud(args)
     made = _Volumes()
     tag = 'blobcr-bench-%s' % uuid.uuid4().hex[:8]
-    write_bytes = args.write_mib * MIB
+    sizes = args.write_mib
+    largest = sizes[-1] * MIB
+    if args.size_gb is None:
+        args.size_gb = -(-largest // (1 << 30)) + 1
     size = args.size_gb << 30
-    if write_bytes > size or write_bytes % BLOCK:
-        raise SystemExit('blobcr-bench cinder: --write-mib must be a whole '
-                         'number of MiB within --size-gb')
-    log.event('pattern', mib=args.write_mib)
-    pattern = common.Pattern(write_bytes, windows=60)
+    if largest > size:
+        raise SystemExit('blobcr-bench cinder: --write-mib %d does not fit '
+                         'in --size-gb %d' % (sizes[-1], args.size_gb))
+    epochs = len(sizes) * args.runs
+    if epochs > PATTERN_WINDOWS:
+        raise SystemExit('blobcr-bench cinder: at most %d snapshots per '
+                         'backend (sizes x --runs), not %d'
+                         % (PATTERN_WINDOWS, epochs))
+    log.event('pattern', mib=sizes[-1])
+    pattern = common.Pattern(largest, windows=PATTERN_WINDOWS)
     rbd_image = _RBDImage(args)
     samples = {b: [] for b in BACKENDS}
     began = time.monotonic()
@@ -445,57 +511,80 @@ def run(args, log):
         if named != '%s/%s' % (args.rbd_pool, rbd_names['rbd-attached']):
             raise CloudError('the attached RBD volume is %r, not in pool %s'
                              % (named, args.rbd_pool))
+        rbd_image.hold(rbd_names['rbd-attached'])
         log.event('ready', mirror=attached['blobcr'].path, rbd_attached=named,
                   **volumes)
         rbd_pool = rbd_image.pool_kind(rbd_names['rbd'])
         log.event('rbd pool', **rbd_pool)
 
-        for i in range(args.runs):
-            base = (i * write_bytes) % (size - write_bytes + 1)
-            base -= base % BLOCK
-            chunks = [(base + off, pattern.block(off, BLOCK, i))
-                      for off in range(0, write_bytes, BLOCK)]
-            k = i % len(BACKENDS)
-            for backend in BACKENDS[k:] + BACKENDS[:k]:
-                t0 = time.monotonic()
-                if backend == 'blobcr':
-                    _write_file(attached['blobcr'].path, chunks)
-                else:
-                    rbd_image.write(rbd_names[backend], chunks)
-                write_s = time.monotonic() - t0
-                sample = _snapshot(cloud, args, made, volumes[backend],
-                                   '%s-%s-%d' % (tag, backend, i))
-                sample.update(run=i, write_s=round(write_s, 4))
-                if backend in RBD_BACKENDS:
-                    sample['in_pool'] = ('snapshot-%s' % sample['id']
-                                         in rbd_image.snaps(
-                                             rbd_names[backend]))
-                # One snapshot per volume at a time: within the default
-                # quota (10 a project) whatever --runs, the same state
-                # before every run. Timed apart.
-                t0 = time.monotonic()
-                cloud.delete('snapshot', sample['id'])
-                cloud.wait('snapshot', sample['id'], 'deleted', args.timeout,
-                           args.poll_interval)
-                made.snapshots.remove(sample['id'])
-                sample['delete_s'] = round(time.monotonic() - t0, 4)
-                samples[backend].append(sample)
-                log.event('snapshot', backend=backend, run=i,
-                          available_s=sample['available_s'],
-                          server_s=sample['server_s'],
-                          ack_ms=sample.get('ack_ms'),
-                          delete_s=sample['delete_s'])
+        epoch = 0
+        for mib in sizes:
+            write_bytes = mib * MIB
+            for i in range(args.runs):
+                base = (i * write_bytes) % (size - write_bytes + 1)
+                base -= base % BLOCK
+                chunks = [(base + off, pattern.block(off, BLOCK, epoch))
+                          for off in range(0, write_bytes, BLOCK)]
+                k = epoch % len(BACKENDS)
+                epoch += 1
+                for backend in BACKENDS[k:] + BACKENDS[:k]:
+                    sample = _measure(cloud, args, made, rbd_image, backend,
+                                      volumes[backend], attached, rbd_names,
+                                      chunks, '%s-%s-%d-%d'
+                                      % (tag, backend, mib, i))
+                    sample.update(run=i, write_mib=mib)
+                    samples[backend].append(sample)
+                    log.event('snapshot', backend=backend, write_mib=mib,
+                              run=i, available_s=sample['available_s'],
+                              server_s=sample['server_s'],
+                              ack_ms=sample.get('ack_ms'),
+                              delete_s=sample['delete_s'])
     finally:
+        rbd_image.release()
         _cleanup(cloud, made, args, log)
         rbd_image.close()
     result = _result(args, samples)
     result['rbd_pool'] = rbd_pool
     result['rbd_write'] = {'cache': 'off',
-                           'queue_depth': _RBDImage.QUEUE_DEPTH}
+                           'queue_depth': _RBDImage.QUEUE_DEPTH,
+                           'rbd-attached': 'held open by its writer '
+                                           '(exclusive lock owner)'}
     result['seconds'] = round(time.monotonic() - began, 1)
     if args.plot:
         plot(result, args.plot)
     return result
+
+
+def _measure(cloud, args, made, rbd_image, backend, volume_id, attached,
+             rbd_names, chunks, name):
+    """Write ``chunks`` to one backend's volume, then snapshot it, then
+    delete the snapshot (timed apart): one snapshot per volume at a
+    time, so any --runs fits the default quota (10 a project) and every
+    run starts from the same state.
+    """
+    t0 = time.monotonic()
+    if backend == 'blobcr':
+        _write_file(attached['blobcr'].path, chunks)
+    else:
+        rbd_image.write(rbd_names[backend], chunks)
+    write_s = time.monotonic() - t0
+    lock_owned = rbd_image.lock_owned(rbd_names.get(backend))
+    sample = _snapshot(cloud, args, made, volume_id, name)
+    sample['write_s'] = round(write_s, 4)
+    if backend in RBD_BACKENDS:
+        sample['in_pool'] = ('snapshot-%s' % sample['id']
+                             in rbd_image.snaps(rbd_names[backend]))
+    if lock_owned is not None:
+        sample['lock_owned'] = lock_owned
+        sample['lock_owned_after'] = rbd_image.lock_owned(
+            rbd_names[backend])
+    t0 = time.monotonic()
+    cloud.delete('snapshot', sample['id'])
+    cloud.wait('snapshot', sample['id'], 'deleted', args.timeout,
+               args.poll_interval)
+    made.snapshots.remove(sample['id'])
+    sample['delete_s'] = round(time.monotonic() - t0, 4)
+    return sample
 
 
 def _snapshot(cloud, args, made, volume_id, name):
@@ -553,18 +642,13 @@ def _cleanup(cloud, made, args, log):
         log('cleanup: %s' % error)
 
 
-def _result(args, samples):
+def _summaries(samples):
+    """Per backend medians and spreads of one dirty size's samples, and
+    BlobCR's ratios to each RBD volume (medians, tails, per run).
+    """
     def summary(backend, key):
         return common.summary([s.get(key) for s in samples[backend]])
-    result = {'client': args.client, 'runs': args.runs,
-              'write_mib': args.write_mib, 'size_gb': args.size_gb,
-              'volume_types': {'blobcr': args.blobcr_type,
-                               'rbd': args.baseline_type,
-                               'rbd-attached': args.baseline_type},
-              'attached': ['blobcr', 'rbd-attached'],
-              'poll_interval_s': args.poll_interval,
-              'load_average': [round(v, 2) for v in os.getloadavg()],
-              'samples': samples}
+    result = {}
     for backend in BACKENDS:
         keys = ['available_s', 'server_s', 'request_s', 'write_s',
                 'delete_s']
@@ -586,72 +670,117 @@ def _result(args, samples):
         ratios['available_s_per_run'] = common.summary(per_run)
         result['ratios_blobcr_over_%s' % baseline.replace('-', '_')] = \
             ratios
-    acked = sum(1 for s in samples['blobcr']
-                if s.get('ack_ms') is not None
-                and (s.get('bytes_written') or 0) > 0)
+    return result
+
+
+def _result(args, samples):
+    sizes = args.write_mib
+    result = {'client': args.client, 'runs': args.runs,
+              'write_mib': sizes, 'size_gb': args.size_gb,
+              'volume_types': {'blobcr': args.blobcr_type,
+                               'rbd': args.baseline_type,
+                               'rbd-attached': args.baseline_type},
+              'attached': ['blobcr', 'rbd-attached'],
+              'poll_interval_s': args.poll_interval,
+              'load_average': [round(v, 2) for v in os.getloadavg()],
+              'samples': samples,
+              'by_write_mib': [
+                  dict(_summaries({b: [s for s in samples[b]
+                                       if s.get('write_mib', mib) == mib]
+                                   for b in BACKENDS}), write_mib=mib)
+                  for mib in sizes]}
+    # The checks expect exact counts, and a checkpoint's bytes at least
+    # the data written before it (the whole dirty set reached the store).
+    blobcr = samples['blobcr']
+    acked = sum(1 for s in blobcr if s.get('ack_ms') is not None
+                and (s.get('bytes_written') or 0)
+                >= s.get('write_mib', sizes[0]) * MIB)
     in_pool = {b: sum(1 for s in samples[b] if s.get('in_pool'))
                for b in RBD_BACKENDS}
-    result['counts'] = {'blobcr_snapshots': len(samples['blobcr']),
+    locked = sum(1 for s in samples['rbd-attached']
+                 if s.get('lock_owned') and s.get('lock_owned_after'))
+    result['counts'] = {'blobcr_snapshots': len(blobcr),
                         'blobcr_acked_with_bytes': acked,
                         'rbd_snapshots': len(samples['rbd']),
                         'rbd_snapshots_in_pool': in_pool['rbd'],
                         'rbd_attached_snapshots': len(
                             samples['rbd-attached']),
                         'rbd_attached_snapshots_in_pool':
-                            in_pool['rbd-attached']}
+                            in_pool['rbd-attached'],
+                        'rbd_attached_lock_held': locked}
     checks = common.Checks()
-    checks.require('blobcr_acked_with_bytes', acked,
-                   'BlobCR snapshots whose metadata carries the agent\'s '
-                   'checkpoint ack (blobcr:ack_ms) and bytes written > 0: '
-                   'a live checkpoint of the written volume really ran')
+    checks.require_true(
+        'blobcr_acked_with_bytes', blobcr and acked == len(blobcr),
+        'every BlobCR snapshot\'s metadata carries the agent\'s '
+        'checkpoint ack (blobcr:ack_ms) and at least the bytes written '
+        'before it (blobcr:bytes_written): a live checkpoint of the whole '
+        'dirty set ran', value=acked)
     for baseline in RBD_BACKENDS:
-        checks.require('%s_snapshots_in_pool' % baseline.replace('-', '_'),
-                       in_pool[baseline],
-                       'RBD snapshots that librbd lists on the %s volume\'s '
-                       'image in pool %s: the RBD driver really took them'
-                       % (baseline, args.rbd_pool))
+        n = len(samples[baseline])
+        checks.require_true(
+            '%s_snapshots_in_pool' % baseline.replace('-', '_'),
+            n and in_pool[baseline] == n,
+            'every RBD snapshot is listed by librbd on the %s volume\'s '
+            'image in pool %s: the RBD driver really took them'
+            % (baseline, args.rbd_pool), value=in_pool[baseline])
+    n = len(samples['rbd-attached'])
+    checks.require_true(
+        'rbd_attached_lock_held', n and locked == n,
+        'the in-use RBD volume\'s writer owned its image\'s exclusive '
+        'lock before and after every snapshot, as a running guest\'s QEMU '
+        'does', value=locked)
     result['checks'] = checks.as_list()
     return result
 
 
 def plot(result, path):
+    """Left: snapshot create to available against the dirty size, per
+    backend (median, p10-p90 bars, every run a dot). Right: BlobCR's
+    live checkpoint, from each snapshot's metadata.
+    """
     import matplotlib
     matplotlib.use('Agg')
     from matplotlib import pyplot
     fig, (left, right) = pyplot.subplots(1, 2, figsize=(10, 4.2))
     colors = {'blobcr': 'tab:blue', 'rbd': 'tab:orange',
               'rbd-attached': 'tab:green'}
-    for n, backend in enumerate(BACKENDS):
-        samples = result['samples'][backend]
-        for k, (key, marker) in enumerate((('available_s', 'o'),
-                                           ('server_s', 'x'))):
-            ys = [s[key] for s in samples if s.get(key) is not None]
-            xs = [n * 2 + k + (j - len(ys) / 2.0) * 0.03
-                  for j in range(len(ys))]
-            left.scatter(xs, ys, color=colors[backend], marker=marker)
-            summary = result[backend][key]
-            if summary:
-                left.hlines(summary['median'], n * 2 + k - 0.3,
-                            n * 2 + k + 0.3, color=colors[backend])
-    left.set_xticks(range(2 * len(BACKENDS)))
-    left.set_xticklabels(['%s\n%s' % (label, what)
-                          for label in ('BlobCR', 'RBD', 'RBD\nin-use')
-                          for what in ('client', 'Cinder')])
+    labels = {'blobcr': 'BlobCR (in-use)', 'rbd': 'RBD (detached)',
+              'rbd-attached': 'RBD (in-use, lock held by its writer)'}
+    for backend in BACKENDS:
+        rows = [(r['write_mib'], r[backend]['available_s'])
+                for r in result['by_write_mib'] if r[backend]['available_s']]
+        xs = [mib for mib, _ in rows]
+        med = [v['median'] for _, v in rows]
+        left.errorbar(xs, med, yerr=[[m - v['p10'] for m, (_, v) in
+                                      zip(med, rows)],
+                                     [v['p90'] - m for m, (_, v) in
+                                      zip(med, rows)]],
+                      color=colors[backend], marker='o', capsize=3,
+                      label=labels[backend])
+        dots = result['samples'][backend]
+        left.scatter([s['write_mib'] for s in dots],
+                     [s['available_s'] for s in dots], s=8,
+                     color=colors[backend], alpha=0.4)
+    left.set_xscale('log', base=2)
+    left.set_yscale('log')
+    left.set_xlabel('dirty data before the snapshot (MiB)')
     left.set_ylabel('snapshot create to available (s)')
-    left.set_ylim(bottom=0)
-    left.set_title('%d runs, %d MiB written before each (%s)'
-                   % (result['runs'], result['write_mib'],
-                      'POST /snapshots' if result['client'] == 'api'
-                      else 'openstack CLI'))
+    left.set_title('%d runs per size (%s)'
+                   % (result['runs'], 'POST /snapshots'
+                      if result['client'] == 'api' else 'openstack CLI'))
+    left.legend(fontsize='small')
     samples = result['samples']['blobcr']
-    runs = [s['run'] for s in samples]
+    xs = range(len(samples))
     for key, marker, label in (
             ('ack_ms', 'o', 'ack (driver: checkpoint RPC)'),
             ('downtime_ms', 's', 'ack (the mirror\'s own)'),
             ('held_ms', 'x', 'writes held')):
-        right.plot(runs, [s.get(key) for s in samples], marker=marker,
+        right.plot(xs, [s.get(key) for s in samples], marker=marker,
                    label=label)
-    right.set_xlabel('run')
+    right.set_xticks(list(xs))
+    right.set_xticklabels([str(s.get('write_mib')) for s in samples],
+                          fontsize='x-small')
+    right.set_xlabel('snapshot (its dirty MiB)')
     right.set_ylabel('ms (BlobCR snapshot metadata)')
     right.set_yscale('log')
     top = max([s.get('ack_ms') or 1 for s in samples] or [1])

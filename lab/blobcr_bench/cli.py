@@ -52,6 +52,10 @@ fetches, bytes) and exits with status 3, after printing its result with
   checkpoints and restart on other hosts: lazy, with shared live
   prefetch hints, and after a pre-copy; curves against M and a model
   to 1,000 hosts.
+* ``hosts``: with ``[blobcr_bus] host_vhosts``, a caller calling
+  ``--hosts`` compute hosts (a vhost each on a private RabbitMQ): its
+  broker connections, RSS and call latencies with and without a bound
+  on its transports, and the figures at 1,000 hosts.
 
 The Ceph backend needs a cluster: ``tools/ceph-cluster.sh start DIR``
 starts a micro one; pass ``--ceph-conf DIR/ceph.conf``.
@@ -70,8 +74,10 @@ from blobcr_bench import checkpoint
 from blobcr_bench import cinder
 from blobcr_bench import common as bench_common
 from blobcr_bench import flush
+from blobcr_bench import guest_io
 from blobcr_bench import handoff
 from blobcr_bench import host_loss
+from blobcr_bench import many_hosts
 from blobcr_bench import peers
 from blobcr_bench import scale
 from blobcr_lab import agents
@@ -296,13 +302,18 @@ def build_parser():
     p.add_argument('--runtime', type=float, default=5,
                    help='seconds per fio job')
     p.add_argument('--jobs', nargs='*',
-                   help='some of the jobs (default: all six)')
+                   help='some of the jobs (default: all eight)')
     p.add_argument('--rbd', action='store_true',
                    help='also librbd on the --ceph-conf cluster, cache off '
                         'and writeback')
     p.add_argument('--rbd-pool', default='blobcr-rbd-bench',
                    help='replicated pool of the RBD image (made if '
                         'missing)')
+    p.add_argument('--persist-jobs', nargs='+',
+                   default=list(guest_io.PERSIST_JOBS),
+                   choices=[j[0] for j in guest_io.JOBS] + ['all'],
+                   help='the jobs also run during a persist (default: %s; '
+                        'all: every job)' % ' '.join(guest_io.PERSIST_JOBS))
     p.add_argument('--no-persist', action='store_true',
                    help='skip the jobs during a persist')
     p.add_argument('--no-restart', action='store_true',
@@ -359,6 +370,12 @@ def build_parser():
                             'global checkpoints, then a restart of all on '
                             'other hosts: lazy, shared hints, pre-copy')
     scale.add_arguments(p, _size)
+
+    p = sub.add_parser('hosts', parents=[common],
+                       help='a caller and many compute hosts\' vhosts: '
+                            'broker connections, RSS, latency, with and '
+                            'without a bound')
+    many_hosts.add_arguments(p)
     return parser
 
 
@@ -386,6 +403,10 @@ def main(argv=None):
             args.workdir = scratch
             result = {'bench': 'scale'}
             result.update(scale.run(args, log, open_repository))
+        elif args.bench == 'hosts':
+            args.workdir = scratch
+            result = {'bench': 'hosts'}
+            result.update(many_hosts.run(args, log))
         elif args.bench == 'host-loss':
             result = {'bench': 'host-loss'}
             result.update(host_loss.run(args, log))

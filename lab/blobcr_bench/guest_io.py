@@ -41,7 +41,8 @@ Conditions:
 
 * ``idle``: every target, the image's chunks all in the mirror;
 * ``persist``: ``loop`` and ``mirror`` while a checkpoint of the whole
-  image (every chunk rewritten just before) persists; each job records
+  image (every chunk rewritten just before) persists, for the jobs of
+  ``--persist-jobs`` (default PERSIST_JOBS, 4 of the 8); each job records
   how much of it the persist overlapped (``persist_overlap``), and
   ``persist_over_idle`` compares it with the same job idle;
 * ``restart``: the image's version attached again on a second mirror
@@ -85,6 +86,12 @@ JOBS = (('rand-read-4k-qd1', 'randread', '4k', 1, 0),
         ('rand-write-4k-qd1-flush', 'randwrite', '4k', 1, 1),
         ('seq-write-1m-flush16', 'write', '1M', 16, 16))
 RBD_TARGETS = ('rbd', 'rbd-writeback')
+# The jobs run during a persist by default: reads and writes at both
+# queue depths' ends, sequential writes and flushed writes. Each waits
+# for a persist of the whole image (16 jobs, every one: over 15 minutes
+# a run on the micro cluster).
+PERSIST_JOBS = ('rand-read-4k-qd1', 'rand-write-4k-qd16', 'seq-write-1m',
+                'rand-write-4k-qd1-flush')
 LOOP_OVER_MIRROR_TARGET = 0.9
 PERSIST_OVER_IDLE_TARGET = 0.8
 
@@ -322,6 +329,10 @@ def run(repo, backend_args, args, log):
     if not loopdev.available():
         raise SystemExit('guest-io needs loop devices (/dev/loop-control)')
     jobs = [j for j in JOBS if not args.jobs or j[0] in args.jobs]
+    # Each persist job waits for a persist of the whole image: a subset
+    # by default (PERSIST_JOBS), every job with --persist-jobs all.
+    persist_jobs = [j for j in jobs if 'all' in args.persist_jobs
+                    or j[0] in args.persist_jobs]
     cleanups = []
     disk = None
     runs = []
@@ -344,8 +355,8 @@ def run(repo, backend_args, args, log):
         for k in range(args.runs):
             result = {'idle': _idle(targets, jobs, size, args.runtime, k)}
             if not args.no_persist:
-                result['persist'] = _during_persist(disk, jobs, size,
-                                                    args.runtime, k)
+                result['persist'] = _during_persist(disk, persist_jobs,
+                                                    size, args.runtime, k)
             runs.append(result)
             log.event('run', run=k + 1, **{
                 job[0].replace('-', '_'): round(common.ratio(
@@ -375,7 +386,8 @@ def _flush_check(checks, runs, jobs, logged):
     """
     flushes = sum(r[c][name][job[0]]['ios'] // job[4]
                   for r in runs for c in ('idle', 'persist') if c in r
-                  for name in ('loop', 'mirror') for job in jobs if job[4])
+                  for name in ('loop', 'mirror') for job in jobs
+                  if job[4] and job[0] in r[c][name])
     if not flushes:
         return
     checks.require_true(
@@ -397,7 +409,7 @@ def _report(args, runs, jobs, restart, written, logged, described,
             name: {job[0]: {key: common.summary(
                 [r[condition][name][job[0]][key] for r in runs], 3)
                 for key in runs[0][condition][name][job[0]]}
-                for job in jobs}
+                for job in jobs if job[0] in runs[0][condition][name]}
             for name in runs[0][condition]}
     ratios = {'loop_over_mirror': _ratios(runs, 'loop', 'mirror'),
               'loop_over_plain': _ratios(runs, 'loop', 'plain'),
@@ -435,7 +447,8 @@ def _report(args, runs, jobs, restart, written, logged, described,
     block = {'4k': 4096, '1M': common.MIB}
     wrote = sum(r[c]['loop'][job[0]]['ios'] * block[job[2]]
                 for r in runs for c in ('idle', 'persist') if c in r
-                for job in jobs if 'write' in job[0])
+                for job in jobs
+                if 'write' in job[0] and job[0] in r[c]['loop'])
     checks.require_true(
         'loop: bytes its block statistics counted written, at least '
         'what fio wrote through it', written >= wrote,
@@ -444,9 +457,9 @@ def _report(args, runs, jobs, restart, written, logged, described,
     if logged is not None:
         _flush_check(checks, runs, jobs, logged)
     if 'persist' in runs[0]:
-        overlap = [r['persist'][name][job[0]]['persist_overlap']
+        overlap = [r['persist'][name][job]['persist_overlap']
                    for r in runs for name in ('loop', 'mirror')
-                   for job in jobs]
+                   for job in r['persist'][name]]
         checks.require_true(
             'persist: share of each job a persist overlapped (median), at '
             'least half', common.summary(overlap)['median'] >= 0.5,
@@ -465,6 +478,9 @@ def _report(args, runs, jobs, restart, written, logged, described,
             # BlobCR's: 'cluster' if its flushes append to the log.
             'durability': 'host' if logged is None else 'cluster',
             'log_entries': logged,
-            'jobs': [list(j) for j in jobs], 'figures': figures,
+            'jobs': [list(j) for j in jobs],
+            'persist_jobs': sorted(runs[0].get('persist', {}).get('loop',
+                                                                  {})),
+            'figures': figures,
             'ratios': ratios, 'goals': goals, 'restart': restart,
             'per_run': runs, 'checks': checks.as_list()}

@@ -48,7 +48,7 @@ def test_bench_cinder_runs_both_paths(cloud, tmp_path):
     stack, hosts, ceph = cloud
     plot = tmp_path / 'cinder.png'
     command = [os.path.join(os.path.dirname(sys.executable), 'blobcr-bench'),
-               'cinder', '--json', '--runs', str(RUNS), '--write-mib', '8',
+               'cinder', '--json', '--runs', str(RUNS), '--write-mib', '16,8',
                '--blobcr-type', hosts.volume_type,
                '--baseline-type', openstack_fixtures.RBD_BACKEND,
                '--compute-host', hosts.compute[0],
@@ -63,15 +63,25 @@ def test_bench_cinder_runs_both_paths(cloud, tmp_path):
     result = json.loads(proc.stdout)
     assert result['valid'] is True
     assert all(c['ok'] for c in result['checks']), result['checks']
-    assert result['counts'] == {'blobcr_snapshots': RUNS,
-                                'blobcr_acked_with_bytes': RUNS,
-                                'rbd_snapshots': RUNS,
-                                'rbd_snapshots_in_pool': RUNS,
-                                'rbd_attached_snapshots': RUNS,
-                                'rbd_attached_snapshots_in_pool': RUNS}
-    for backend in ('blobcr', 'rbd', 'rbd-attached'):
-        assert result[backend]['available_s']['n'] == RUNS
-    assert result['blobcr']['ack_ms']['n'] == RUNS
+    n = 2 * RUNS        # two dirty sizes
+    assert result['counts'] == {'blobcr_snapshots': n,
+                                'blobcr_acked_with_bytes': n,
+                                'rbd_snapshots': n,
+                                'rbd_snapshots_in_pool': n,
+                                'rbd_attached_snapshots': n,
+                                'rbd_attached_snapshots_in_pool': n,
+                                'rbd_attached_lock_held': n}
+    # Smallest first; the volumes hold the largest, rounded up to GiB,
+    # plus 1.
+    assert result['write_mib'] == [8, 16] and result['size_gb'] == 2
+    assert [r['write_mib'] for r in result['by_write_mib']] == [8, 16]
+    for row in result['by_write_mib']:
+        for backend in ('blobcr', 'rbd', 'rbd-attached'):
+            assert row[backend]['available_s']['n'] == RUNS
+        assert row['blobcr']['ack_ms']['n'] == RUNS
+        # Each checkpoint stored at least its dirty data.
+        assert row['blobcr']['bytes_written']['min'] >= \
+            row['write_mib'] << 20
     assert result['attached'] == ['blobcr', 'rbd-attached']
     # Where the RBD volumes' data is, as the cluster says: an EC pool,
     # as BlobCR's chunks.
@@ -79,8 +89,9 @@ def test_bench_cinder_runs_both_paths(cloud, tmp_path):
         'pool': openstack_fixtures.RBD_POOL,
         'data_pool': openstack_fixtures.RBD_DATA_POOL, 'erasure_coded': True}
     for baseline in ('rbd', 'rbd_attached'):
-        assert result['ratios_blobcr_over_%s' % baseline][
-            'available_s']['median'] > 0
+        for row in result['by_write_mib']:
+            assert row['ratios_blobcr_over_%s' % baseline][
+                'available_s']['median'] > 0
     assert plot.stat().st_size > 0
     assert 'errors=0' in proc.stderr, proc.stderr[-2000:]
 
@@ -92,21 +103,35 @@ def test_bench_cinder_runs_both_paths(cloud, tmp_path):
         assert left == [], (kind, left)
 
 
-def test_result_is_invalid_without_the_proofs():
-    """No ack or no bytes on the BlobCR side, no snapshot in the pool on
-    the RBD side: both checks fail (blobcr-bench then exits with 3).
-    """
+def _result_of(blobcr, rbd, rbd_attached):
     import argparse
 
     from blobcr_bench import cinder
-    args = argparse.Namespace(client='api', runs=1, write_mib=8, size_gb=1,
-                              blobcr_type='b', baseline_type='r',
+    args = argparse.Namespace(client='api', runs=2, write_mib=[8],
+                              size_gb=1, blobcr_type='b', baseline_type='r',
                               poll_interval=0.1, rbd_pool='rbd')
     sample = {'available_s': 1.0, 'server_s': 0.9, 'request_s': 0.1,
-              'write_s': 0.1, 'delete_s': 0.1, 'run': 0}
+              'write_s': 0.1, 'delete_s': 0.1, 'run': 0, 'write_mib': 8}
     result = cinder._result(args, {
-        'blobcr': [dict(sample, bytes_written=0.0, ack_ms=5.0)],
-        'rbd': [dict(sample, in_pool=False)],
-        'rbd-attached': [dict(sample, in_pool=True)]})
-    failed = {c['what'] for c in result['checks'] if not c['ok']}
-    assert failed == {'blobcr_acked_with_bytes', 'rbd_snapshots_in_pool'}
+        'blobcr': [dict(sample, **b) for b in blobcr],
+        'rbd': [dict(sample, **r) for r in rbd],
+        'rbd-attached': [dict(sample, **r) for r in rbd_attached]})
+    return {c['what'] for c in result['checks'] if not c['ok']}
+
+
+def test_result_is_invalid_without_the_proofs():
+    """One run of two short of its proof on each side fails its check
+    (blobcr-bench then exits with 3): a checkpoint that stored less than
+    the data written before it, an RBD snapshot not in the pool, an
+    in-use image whose writer lost its lock. With every proof there,
+    nothing fails.
+    """
+    ok = {'bytes_written': float(8 << 20), 'ack_ms': 5.0}
+    held = {'in_pool': True, 'lock_owned': True, 'lock_owned_after': True}
+    assert _result_of([ok, ok], [held, held], [held, held]) == set()
+    assert _result_of(
+        [ok, dict(ok, bytes_written=float(4 << 20))],
+        [held, dict(held, in_pool=False)],
+        [held, dict(held, lock_owned_after=False)]) == {
+            'blobcr_acked_with_bytes', 'rbd_snapshots_in_pool',
+            'rbd_attached_lock_held'}
