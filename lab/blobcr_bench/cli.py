@@ -74,6 +74,7 @@ from blobcr_bench import checkpoint
 from blobcr_bench import cinder
 from blobcr_bench import common as bench_common
 from blobcr_bench import flush
+from blobcr_bench import guest_io
 from blobcr_bench import handoff
 from blobcr_bench import host_loss
 from blobcr_bench import many_hosts
@@ -301,13 +302,18 @@ def build_parser():
     p.add_argument('--runtime', type=float, default=5,
                    help='seconds per fio job')
     p.add_argument('--jobs', nargs='*',
-                   help='some of the jobs (default: all six)')
+                   help='some of the jobs (default: all eight)')
     p.add_argument('--rbd', action='store_true',
                    help='also librbd on the --ceph-conf cluster, cache off '
                         'and writeback')
     p.add_argument('--rbd-pool', default='blobcr-rbd-bench',
                    help='replicated pool of the RBD image (made if '
                         'missing)')
+    p.add_argument('--persist-jobs', nargs='+',
+                   default=list(guest_io.PERSIST_JOBS),
+                   choices=[j[0] for j in guest_io.JOBS] + ['all'],
+                   help='the jobs also run during a persist (default: %s; '
+                        'all: every job)' % ' '.join(guest_io.PERSIST_JOBS))
     p.add_argument('--no-persist', action='store_true',
                    help='skip the jobs during a persist')
     p.add_argument('--no-restart', action='store_true',
