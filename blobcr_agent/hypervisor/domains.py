@@ -23,9 +23,10 @@ Quiesce modes (per request or per configuration):
 
 Only a running domain is frozen or paused, and only what the hold did is
 undone on the way out, whatever fails inside: a domain an operator paused
-stays paused. Holds of one domain are shared (counted): two checkpoints of
-two disks of one domain at once pause or freeze it once, and the last one
-out resumes or thaws it.
+stays paused, a guest whose file systems are frozen already (Nova's
+quiesce) is held as it is and stays frozen. Holds of one domain are
+shared (counted): two checkpoints of two disks of one domain at once
+pause or freeze it once, and the last one out resumes or thaws it.
 
 Only active domains count, disks are compared by their real paths, and a
 libvirt error other than "no such domain" is retried once on a new
@@ -105,6 +106,23 @@ def _is_uuid(text):
     # else would be an "invalid UUID" error, not "no such domain".
     return (isinstance(text, str) and _UUID.fullmatch(text) is not None and
             len(text.replace('-', '')) == 32)
+
+
+# What qemu-ga answers a freeze while the guest's file systems are
+# frozen (qemu 6.0 and later: every command but ping, info, sync,
+# status and thaw is disabled until the thaw), as libvirt reports it.
+FROZEN_ALREADY = 'the agent is in frozen state'
+
+
+def _frozen_already(error):
+    """Whether a failed fsFreeze failed because someone else froze the
+    guest already: Nova's quiesce before its create_snapshot_force of
+    each volume of a server (``openstack server image create``), or an
+    operator's ``virsh domfsfreeze``. Such a hold is kept as it is and
+    not thawed: the thaw is the freezer's (a thaw here would end Nova's
+    freeze before its other volumes' snapshots).
+    """
+    return FROZEN_ALREADY in str(error)
 
 
 def _running_states(libvirt):
@@ -377,6 +395,12 @@ class Hypervisor(object):
             try:
                 quiet()
             except libvirt.libvirtError as e:
+                if hold.mode == 'fsfreeze' and _frozen_already(e):
+                    LOG.info('domain %s: its file systems are frozen '
+                             'already (%s): held as they are, not thawed '
+                             'here', name, e)
+                    hold.ready = True
+                    return
                 raise exception.QuiesceFailed('cannot %s domain %s: %s'
                                               % (hold.mode, name, e))
             hold.undo = hold.ready = True
