@@ -43,6 +43,7 @@ import time
 
 import pytest
 
+from blobcr_agent import conf as blobcr_conf
 from blobcr_agent.repository.backends import local
 from blobcr_agent.repository import repository
 from blobcr_common import exception
@@ -133,21 +134,24 @@ def api(rabbitmq_url):
     client.cleanup()
 
 
-@pytest.fixture(scope='module')
-def agent_container(images, host, rabbitmq_url, api):
-    paths = {name: os.path.join(host, name) for name in
+def _run_agent(top, rabbitmq_url, api, user=None):
+    """The agent's container with compose.yaml's options, its host paths
+    under ``top``; run as ``user`` (the image's own), with its
+    privileged daemon started through sudo, if given.
+    """
+    paths = {name: os.path.join(top, name) for name in
              ('config', 'state', 'libvirt', 'run', 'log', 'store')}
     for path in paths.values():
         os.makedirs(path)
     name = agent_rpc.host_name('container')
     shutil.copy(os.path.join(containers.RECIPES, 'blobcr-agent',
                              'config.json'), paths['config'])
-    agents.write_conf(os.path.join(paths['config'], 'blobcr.conf'), {
-        'DEFAULT': {'transport_url': rabbitmq_url},
-        'agent': {'host': name, 'rpc_enabled': 'true', 'quiesce': 'none'},
-        'repository': {'backend': 'local'},
-        'local_store': {'path': STORE},
-        'proxy': {'port': '0'}})
+    conf = {'DEFAULT': {'transport_url': rabbitmq_url},
+            'agent': {'host': name, 'rpc_enabled': 'true',
+                      'quiesce': 'none'},
+            'repository': {'backend': 'local'},
+            'local_store': {'path': STORE},
+            'proxy': {'port': '0'}}
     options = containers.run_options(
         containers.compose_service('blobcr_agent'),
         {'/etc/kolla/blobcr-agent': paths['config'],
@@ -156,22 +160,40 @@ def agent_container(images, host, rabbitmq_url, api):
          '/var/log/kolla/blobcr': paths['log']})
     # The store: Ceph in compose.yaml, a local one here.
     options += ['--volume', '%s:%s' % (paths['store'], STORE)]
+    if user:
+        conf[blobcr_conf.PRIVILEGED_SECTION] = {
+            'helper_command': 'sudo /opt/blobcr/bin/blobcr-privsep-helper '
+                              '--config-file /etc/blobcr/blobcr.conf'}
+        options += ['--user', user]
+        uid = containers.podman(
+            'run', '--rm', *containers.limit_options(), '--entrypoint', 'id',
+            containers.AGENT_IMAGE, '-u', user).stdout
+        os.chown(paths['store'], int(uid), -1)
+    agents.write_conf(os.path.join(paths['config'], 'blobcr.conf'), conf)
     container = containers.Container(name, containers.AGENT_IMAGE, options)
+    container.start()
     try:
-        container.start()
-        try:
-            agent_rpc.wait_rpc(api, name, timeout=120)
-        except Exception as e:
-            pytest.fail('the agent container does not answer (%s); its '
-                        'log:\n%s' % (e, container.logs()[-6000:]))
-        yield AgentContainer(container, name, paths)
-    finally:
+        agent_rpc.wait_rpc(api, name, timeout=120)
+    except Exception as e:
+        logs = container.logs()
         container.remove()
+        pytest.fail('the agent container does not answer (%s); its '
+                    'log:\n%s' % (e, logs[-6000:]))
+    return AgentContainer(container, name, paths)
 
 
-def test_the_agent_container_serves_a_volume_to_the_host(
-        agent_container, api):
-    agent, host = agent_container, agent_container.host
+@pytest.fixture(scope='module')
+def agent_container(images, host, rabbitmq_url, api):
+    agent = _run_agent(os.path.join(host, 'root'), rabbitmq_url, api)
+    yield agent
+    agent.container.remove()
+
+
+def _serve_a_volume(agent, api):
+    """An image attached with a loop device, written and read from the
+    host, checkpointed, detached; the checkpoint read from the store.
+    """
+    host = agent.host
     size = NCHUNKS * CHUNK
     image = api.create_image(host, 'in-a-container', size)['id']
     attached = api.attach(host, image, block_device=True)
@@ -205,6 +227,45 @@ def test_the_agent_container_serves_a_volume_to_the_host(
         assert repo.read(image, cp['version'], 0, size) == content
     finally:
         repo.close()
+
+
+def test_the_agent_container_serves_a_volume_to_the_host(
+        agent_container, api):
+    _serve_a_volume(agent_container, api)
+
+
+def _processes(container):
+    """{args: user} of the container's processes."""
+    out = container.execute('ps', '-eo', 'user:16,args',
+                            '--no-headers').stdout
+    return {line.split(None, 1)[1]: line.split(None, 1)[0]
+            for line in out.splitlines() if line.strip()}
+
+
+def test_an_agent_container_run_as_its_user_serves_too(
+        images, host, rabbitmq_url, api):
+    """--user blobcr: kolla_start runs kolla_set_configs through sudo,
+    the agent runs as blobcr, its privileged daemon (the loop devices)
+    as root, started through sudo and blobcr-privsep-helper, the mount
+    made through the set-user-ID fusermount3.
+    """
+    agent = _run_agent(os.path.join(host, 'blobcr'), rabbitmq_url, api,
+                       user='blobcr')
+    try:
+        running = _processes(agent.container)
+        assert {user for args, user in running.items()
+                if 'blobcr-agent --config-file' in args} == {'blobcr'}, \
+            running
+        _serve_a_volume(agent, api)
+        running = _processes(agent.container)
+        assert {user for args, user in running.items()
+                if 'privsep' in args and 'sudo' not in args} == {'root'}, \
+            running
+        assert agent.container.stop(timeout=60) == 0, \
+            agent.container.logs()[-4000:]
+        assert not _mounts_under(agent.paths['state'])
+    finally:
+        agent.container.remove()
 
 
 # What cinder-scheduler would do: a volume row, then create_volume cast

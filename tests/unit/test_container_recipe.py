@@ -99,10 +99,12 @@ def test_the_kolla_config_runs_an_entry_point_with_its_files():
         assert os.path.isabs(entry['dest']), entry
         assert entry['owner'] and re.match(r'^0[0-7]{3}$', entry['perm'])
         dests[entry['dest']] = entry
-    # The agent's own configuration is required and private.
+    # The agent's own configuration is required and private: root's,
+    # read by the agent's user too (an agent run as it), by no one else.
     assert conf_file in dests and not dests[conf_file].get('optional')
-    assert dests[conf_file]['perm'] == '0600'
-    assert any(d.endswith('.keyring') and e['perm'] == '0600'
+    private = ('root:blobcr', '0640')
+    assert (dests[conf_file]['owner'], dests[conf_file]['perm']) == private
+    assert any(d.endswith('.keyring') and (e['owner'], e['perm']) == private
                for d, e in dests.items())
 
 
