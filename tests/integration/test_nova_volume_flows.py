@@ -30,6 +30,13 @@ disk is there it also writes ``DATA-d`` at block d of it, fsynced, then
   agent refuses the detach: another domain holds the volume's loop
   device open): what Nova and Cinder record, then the way out, and
   every record the guest announced on the volume is in it;
+* ``openstack server image create`` of the server with two volumes:
+  Nova freezes the guest's file systems through qemu-ga, then
+  ``create_snapshot_force`` for each volume;
+* ``openstack server image create`` of the server with three volumes
+  (one with a file system the guest mounted): Nova freezes the guest's
+  file systems through qemu-ga, then ``create_snapshot_force`` for each
+  volume; the agent's checkpoints leave Nova's freeze alone;
 * rebuild (reimage, 2.93) with a Glance image: Cinder's reimage
   replaces the boot volume's content (the driver's copy_image_to_volume),
   the guest boots the new image and finds nothing of the old disk.
@@ -37,13 +44,17 @@ disk is there it also writes ``DATA-d`` at block d of it, fsynced, then
 BLOBCR_REAL_NOVA=0 leaves it out, as the other real-Nova flows.
 """
 
+import datetime
+import json
 import os
 import re
+import threading
 import time
 import uuid
 from xml.etree import ElementTree
 
 import libvirt
+import libvirt_qemu
 import pytest
 
 from blobcr_lab import guest_vm
@@ -57,7 +68,9 @@ pytestmark = pytest.mark.skipif(
     reason='BLOBCR_REAL_NOVA=0: no real Nova stack')
 
 BLOCK = flows.BLOCK
-# test_nova_flows.SCENARIO, and a record on the second disk each turn.
+# test_nova_flows.SCENARIO, and a record on the second disk each turn;
+# a third disk gets a file system, mounted (what qemu-ga freezes: with
+# none mounted its freeze freezes nothing and leaves the guest thawed).
 DATA_WRITES = r'''    if [ -b /dev/vdb ]; then
         d=${d:-0}
         printf 'DATA-%%s' "$d" > /tmp/data
@@ -65,6 +78,10 @@ DATA_WRITES = r'''    if [ -b /dev/vdb ]; then
            2>/dev/null && echo "BLOBCR-DATA $d" && d=$((d + 1))
     else
         d=0
+    fi
+    if [ -b /dev/vdc ] && ! grep -q ' /mnt ' /proc/mounts; then
+        mke2fs -i 65536 /dev/vdc >/dev/null 2>&1 \
+            && mount -t ext4 /dev/vdc /mnt && echo "BLOBCR-MOUNTED vdc"
     fi
 ''' % {'block': BLOCK}
 LOOP_END = '    sleep 1\ndone\n'
@@ -170,6 +187,22 @@ class Scene(object):
                                timeout=180)
         self.wait_data(mark, 1)
         return mark
+
+    def attach_mounted(self):
+        """A third volume, which the guest formats and mounts on /mnt."""
+        made = self.volume('fs', type_name=self.freezing)
+        self.stack.wait_status('volume', made['id'], 'available',
+                               timeout=120)
+        mark = len(self.guest.text())
+        self.compute.post('/servers/%s/os-volume_attachments' % self.server,
+                          json={'volumeAttachment': {
+                              'volumeId': made['id']}})
+        self.stack.wait_status('volume', made['id'], 'in-use', timeout=180)
+        deadline = time.monotonic() + 120
+        while 'BLOBCR-MOUNTED vdc' not in self.guest.text()[mark:]:
+            assert time.monotonic() < deadline, self.guest.text()[mark:]
+            time.sleep(1)
+        return made
 
     def data_announced(self, mark):
         found = [int(k) for k in re.findall(r'BLOBCR-DATA (\d+)',
@@ -439,6 +472,163 @@ def _disk_source_or_none(conn, server, target):
         return _disk_source(conn, server, target)
     except AssertionError:
         return None
+
+
+# -- server image create ------------------------------------------------------
+
+def _freeze_state(domain):
+    """qemu-ga's own word: 'frozen' or 'thawed'."""
+    answer = libvirt_qemu.qemuAgentCommand(
+        domain, '{"execute": "guest-fsfreeze-status"}', 5, 0)
+    return json.loads(answer)['return']
+
+
+class FreezeWatch(threading.Thread):
+    """The guest's freeze state every 0.2 s: [(time.time(), state)]."""
+
+    def __init__(self, domain):
+        super().__init__(daemon=True)
+        self.domain = domain
+        self.readings = []
+        self.done = threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            try:
+                state = _freeze_state(self.domain)
+            except libvirt.libvirtError as e:
+                state = 'error: %s' % e
+            self.readings.append((time.time(), state))
+            self.done.wait(0.2)
+
+    def last(self):
+        return self.readings[-1][1] if self.readings else None
+
+
+def _count(path, text):
+    return len(_lines(path, text))
+
+
+def _lines(path, text):
+    with open(path, errors='replace') as f:
+        return [line for line in f if text in line]
+
+
+def _logged_at(line):
+    """The time.time() of a log line's local timestamp."""
+    return datetime.datetime.strptime(
+        ' '.join(line.split()[:2]), '%Y-%m-%d %H:%M:%S.%f').timestamp()
+
+
+def test_image_of_the_server_with_three_volumes(scene):
+    """``openstack server image create`` (createImage) of the running
+    server with its boot volume, the data volume and a third one whose
+    file system the guest mounted, all of a type whose snapshots hold
+    the guest by fsfreeze: Nova freezes the guest's
+    file systems through qemu-ga (the boot volume's image properties say
+    hw_qemu_guest_agent), calls ``create_snapshot_force`` for each
+    volume, and thaws once no snapshot is 'creating'. Each
+    snapshot's checkpoint finds the guest frozen: qemu-ga refuses the
+    agent's second freeze, and the agent holds the guest as it is and
+    does not thaw it, so Nova's freeze lasts until Nova's thaw. Both
+    snapshots are available and the image names them; after Nova's
+    thaw a snapshot freezes and thaws the guest itself again.
+    """
+    stack, nova = scene.stack, scene.nova
+    if not scene.data_attached():
+        scene.attach_data()         # the guest's vdb
+    mounted = scene.attach_mounted()    # its vdc
+    volumes = {scene.boot['id'], scene.data['id'], mounted['id']}
+    agent_log = nova.lab_hosts[nova.compute_host].agent.log.name
+    held_before = _count(agent_log, 'frozen already')
+    conn = libvirt.open(nova.lab_hosts[nova.compute_host].libvirtd.uri)
+    try:
+        domain = conn.lookupByUUIDString(scene.server)
+        assert _freeze_state(domain) == 'thawed'
+        watch = FreezeWatch(domain)
+        watch.start()
+        try:
+            image_id, snaps, first_done = _image_of(scene, len(volumes))
+            deadline = time.monotonic() + 60
+            while watch.last() != 'thawed':
+                assert time.monotonic() < deadline, watch.readings[-5:]
+                time.sleep(0.2)
+        finally:
+            watch.done.set()
+            watch.join(10)
+        began = watch.readings[0][0]
+        frozen = [t for t, state in watch.readings if state == 'frozen']
+        # The agent's checkpoints found the guest frozen (once per hold:
+        # checkpoints of the domain at once share one) and left it so.
+        holds = [_logged_at(line) for line in
+                 _lines(agent_log, 'frozen already')[held_before:]]
+        thawed = [t for t, state in watch.readings
+                  if frozen and t > frozen[0] and state == 'thawed']
+        print('server image: snapshots %s; qemu-ga frozen at %s s, the '
+              'agent held it frozen at %s s, thawed at %s s (from the '
+              'request), the snapshots seen done at %.1f s; %d readings'
+              % ([(s['volume_id'], s['status'], {
+                  k: v for k, v in s['metadata'].items()
+                  if k in ('blobcr:quiesce', 'blobcr:held_ms')})
+                  for s in snaps],
+                 ['%.1f' % (t - began) for t in frozen[:1]],
+                 ['%.1f' % (t - began) for t in holds],
+                 ['%.1f' % (t - began) for t in thawed[:1]],
+                 first_done - began, len(watch.readings)))
+        assert [s['status'] for s in snaps] == ['available'] * 3, snaps
+        assert {s['volume_id'] for s in snaps} == volumes
+        # Nova froze the guest before the checkpoints, which found it
+        # frozen; nothing thawed it before the last of them (the thaw
+        # that came is Nova's, once no snapshot was 'creating').
+        assert holds, 'no checkpoint found the guest frozen'
+        assert frozen and frozen[0] < holds[0], (frozen[:1], holds)
+        assert thawed and thawed[0] > holds[-1], (thawed[:1], holds)
+        with open(agent_log, errors='replace') as f:
+            print('agent: %s' % [line for line in f
+                                 if 'frozen already' in line][-1][-300:])
+        image = stack.openstack('image', 'show', image_id)
+        mapping = str(image.get('properties'))
+        assert all(s['id'] in mapping for s in snaps), mapping
+        # Thawed by Nova: a snapshot of the data volume freezes and
+        # thaws the guest itself again.
+        snap = stack.openstack('--os-volume-api-version', '3.66', 'volume',
+                               'snapshot', 'create', '--volume',
+                               scene.data['id'], scene.name('after'))
+        stack.wait_status('snapshot', snap['id'], 'available', timeout=120)
+        assert _count(agent_log, 'frozen already') == \
+            held_before + len(holds)
+        assert _freeze_state(domain) == 'thawed'
+    finally:
+        conn.close()
+    scene.guest.wait_writes(1)
+    # Out again (its file system still mounted: the guest lets it go).
+    scene.compute.delete('/servers/%s/os-volume_attachments/%s'
+                         % (scene.server, mounted['id']))
+    stack.wait_status('volume', mounted['id'], 'available', timeout=180)
+
+
+def _image_of(scene, count):
+    """createImage of the server; (image id, its ``count`` snapshots once
+    none is 'creating', when the first was seen done).
+    """
+    name = scene.name('image')
+    answer = scene.compute.post(
+        '/servers/%s/action' % scene.server, microversion='2.45',
+        json={'createImage': {'name': name}})
+    image_id = answer.json()['image_id']
+    scene.images.append(image_id)
+    first_done = None
+    deadline = time.monotonic() + 180
+    while True:
+        snaps = [s for s in scene.cinder.get('/snapshots/detail').json()[
+            'snapshots'] if s['name'] == 'snapshot for %s' % name]
+        done = [s for s in snaps if s['status'] != 'creating']
+        if done and first_done is None:
+            first_done = time.time()
+        if len(snaps) == count and len(done) == count:
+            return image_id, snaps, first_done
+        assert time.monotonic() < deadline, snaps
+        time.sleep(0.2)
 
 
 # -- rebuild ------------------------------------------------------------------
