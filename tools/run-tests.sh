@@ -33,7 +33,7 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 bash tools/install-deps.sh
-.venv/bin/flake8 blobcr-common blobcr_agent blobcr-cinder blobcr-nova blobcr-guest python-blobcrclient blobcr-dashboard lab tests
+.venv/bin/flake8 blobcr-common blobcr_agent blobcr_cinder blobcr_nova blobcr-cinder blobcr-nova blobcr-guest python-blobcrclient blobcr-dashboard lab tests
 pytest=(.venv/bin/pytest -p no:cacheprovider --durations=15)
 if [[ ${BLOBCR_TEST_LANES:-2} == 1 ]]; then
     make -s -C tests/native check tsan OUT="$top/build/native-tests"

@@ -48,8 +48,10 @@ import pytest
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 AGENT_DISTRIBUTION = ('blobcr_agent',)
-CINDER = os.path.join('blobcr-cinder', 'blobcr_cinder')
-NOVA = os.path.join('blobcr-nova', 'blobcr_nova')
+# At the top of the tree; each C-free distribution's folder links to
+# its package there (test_the_openstack_packages_sit_at_the_root).
+CINDER = 'blobcr_cinder'
+NOVA = 'blobcr_nova'
 GUEST = os.path.join('blobcr-guest', 'blobcr_guest')
 COMMON = os.path.join('blobcr-common', 'blobcr_common')
 CLIENT = os.path.join('python-blobcrclient', 'blobcrclient')
@@ -255,6 +257,21 @@ def test_pure_distributions_build_as_pure_wheels(distribution, must_hold,
     missing = [name for name in must_hold if name not in names]
     assert missing == [], missing
     assert not [n for n in names if n.endswith('.so')]
+
+
+@pytest.mark.parametrize('distribution,package', [
+    ('blobcr-cinder', 'blobcr_cinder'), ('blobcr-nova', 'blobcr_nova')])
+def test_the_openstack_packages_sit_at_the_root(distribution, package):
+    """The driver and the Nova side at the top of the tree, beside
+    blobcr_agent; their distributions (setup.cfg of their own, C-free)
+    ship them through a relative link, which git keeps and pip, the
+    wheels and the sdists follow.
+    """
+    link = os.path.join(TOP, distribution, package)
+    assert os.path.isdir(os.path.join(TOP, package, ''))
+    assert not os.path.islink(os.path.join(TOP, package))
+    assert os.path.islink(link) and os.readlink(link) == os.path.join(
+        os.pardir, package)
 
 
 def test_no_benchmark_hides_in_the_product():
