@@ -230,6 +230,15 @@ class Scene(object):
         shown = self.cinder.get('/volumes/%s' % self.data['id']).json()
         return shown['volume']['status'] == 'in-use'
 
+    def lab_host(self):
+        """The lab host (its libvirtd and agent) the server runs on:
+        with test_nova_moves' second nova-compute up, Nova may place it
+        on either.
+        """
+        host = self.admin.get('/servers/%s' % self.server).json()[
+            'server']['OS-EXT-SRV-ATTR:host']
+        return self.nova.lab_hosts[host]
+
     def nova_attachments(self, server=None):
         return [a['volumeId'] for a in self.compute.get(
             '/servers/%s/os-volume_attachments' % (server or self.server)
@@ -401,13 +410,13 @@ def test_a_detach_whose_terminate_connection_fails(scene):
     again: the volume is available and holds every record the guest
     announced on it.
     """
-    stack, nova = scene.stack, scene.nova
+    stack = scene.stack
     if not scene.data_attached():
         mark = scene.attach_data()
     else:
         mark = 0
         scene.wait_data(mark, 1)
-    conn = libvirt.open(nova.lab_hosts[nova.compute_host].libvirtd.uri)
+    conn = libvirt.open(scene.lab_host().libvirtd.uri)
     holder = None
     try:
         source = _disk_source(conn, scene.server, 'vdb')
@@ -534,14 +543,15 @@ def test_image_of_the_server_with_three_volumes(scene):
     snapshots are available and the image names them; after Nova's
     thaw a snapshot freezes and thaws the guest itself again.
     """
-    stack, nova = scene.stack, scene.nova
+    stack = scene.stack
     if not scene.data_attached():
         scene.attach_data()         # the guest's vdb
     mounted = scene.attach_mounted()    # its vdc
     volumes = {scene.boot['id'], scene.data['id'], mounted['id']}
-    agent_log = nova.lab_hosts[nova.compute_host].agent.log.name
+    lab_host = scene.lab_host()
+    agent_log = lab_host.agent.log.name
     held_before = _count(agent_log, 'frozen already')
-    conn = libvirt.open(nova.lab_hosts[nova.compute_host].libvirtd.uri)
+    conn = libvirt.open(lab_host.libvirtd.uri)
     try:
         domain = conn.lookupByUUIDString(scene.server)
         assert _freeze_state(domain) == 'thawed'
