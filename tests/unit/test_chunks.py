@@ -53,7 +53,9 @@ def test_auto_stops_compressing_incompressible_data_on_a_fast_link():
 def test_compressible_data_on_a_slow_link_is_compressed():
     p = chunks.CompressionPolicy('auto')
     data = b'checkpoint ' * 6000
-    blob = p.encode(data, upload_bps=100e6)
+    # 1 MB/s: the probe's measured compression speed beats it even on a
+    # loaded machine (at 100 MB/s a preempted probe lost, once in CI).
+    blob = p.encode(data, upload_bps=1e6)
     assert blob[0] == chunks.ZSTD and len(blob) < len(data) / 10
     name = chunks.object_name(chunks.digest(data))
     assert chunks.decode(name, blob, len(data)) == data
